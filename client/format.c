@@ -1,0 +1,74 @@
+/* Human-readable plan report for shardctl (client.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+
+#define GIB ((double)(1ull << 30))
+
+/* Appends one shard's label ("name" or "name[off:end]") to a line buffer,
+ * ending it with ", ..." when it is full. */
+static void append_label(char *line, size_t cap, const struct table *t,
+                         const struct shard *s, bool *full)
+{
+    char label[TABLE_NAME_MAX + 32];
+    size_t used = strlen(line);
+
+    if (*full)
+        return;
+    if (s->col_width == t->dim)
+        snprintf(label, sizeof(label), "%s%s", used ? ", " : "", t->name);
+    else
+        snprintf(label, sizeof(label), "%s%s[%d:%d]", used ? ", " : "", t->name,
+                 (int)s->col_offset, (int)(s->col_offset + s->col_width));
+    if (used + strlen(label) + 6 >= cap) {
+        snprintf(line + used, cap - used, ", ...");
+        *full = true;
+        return;
+    }
+    memcpy(line + used, label, strlen(label) + 1);
+}
+
+void format_plan_text(FILE *out, const struct plan *p,
+                      const struct table *tables, size_t ntables,
+                      const struct topology *t)
+{
+    double sum_compute = 0, max_compute = 0;
+    char line[72];
+    int32_t r;
+    size_t k;
+
+    for (r = 0; r < p->ndevices; r++) {
+        sum_compute += p->devices[r].compute_ms;
+        if (p->devices[r].compute_ms > max_compute)
+            max_compute = p->devices[r].compute_ms;
+    }
+    fprintf(out, "plan: %s, %zu tables in %zu shards on %d devices\n",
+            p->algorithm, ntables, p->nshards, (int)p->ndevices);
+    fprintf(out, "plan cost: %.3f ms (compute: %s model, comm: %s model)\n",
+            p->cost_ms, p->cost_model, p->comm_model);
+    if (sum_compute > 0)
+        fprintf(out, "compute imbalance: max is %.1f%% above the mean\n",
+                100.0 * (max_compute * p->ndevices / sum_compute - 1.0));
+    fprintf(out, "\n%6s  %-17s %9s %9s %9s %9s %6s  %s\n", "device",
+            "memory GiB (%)", "compute", "fwd_comm", "bwd_comm", "total",
+            "shards", "tables");
+    for (r = 0; r < p->ndevices; r++) {
+        const struct plan_device *dv = &p->devices[r];
+        char mem[32];
+        bool full = false;
+
+        line[0] = '\0';
+        for (k = 0; k < p->nshards; k++)
+            if (p->shards[k].device == r)
+                append_label(line, sizeof(line), &tables[p->shards[k].table],
+                             &p->shards[k], &full);
+        snprintf(mem, sizeof(mem), "%.3f (%.1f%%)", (double)dv->mem_bytes / GIB,
+                 100.0 * (double)dv->mem_bytes / (double)t->mem_bytes);
+        fprintf(out, "%6d  %-17s %9.3f %9.3f %9.3f %9.3f %6d  %s\n", (int)r,
+                mem, dv->compute_ms, dv->fwd_comm_ms, dv->bwd_comm_ms,
+                dv->total_ms, (int)dv->nshards, line);
+    }
+    fprintf(out, "\ncosts in ms per training step; fwd_comm includes waiting "
+                 "for the slowest device\n");
+}

@@ -1,0 +1,384 @@
+/*
+ * shardctl: the command-line client of shardd.
+ *
+ * Offline mode runs the planning library in-process:
+ *   shardctl gen-tables --count N --seed S [--out F]
+ *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
+ *                 [--json | --torchrec]
+ * Exit codes: 0 success, 1 internal failure (out of memory, cannot write),
+ * 2 bad input or usage, always with one message on stderr.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: shardctl COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  gen-tables  --count N --seed S [--batch-size B] [--threads T]\n"
+    "              [--out FILE]\n"
+    "      Generate N synthetic DLRM tables (traces made, features computed)\n"
+    "      and write the tables JSON.\n"
+    "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
+    "              [--max-tables B] [--max-gb G] [--out FILE]\n"
+    "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
+    "  plan        --offline --tables FILE --devices N --mem-gb G\n"
+    "              [--alg NAME] [--task K] [--optimizer NAME]\n"
+    "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
+    "              [--json | --torchrec]\n"
+    "      Plan the tables (or task K of a tasks file) on N devices of G GiB.\n"
+    "      Algorithms: random, dim_greedy, size_greedy, lookup_greedy,\n"
+    "      size_lookup_greedy (default), torchrec_greedy.\n"
+    "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
+    "\n"
+    "Output goes to stdout unless --out is given.  Exit status: 0 success,\n"
+    "1 internal failure, 2 bad input or usage.\n";
+
+/* Prints "shardctl: MESSAGE" and returns the exit code. */
+static int fail(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("shardctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+/* Exit code for a planner error: the user's input, or our failure. */
+static int exit_for(int err)
+{
+    return err == SD_ENOMEM ? 1 : EXIT_USAGE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Options                                                                 */
+
+struct opts {
+    const char *tables;
+    const char *out;
+    const char *alg;
+    const char *optimizer;
+    int64_t count, seed, devices, per_host, batch, threads, task;
+    int64_t min_tables, max_tables;
+    double mem_gb, max_gb;
+    bool offline, json, torchrec;
+};
+
+enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_REAL };
+
+struct opt_def {
+    const char *name;
+    enum opt_kind kind;
+    size_t offset;
+    double min, max; /* for numbers */
+};
+
+#define O(f) offsetof(struct opts, f)
+static const struct opt_def opt_defs[] = {
+    {"--tables", OPT_STR, O(tables), 0, 0},
+    {"--out", OPT_STR, O(out), 0, 0},
+    {"--alg", OPT_STR, O(alg), 0, 0},
+    {"--optimizer", OPT_STR, O(optimizer), 0, 0},
+    {"--count", OPT_INT, O(count), 1, 1e6},
+    {"--seed", OPT_INT, O(seed), 0, 9.2e18},
+    {"--devices", OPT_INT, O(devices), 1, TOPO_DEVICES_MAX},
+    {"--devices-per-host", OPT_INT, O(per_host), 1, TOPO_DEVICES_MAX},
+    {"--batch-size", OPT_INT, O(batch), 1, 1 << 30},
+    {"--threads", OPT_INT, O(threads), 1, 256},
+    {"--task", OPT_INT, O(task), 0, 1e9},
+    {"--min-tables", OPT_INT, O(min_tables), 1, 1e6},
+    {"--max-tables", OPT_INT, O(max_tables), 1, 1e6},
+    {"--mem-gb", OPT_REAL, O(mem_gb), 1e-9, 1e9},
+    {"--max-gb", OPT_REAL, O(max_gb), 1e-9, 1e9},
+    {"--offline", OPT_FLAG, O(offline), 0, 0},
+    {"--json", OPT_FLAG, O(json), 0, 0},
+    {"--torchrec", OPT_FLAG, O(torchrec), 0, 0},
+};
+#undef O
+
+static int parse_number(const struct opt_def *def, const char *s, void *dst)
+{
+    char *end;
+    double x;
+
+    errno = 0;
+    if (def->kind == OPT_INT) {
+        long long v = strtoll(s, &end, 10);
+
+        if (errno != 0 || end == s || *end != '\0' || v < def->min ||
+            (double)v > def->max)
+            return fail(EXIT_USAGE,
+                        "%s: \"%s\" is not an integer in [%.0f, "
+                        "%.0f]",
+                        def->name, s, def->min, def->max);
+        *(int64_t *)dst = v;
+        return 0;
+    }
+    x = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(x) ||
+        x < def->min || x > def->max)
+        return fail(EXIT_USAGE, "%s: \"%s\" is not a positive number",
+                    def->name, s);
+    *(double *)dst = x;
+    return 0;
+}
+
+/* Parses argv[first..argc) into o; returns 0 or an exit code. */
+static int parse_opts(int argc, char **argv, int first, struct opts *o)
+{
+    int i, rv;
+    size_t k;
+
+    for (i = first; i < argc; i++) {
+        const struct opt_def *def = NULL;
+        void *dst;
+
+        for (k = 0; k < sizeof(opt_defs) / sizeof(opt_defs[0]); k++)
+            if (strcmp(argv[i], opt_defs[k].name) == 0)
+                def = &opt_defs[k];
+        if (def == NULL)
+            return fail(EXIT_USAGE,
+                        "unknown option \"%s\" (see shardctl "
+                        "--help)",
+                        argv[i]);
+        dst = (char *)o + def->offset;
+        if (def->kind == OPT_FLAG) {
+            *(bool *)dst = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return fail(EXIT_USAGE, "%s needs a value", def->name);
+        i++;
+        if (def->kind == OPT_STR) {
+            *(const char **)dst = argv[i];
+            continue;
+        }
+        rv = parse_number(def, argv[i], dst);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output                                                                  */
+
+/*
+ * Writes text to path, or stdout when path is NULL.  A file is written to
+ * "path.tmp" and renamed, so a reader never sees half a file.
+ */
+static int write_output(const char *path, const char *text)
+{
+    char tmp[4096];
+    FILE *f;
+    int rv = 0;
+
+    if (path == NULL) {
+        if (fputs(text, stdout) < 0 || fputc('\n', stdout) < 0 ||
+            fflush(stdout) != 0)
+            return fail(1, "cannot write to stdout: %s", strerror(errno));
+        return 0;
+    }
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+        return fail(EXIT_USAGE, "--out: path is too long");
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return fail(EXIT_USAGE, "--out: %s: %s", tmp, strerror(errno));
+    if (fputs(text, f) < 0 || fputc('\n', f) < 0)
+        rv = fail(1, "%s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && rv == 0)
+        rv = fail(1, "%s: %s", tmp, strerror(errno));
+    if (rv == 0 && rename(tmp, path) != 0)
+        rv = fail(1, "--out: cannot rename %s to %s: %s", tmp, path,
+                  strerror(errno));
+    if (rv != 0)
+        unlink(tmp);
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Commands                                                                */
+
+static int cmd_gen_tables(const struct opts *o)
+{
+    struct synth_params sp;
+    struct table *tables;
+    char *text;
+    long ncpu;
+    int rv;
+
+    if (o->count == 0)
+        return fail(EXIT_USAGE, "gen-tables: --count is required");
+    synth_params_default(&sp);
+    sp.count = (size_t)o->count;
+    sp.seed = (uint64_t)o->seed;
+    if (o->batch != 0)
+        sp.batch_size = o->batch;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    rv = synth_tables(&sp,
+                      o->threads ? (unsigned)o->threads
+                                 : (unsigned)(ncpu > 0 ? ncpu : 1),
+                      &tables);
+    if (rv != 0)
+        return fail(exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    text = json_tables(tables, sp.count);
+    free(tables);
+    if (text == NULL)
+        return fail(1, "gen-tables: out of memory");
+    rv = write_output(o->out, text);
+    free(text);
+    return rv;
+}
+
+static int cmd_gen_tasks(const struct opts *o)
+{
+    struct task_params tp;
+    struct table *pool;
+    struct task *tasks;
+    struct sd_diag d;
+    size_t npool;
+    char *text;
+    int rv;
+
+    if (o->count == 0 || o->tables == NULL)
+        return fail(EXIT_USAGE, "gen-tasks: --count and --tables are "
+                                "required");
+    rv = json_read_tables(o->tables, 0, &pool, &npool, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "gen-tasks: %s", d.msg);
+    task_params_default(&tp);
+    tp.count = (size_t)o->count;
+    tp.seed = (uint64_t)o->seed;
+    if (o->min_tables)
+        tp.min_tables = (size_t)o->min_tables;
+    if (o->max_tables)
+        tp.max_tables = (size_t)o->max_tables;
+    if (o->max_gb > 0)
+        tp.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
+    rv = task_generate(&tp, pool, npool, &tasks);
+    if (rv != 0) {
+        free(pool);
+        return fail(exit_for(rv),
+                    "gen-tasks: %s (check --min-tables, "
+                    "--max-tables and --max-gb)",
+                    sd_strerror(rv));
+    }
+    text = json_tasks(tasks, tp.count);
+    task_array_free(tasks, tp.count);
+    free(pool);
+    if (text == NULL)
+        return fail(1, "gen-tasks: out of memory");
+    rv = write_output(o->out, text);
+    free(text);
+    return rv;
+}
+
+static int cmd_plan(const struct opts *o)
+{
+    struct plan_options po = {PLAN_ALG_SIZE_LOOKUP_GREEDY, OPTIMIZER_SGD, 0};
+    struct table *tables = NULL;
+    struct topology topo;
+    struct sd_diag d;
+    struct plan p;
+    size_t n;
+    char *text = NULL;
+    int rv;
+
+    if (!o->offline)
+        return fail(EXIT_USAGE,
+                    "plan: only --offline planning is available "
+                    "in this version (the daemon is not built yet)");
+    if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
+        return fail(EXIT_USAGE, "plan: --tables, --devices and --mem-gb are "
+                                "required");
+    if (o->json && o->torchrec)
+        return fail(EXIT_USAGE, "plan: --json and --torchrec exclude each "
+                                "other");
+    if (o->alg != NULL && plan_alg_parse(o->alg, &po.alg, &d) != 0)
+        return fail(EXIT_USAGE, "plan: --alg: %s", d.msg);
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po.optimizer))
+        return fail(EXIT_USAGE,
+                    "plan: --optimizer \"%s\" is unknown (sgd, "
+                    "adagrad, rowwise_adagrad, adam)",
+                    o->optimizer);
+    po.seed = (uint64_t)o->seed;
+
+    topology_default(&topo, (int32_t)o->devices,
+                     (uint64_t)(o->mem_gb * (double)(1ull << 30)));
+    if (o->per_host)
+        topo.devices_per_host = (int32_t)o->per_host;
+    if (o->batch)
+        topo.batch_size = o->batch;
+    if (topology_validate(&topo, &d) != 0)
+        return fail(EXIT_USAGE, "plan: %s", d.msg);
+
+    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "plan: %s", d.msg);
+    rv = plan_run(tables, n, &topo, &po, &cost_model_analytic, &p, &d);
+    if (rv != 0) {
+        free(tables);
+        return fail(exit_for(rv), "plan: %s", d.msg);
+    }
+    if (o->json)
+        text = json_plan(&p, tables);
+    else if (o->torchrec)
+        text = json_plan_torchrec(&p, tables, &topo);
+
+    if (o->json || o->torchrec) {
+        rv = text ? write_output(o->out, text) : fail(1, "plan: out of memory");
+    } else if (o->out != NULL) {
+        rv = fail(EXIT_USAGE, "plan: --out needs --json or --torchrec");
+    } else {
+        format_plan_text(stdout, &p, tables, n, &topo);
+        rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+    }
+    free(text);
+    plan_destroy(&p);
+    free(tables);
+    return rv;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    int rv;
+
+    memset(&o, 0, sizeof(o));
+    if (argc < 2)
+        return fputs(usage_text, stderr), EXIT_USAGE;
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    rv = parse_opts(argc, argv, 2, &o);
+    if (rv != 0)
+        return rv;
+    if (strcmp(argv[1], "gen-tables") == 0)
+        return cmd_gen_tables(&o);
+    if (strcmp(argv[1], "gen-tasks") == 0)
+        return cmd_gen_tasks(&o);
+    if (strcmp(argv[1], "plan") == 0)
+        return cmd_plan(&o);
+    return fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",
+                argv[1]);
+}

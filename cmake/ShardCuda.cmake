@@ -1,0 +1,21 @@
+# Decides SHARDD_HAVE_CUDA from SHARDD_CUDA (AUTO, ON, OFF).  AUTO enables the
+# CUDA language when an nvcc is found; nothing else in the build needs CUDA.
+set(SHARDD_HAVE_CUDA OFF)
+if(NOT SHARDD_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90) # H100/H200; "native" needs a GPU
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(SHARDD_HAVE_CUDA ON)
+  elseif(SHARDD_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SHARDD_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "shardd: CUDA backend ${SHARDD_HAVE_CUDA} (SHARDD_CUDA=${SHARDD_CUDA})")

@@ -1,0 +1,203 @@
+/*
+ * The non-learned baselines (neuroshard.md 7): random and four LPT greedy
+ * placements that differ only in the per-table cost they balance.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "planner.h"
+
+/* Fills d with the shortfall of a table that fits on no device. */
+static int no_room(const struct table *tb, uint64_t need, const uint64_t *used,
+                   const struct topology *t, struct sd_diag *d)
+{
+    uint64_t best = 0;
+    int32_t r;
+
+    for (r = 0; r < t->ndevices; r++) {
+        uint64_t free_bytes = t->mem_bytes - used[r];
+
+        if (free_bytes > best)
+            best = free_bytes;
+    }
+    return sd_diag_set(d, SD_ENOSPACE,
+                       "table \"%s\": needs %llu bytes but the largest free "
+                       "space on any device is %llu bytes (short by %llu "
+                       "bytes)",
+                       tb->name, (unsigned long long)need,
+                       (unsigned long long)best,
+                       (unsigned long long)(need - best));
+}
+
+struct lpt_item {
+    double cost;
+    uint64_t size;
+    uint32_t index;
+};
+
+/* Descending (cost, size, index): the original sorts ascending and pops. */
+static int cmp_lpt_desc(const void *a, const void *b)
+{
+    const struct lpt_item *x = a, *y = b;
+
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    if (x->size != y->size)
+        return x->size > y->size ? -1 : 1;
+    return x->index > y->index ? -1 : x->index < y->index;
+}
+
+int plan_greedy_lpt(const struct table *tables, size_t ntables,
+                    const double *cost, const struct topology *t,
+                    enum optimizer opt, struct plan *out, struct sd_diag *d)
+{
+    struct lpt_item *items = NULL;
+    uint64_t *used = NULL;
+    double *load = NULL;
+    struct plan p;
+    size_t i;
+    int rv;
+
+    rv = plan_init(&p, t->ndevices);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "out of memory");
+    items = malloc(ntables * sizeof(*items));
+    used = calloc((size_t)t->ndevices, sizeof(*used));
+    load = calloc((size_t)t->ndevices, sizeof(*load));
+    if (items == NULL || used == NULL || load == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++) {
+        items[i].cost = cost[i];
+        items[i].size = shard_bytes(&tables[i], tables[i].dim, opt);
+        items[i].index = (uint32_t)i;
+    }
+    qsort(items, ntables, sizeof(*items), cmp_lpt_desc);
+
+    for (i = 0; i < ntables; i++) {
+        const struct lpt_item *it = &items[i];
+        int32_t r, best = -1;
+
+        for (r = 0; r < t->ndevices; r++) {
+            if (used[r] + it->size > t->mem_bytes)
+                continue;
+            if (best < 0 || load[r] < load[best] ||
+                (load[r] == load[best] && used[r] < used[best]))
+                best = r;
+        }
+        if (best < 0) {
+            rv = no_room(&tables[it->index], it->size, used, t, d);
+            goto out_free;
+        }
+        used[best] += it->size;
+        load[best] += it->cost;
+        rv = plan_add(&p, it->index, best, 0, tables[it->index].dim);
+        if (rv != 0) {
+            sd_diag_set(d, rv, "out of memory");
+            goto out_free;
+        }
+    }
+    plan_sort(&p);
+    *out = p;
+    p.shards = NULL;
+    p.devices = NULL;
+
+out_free:
+    plan_destroy(&p);
+    free(load);
+    free(used);
+    free(items);
+    return rv;
+}
+
+/* Each table onto a device drawn uniformly from those with room left. */
+static int plan_random(const struct table *tables, size_t ntables,
+                       const struct topology *t, const struct plan_options *o,
+                       struct plan *out, struct sd_diag *d)
+{
+    uint64_t *used = NULL;
+    int32_t *fits = NULL;
+    struct plan p;
+    struct rng g;
+    size_t i;
+    int rv;
+
+    rv = plan_init(&p, t->ndevices);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "out of memory");
+    used = calloc((size_t)t->ndevices, sizeof(*used));
+    fits = malloc((size_t)t->ndevices * sizeof(*fits));
+    if (used == NULL || fits == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    rng_seed(&g, o->seed);
+    for (i = 0; i < ntables; i++) {
+        uint64_t need = shard_bytes(&tables[i], tables[i].dim, o->optimizer);
+        int32_t r, nfit = 0, pick;
+
+        for (r = 0; r < t->ndevices; r++)
+            if (used[r] + need <= t->mem_bytes)
+                fits[nfit++] = r;
+        if (nfit == 0) {
+            rv = no_room(&tables[i], need, used, t, d);
+            goto out_free;
+        }
+        pick = fits[rng_below(&g, (uint64_t)nfit)];
+        used[pick] += need;
+        rv = plan_add(&p, (uint32_t)i, pick, 0, tables[i].dim);
+        if (rv != 0) {
+            sd_diag_set(d, rv, "out of memory");
+            goto out_free;
+        }
+    }
+    plan_sort(&p);
+    *out = p;
+    p.shards = NULL;
+    p.devices = NULL;
+
+out_free:
+    plan_destroy(&p);
+    free(fits);
+    free(used);
+    return rv;
+}
+
+/* The per-table cost each greedy baseline balances. */
+static double greedy_cost(enum plan_alg alg, const struct table *t)
+{
+    double dim = (double)t->dim;
+
+    switch (alg) {
+    case PLAN_ALG_SIZE_GREEDY:
+        return (double)table_bytes(t, t->dim) / (double)(1ull << 30);
+    case PLAN_ALG_LOOKUP_GREEDY:
+        return dim * t->pooling_factor;
+    case PLAN_ALG_SIZE_LOOKUP_GREEDY:
+        return dim * t->pooling_factor * log10((double)t->rows);
+    case PLAN_ALG_DIM_GREEDY:
+    default:
+        return dim;
+    }
+}
+
+int plan_baseline(const struct table *tables, size_t ntables,
+                  const struct topology *t, const struct plan_options *o,
+                  struct plan *out, struct sd_diag *d)
+{
+    double *cost;
+    size_t i;
+    int rv;
+
+    if (o->alg == PLAN_ALG_RANDOM)
+        return plan_random(tables, ntables, t, o, out, d);
+    cost = malloc(ntables * sizeof(*cost));
+    if (cost == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < ntables; i++)
+        cost[i] = greedy_cost(o->alg, &tables[i]);
+    rv = plan_greedy_lpt(tables, ntables, cost, t, o->optimizer, out, d);
+    free(cost);
+    return rv;
+}

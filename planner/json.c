@@ -1,0 +1,480 @@
+/*
+ * JSON formats of tables, tasks and plans (planner.h), on jansson.  Readers
+ * validate every field and name the bad one; writers keep key order so the
+ * output reads the same every time.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "planner.h"
+
+#define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+
+/* ---------------------------------------------------------------------- */
+/* Reading                                                                 */
+
+/* A JSON number that is an integer (1000000 or 1e6), as int64. */
+static bool get_integer(const json_t *v, int64_t *out)
+{
+    double x;
+
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return true;
+    }
+    if (!json_is_real(v))
+        return false;
+    x = json_real_value(v);
+    if (!isfinite(x) || x != floor(x) || fabs(x) > 9.0e18)
+        return false;
+    *out = (int64_t)x;
+    return true;
+}
+
+static int parse_table(const json_t *o, size_t idx, struct table *t,
+                       struct sd_diag *d)
+{
+    const json_t *v;
+    const char *name;
+    int64_t n;
+    size_t k;
+
+    memset(t, 0, sizeof(*t));
+    if (!json_is_object(o))
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: not an object", idx);
+
+    v = json_object_get(o, "name");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is missing", idx);
+    if (!json_is_string(v))
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is not a string",
+                           idx);
+    name = json_string_value(v);
+    if (json_string_length(v) >= TABLE_NAME_MAX ||
+        strlen(name) != json_string_length(v))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu]: name is longer than %d bytes or "
+                           "holds a NUL",
+                           idx, TABLE_NAME_MAX - 1);
+    memcpy(t->name, name, json_string_length(v) + 1);
+
+    v = json_object_get(o, "rows");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": rows is missing",
+                           idx, t->name);
+    if (!get_integer(v, &n))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": rows is not an integer", idx,
+                           t->name);
+    t->rows = n;
+
+    v = json_object_get(o, "dim");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": dim is missing",
+                           idx, t->name);
+    if (!get_integer(v, &n) || n < INT32_MIN || n > INT32_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": dim is not an integer", idx,
+                           t->name);
+    t->dim = (int32_t)n;
+
+    v = json_object_get(o, "pooling_factor");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": pooling_factor is missing", idx,
+                           t->name);
+    if (!json_is_number(v))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": pooling_factor is not a "
+                           "number",
+                           idx, t->name);
+    t->pooling_factor = json_number_value(v);
+
+    v = json_object_get(o, "bins");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": bins is missing",
+                           idx, t->name);
+    if (!json_is_array(v) || json_array_size(v) != TABLE_NBINS)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": bins is not an array of %d "
+                           "numbers",
+                           idx, t->name, TABLE_NBINS);
+    for (k = 0; k < TABLE_NBINS; k++) {
+        const json_t *b = json_array_get(v, k);
+
+        if (!json_is_number(b))
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables[%zu] \"%s\": bins[%zu] is not a number",
+                               idx, t->name, k);
+        t->bins[k] = json_number_value(b);
+    }
+
+    v = json_object_get(o, "dtype");
+    if (v != NULL && (!json_is_string(v) ||
+                      table_dtype_parse(json_string_value(v), &t->dtype) != 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": dtype is not \"fp32\" or "
+                           "\"fp16\"",
+                           idx, t->name);
+    return table_validate(t, idx, d);
+}
+
+/* Picks the tables array out of a tables or tasks document. */
+static int find_tables(const json_t *root, size_t task_index,
+                       const json_t **out, struct sd_diag *d)
+{
+    const json_t *tasks, *task, *tables;
+
+    if (!json_is_object(root))
+        return sd_diag_set(d, SD_EINVAL,
+                           "the document is not an object with \"tables\" "
+                           "or \"tasks\"");
+    tables = json_object_get(root, "tables");
+    if (tables == NULL) {
+        tasks = json_object_get(root, "tasks");
+        if (tasks == NULL)
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables is missing (and there is no tasks "
+                               "list either)");
+        if (!json_is_array(tasks))
+            return sd_diag_set(d, SD_EINVAL, "tasks is not an array");
+        if (task_index >= json_array_size(tasks))
+            return sd_diag_set(d, SD_EINVAL,
+                               "tasks: task %zu requested, the file has %zu",
+                               task_index, json_array_size(tasks));
+        task = json_array_get(tasks, task_index);
+        tables = json_is_object(task) ? json_object_get(task, "tables") : NULL;
+        if (tables == NULL)
+            return sd_diag_set(d, SD_EINVAL, "tasks[%zu]: tables is missing",
+                               task_index);
+    }
+    if (!json_is_array(tables))
+        return sd_diag_set(d, SD_EINVAL, "tables is not an array");
+    *out = tables;
+    return 0;
+}
+
+int json_parse_tables(const char *buf, size_t len, size_t task_index,
+                      struct table **out, size_t *n, struct sd_diag *d)
+{
+    const json_t *arr = NULL;
+    struct table *tables = NULL;
+    json_error_t jerr;
+    json_t *root;
+    size_t i, count;
+    int rv;
+
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+    rv = find_tables(root, task_index, &arr, d);
+    if (rv != 0)
+        goto out_decref;
+    count = json_array_size(arr);
+    if (count == 0) {
+        rv = sd_diag_set(d, SD_EINVAL, "tables: the list is empty");
+        goto out_decref;
+    }
+    tables = calloc(count, sizeof(*tables));
+    if (tables == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_decref;
+    }
+    for (i = 0; i < count; i++) {
+        rv = parse_table(json_array_get(arr, i), i, &tables[i], d);
+        if (rv != 0)
+            goto out_free_tables;
+    }
+    rv = table_validate_all(tables, count, d);
+    if (rv != 0)
+        goto out_free_tables;
+    *out = tables;
+    *n = count;
+    tables = NULL;
+
+out_free_tables:
+    free(tables);
+out_decref:
+    json_decref(root);
+    return rv;
+}
+
+/* Reads a whole file into a new buffer (*buf owned by the caller). */
+static int read_file(const char *path, char **buf, size_t *len,
+                     struct sd_diag *d)
+{
+    FILE *f;
+    char *b = NULL, *nb;
+    size_t cap = 0, used = 0, got;
+    int rv = 0;
+
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+    for (;;) {
+        if (used == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            nb = realloc(b, cap);
+            if (nb == NULL) {
+                rv = sd_diag_set(d, SD_ENOMEM, "%s: out of memory", path);
+                goto out_close;
+            }
+            b = nb;
+        }
+        got = fread(b + used, 1, cap - used, f);
+        used += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        rv = sd_diag_set(d, SD_EIO, "%s: read error", path);
+        goto out_close;
+    }
+    *buf = b;
+    *len = used;
+    b = NULL;
+
+out_close:
+    fclose(f);
+    free(b);
+    return rv;
+}
+
+int json_read_tables(const char *path, size_t task_index, struct table **out,
+                     size_t *n, struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_tables(buf, len, task_index, out, n, d);
+    free(buf);
+    if (rv != 0 && d != NULL) {
+        struct sd_diag inner = *d;
+
+        sd_diag_set(d, rv, "%s: %s", path, inner.msg);
+    }
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Writing.  jansson's constructors return NULL when out of memory, and the
+ * *_new setters accept NULL values and report failure, so one check of the
+ * finished document's pieces is enough. */
+
+static json_t *table_json(const struct table *t)
+{
+    json_t *o = json_object(), *bins = json_array();
+    int k, bad = o == NULL || bins == NULL;
+
+    for (k = 0; k < TABLE_NBINS && !bad; k++)
+        bad |= json_array_append_new(bins, json_real(t->bins[k]));
+    bad |= json_object_set_new(o, "name", json_string(t->name));
+    bad |= json_object_set_new(o, "rows", json_integer(t->rows));
+    bad |= json_object_set_new(o, "dim", json_integer(t->dim));
+    bad |=
+        json_object_set_new(o, "pooling_factor", json_real(t->pooling_factor));
+    bad |= json_object_set_new(o, "bins", bins);
+    bins = NULL;
+    if (t->dtype != TABLE_DTYPE_FP32)
+        bad |= json_object_set_new(o, "dtype",
+                                   json_string(table_dtype_name(t->dtype)));
+    if (bad) {
+        json_decref(bins);
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *tables_json(const struct table *tables, size_t n)
+{
+    json_t *arr = json_array();
+    size_t i;
+
+    for (i = 0; i < n && arr != NULL; i++) {
+        if (json_array_append_new(arr, table_json(&tables[i])) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* Serialises and releases root; NULL if root is NULL or out of memory. */
+static char *dump(json_t *root)
+{
+    char *s;
+
+    if (root == NULL)
+        return NULL;
+    s = json_dumps(root, DUMP_FLAGS);
+    json_decref(root);
+    return s;
+}
+
+char *json_tables(const struct table *tables, size_t n)
+{
+    json_t *root = json_object();
+
+    if (root != NULL &&
+        json_object_set_new(root, "tables", tables_json(tables, n)) != 0) {
+        json_decref(root);
+        return NULL;
+    }
+    return dump(root);
+}
+
+char *json_tasks(const struct task *tasks, size_t n)
+{
+    json_t *root = json_object(), *arr = json_array();
+    size_t i, k;
+    int bad = root == NULL || arr == NULL;
+
+    for (i = 0; i < n && !bad; i++) {
+        json_t *o = json_object(), *src = json_array();
+        char name[32];
+
+        bad |= o == NULL || src == NULL;
+        for (k = 0; k < tasks[i].ntables && !bad; k++)
+            bad |= json_array_append_new(
+                src, json_integer((json_int_t)tasks[i].source[k]));
+        snprintf(name, sizeof(name), "task_%04zu", i);
+        bad |= json_object_set_new(o, "name", json_string(name));
+        bad |= json_object_set_new(o, "source", src);
+        bad |= json_object_set_new(
+            o, "tables", tables_json(tasks[i].tables, tasks[i].ntables));
+        bad |= json_array_append_new(arr, o);
+    }
+    bad |= json_object_set_new(root, "tasks", arr);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return dump(root);
+}
+
+static json_t *device_json(const struct plan_device *dv, int32_t id)
+{
+    json_t *o = json_object(), *c = json_object();
+    int bad = o == NULL || c == NULL;
+
+    bad |= json_object_set_new(c, "compute", json_real(dv->compute_ms));
+    bad |= json_object_set_new(c, "fwd_comm", json_real(dv->fwd_comm_ms));
+    bad |= json_object_set_new(c, "bwd_comm", json_real(dv->bwd_comm_ms));
+    bad |= json_object_set_new(c, "total", json_real(dv->total_ms));
+    bad |= json_object_set_new(o, "id", json_integer(id));
+    bad |= json_object_set_new(o, "memory_bytes",
+                               json_integer((json_int_t)dv->mem_bytes));
+    bad |= json_object_set_new(o, "cost_ms", c);
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *json_plan(const struct plan *p, const struct table *tables)
+{
+    json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
+    json_t *cur = NULL, *shards = NULL;
+    int bad = root == NULL || devs == NULL || tbls == NULL;
+    size_t k;
+    int32_t r;
+
+    for (r = 0; r < p->ndevices && !bad; r++)
+        bad |= json_array_append_new(devs, device_json(&p->devices[r], r));
+    /* Shards are sorted by table: open a table entry at each new table. */
+    for (k = 0; k < p->nshards && !bad; k++) {
+        const struct shard *s = &p->shards[k];
+        json_t *so = json_object();
+
+        if (k == 0 || s->table != p->shards[k - 1].table) {
+            cur = json_object();
+            shards = json_array();
+            bad |= json_object_set_new(cur, "name",
+                                       json_string(tables[s->table].name));
+            bad |= json_object_set_new(cur, "shards", shards);
+            bad |= json_array_append_new(tbls, cur);
+            if (bad) { /* shards may be gone with cur */
+                json_decref(so);
+                break;
+            }
+        }
+        bad |= json_object_set_new(so, "device", json_integer(s->device));
+        bad |=
+            json_object_set_new(so, "col_offset", json_integer(s->col_offset));
+        bad |= json_object_set_new(so, "col_width", json_integer(s->col_width));
+        bad |= json_array_append_new(shards, so);
+    }
+    bad |= json_object_set_new(root, "algorithm", json_string(p->algorithm));
+    bad |= json_object_set_new(root, "plan_cost_ms", json_real(p->cost_ms));
+    bad |= json_object_set_new(root, "cost_model", json_string(p->cost_model));
+    bad |= json_object_set_new(root, "comm_model", json_string(p->comm_model));
+    bad |= json_object_set_new(root, "devices", devs);
+    bad |= json_object_set_new(root, "tables", tbls);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return dump(root);
+}
+
+char *json_plan_torchrec(const struct plan *p, const struct table *tables,
+                         const struct topology *t)
+{
+    json_t *root = json_object(), *plan = json_object(), *mod = json_object();
+    int bad = root == NULL || plan == NULL || mod == NULL;
+    size_t k = 0, first;
+
+    while (k < p->nshards && !bad) {
+        const struct table *tb = &tables[p->shards[k].table];
+        json_t *o = json_object(), *ranks = json_array(),
+               *shards = json_array();
+
+        first = k;
+        for (; k < p->nshards && p->shards[k].table == p->shards[first].table;
+             k++) {
+            const struct shard *s = &p->shards[k];
+            json_t *so = json_object(), *off = json_array(),
+                   *size = json_array();
+            char placement[64];
+
+            snprintf(placement, sizeof(placement), "rank:%d/cuda:%d",
+                     (int)s->device, (int)(s->device % t->devices_per_host));
+            bad |= json_array_append_new(ranks, json_integer(s->device));
+            bad |= json_array_append_new(off, json_integer(0));
+            bad |= json_array_append_new(off, json_integer(s->col_offset));
+            bad |= json_array_append_new(size, json_integer(tb->rows));
+            bad |= json_array_append_new(size, json_integer(s->col_width));
+            bad |= json_object_set_new(so, "shard_offsets", off);
+            bad |= json_object_set_new(so, "shard_sizes", size);
+            bad |= json_object_set_new(so, "placement", json_string(placement));
+            bad |= json_array_append_new(shards, so);
+        }
+        bad |= json_object_set_new(
+            o, "sharding_type",
+            json_string(k - first == 1 ? "table_wise" : "column_wise"));
+        bad |= json_object_set_new(o, "compute_kernel", json_string("fused"));
+        bad |= json_object_set_new(o, "ranks", ranks);
+        bad |= json_object_set_new(o, "shards", shards);
+        bad |= json_object_set_new(mod, tb->name, o);
+    }
+    bad |= json_object_set_new(plan, "embedding_bags", mod);
+    bad |= json_object_set_new(root, "plan", plan);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return dump(root);
+}

@@ -1,0 +1,338 @@
+/* Topologies, plans, validation and the algorithm dispatch (planner.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+#define GIB ((double)(1ull << 30))
+
+/* TorchRec's constants (torchrec_planner.md 1.5): X GiB/s as bytes per ms. */
+#define BW_INTRA_HOST (600.0 * GIB / 1000.0)
+#define BW_INTER_HOST (12.5 * GIB / 1000.0)
+#define BW_DEVICE_MEM (897.0 * GIB / 1000.0)
+
+void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes)
+{
+    memset(t, 0, sizeof(*t));
+    t->ndevices = ndevices;
+    t->devices_per_host = ndevices;
+    t->mem_bytes = mem_bytes;
+    t->batch_size = 65536;
+    t->intra_host_bw = BW_INTRA_HOST;
+    t->inter_host_bw = BW_INTER_HOST;
+    t->link_latency_ms = 0.01;
+    t->device_mem_bw = BW_DEVICE_MEM;
+}
+
+static bool positive_finite(double x)
+{
+    return isfinite(x) && x > 0;
+}
+
+int topology_validate(const struct topology *t, struct sd_diag *d)
+{
+    if (t->ndevices < 1 || t->ndevices > TOPO_DEVICES_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: devices %d is not in [1, %d]",
+                           (int)t->ndevices, TOPO_DEVICES_MAX);
+    if (t->devices_per_host < 1 || t->devices_per_host > t->ndevices ||
+        t->ndevices % t->devices_per_host != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: devices_per_host %d does not divide "
+                           "devices %d",
+                           (int)t->devices_per_host, (int)t->ndevices);
+    if (t->mem_bytes == 0)
+        return sd_diag_set(d, SD_EINVAL, "topology: mem_bytes is 0");
+    if (t->batch_size < t->ndevices || t->batch_size > (int64_t)1 << 30)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: batch_size %lld is not in [devices, "
+                           "2^30]",
+                           (long long)t->batch_size);
+    if (!positive_finite(t->intra_host_bw))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: intra_host_bw must be positive");
+    if (!positive_finite(t->inter_host_bw))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: inter_host_bw must be positive");
+    if (!positive_finite(t->device_mem_bw))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: device_mem_bw must be positive");
+    if (!isfinite(t->link_latency_ms) || t->link_latency_ms < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: link_latency_ms must be >= 0");
+    return 0;
+}
+
+static const char *const optimizer_names[] = {
+    [OPTIMIZER_SGD] = "sgd",
+    [OPTIMIZER_ADAGRAD] = "adagrad",
+    [OPTIMIZER_ROWWISE_ADAGRAD] = "rowwise_adagrad",
+    [OPTIMIZER_ADAM] = "adam",
+};
+
+int optimizer_parse(const char *s, enum optimizer *out)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(optimizer_names) / sizeof(optimizer_names[0]); i++) {
+        if (strcmp(s, optimizer_names[i]) == 0) {
+            *out = (enum optimizer)i;
+            return 0;
+        }
+    }
+    return SD_EINVAL;
+}
+
+const char *optimizer_name(enum optimizer o)
+{
+    return (unsigned)o < sizeof(optimizer_names) / sizeof(optimizer_names[0])
+               ? optimizer_names[o]
+               : "unknown";
+}
+
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+{
+    uint64_t w = table_bytes(t, cols);
+
+    switch (opt) {
+    case OPTIMIZER_ADAGRAD:
+        return 2 * w;
+    case OPTIMIZER_ROWWISE_ADAGRAD:
+        return w + (uint64_t)t->rows * table_dtype_size(t->dtype);
+    case OPTIMIZER_ADAM:
+        return 3 * w;
+    case OPTIMIZER_SGD:
+    default:
+        return w;
+    }
+}
+
+int plan_init(struct plan *p, int32_t ndevices)
+{
+    memset(p, 0, sizeof(*p));
+    p->devices = calloc((size_t)ndevices, sizeof(*p->devices));
+    if (p->devices == NULL)
+        return SD_ENOMEM;
+    p->ndevices = ndevices;
+    p->algorithm = "";
+    p->cost_model = "";
+    p->comm_model = "";
+    return 0;
+}
+
+void plan_destroy(struct plan *p)
+{
+    if (p == NULL)
+        return;
+    free(p->shards);
+    free(p->devices);
+    memset(p, 0, sizeof(*p));
+}
+
+int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
+             int32_t col_width)
+{
+    struct shard *s;
+
+    if (p->nshards == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+
+        s = realloc(p->shards, cap * sizeof(*s));
+        if (s == NULL)
+            return SD_ENOMEM;
+        p->shards = s;
+        p->cap = cap;
+    }
+    s = &p->shards[p->nshards++];
+    s->table = table;
+    s->device = device;
+    s->col_offset = col_offset;
+    s->col_width = col_width;
+    return 0;
+}
+
+static int cmp_shard(const void *a, const void *b)
+{
+    const struct shard *x = a, *y = b;
+
+    if (x->table != y->table)
+        return x->table < y->table ? -1 : 1;
+    if (x->col_offset != y->col_offset)
+        return x->col_offset < y->col_offset ? -1 : 1;
+    return (x->device > y->device) - (x->device < y->device);
+}
+
+void plan_sort(struct plan *p)
+{
+    if (p->nshards > 1)
+        qsort(p->shards, p->nshards, sizeof(*p->shards), cmp_shard);
+}
+
+/* Checks that the sorted shards of table i tile [0, dim) exactly; *pos is
+ * the first shard of table i and is advanced past its shards. */
+static int check_columns(const struct plan *p, size_t *pos, uint32_t i,
+                         const struct table *t, struct sd_diag *d)
+{
+    int32_t next = 0;
+    size_t k = *pos;
+
+    for (; k < p->nshards && p->shards[k].table == i; k++) {
+        const struct shard *s = &p->shards[k];
+
+        if (s->col_offset != next)
+            return sd_diag_set(
+                d, SD_EINVAL, "plan: table \"%s\": columns [%d, %d) %s",
+                t->name, (int)next, (int)s->col_offset,
+                s->col_offset > next ? "are not placed" : "are placed twice");
+        next += s->col_width;
+    }
+    if (next != t->dim)
+        return sd_diag_set(d, SD_EINVAL,
+                           "plan: table \"%s\": %d of %d columns placed",
+                           t->name, (int)next, (int)t->dim);
+    *pos = k;
+    return 0;
+}
+
+int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
+                  const struct topology *t, enum optimizer opt,
+                  struct sd_diag *d)
+{
+    uint64_t *used;
+    size_t k, pos = 0;
+    uint32_t i;
+    int rv = 0;
+
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+
+        if (s->table >= ntables)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: shards[%zu]: table %u does not exist", k,
+                               (unsigned)s->table);
+        if (s->device < 0 || s->device >= t->ndevices)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: table \"%s\": device %d is not in "
+                               "[0, %d)",
+                               tables[s->table].name, (int)s->device,
+                               (int)t->ndevices);
+        if (s->col_width <= 0 || s->col_width % TABLE_DIM_ALIGN != 0 ||
+            s->col_offset < 0 || s->col_offset % TABLE_DIM_ALIGN != 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: table \"%s\": shard at column %d of "
+                               "width %d is not aligned to %d columns",
+                               tables[s->table].name, (int)s->col_offset,
+                               (int)s->col_width, TABLE_DIM_ALIGN);
+    }
+    plan_sort(p);
+    for (i = 0; i < ntables; i++) {
+        rv = check_columns(p, &pos, i, &tables[i], d);
+        if (rv != 0)
+            return rv;
+    }
+
+    used = calloc((size_t)t->ndevices, sizeof(*used));
+    if (used == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+
+        used[s->device] += shard_bytes(&tables[s->table], s->col_width, opt);
+        if (used[s->device] > t->mem_bytes) {
+            rv = sd_diag_set(
+                d, SD_ENOSPACE,
+                "plan: device %d: %llu bytes placed, capacity "
+                "%llu (over by %llu at table \"%s\")",
+                (int)s->device, (unsigned long long)used[s->device],
+                (unsigned long long)t->mem_bytes,
+                (unsigned long long)(used[s->device] - t->mem_bytes),
+                tables[s->table].name);
+            break;
+        }
+    }
+    free(used);
+    return rv;
+}
+
+static const char *const alg_names[PLAN_ALG_COUNT] = {
+    [PLAN_ALG_RANDOM] = "random",
+    [PLAN_ALG_DIM_GREEDY] = "dim_greedy",
+    [PLAN_ALG_SIZE_GREEDY] = "size_greedy",
+    [PLAN_ALG_LOOKUP_GREEDY] = "lookup_greedy",
+    [PLAN_ALG_SIZE_LOOKUP_GREEDY] = "size_lookup_greedy",
+    [PLAN_ALG_TORCHREC_GREEDY] = "torchrec_greedy",
+};
+
+int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)
+{
+    int i;
+
+    for (i = 0; i < PLAN_ALG_COUNT; i++) {
+        if (strcmp(s, alg_names[i]) == 0) {
+            *out = (enum plan_alg)i;
+            return 0;
+        }
+    }
+    return sd_diag_set(d, SD_EINVAL,
+                       "algorithm \"%s\" is unknown (known: random, "
+                       "dim_greedy, size_greedy, lookup_greedy, "
+                       "size_lookup_greedy, torchrec_greedy)",
+                       s);
+}
+
+const char *plan_alg_name(enum plan_alg a)
+{
+    return (unsigned)a < PLAN_ALG_COUNT ? alg_names[a] : "unknown";
+}
+
+int plan_run(const struct table *tables, size_t ntables,
+             const struct topology *t, const struct plan_options *o,
+             const struct cost_model *m, struct plan *out, struct sd_diag *d)
+{
+    struct plan p;
+    int rv;
+
+    rv = table_validate_all(tables, ntables, d);
+    if (rv != 0)
+        return rv;
+    rv = topology_validate(t, d);
+    if (rv != 0)
+        return rv;
+    if (ntables > UINT32_MAX)
+        return sd_diag_set(d, SD_EINVAL, "tables: too many (%zu)", ntables);
+
+    switch (o->alg) {
+    case PLAN_ALG_TORCHREC_GREEDY:
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, &p, d);
+        break;
+    case PLAN_ALG_RANDOM:
+    case PLAN_ALG_DIM_GREEDY:
+    case PLAN_ALG_SIZE_GREEDY:
+    case PLAN_ALG_LOOKUP_GREEDY:
+    case PLAN_ALG_SIZE_LOOKUP_GREEDY:
+        rv = plan_baseline(tables, ntables, t, o, &p, d);
+        break;
+    default:
+        return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
+                           (int)o->alg);
+    }
+    if (rv != 0)
+        return rv;
+    p.algorithm = plan_alg_name(o->alg);
+
+    /* Every algorithm's output is checked before anyone sees it: a plan
+     * that drops a column or overfills a device is a bug, not a result. */
+    rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
+    if (rv == 0)
+        rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);
+    if (rv != 0) {
+        if (rv == SD_ENOMEM)
+            sd_diag_set(d, rv, "out of memory");
+        plan_destroy(&p);
+        return rv;
+    }
+    *out = p;
+    return 0;
+}

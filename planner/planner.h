@@ -1,0 +1,530 @@
+/*
+ * The shardd planning library: tables, features, traces, synthetic tables and
+ * tasks, plans and their validation, cost functions, and the placement
+ * algorithms.  Pure computation: no gRPC, no SQLite, no libuv, no threads
+ * shared with callers.  JSON reading and writing of tables and plans lives
+ * here too (jansson), because the plan format belongs to the planner.
+ *
+ * Conventions (reference/style.md): actions return 0 or a negative SD_E*
+ * code; where a user must learn what was wrong, a struct sd_diag receives one
+ * line naming the table and the field.  Out-parameters are untouched on
+ * failure.  Every pointer a function returns through an out-parameter is owned
+ * by the caller and released with the matching *_free().  Sizes are bytes,
+ * times milliseconds, unless a name says otherwise.
+ */
+#ifndef SHARDD_PLANNER_H
+#define SHARDD_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardd/err.h"
+
+/* ------------------------------------------------------------------------ */
+/* Tables and features (table.c)                                             */
+
+#define TABLE_NBINS     17  /* access-count histogram bins, neuroshard.md 1.1 */
+#define TABLE_NFEATURES 20  /* cost-model input, neuroshard.md 1.2 */
+#define TABLE_NAME_MAX  128 /* bytes, terminating NUL included */
+#define TABLE_DIM_MIN   4
+#define TABLE_DIM_MAX   1024
+#define TABLE_DIM_ALIGN 4 /* dims and column slices are multiples of this */
+#define TABLE_ROWS_MAX  ((int64_t)1 << 40)
+#define TABLE_PF_MAX    1.0e6 /* mean bag length; larger is surely an error */
+
+enum table_dtype {
+    TABLE_DTYPE_FP32 = 0,
+    TABLE_DTYPE_FP16 = 1,
+};
+
+/*
+ * One embedding table.  bins[k] is the fraction of the unique rows that one
+ * batch accessed (0,1] times for k = 0, (2^(k-1), 2^k] times for k = 1..15,
+ * and more than 2^15 times for k = 16; all zero for a table never accessed.
+ */
+struct table {
+    char name[TABLE_NAME_MAX];
+    int64_t rows;          /* hash size */
+    int32_t dim;           /* columns, a multiple of TABLE_DIM_ALIGN */
+    double pooling_factor; /* mean bag length over the batch */
+    double bins[TABLE_NBINS];
+    enum table_dtype dtype;
+};
+
+/* Bytes per element of a dtype (4 or 2). */
+size_t table_dtype_size(enum table_dtype dtype);
+
+/* Parses "fp32"/"fp16"; returns SD_EINVAL for anything else. */
+int table_dtype_parse(const char *s, enum table_dtype *out);
+const char *table_dtype_name(enum table_dtype dtype);
+
+/* Weight bytes of `cols` columns of t: rows * cols * element size. */
+uint64_t table_bytes(const struct table *t, int32_t cols);
+
+/*
+ * Checks one table: name non-empty, rows in [1, TABLE_ROWS_MAX], dim a
+ * multiple of 4 in [4, 1024], pooling factor finite in [0, TABLE_PF_MAX],
+ * bins finite in [0, 1] summing to at most 1 (within 1e-6).  `idx` is the
+ * table's position, used in the message.  Returns 0 or SD_EINVAL with d set.
+ */
+int table_validate(const struct table *t, size_t idx, struct sd_diag *d);
+
+/*
+ * Checks every table and that names are unique.  Returns 0 or SD_EINVAL with
+ * d naming the first bad table and field.
+ */
+int table_validate_all(const struct table *tables, size_t n, struct sd_diag *d);
+
+/*
+ * The 20 cost-model features of t with its dim replaced by `dim`, in the
+ * order of the released NeuroShard weights: bin_0, bin_1, bin_10 .. bin_16,
+ * bin_2 .. bin_9, dim, pooling_factor, rows.
+ */
+void table_features(const struct table *t, int32_t dim,
+                    float out[TABLE_NFEATURES]);
+
+/* ------------------------------------------------------------------------ */
+/* Traces: one batch of lookups of one table (trace.c)                       */
+
+/*
+ * Bag b of the batch looks up indices[offsets[b] .. offsets[b+1]).
+ * offsets has nbags + 1 entries, offsets[0] == 0 and offsets[nbags] ==
+ * nindices; every index is in [0, rows).
+ */
+struct trace {
+    char name[TABLE_NAME_MAX];
+    int64_t rows;
+    int32_t dim;
+    int64_t nbags;
+    int64_t nindices;
+    int64_t *offsets; /* owned */
+    int64_t *indices; /* owned */
+};
+
+/* Releases what t owns (NULL-safe) and zeroes it. */
+void trace_destroy(struct trace *t);
+
+/* Checks the invariants above; SD_EFORMAT with d naming the bad field. */
+int trace_validate(const struct trace *t, struct sd_diag *d);
+
+/*
+ * Computes the 17-bin access histogram and the pooling factor of a trace
+ * (neuroshard.md 1.1: the denominator is the number of unique indices; an
+ * empty trace gives all-zero bins).  Returns 0, SD_EINVAL for a trace that
+ * breaks its invariants, or SD_ENOMEM.
+ */
+int trace_features(const struct trace *t, double bins[TABLE_NBINS],
+                   double *pooling_factor);
+
+/*
+ * Fills `out` from a trace: name, rows and dim copied, bins and pooling factor
+ * computed, dtype fp32.
+ */
+int trace_to_table(const struct trace *t, struct table *out);
+
+/*
+ * Trace files: a documented little-endian binary format, see trace.c and
+ * docs/trace-format.md.  trace_file_write() writes n traces to path;
+ * trace_file_read() reads every trace of a file into a new array (*out, *n
+ * owned by the caller, free with trace_array_free()).  Errors: SD_EIO (with
+ * errno text in d), SD_EFORMAT (d names the trace and field), SD_ENOMEM.
+ */
+int trace_file_write(const char *path, const struct trace *traces, size_t n,
+                     struct sd_diag *d);
+int trace_file_read(const char *path, struct trace **out, size_t *n,
+                    struct sd_diag *d);
+void trace_array_free(struct trace *traces, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers (rng.c): seeded and reproducible on every platform.        */
+
+struct rng {
+    uint64_t s[4]; /* xoshiro256** state */
+};
+
+void rng_seed(struct rng *r, uint64_t seed);
+uint64_t rng_next(struct rng *r);
+double rng_uniform(struct rng *r);                 /* [0, 1) */
+uint64_t rng_below(struct rng *r, uint64_t bound); /* [0, bound), unbiased */
+double rng_normal(struct rng *r);                  /* standard normal */
+double rng_gamma(struct rng *r, double shape);     /* scale 1 */
+/* Derives an independent seed for stream `i` of a run seeded with `seed`. */
+uint64_t rng_derive(uint64_t seed, uint64_t i);
+
+/* ------------------------------------------------------------------------ */
+/* Synthetic DLRM tables and tasks (synth.c)                                  */
+
+/* The NeuroShard benchmark: 856 tables, batch 65536 (neuroshard.md 1.4). */
+#define SYNTH_DEFAULT_TABLES 856
+#define SYNTH_DEFAULT_BATCH  65536
+
+struct synth_params {
+    size_t count; /* tables to make */
+    uint64_t seed;
+    int64_t batch_size; /* bags per generated trace */
+};
+
+/* The defaults above and seed 0. */
+void synth_params_default(struct synth_params *p);
+
+/*
+ * Generates one table's trace: its rows, pooling factor and Zipf-like skew are
+ * drawn from distributions matched to the public statistics of the 856 DLRM
+ * tables (rows mean 4.11 M / std 3.13 M, pooling factor mean 15.8 / std 25.6
+ * and heavy-tailed, about 4 % never accessed).  Deterministic for (p->seed,
+ * i).  On success *out owns its arrays (trace_destroy()).
+ */
+int synth_trace(const struct synth_params *p, size_t i, struct trace *out);
+
+/*
+ * Generates p->count tables: trace i is made, its features computed, and the
+ * trace dropped.  Table i is named "table_%04zu" and gets a dim drawn from
+ * {4, 8, .., 128}.  Uses up to `threads` worker threads (1 = none); the
+ * result does not depend on the thread count.  *out is owned by the caller
+ * (free()).  Returns 0, SD_EINVAL or SD_ENOMEM.
+ */
+int synth_tables(const struct synth_params *p, unsigned threads,
+                 struct table **out);
+
+/* One benchmark task: tables drawn from a pool, with dims reassigned. */
+struct task {
+    size_t ntables;
+    size_t *source;       /* index into the pool of each table, owned */
+    struct table *tables; /* owned; names unique within the task */
+};
+
+struct task_params {
+    size_t count; /* tasks to make */
+    uint64_t seed;
+    size_t min_tables;  /* inclusive, default 10 */
+    size_t max_tables;  /* inclusive, default 59 */
+    uint64_t max_bytes; /* total size cap, default 15 GiB */
+};
+
+void task_params_default(struct task_params *p);
+
+/*
+ * NeuroShard's task generator (neuroshard.md 2.4): per task T uniform in
+ * [min_tables, max_tables], T tables drawn with replacement from the pool,
+ * dims from {4, 8, 16, 32, 64, 128}, redrawn until the fp32 total is within
+ * max_bytes.  *out (an array of p->count tasks) is owned by the caller:
+ * task_array_free().  Returns 0, SD_EINVAL (empty pool, bad bounds, a cap no
+ * draw can meet) or SD_ENOMEM.
+ */
+int task_generate(const struct task_params *p, const struct table *pool,
+                  size_t npool, struct task **out);
+void task_array_free(struct task *tasks, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Topology and options (plan.c)                                             */
+
+#define TOPO_DEVICES_MAX 4096
+
+struct topology {
+    int32_t ndevices;
+    int32_t devices_per_host; /* local world size; ndevices if one host */
+    uint64_t mem_bytes;       /* capacity of each device */
+    int64_t batch_size;       /* global batch of one training step */
+    double intra_host_bw;     /* bytes per ms between devices of a host */
+    double inter_host_bw;     /* bytes per ms between hosts */
+    double link_latency_ms;   /* per message, all-to-all alpha term */
+    double device_mem_bw;     /* bytes per ms of a device's memory */
+};
+
+/*
+ * Defaults for n devices of `mem_bytes` each on one host: batch 65536,
+ * TorchRec's bandwidth constants (600 GiB/s intra-host, 12.5 GiB/s
+ * inter-host, 897 GiB/s device memory) and 10 us link latency.
+ */
+void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes);
+
+/* Checks the topology; SD_EINVAL with d naming the field. */
+int topology_validate(const struct topology *t, struct sd_diag *d);
+
+enum optimizer {
+    OPTIMIZER_SGD = 0,         /* no state */
+    OPTIMIZER_ADAGRAD,         /* one value per weight */
+    OPTIMIZER_ROWWISE_ADAGRAD, /* one value per row */
+    OPTIMIZER_ADAM,            /* two values per weight */
+};
+
+int optimizer_parse(const char *s, enum optimizer *out);
+const char *optimizer_name(enum optimizer o);
+
+/*
+ * Bytes `cols` columns of t need on a device: weights plus optimizer state
+ * (row-wise Adagrad keeps one element per row for each column slice).
+ */
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt);
+
+/* ------------------------------------------------------------------------ */
+/* Plans (plan.c)                                                            */
+
+/* Columns [col_offset, col_offset + col_width) of table `table` on `device`. */
+struct shard {
+    uint32_t table;
+    int32_t device;
+    int32_t col_offset;
+    int32_t col_width;
+};
+
+/* Per-device figures of a plan. */
+struct plan_device {
+    uint64_t mem_bytes;
+    double compute_ms;
+    double fwd_comm_ms; /* includes waiting for the slowest device */
+    double bwd_comm_ms;
+    double total_ms;
+    int32_t dim_sum; /* pooled columns the device produces */
+    int32_t nshards;
+};
+
+/*
+ * A placement of every column of every table.  shards is kept sorted by
+ * (table, col_offset) once the plan is finished (plan_sort()).  devices has
+ * ndevices entries, filled by plan_evaluate().
+ */
+struct plan {
+    size_t nshards;
+    size_t cap;
+    struct shard *shards; /* owned */
+    int32_t ndevices;
+    struct plan_device *devices; /* owned */
+    double cost_ms;              /* max over devices of total_ms */
+    const char *algorithm;       /* static string */
+    const char *cost_model;      /* static string naming the compute model */
+    const char *comm_model;      /* static string naming the comm model */
+};
+
+/* Makes an empty plan for ndevices devices.  Returns 0 or SD_ENOMEM. */
+int plan_init(struct plan *p, int32_t ndevices);
+void plan_destroy(struct plan *p);
+/* Appends one shard.  Returns 0 or SD_ENOMEM. */
+int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
+             int32_t col_width);
+/* Sorts shards by (table, col_offset). */
+void plan_sort(struct plan *p);
+
+/*
+ * Checks a plan against its tables and topology: every shard names an
+ * existing table and device, widths are positive multiples of 4, every
+ * column of every table is placed exactly once, and each device's bytes
+ * (shard_bytes()) are within t->mem_bytes.  Returns 0, or SD_EINVAL (a
+ * malformed plan) or SD_ENOSPACE (memory) with d naming table, device and
+ * bytes.  Sorts the plan.
+ */
+int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
+                  const struct topology *t, enum optimizer opt,
+                  struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Costs (cost.c)                                                            */
+
+/* One table, or a column slice of it, inside a device's shard. */
+struct shard_item {
+    const struct table *table;
+    int32_t cols;
+};
+
+/*
+ * A compute cost model: the time (ms) of forward + backward + SGD of the
+ * fused embedding-bag op over all items of one device, for the topology's
+ * batch.  Must return a finite value >= 0 (0 for no items).
+ */
+struct cost_model {
+    const char *name;
+    double (*shard_ms)(void *ctx, const struct topology *t,
+                       const struct shard_item *items, size_t n);
+    void *ctx;
+};
+
+/*
+ * The analytic compute model: TorchRec's table-wise fused-kernel estimate
+ * (torchrec_planner.md 2.2) for the whole batch on one device, summed over
+ * items: (index reads + row reads at max(cols, 32) + pooled writes) * block
+ * penalty / device bandwidth, backward twice the forward.
+ */
+extern const struct cost_model cost_model_analytic;
+
+/*
+ * The alpha-beta all-to-all model: device r sends batch/N * dim_sum[r]
+ * elements to each peer and receives batch/N * dim_sum[j] from each peer j;
+ * intra-host and inter-host traffic run on their own links, each costs
+ * bytes / bandwidth, plus one latency per peer.  Writes the pure (no waiting)
+ * forward and backward times of every device.
+ */
+void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
+                          double *fwd_ms, double *bwd_ms);
+
+/*
+ * Fills p->devices and p->cost_ms (neuroshard.md 6.1): compute_r from the
+ * model, bwd_r from the comm model, ready_r = compute_r + bwd_r, forward
+ * comm fw_r = pure_r + (max_j ready_j - ready_r), total_r = compute_r + bwd_r
+ * + fw_r.  Memory per device from shard_bytes().  Returns 0 or SD_ENOMEM.
+ */
+int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
+                  const struct topology *t, enum optimizer opt,
+                  const struct cost_model *m);
+
+/* ------------------------------------------------------------------------ */
+/* TorchRec's analytic perf and storage estimator (torchrec.c)               */
+
+enum trec_sharding {
+    TREC_TABLE_WISE = 0,
+    TREC_COLUMN_WISE,
+    TREC_ROW_WISE,
+    TREC_TABLE_ROW_WISE,
+    TREC_DATA_PARALLEL,
+};
+
+enum trec_kernel {
+    TREC_KERNEL_FUSED = 0, /* HBM_BW on cuda */
+    TREC_KERNEL_DENSE,     /* 0.5 * HBM_BW on cuda */
+};
+
+/* TorchRec's Perf: all in ms. */
+struct trec_perf {
+    double fwd_compute;
+    double fwd_comms;
+    double bwd_compute;
+    double bwd_comms;
+    double total;
+};
+
+/* Inputs of one shard's estimate (torchrec_planner.md 2.2-2.5). */
+struct trec_shard_in {
+    enum trec_sharding sharding;
+    enum trec_kernel kernel;
+    int64_t batch_size; /* per rank (TorchRec's B) */
+    double pooling_factor;
+    int64_t rows;     /* the shard's rows (DP: the table's) */
+    int32_t cols;     /* the shard's columns */
+    size_t elem_size; /* table element bytes, also comm dtype */
+    int32_t world_size;
+    int32_t local_world_size;
+    double hbm_bw;   /* bytes/ms; 0 = TorchRec's 897 GiB/s */
+    double intra_bw; /* bytes/ms; 0 = 600 GiB/s */
+    double inter_bw; /* bytes/ms; 0 = 12.5 GiB/s */
+};
+
+/* EmbeddingPerfEstimator for one shard (fp32, pooled, unweighted). */
+void trec_shard_perf(const struct trec_shard_in *in, struct trec_perf *out);
+
+/*
+ * TorchRec's per-shard HBM storage (torchrec_planner.md 1.6, pipeline NONE):
+ * weights + optimizer state + input and output buffers.
+ */
+uint64_t trec_shard_storage(const struct trec_shard_in *in, enum optimizer opt);
+
+/*
+ * Column-wise block width: the smallest d >= min_partition (128 when 0) with
+ * cols % d == 0 and d % 4 == 0, else cols.
+ */
+int32_t trec_cw_block(int32_t cols, int32_t min_partition);
+
+/* ------------------------------------------------------------------------ */
+/* Algorithms (baseline.c, torchrec.c)                                        */
+
+enum plan_alg {
+    PLAN_ALG_RANDOM = 0,
+    PLAN_ALG_DIM_GREEDY,
+    PLAN_ALG_SIZE_GREEDY,
+    PLAN_ALG_LOOKUP_GREEDY,
+    PLAN_ALG_SIZE_LOOKUP_GREEDY,
+    PLAN_ALG_TORCHREC_GREEDY,
+    PLAN_ALG_COUNT
+};
+
+/* Parses an algorithm name; SD_EINVAL with d listing the known names. */
+int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d);
+const char *plan_alg_name(enum plan_alg a);
+
+struct plan_options {
+    enum plan_alg alg;
+    enum optimizer optimizer;
+    uint64_t seed; /* for random */
+};
+
+/*
+ * Places tables on the topology's devices with one algorithm and fills *out
+ * (initialised here; plan_destroy() it) with a sorted, validated plan.  The
+ * plan's costs are filled with plan_evaluate() and model m.  Returns 0,
+ * SD_EINVAL (bad tables or topology, d says which), SD_ENOSPACE (a table fits
+ * on no device: d names it and the shortfall in bytes), or SD_ENOMEM.
+ */
+int plan_run(const struct table *tables, size_t ntables,
+             const struct topology *t, const struct plan_options *o,
+             const struct cost_model *m, struct plan *out, struct sd_diag *d);
+
+/*
+ * The non-learned baselines of neuroshard.md 7, table-wise only: random
+ * (uniform over the devices with room) and LPT greedy by dim, size,
+ * dim * pooling factor, or dim * pooling factor * log10(rows).  Unlike the
+ * original, a table that fits nowhere is an error, never an overflow onto
+ * the last device.  *out is initialised here; same returns as plan_run().
+ */
+int plan_baseline(const struct table *tables, size_t ntables,
+                  const struct topology *t, const struct plan_options *o,
+                  struct plan *out, struct sd_diag *d);
+
+/*
+ * LPT placement used by the greedy baselines (neuroshard.md 7): tables in
+ * descending (cost, size, index) order, each onto the device with the least
+ * accumulated cost among those with room (ties: less memory, lower id).
+ * Exposed for tests.  Same returns as plan_run(); *out is initialised here.
+ */
+int plan_greedy_lpt(const struct table *tables, size_t ntables,
+                    const double *cost, const struct topology *t,
+                    enum optimizer opt, struct plan *out, struct sd_diag *d);
+
+/*
+ * TorchRec's GreedyPerfPartitioner over its estimator, for table-wise and
+ * column-wise options (torchrec_planner.md 1.2-1.4): proposals all-TW,
+ * all-CW and per-table best, each partitioned largest-storage first onto the
+ * device heap ordered by (perf, rank % local, rank); the best rated plan
+ * (max rank total perf) wins.  *out is initialised here.
+ */
+int plan_torchrec_greedy(const struct table *tables, size_t ntables,
+                         const struct topology *t, enum optimizer opt,
+                         struct plan *out, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* JSON formats (json.c)                                                     */
+
+/*
+ * Reads a tables file: {"tables": [{"name", "rows", "dim",
+ * "pooling_factor", "bins": [17 numbers], "dtype"?}]}, or a tasks file
+ * ({"tasks": [{"name", "tables": [...]}]}) from which task `task_index` is
+ * taken.  Validates every table.  *out (owned, free()) and *n are set on
+ * success.  Errors: SD_EIO (cannot read; d has errno text), SD_EFORMAT
+ * (malformed JSON: d has line and column), SD_EINVAL (a missing or bad field:
+ * d names the table and field), SD_ENOMEM.
+ */
+int json_read_tables(const char *path, size_t task_index, struct table **out,
+                     size_t *n, struct sd_diag *d);
+
+/* Same, from a buffer (used by tests and the fuzzer). */
+int json_parse_tables(const char *buf, size_t len, size_t task_index,
+                      struct table **out, size_t *n, struct sd_diag *d);
+
+/*
+ * Writers return a NUL-terminated string owned by the caller (free()), or
+ * NULL when out of memory.
+ *  - json_tables: the tables format above.
+ *  - json_tasks: {"tasks": [{"name", "source": [pool indices], "tables"}]}.
+ *  - json_plan: {"algorithm", "plan_cost_ms", "cost_model", "comm_model",
+ *    "devices": [{"id", "memory_bytes", "cost_ms": {"compute", "fwd_comm",
+ *    "bwd_comm", "total"}}], "tables": [{"name", "shards": [{"device",
+ *    "col_offset", "col_width"}]}]}.
+ *  - json_plan_torchrec: TorchRec's serialized ShardingPlan for module
+ *    "embedding_bags" (sharding_type, compute_kernel, ranks, shards with
+ *    shard_offsets, shard_sizes, placement).
+ */
+char *json_tables(const struct table *tables, size_t n);
+char *json_tasks(const struct task *tasks, size_t n);
+char *json_plan(const struct plan *p, const struct table *tables);
+char *json_plan_torchrec(const struct plan *p, const struct table *tables,
+                         const struct topology *t);
+
+#endif /* SHARDD_PLANNER_H */

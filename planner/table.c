@@ -1,0 +1,139 @@
+/* Tables: validation, sizes and the cost-model features (planner.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+size_t table_dtype_size(enum table_dtype dtype)
+{
+    return dtype == TABLE_DTYPE_FP16 ? 2 : 4;
+}
+
+int table_dtype_parse(const char *s, enum table_dtype *out)
+{
+    if (strcmp(s, "fp32") == 0)
+        *out = TABLE_DTYPE_FP32;
+    else if (strcmp(s, "fp16") == 0)
+        *out = TABLE_DTYPE_FP16;
+    else
+        return SD_EINVAL;
+    return 0;
+}
+
+const char *table_dtype_name(enum table_dtype dtype)
+{
+    return dtype == TABLE_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
+uint64_t table_bytes(const struct table *t, int32_t cols)
+{
+    return (uint64_t)t->rows * (uint64_t)cols * table_dtype_size(t->dtype);
+}
+
+int table_validate(const struct table *t, size_t idx, struct sd_diag *d)
+{
+    double sum = 0;
+    int k;
+
+    if (t->name[0] == '\0')
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", idx);
+    if (t->rows < 1 || t->rows > TABLE_ROWS_MAX)
+        return sd_diag_set(
+            d, SD_EINVAL, "tables[%zu] \"%s\": rows %lld is not in [1, %lld]",
+            idx, t->name, (long long)t->rows, (long long)TABLE_ROWS_MAX);
+    if (t->dim < TABLE_DIM_MIN || t->dim > TABLE_DIM_MAX ||
+        t->dim % TABLE_DIM_ALIGN != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": dim %d is not a multiple of "
+                           "%d in [%d, %d]",
+                           idx, t->name, (int)t->dim, TABLE_DIM_ALIGN,
+                           TABLE_DIM_MIN, TABLE_DIM_MAX);
+    if (!isfinite(t->pooling_factor) || t->pooling_factor < 0 ||
+        t->pooling_factor > TABLE_PF_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": pooling_factor %g is not in "
+                           "[0, %g]",
+                           idx, t->name, t->pooling_factor, TABLE_PF_MAX);
+    for (k = 0; k < TABLE_NBINS; k++) {
+        if (!isfinite(t->bins[k]) || t->bins[k] < 0 || t->bins[k] > 1)
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables[%zu] \"%s\": bins[%d] %g is not in "
+                               "[0, 1]",
+                               idx, t->name, k, t->bins[k]);
+        sum += t->bins[k];
+    }
+    if (sum > 1.0 + 1e-6)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": bins sum to %g, more than 1",
+                           idx, t->name, sum);
+    if (t->dtype != TABLE_DTYPE_FP32 && t->dtype != TABLE_DTYPE_FP16)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": dtype %d unknown",
+                           idx, t->name, (int)t->dtype);
+    return 0;
+}
+
+struct name_ref {
+    const char *name;
+    size_t idx;
+};
+
+static int cmp_name_ref(const void *a, const void *b)
+{
+    const struct name_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+
+    if (c != 0)
+        return c;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+int table_validate_all(const struct table *tables, size_t n, struct sd_diag *d)
+{
+    struct name_ref *refs;
+    size_t i;
+    int rv;
+
+    if (n == 0)
+        return sd_diag_set(d, SD_EINVAL, "tables: the list is empty");
+    for (i = 0; i < n; i++) {
+        rv = table_validate(&tables[i], i, d);
+        if (rv != 0)
+            return rv;
+    }
+    refs = malloc(n * sizeof(*refs));
+    if (refs == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < n; i++) {
+        refs[i].name = tables[i].name;
+        refs[i].idx = i;
+    }
+    qsort(refs, n, sizeof(*refs), cmp_name_ref);
+    rv = 0;
+    for (i = 1; i < n; i++) {
+        if (strcmp(refs[i - 1].name, refs[i].name) == 0) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": name repeats tables[%zu]",
+                             refs[i].idx, refs[i].name, refs[i - 1].idx);
+            break;
+        }
+    }
+    free(refs);
+    return rv;
+}
+
+void table_features(const struct table *t, int32_t dim,
+                    float out[TABLE_NFEATURES])
+{
+    /* Lexicographic key order of the original's dict2tensor: bin_0, bin_1,
+     * bin_10 .. bin_16, bin_2 .. bin_9, dim, pooling_factor, row. */
+    static const int bin_order[TABLE_NBINS] = {0, 1, 10, 11, 12, 13, 14, 15, 16,
+                                               2, 3, 4,  5,  6,  7,  8,  9};
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        out[k] = (float)t->bins[bin_order[k]];
+    out[17] = (float)dim;
+    out[18] = (float)t->pooling_factor;
+    out[19] = (float)t->rows;
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install every Debian package shardd needs to build and test.  Idempotent:
+# packages already present are left alone.  Needs root (or sudo).
+set -eu
+
+PKGS="build-essential cmake pkg-config clang-format \
+libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
+libuv1-dev libsqlite3-dev libjansson-dev python3"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

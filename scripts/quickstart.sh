@@ -1,0 +1,23 @@
+#!/bin/sh
+# The main job on the embedded defaults: build, generate the 856 synthetic
+# DLRM tables and the NeuroShard benchmark tasks (seed 0), and print the plan
+# of task 0 on 8 devices of 16 GiB.  Generated data is kept in build/data.
+#   ALG  algorithm (default size_lookup_greedy)
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+cmake -S . -B build >/dev/null
+cmake --build build -j"$(nproc)" --target shardctl
+CTL=build/shardctl
+DATA=build/data
+mkdir -p "$DATA"
+if [ ! -s "$DATA/tables.json" ]; then
+    echo "generating 856 synthetic tables (once)..." >&2
+    $CTL gen-tables --count 856 --seed 0 --out "$DATA/tables.json"
+fi
+if [ ! -s "$DATA/tasks.json" ]; then
+    $CTL gen-tasks --count 10 --seed 0 --tables "$DATA/tables.json" \
+        --out "$DATA/tasks.json"
+fi
+$CTL plan --offline --tables "$DATA/tasks.json" --task 0 --devices 8 \
+    --mem-gb 16 --alg "${ALG:-size_lookup_greedy}"

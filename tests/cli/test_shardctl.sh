@@ -1,0 +1,147 @@
+#!/bin/sh
+# The shardctl command-line contract, driven through the real binary:
+# generation, every algorithm and output format, and bad input (exit 2, one
+# message naming the table and the field, nothing on stdout).
+# usage: test_shardctl.sh PATH/TO/shardctl
+set -u
+CTL=$1
+DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# expect_fail CODE WORDS ARGS...: the command exits CODE, prints nothing on
+# stdout, and its one stderr line contains WORDS.
+expect_fail() {
+    code=$1 words=$2
+    shift 2
+    "$CTL" "$@" >"$DIR/out" 2>"$DIR/err"
+    rc=$?
+    if [ "$rc" -ne "$code" ]; then
+        bad "exit $rc, want $code: shardctl $* ($(cat "$DIR/err"))"
+    elif [ -s "$DIR/out" ]; then
+        bad "stdout not empty: shardctl $*"
+    elif [ "$(wc -l <"$DIR/err")" -ne 1 ]; then
+        bad "want one message: shardctl $*: $(cat "$DIR/err")"
+    elif ! grep -qF -- "$words" "$DIR/err"; then
+        bad "message lacks '$words': $(cat "$DIR/err")"
+    else
+        ok
+    fi
+}
+
+# json_check FILE PYTHON-EXPRESSION: the file is JSON and the expression on
+# it (bound to d) is true.
+json_check() {
+    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
+        ok
+    else
+        bad "json check failed on $1: $2"
+    fi
+}
+
+# --- generation -------------------------------------------------------------
+"$CTL" gen-tables --count 120 --seed 3 --batch-size 4096 --out "$DIR/t.json" &&
+    ok || bad "gen-tables"
+"$CTL" gen-tables --count 120 --seed 3 --batch-size 4096 --threads 1 \
+    >"$DIR/t2.json" && ok || bad "gen-tables to stdout"
+cmp -s "$DIR/t.json" "$DIR/t2.json" && ok || bad "gen-tables not deterministic"
+json_check "$DIR/t.json" 'len(d["tables"]) == 120 and all(len(t["bins"]) == 17 for t in d["tables"])'
+"$CTL" gen-tasks --count 5 --seed 1 --tables "$DIR/t.json" --out "$DIR/k.json" &&
+    ok || bad "gen-tasks"
+json_check "$DIR/k.json" 'len(d["tasks"]) == 5 and all(10 <= len(k["tables"]) <= 59 for k in d["tasks"])'
+
+# --- planning: every algorithm, every format --------------------------------
+for alg in random dim_greedy size_greedy lookup_greedy size_lookup_greedy \
+    torchrec_greedy; do
+    if "$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+        --mem-gb 4 --alg "$alg" --json >"$DIR/p.json" 2>"$DIR/err"; then
+        ok
+        json_check "$DIR/p.json" "d['algorithm'] == '$alg' and len(d['devices']) == 4 and d['plan_cost_ms'] > 0 and all(sum(s['col_width'] for s in t['shards']) > 0 for t in d['tables'])"
+    else
+        bad "plan --alg $alg: $(cat "$DIR/err")"
+    fi
+done
+# Every column of every table placed once, and the plan cost is the max.
+python3 - "$DIR/k.json" "$DIR/p.json" <<'PY' && ok || bad "plan JSON covers the task"
+import json, sys
+task = json.load(open(sys.argv[1]))["tasks"][2]["tables"]
+plan = json.load(open(sys.argv[2]))
+dims = {t["name"]: t["dim"] for t in task}
+got = {t["name"]: sorted((s["col_offset"], s["col_width"]) for s in t["shards"]) for t in plan["tables"]}
+assert set(got) == set(dims), "tables differ"
+for name, spans in got.items():
+    pos = 0
+    for off, width in spans:
+        assert off == pos, (name, spans)
+        pos += width
+    assert pos == dims[name], (name, pos)
+assert abs(plan["plan_cost_ms"] - max(d["cost_ms"]["total"] for d in plan["devices"])) < 1e-9
+PY
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
+    --torchrec >"$DIR/tr.json" && ok || bad "plan --torchrec"
+json_check "$DIR/tr.json" 'all(v["sharding_type"] in ("table_wise", "column_wise") and v["compute_kernel"] == "fused" and v["shards"][0]["placement"].startswith("rank:") for v in d["plan"]["embedding_bags"].values())'
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
+    >"$DIR/human.txt" && ok || bad "plan (human table)"
+grep -q "plan cost:" "$DIR/human.txt" && grep -q "fwd_comm" "$DIR/human.txt" &&
+    ok || bad "human table lacks its header"
+[ "$(grep -cE '^ +[0-9]+ ' "$DIR/human.txt")" -eq 4 ] && ok ||
+    bad "human table does not list 4 devices"
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
+    --out "$DIR/o.json" && [ -s "$DIR/o.json" ] && [ ! -e "$DIR/o.json.tmp" ] &&
+    ok || bad "plan --out"
+"$CTL" --help | grep -q "gen-tables" && ok || bad "--help"
+
+# --- bad input: exit 2, one message naming table and field -----------------
+B='[0.5,0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]'
+tbl() { printf '{"tables":[%s]}' "$1" >"$DIR/bad.json"; }
+plan_bad() { expect_fail 2 "$1" plan --offline --tables "$DIR/bad.json" \
+    --devices 2 --mem-gb 1; }
+
+tbl '{"name":"x","dim":8,"pooling_factor":1,"bins":'"$B"'}'
+plan_bad 'tables[0] "x": rows is missing'
+tbl '{"name":"x","rows":-5,"dim":8,"pooling_factor":1,"bins":'"$B"'}'
+plan_bad 'tables[0] "x": rows -5'
+tbl '{"name":"x","rows":0,"dim":8,"pooling_factor":1,"bins":'"$B"'}'
+plan_bad '"x": rows 0'
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":'"$B"'},{"name":"y","rows":9,"dim":30,"pooling_factor":1,"bins":'"$B"'}'
+plan_bad 'tables[1] "y": dim 30 is not a multiple of 4'
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":NaN,"bins":'"$B"'}'
+plan_bad 'malformed JSON'
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1e999,"bins":'"$B"'}'
+plan_bad 'real number overflow'
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":[1]}'
+plan_bad '"x": bins'
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":'"$B"'}'
+printf '{"tables":[' >"$DIR/bad.json"
+plan_bad 'malformed JSON at line 1'
+# A table larger than every device: named, with the shortfall in bytes.
+tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
+plan_bad 'table "huge": needs 51200000000 bytes'
+expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \
+    --mem-gb 1 --alg torchrec_greedy
+tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":'"$B"'}'
+expect_fail 2 'algorithm "best" is unknown' plan --offline --tables \
+    "$DIR/bad.json" --devices 2 --mem-gb 1 --alg best
+expect_fail 2 '--devices' plan --offline --tables "$DIR/bad.json" \
+    --devices 0 --mem-gb 1
+expect_fail 2 '--mem-gb' plan --offline --tables "$DIR/bad.json" \
+    --devices 2 --mem-gb -1
+expect_fail 2 '--mem-gb' plan --offline --tables "$DIR/bad.json" \
+    --devices 2 --mem-gb nan
+expect_fail 2 'devices_per_host' plan --offline --tables "$DIR/bad.json" \
+    --devices 4 --devices-per-host 3 --mem-gb 1
+expect_fail 2 'No such file' plan --offline --tables "$DIR/missing.json" \
+    --devices 2 --mem-gb 1
+expect_fail 2 'task 9 requested' plan --offline --tables "$DIR/k.json" \
+    --task 9 --devices 2 --mem-gb 8
+expect_fail 2 'unknown option "--bogus"' plan --bogus
+expect_fail 2 'unknown command' frobnicate
+expect_fail 2 '--count' gen-tables --count 0
+expect_fail 2 'required' gen-tasks --count 2
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,48 @@
+/*
+ * A tiny test harness: CHECK counts failures instead of aborting, so one run
+ * reports every failure, and tap_done() prints the closing line
+ * "N passed, N failed" that CI reads.  Each test file is one executable and
+ * one ctest test.  Exit code 77 means skipped.
+ */
+#ifndef SHARDD_TEST_HARNESS_H
+#define SHARDD_TEST_HARNESS_H
+
+#include <math.h>
+#include <stdio.h>
+
+static int tap_pass, tap_fail;
+
+#define CHECK(expr)                                                            \
+    do {                                                                       \
+        if (expr) {                                                            \
+            tap_pass++;                                                        \
+        } else {                                                               \
+            tap_fail++;                                                        \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,   \
+                    #expr);                                                    \
+        }                                                                      \
+    } while (0)
+
+/* |a - b| <= tol * max(1, |b|): relative for large values, absolute near 0. */
+#define CHECK_NEAR(a, b, tol)                                                  \
+    do {                                                                       \
+        double a_ = (double)(a), b_ = (double)(b);                             \
+        double s_ = fabs(b_) > 1.0 ? fabs(b_) : 1.0;                           \
+        if (fabs(a_ - b_) <= (tol)*s_) {                                       \
+            tap_pass++;                                                        \
+        } else {                                                               \
+            tap_fail++;                                                        \
+            fprintf(stderr, "%s:%d: CHECK_NEAR(%s, %s): %.9g vs %.9g\n",       \
+                    __FILE__, __LINE__, #a, #b, a_, b_);                       \
+        }                                                                      \
+    } while (0)
+
+#define TEST_SKIP 77
+
+static inline int tap_done(void)
+{
+    printf("%d passed, %d failed\n", tap_pass, tap_fail);
+    return tap_fail == 0 && tap_pass > 0 ? 0 : 1;
+}
+
+#endif /* SHARDD_TEST_HARNESS_H */
