@@ -273,13 +273,10 @@ static int cmd_gen_tasks(const struct opts *o)
         tp.max_tables = (size_t)o->max_tables;
     if (o->max_gb > 0)
         tp.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
-    rv = task_generate(&tp, pool, npool, &tasks);
+    rv = task_generate(&tp, pool, npool, &tasks, &d);
     if (rv != 0) {
         free(pool);
-        return fail(exit_for(rv),
-                    "gen-tasks: %s (check --min-tables, "
-                    "--max-tables and --max-gb)",
-                    sd_strerror(rv));
+        return fail(exit_for(rv), "gen-tasks: %s", d.msg);
     }
     text = json_tasks(tasks, tp.count);
     task_array_free(tasks, tp.count);

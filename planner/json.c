@@ -247,6 +247,17 @@ out_close:
     return rv;
 }
 
+/* Prefixes the diagnostic of a failed read of path with the path. */
+static int with_path(const char *path, int rv, struct sd_diag *d)
+{
+    struct sd_diag inner;
+
+    if (rv == 0 || d == NULL)
+        return rv;
+    inner = *d;
+    return sd_diag_set(d, rv, "%s: %s", path, inner.msg);
+}
+
 int json_read_tables(const char *path, size_t task_index, struct table **out,
                      size_t *n, struct sd_diag *d)
 {
@@ -259,12 +270,148 @@ int json_read_tables(const char *path, size_t task_index, struct table **out,
         return rv;
     rv = json_parse_tables(buf, len, task_index, out, n, d);
     free(buf);
-    if (rv != 0 && d != NULL) {
-        struct sd_diag inner = *d;
+    return with_path(path, rv, d);
+}
 
-        sd_diag_set(d, rv, "%s: %s", path, inner.msg);
+/* Reads one shard object {"device", "col_offset", "col_width"}. */
+static int parse_shard(const json_t *o, const char *name, size_t k,
+                       int32_t v[3], struct sd_diag *d)
+{
+    static const char *const keys[3] = {"device", "col_offset", "col_width"};
+    int64_t x;
+    int j;
+
+    if (!json_is_object(o))
+        return sd_diag_set(d, SD_EINVAL,
+                           "plan: table \"%s\": shards[%zu] is "
+                           "not an object",
+                           name, k);
+    for (j = 0; j < 3; j++) {
+        if (!get_integer(json_object_get(o, keys[j]), &x) || x < 0 ||
+            x > INT32_MAX)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: table \"%s\": shards[%zu].%s is missing "
+                               "or not a non-negative integer",
+                               name, k, keys[j]);
+        v[j] = (int32_t)x;
     }
+    return 0;
+}
+
+/* Index of the table called name, or -1 (linear: plans are read rarely). */
+static ptrdiff_t find_table(const struct table *tables, size_t n,
+                            const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (strcmp(tables[i].name, name) == 0)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+static int parse_plan_tables(const json_t *arr, const struct table *tables,
+                             size_t ntables, struct plan *p, struct sd_diag *d)
+{
+    size_t i, k;
+    int rv;
+
+    for (i = 0; i < json_array_size(arr); i++) {
+        const json_t *o = json_array_get(arr, i);
+        const json_t *shards = json_object_get(o, "shards");
+        const char *name = json_string_value(json_object_get(o, "name"));
+        ptrdiff_t t;
+
+        if (name == NULL)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: tables[%zu].name is "
+                               "missing",
+                               i);
+        t = find_table(tables, ntables, name);
+        if (t < 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: tables[%zu] \"%s\" is "
+                               "not in the tables file",
+                               i, name);
+        if (!json_is_array(shards))
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: table \"%s\": shards is "
+                               "missing",
+                               name);
+        for (k = 0; k < json_array_size(shards); k++) {
+            int32_t v[3];
+
+            rv = parse_shard(json_array_get(shards, k), name, k, v, d);
+            if (rv != 0)
+                return rv;
+            rv = plan_add(p, (uint32_t)t, v[0], v[1], v[2]);
+            if (rv != 0)
+                return sd_diag_set(d, rv, "out of memory");
+        }
+    }
+    return 0;
+}
+
+int json_parse_plan(const char *buf, size_t len, const struct table *tables,
+                    size_t ntables, struct plan *out, struct sd_diag *d)
+{
+    const json_t *devs, *arr;
+    json_error_t jerr;
+    json_t *root;
+    struct plan p;
+    int rv;
+
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+    arr = json_object_get(root, "tables");
+    devs = json_object_get(root, "devices");
+    if (!json_is_array(arr)) {
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "plan: tables is missing or not an array");
+        goto out_decref;
+    }
+    if (!json_is_array(devs) || json_array_size(devs) == 0 ||
+        json_array_size(devs) > TOPO_DEVICES_MAX) {
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "plan: devices is missing or not an array of 1 to "
+                         "%d devices",
+                         TOPO_DEVICES_MAX);
+        goto out_decref;
+    }
+    rv = plan_init(&p, (int32_t)json_array_size(devs));
+    if (rv != 0) {
+        sd_diag_set(d, rv, "out of memory");
+        goto out_decref;
+    }
+    rv = parse_plan_tables(arr, tables, ntables, &p, d);
+    if (rv != 0) {
+        plan_destroy(&p);
+        goto out_decref;
+    }
+    plan_sort(&p);
+    *out = p;
+
+out_decref:
+    json_decref(root);
     return rv;
+}
+
+int json_read_plan(const char *path, const struct table *tables, size_t ntables,
+                   struct plan *out, struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_plan(buf, len, tables, ntables, out, d);
+    free(buf);
+    return with_path(path, rv, d);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -210,10 +210,10 @@ void task_params_default(struct task_params *p);
  * dims from {4, 8, 16, 32, 64, 128}, redrawn until the fp32 total is within
  * max_bytes.  *out (an array of p->count tasks) is owned by the caller:
  * task_array_free().  Returns 0, SD_EINVAL (empty pool, bad bounds, a cap no
- * draw can meet) or SD_ENOMEM.
+ * draw can meet; d says which) or SD_ENOMEM.
  */
 int task_generate(const struct task_params *p, const struct table *pool,
-                  size_t npool, struct task **out);
+                  size_t npool, struct task **out, struct sd_diag *d);
 void task_array_free(struct task *tasks, size_t n);
 
 /* ------------------------------------------------------------------------ */
@@ -507,6 +507,20 @@ int json_read_tables(const char *path, size_t task_index, struct table **out,
 /* Same, from a buffer (used by tests and the fuzzer). */
 int json_parse_tables(const char *buf, size_t len, size_t task_index,
                       struct table **out, size_t *n, struct sd_diag *d);
+
+/*
+ * Reads a plan in the json_plan() format back against its tables: the
+ * device count is the length of "devices" (required, 1..TOPO_DEVICES_MAX),
+ * every table name must be one of `tables`, and
+ * shards keep their device and columns.  Costs in the file are ignored.  The
+ * plan is not validated here (plan_validate() does that against a
+ * topology).  *out is initialised here; plan_destroy() it.  Errors as for
+ * json_read_tables(); SD_EINVAL names the table and shard.
+ */
+int json_read_plan(const char *path, const struct table *tables, size_t ntables,
+                   struct plan *out, struct sd_diag *d);
+int json_parse_plan(const char *buf, size_t len, const struct table *tables,
+                    size_t ntables, struct plan *out, struct sd_diag *d);
 
 /*
  * Writers return a NUL-terminated string owned by the caller (free()), or

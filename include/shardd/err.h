@@ -20,7 +20,11 @@
     XX(NOSPACE, -5, "does not fit in device memory")                           \
     XX(FORMAT, -6, "malformed input")                                          \
     XX(RANGE, -7, "value out of range")                                        \
-    XX(UNSUPPORTED, -8, "not supported")
+    XX(UNSUPPORTED, -8, "not supported")                                       \
+    XX(DEVICE, -9, "compute device error")                                     \
+    XX(STORE, -10, "store error")                                              \
+    XX(BUSY, -11, "resource busy")                                             \
+    XX(NEWER, -12, "made by a newer version")
 
 enum sd_err {
     SD_OK = 0,

@@ -214,8 +214,68 @@ static void test_plan_writers(void)
     plan_destroy(&p);
 }
 
+/* A written plan reads back to the same shards; bad plans name the fault. */
+static void test_read_plan(void)
+{
+    static const struct {
+        const char *doc;
+        const char *words;
+    } bad[] = {
+        {"{\"devices\":[{}],\"tables\":[{\"name\":\"zz\",\"shards\":[]}]}",
+         "\"zz\" is not in the tables file"},
+        {"{\"tables\":[]}", "devices is missing"},
+        {"{\"devices\":[{}]}", "tables is missing"},
+        {"{\"devices\":[{}],\"tables\":[{\"name\":\"a\",\"shards\":"
+         "[{\"device\":0,\"col_offset\":-4,\"col_width\":8}]}]}",
+         "shards[0].col_offset"},
+        {"{\"devices\":[{}],\"tables\":[{\"name\":\"a\"}]}",
+         "shards is missing"},
+        {"{\"devices\":", "malformed JSON"},
+    };
+    struct table tb[2];
+    struct topology t;
+    struct plan p, q;
+    struct sd_diag d;
+    size_t i;
+    char *s;
+
+    memset(tb, 0, sizeof(tb));
+    snprintf(tb[0].name, sizeof(tb[0].name), "a");
+    snprintf(tb[1].name, sizeof(tb[1].name), "b");
+    tb[0].rows = tb[1].rows = 100;
+    tb[0].dim = 8;
+    tb[1].dim = 16;
+    topology_default(&t, 3, 1ull << 30);
+    plan_init(&p, 3);
+    plan_add(&p, 0, 2, 0, 8);
+    plan_add(&p, 1, 0, 0, 4);
+    plan_add(&p, 1, 1, 4, 12);
+    plan_sort(&p);
+    plan_evaluate(&p, tb, 2, &t, OPTIMIZER_SGD, &cost_model_analytic);
+    s = json_plan(&p, tb);
+    CHECK(s != NULL && json_parse_plan(s, strlen(s), tb, 2, &q, &d) == 0);
+    CHECK(q.ndevices == 3 && q.nshards == 3);
+    CHECK(memcmp(p.shards, q.shards, 3 * sizeof(*p.shards)) == 0);
+    CHECK(plan_validate(&q, tb, 2, &t, OPTIMIZER_SGD, &d) == 0);
+    plan_destroy(&q);
+    plan_destroy(&p);
+    free(s);
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rv = json_parse_plan(bad[i].doc, strlen(bad[i].doc), tb, 2, &q, &d);
+
+        CHECK(rv != 0);
+        if (rv == 0)
+            plan_destroy(&q);
+        else if (!strstr(d.msg, bad[i].words))
+            fprintf(stderr, "plan case %zu: \"%s\"\n", i, d.msg);
+        CHECK(rv != 0 && strstr(d.msg, bad[i].words) != NULL);
+    }
+}
+
 int main(void)
 {
+    test_read_plan();
     test_read_ok();
     test_read_bad();
     test_tasks();

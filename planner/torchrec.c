@@ -1,0 +1,730 @@
+/*
+ * TorchRec's analytic sharding planner, re-implemented as a baseline: the
+ * EmbeddingPerfEstimator and storage estimator for one shard, the column-wise
+ * block rule, and the GreedyPerfPartitioner over table-wise and column-wise
+ * options with the fused kernel.  Section numbers refer to
+ * reference/torchrec_planner.md, which describes TorchRec 2025-10; the
+ * formulas follow its shard_estimators.py term by term and in the same order
+ * of floating-point operations, so the numbers match the Python planner's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+#define GIB ((double)(1ull << 30))
+
+/* Constants of constants.py (1.5); bandwidths are X GiB/s as bytes per ms. */
+#define TREC_HBM_BW                (897.0 * GIB / 1000.0)
+#define TREC_INTRA_BW              (600.0 * GIB / 1000.0)
+#define TREC_INTER_BW              (12.5 * GIB / 1000.0)
+#define TREC_MIN_CW_DIM            128
+#define TREC_FULL_BLOCK_EMB_DIM    128
+#define TREC_HALF_BLOCK_PENALTY    1.15
+#define TREC_QUARTER_BLOCK_PENALTY 1.75
+#define TREC_BWD_COMPUTE_MULT      2.0
+#define TREC_BATCHED_COPY_FACTOR   2.455
+#define TREC_DP_ELEMENTWISE_FACTOR 9.22
+#define TREC_INDEX_BYTES           8.0 /* BIGINT_DTYPE: ids are int64 */
+
+/* ------------------------------------------------------------------------ */
+/* The per-shard estimators                                                  */
+
+/*
+ * The inputs of one estimate with TorchRec's defaults filled in.  The
+ * planner's one feature per table has num_poolings 1, so PF * NP * B = PF * B.
+ */
+struct perf_env {
+    int32_t ws;       /* world size */
+    int32_t lws;      /* local world size */
+    double device_bw; /* kernel bandwidth (2.1), bytes/ms */
+    double intra_bw;  /* bytes/ms */
+    double inter_bw;  /* bytes/ms */
+    double esz;       /* table element bytes, also every comm dtype */
+    double inputs;    /* batch_inputs = PF * NP * B of one rank */
+    double outputs;   /* batch_outputs = NP * B (pooled) */
+    double rows;      /* the shard's rows */
+    double cols;      /* the shard's columns, TorchRec's emb_dim */
+};
+
+static void perf_env_init(const struct trec_shard_in *in, struct perf_env *e)
+{
+    double hbm = in->hbm_bw > 0 ? in->hbm_bw : TREC_HBM_BW;
+
+    e->ws = in->world_size > 0 ? in->world_size : 1;
+    e->lws = in->local_world_size > 0 ? in->local_world_size : e->ws;
+    /* kernel_bw_lookup on cuda (2.1): fused reads HBM at full speed. */
+    e->device_bw = in->kernel == TREC_KERNEL_DENSE ? 0.5 * hbm : hbm;
+    e->intra_bw = in->intra_bw > 0 ? in->intra_bw : TREC_INTRA_BW;
+    e->inter_bw = in->inter_bw > 0 ? in->inter_bw : TREC_INTER_BW;
+    e->esz = (double)in->elem_size;
+    e->inputs = in->pooling_factor * 1.0 * (double)in->batch_size;
+    e->outputs = 1.0 * (double)in->batch_size;
+    e->rows = in->rows > 0 ? (double)in->rows : 0.0;
+    e->cols = in->cols > 0 ? (double)in->cols : 0.0;
+}
+
+/*
+ * BasicCommsBandwidths.get_bw (1.5) for every collective but all-reduce: the
+ * intra-host link when the group fits in one host, else the inter-host one.
+ */
+static double comms_bw(const struct perf_env *e, int32_t world_size,
+                       int32_t local_world_size)
+{
+    return world_size <= local_world_size ? e->intra_bw : e->inter_bw;
+}
+
+/* FBGEMM's kernel runs 32 threads x 4-vectors; narrower rows waste it (2.2). */
+static double block_penalty(double cols)
+{
+    if (cols >= TREC_FULL_BLOCK_EMB_DIM)
+        return 1.0;
+    return cols >= 64 ? TREC_HALF_BLOCK_PENALTY : TREC_QUARTER_BLOCK_PENALTY;
+}
+
+/*
+ * Table-wise and column-wise (2.2): the shard serves every rank's lookups,
+ * hence the factor ws, and sends its pooled output to every rank.
+ */
+static void tw_perf(const struct perf_env *e, struct trec_perf *p)
+{
+    double in_read = ceil(e->inputs * e->ws * TREC_INDEX_BYTES);
+    double lookup = e->inputs * e->ws * fmax(e->cols, 32.0) * e->esz;
+    double out = e->outputs * e->ws * e->cols * e->esz;
+    double bw = comms_bw(e, e->ws, e->lws);
+
+    p->fwd_compute =
+        (in_read + lookup + out) * block_penalty(e->cols) / e->device_bw;
+    p->fwd_comms = out / bw;
+    p->bwd_compute = p->fwd_compute * TREC_BWD_COMPUTE_MULT;
+    p->bwd_comms = out / bw;
+}
+
+/*
+ * Row-wise (2.3): each shard sees 1/ws of the ids, with neither the 32-column
+ * floor nor the block penalty; the pooled partial sums are reduce-scattered
+ * forward, all-gathered backward, plus a batched copy of the gradients.
+ */
+static void rw_perf(const struct perf_env *e, struct trec_perf *p)
+{
+    double inputs = e->inputs / e->ws;
+    double in_read = ceil(inputs * e->ws * TREC_INDEX_BYTES);
+    double lookup = inputs * e->ws * e->cols * e->esz;
+    double out = e->outputs * e->ws * e->cols * e->esz;
+    double bw = comms_bw(e, e->ws, e->lws);
+
+    p->fwd_compute = (in_read + lookup + out) / e->device_bw;
+    p->fwd_comms = out / bw;
+    p->bwd_compute = p->fwd_compute * TREC_BWD_COMPUTE_MULT;
+    p->bwd_comms = out / bw + out * TREC_BATCHED_COPY_FACTOR / e->device_bw;
+}
+
+/*
+ * Table-row-wise (2.4): row-wise inside one host (ids / lws), reduce-scatter
+ * and all-gather on the intra-host link, and when there are several hosts an
+ * all-to-all among hosts, whose group size is int(ws / lws).
+ */
+static void twrw_perf(const struct perf_env *e, struct trec_perf *p)
+{
+    double inputs = e->inputs / e->lws;
+    double in_read = ceil(inputs * e->ws * TREC_INDEX_BYTES);
+    double lookup = inputs * e->ws * e->cols * e->esz;
+    double out = e->outputs * e->ws * e->cols * e->esz;
+    double nhosts = (double)e->ws / e->lws;
+    double intra = comms_bw(e, e->lws, e->lws);
+    double inter = comms_bw(e, (int32_t)nhosts, 1);
+    double fwd_comms = out / intra;
+    double bwd_comms = out / intra;
+
+    if (e->ws > e->lws) {
+        double cross = e->outputs * nhosts * e->cols * e->esz;
+
+        fwd_comms += cross / inter;
+        bwd_comms += cross / inter;
+    }
+    p->fwd_compute = (in_read + lookup + out) / e->device_bw;
+    p->fwd_comms = fwd_comms;
+    p->bwd_compute = p->fwd_compute * TREC_BWD_COMPUTE_MULT;
+    p->bwd_comms = bwd_comms + out * TREC_BATCHED_COPY_FACTOR / e->device_bw;
+}
+
+/*
+ * Data-parallel (2.5): the local batch only, no forward comms; backward
+ * all-reduces the whole table's gradient (one NIC per GPU, so the bandwidth
+ * is inter * lws) and runs the element-wise optimizer kernels over it.
+ */
+static void dp_perf(const struct perf_env *e, struct trec_perf *p)
+{
+    double in_read = ceil(e->inputs * TREC_INDEX_BYTES);
+    double lookup = e->inputs * e->cols * e->esz;
+    double out = e->outputs * e->cols * e->esz;
+    double table_size = e->rows * e->cols * e->esz;
+    double num_nodes = fmin((double)e->ws / e->lws, 2.0);
+    double all_reduce_bw = e->inter_bw * e->lws;
+    double all_reduce =
+        table_size * (2 * num_nodes - 1) / num_nodes / all_reduce_bw;
+
+    if (e->ws > 2 * e->lws)
+        all_reduce *= 2;
+    p->fwd_compute = (in_read + lookup + out) / e->device_bw;
+    p->fwd_comms = 0;
+    p->bwd_compute = p->fwd_compute * TREC_BWD_COMPUTE_MULT;
+    p->bwd_comms =
+        all_reduce + table_size * TREC_DP_ELEMENTWISE_FACTOR / e->device_bw;
+}
+
+/* Perf.total (2.7), summed in TorchRec's order. */
+static double perf_total(double fwd_compute, double fwd_comms,
+                         double bwd_compute, double bwd_comms)
+{
+    return fwd_compute + bwd_compute + fwd_comms + bwd_comms;
+}
+
+void trec_shard_perf(const struct trec_shard_in *in, struct trec_perf *out)
+{
+    struct trec_perf p = {0};
+    struct perf_env e;
+
+    perf_env_init(in, &e);
+    switch (in->sharding) {
+    case TREC_TABLE_WISE:
+    case TREC_COLUMN_WISE:
+        tw_perf(&e, &p);
+        break;
+    case TREC_ROW_WISE:
+        rw_perf(&e, &p);
+        break;
+    case TREC_TABLE_ROW_WISE:
+        twrw_perf(&e, &p);
+        break;
+    case TREC_DATA_PARALLEL:
+        dp_perf(&e, &p);
+        break;
+    }
+    p.total =
+        perf_total(p.fwd_compute, p.fwd_comms, p.bwd_compute, p.bwd_comms);
+    *out = p;
+}
+
+/* A byte count from a double: TorchRec's math.ceil, saturated to uint64. */
+static uint64_t bytes_of(double x)
+{
+    double c = ceil(x);
+
+    if (!(c > 0))
+        return 0;
+    return c >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)c;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+uint64_t trec_shard_storage(const struct trec_shard_in *in, enum optimizer opt)
+{
+    struct perf_env e;
+    uint64_t rows = in->rows > 0 ? (uint64_t)in->rows : 0;
+    uint64_t cols = in->cols > 0 ? (uint64_t)in->cols : 0;
+    uint64_t tensor = rows * cols * in->elem_size;
+    uint64_t optimizer = 0, io_in = 0, io_out = 0;
+    double inputs;
+
+    perf_env_init(in, &e);
+    /* _get_optimizer_multipler (1.6): state bytes = tensor bytes * mult. */
+    switch (opt) {
+    case OPTIMIZER_ADAM:
+        optimizer = 2 * tensor;
+        break;
+    case OPTIMIZER_ADAGRAD:
+        optimizer = tensor;
+        break;
+    case OPTIMIZER_ROWWISE_ADAGRAD:
+        /* mult = 1/dim: one element per row.  TorchRec divides by the
+         * table's dim even for a column slice; the slice's own width is
+         * used here, as FBGEMM keeps a state row per slice (shard_bytes()). */
+        optimizer = rows * in->elem_size;
+        break;
+    case OPTIMIZER_SGD:
+    default:
+        break;
+    }
+
+    /* _calculate_*_shard_io_sizes (1.6): int64 ids in, pooled rows out. */
+    switch (in->sharding) {
+    case TREC_TABLE_WISE:
+    case TREC_COLUMN_WISE:
+        io_in = bytes_of(e.inputs * e.ws * TREC_INDEX_BYTES);
+        io_out = bytes_of(e.outputs * e.ws * e.cols * e.esz);
+        break;
+    case TREC_ROW_WISE:
+    case TREC_TABLE_ROW_WISE:
+        inputs = e.inputs / (in->sharding == TREC_ROW_WISE ? e.ws : e.lws);
+        if (rows * cols != 0) {
+            io_in = bytes_of(inputs * e.ws * TREC_INDEX_BYTES);
+            io_out = bytes_of(e.outputs * e.ws * e.cols * e.esz);
+        }
+        break;
+    case TREC_DATA_PARALLEL:
+        io_in = bytes_of(e.inputs * TREC_INDEX_BYTES);
+        io_out = bytes_of(e.outputs * e.cols * e.esz);
+        break;
+    }
+    /* calculate_pipeline_io_cost with pipeline NONE: in + out. */
+    return add_sat(add_sat(tensor, optimizer), add_sat(io_in, io_out));
+}
+
+int32_t trec_cw_block(int32_t cols, int32_t min_partition)
+{
+    int32_t d;
+
+    /* _find_base_dim (1.2): the first divisor from the lower bound up. */
+    if (min_partition <= 0)
+        min_partition = TREC_MIN_CW_DIM;
+    for (d = min_partition; d < cols; d++) {
+        if (cols % d == 0 && d % 4 == 0)
+            return d;
+    }
+    return cols;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GreedyPerfPartitioner over table-wise and column-wise options (1.3, 1.4)  */
+
+enum { OPT_TW = 0, OPT_CW = 1, NOPTS = 2 };
+
+/* The three proposals, in the order they are tried (ties go to the first). */
+enum { PROP_TW = 0, PROP_CW, PROP_BEST, NPROPS };
+
+/* One sharding option of a table; all its shards are alike. */
+struct option {
+    int32_t width;         /* columns per shard */
+    int32_t nshards;       /* dim / width */
+    struct trec_perf perf; /* of one shard */
+    uint64_t storage;      /* bytes one shard is charged on a device */
+};
+
+struct device {
+    uint64_t free_bytes;
+    double fwd_compute; /* Perf of the shards placed, summed per component */
+    double fwd_comms;
+    double bwd_compute;
+    double bwd_comms;
+    double total; /* Perf.total of the sums: the heap key */
+    double rated; /* sum of the shards' totals: the rating */
+};
+
+/* The first shard that fit nowhere. */
+struct misfit {
+    uint32_t table;
+    uint64_t need;
+    uint64_t largest_free;
+};
+
+struct group {
+    uint64_t storage_sum;
+    uint32_t table;
+};
+
+/* Everything one partition() needs; the arrays are sized once. */
+struct greedy {
+    size_t ntables;
+    const struct topology *t;
+    struct option (*opts)[NOPTS]; /* per table */
+    struct device *devices;
+    struct group *groups;
+    size_t *first;   /* per table: index of its first shard */
+    int32_t *heap;   /* ndevices ranks */
+    int32_t *popped; /* ndevices ranks */
+};
+
+/* The options of a table (1.2): TW one shard, CW shards of trec_cw_block. */
+static void options_init(const struct table *tb, const struct topology *t,
+                         enum optimizer opt, struct option out[NOPTS])
+{
+    struct trec_shard_in in;
+    int k;
+
+    memset(&in, 0, sizeof(in));
+    in.kernel = TREC_KERNEL_FUSED;
+    /* TorchRec's B is per rank; the topology's batch is global (and at
+     * least ndevices, so B >= 1; a remainder is dropped). */
+    in.batch_size = t->batch_size / t->ndevices;
+    if (in.batch_size < 1)
+        in.batch_size = 1;
+    in.pooling_factor = tb->pooling_factor;
+    in.rows = tb->rows;
+    in.elem_size = table_dtype_size(tb->dtype);
+    in.world_size = t->ndevices;
+    in.local_world_size = t->devices_per_host;
+    in.hbm_bw = t->device_mem_bw;
+    in.intra_bw = t->intra_host_bw;
+    in.inter_bw = t->inter_host_bw;
+
+    out[OPT_TW].width = tb->dim;
+    out[OPT_CW].width = trec_cw_block(tb->dim, 0);
+    for (k = 0; k < NOPTS; k++) {
+        uint64_t trec, ours;
+
+        in.sharding = k == OPT_TW ? TREC_TABLE_WISE : TREC_COLUMN_WISE;
+        in.cols = out[k].width;
+        out[k].nshards = tb->dim / out[k].width;
+        trec_shard_perf(&in, &out[k].perf);
+        /* Never charge less than plan_validate() will count, so that a
+         * plan that fits here always passes it. */
+        trec = trec_shard_storage(&in, opt);
+        ours = shard_bytes(tb, out[k].width, opt);
+        out[k].storage = trec > ours ? trec : ours;
+    }
+}
+
+/* Descending storage sum, then table index ascending (1.4 step 2). */
+static int cmp_group(const void *a, const void *b)
+{
+    const struct group *x = a, *y = b;
+
+    if (x->storage_sum != y->storage_sum)
+        return x->storage_sum > y->storage_sum ? -1 : 1;
+    return (x->table > y->table) - (x->table < y->table);
+}
+
+/* The device min-heap's order: (perf total, rank % local, rank) (1.4). */
+static bool device_before(const struct device *dv, int32_t a, int32_t b,
+                          int32_t lws)
+{
+    if (dv[a].total != dv[b].total)
+        return dv[a].total < dv[b].total;
+    if (a % lws != b % lws)
+        return a % lws < b % lws;
+    return a < b;
+}
+
+/*
+ * A binary min-heap of ranks in device_before() order, as TorchRec's heapq
+ * of OrderedDeviceHardware.  The order is total (ranks differ), so any heap
+ * pops the devices in the same order as TorchRec's.
+ */
+struct heap {
+    int32_t *rank; /* ndevices slots */
+    int32_t n;
+    int32_t lws;
+};
+
+static void heap_sift_down(struct heap *h, const struct device *dv, int32_t pos)
+{
+    for (;;) {
+        int32_t least = pos, l = 2 * pos + 1, r = 2 * pos + 2, tmp;
+
+        if (l < h->n && device_before(dv, h->rank[l], h->rank[least], h->lws))
+            least = l;
+        if (r < h->n && device_before(dv, h->rank[r], h->rank[least], h->lws))
+            least = r;
+        if (least == pos)
+            return;
+        tmp = h->rank[pos];
+        h->rank[pos] = h->rank[least];
+        h->rank[least] = tmp;
+        pos = least;
+    }
+}
+
+static void heap_push(struct heap *h, const struct device *dv, int32_t rank)
+{
+    int32_t pos = h->n++;
+
+    while (pos > 0 && device_before(dv, rank, h->rank[(pos - 1) / 2], h->lws)) {
+        h->rank[pos] = h->rank[(pos - 1) / 2];
+        pos = (pos - 1) / 2;
+    }
+    h->rank[pos] = rank;
+}
+
+static int32_t heap_pop(struct heap *h, const struct device *dv)
+{
+    int32_t top = h->rank[0];
+
+    h->rank[0] = h->rank[--h->n];
+    heap_sift_down(h, dv, 0);
+    return top;
+}
+
+static const struct option *chosen(const struct greedy *g,
+                                   const uint8_t *choice, size_t i)
+{
+    return &g->opts[i][choice[i]];
+}
+
+/*
+ * Places one proposal (GreedyPerfPartitioner._device_partition): groups
+ * largest storage first, each shard onto the first device popped from the
+ * heap that has room for it; the devices popped on the way go back after.
+ * Fills assign (the device of every shard, at g->first[i] + k) and *rating
+ * (NoopPerfModel: the largest sum of shard totals on one rank), or *miss
+ * when a shard fits nowhere.  Returns true when the proposal is
+ * partitionable.
+ */
+static bool partition(const struct greedy *g, const uint8_t *choice,
+                      int32_t *assign, double *rating, struct misfit *miss)
+{
+    const struct topology *t = g->t;
+    struct device *dv = g->devices;
+    struct heap h = {g->heap, 0, t->devices_per_host};
+    int32_t *popped = g->popped;
+    size_t i, n;
+    int32_t r, k, npopped;
+
+    for (r = 0; r < t->ndevices; r++) {
+        memset(&dv[r], 0, sizeof(dv[r]));
+        dv[r].free_bytes = t->mem_bytes;
+        heap_push(&h, dv, r);
+    }
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = chosen(g, choice, i);
+
+        g->groups[i].storage_sum = o->storage * (uint64_t)o->nshards;
+        g->groups[i].table = (uint32_t)i;
+    }
+    qsort(g->groups, g->ntables, sizeof(*g->groups), cmp_group);
+
+    for (n = 0; n < g->ntables; n++) {
+        uint32_t ti = g->groups[n].table;
+        const struct option *o = chosen(g, choice, ti);
+
+        for (k = 0; k < o->nshards; k++) {
+            struct device *b = NULL;
+
+            npopped = 0;
+            while (h.n > 0) {
+                b = &dv[h.rank[0]];
+                if (b->free_bytes >= o->storage)
+                    break;
+                popped[npopped++] = heap_pop(&h, dv);
+                b = NULL;
+            }
+            if (b == NULL) {
+                /* Every device was popped: report the roomiest. */
+                miss->table = ti;
+                miss->need = o->storage;
+                miss->largest_free = 0;
+                for (r = 0; r < t->ndevices; r++) {
+                    if (dv[r].free_bytes > miss->largest_free)
+                        miss->largest_free = dv[r].free_bytes;
+                }
+                return false;
+            }
+            b->free_bytes -= o->storage;
+            b->fwd_compute += o->perf.fwd_compute;
+            b->fwd_comms += o->perf.fwd_comms;
+            b->bwd_compute += o->perf.bwd_compute;
+            b->bwd_comms += o->perf.bwd_comms;
+            b->total = perf_total(b->fwd_compute, b->fwd_comms, b->bwd_compute,
+                                  b->bwd_comms);
+            assign[g->first[ti] + (size_t)k] = h.rank[0];
+            heap_sift_down(&h, dv, 0); /* its key only grew */
+            while (npopped > 0)
+                heap_push(&h, dv, popped[--npopped]);
+        }
+    }
+
+    /* NoopPerfModel.rate sums shard totals per rank in plan order. */
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = chosen(g, choice, i);
+
+        for (k = 0; k < o->nshards; k++)
+            dv[assign[g->first[i] + (size_t)k]].rated += o->perf.total;
+    }
+    *rating = 0;
+    for (r = 0; r < t->ndevices; r++) {
+        if (dv[r].rated > *rating)
+            *rating = dv[r].rated;
+    }
+    return true;
+}
+
+/* Whether proposals a and b give every table the same shard width. */
+static bool same_proposal(const struct greedy *g, const uint8_t *a,
+                          const uint8_t *b)
+{
+    size_t i;
+
+    for (i = 0; i < g->ntables; i++) {
+        if (chosen(g, a, i)->width != chosen(g, b, i)->width)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Fills the three proposals (torchrec_planner.md 1.3): all table-wise, all
+ * column-wise, and GreedyProposer's first, each table's option with the
+ * least max shard perf (ties: table-wise, which TorchRec enumerates first).
+ */
+static void propose(const struct greedy *g, uint8_t *choice[NPROPS])
+{
+    size_t i;
+
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = g->opts[i];
+
+        choice[PROP_TW][i] = OPT_TW;
+        choice[PROP_CW][i] = OPT_CW;
+        choice[PROP_BEST][i] =
+            o[OPT_CW].perf.total < o[OPT_TW].perf.total ? OPT_CW : OPT_TW;
+    }
+}
+
+/* The total bytes of a proposal (saturating): TorchRec reports the
+ * failure of the proposal that needs the least. */
+static uint64_t proposal_storage(const struct greedy *g, const uint8_t *choice)
+{
+    uint64_t sum = 0;
+    size_t i;
+
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = chosen(g, choice, i);
+
+        sum = add_sat(sum, o->storage * (uint64_t)o->nshards);
+    }
+    return sum;
+}
+
+/* Fills p with the shards of a partitioned proposal. */
+static int build_plan(const struct greedy *g, const uint8_t *choice,
+                      const int32_t *assign, struct plan *p)
+{
+    size_t i;
+    int32_t k;
+    int rv;
+
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = chosen(g, choice, i);
+
+        for (k = 0; k < o->nshards; k++) {
+            rv = plan_add(p, (uint32_t)i, assign[g->first[i] + (size_t)k],
+                          k * o->width, o->width);
+            if (rv != 0)
+                return rv;
+        }
+    }
+    return 0;
+}
+
+int plan_torchrec_greedy(const struct table *tables, size_t ntables,
+                         const struct topology *t, enum optimizer opt,
+                         struct plan *out, struct sd_diag *d)
+{
+    struct greedy g;
+    uint8_t *choice[NPROPS] = {NULL};
+    int32_t *assign = NULL, *best_assign = NULL;
+    struct misfit miss, first_miss = {0, 0, 0};
+    uint64_t miss_storage = 0;
+    bool have_miss = false;
+    double rating, best_rating = 0;
+    int best = -1, k, j;
+    size_t i, nslots = 0;
+    struct plan p;
+    int rv;
+
+    rv = table_validate_all(tables, ntables, d);
+    if (rv != 0)
+        return rv;
+    rv = topology_validate(t, d);
+    if (rv != 0)
+        return rv;
+    if (ntables > UINT32_MAX)
+        return sd_diag_set(d, SD_EINVAL, "tables: too many (%zu)", ntables);
+
+    memset(&g, 0, sizeof(g));
+    g.ntables = ntables;
+    g.t = t;
+    g.opts = calloc(ntables, sizeof(*g.opts));
+    g.devices = calloc((size_t)t->ndevices, sizeof(*g.devices));
+    g.groups = calloc(ntables, sizeof(*g.groups));
+    g.first = calloc(ntables, sizeof(*g.first));
+    g.heap = calloc((size_t)t->ndevices, sizeof(*g.heap));
+    g.popped = calloc((size_t)t->ndevices, sizeof(*g.popped));
+    for (k = 0; k < NPROPS; k++)
+        choice[k] = calloc(ntables, sizeof(*choice[k]));
+    if (g.opts == NULL || g.devices == NULL || g.groups == NULL ||
+        g.first == NULL || g.heap == NULL || g.popped == NULL ||
+        choice[0] == NULL || choice[1] == NULL || choice[2] == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out;
+    }
+
+    /* Shard slots: column-wise has the most shards (TW has one). */
+    for (i = 0; i < ntables; i++) {
+        options_init(&tables[i], t, opt, g.opts[i]);
+        g.first[i] = nslots;
+        nslots += (size_t)g.opts[i][OPT_CW].nshards;
+    }
+    assign = calloc(nslots, sizeof(*assign));
+    best_assign = calloc(nslots, sizeof(*best_assign));
+    if (assign == NULL || best_assign == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out;
+    }
+
+    /* The planner loop (1.1): partition each new proposal, rate it, keep
+     * the strictly best; remember the failure of the least storage. */
+    propose(&g, choice);
+    for (k = 0; k < NPROPS; k++) {
+        for (j = 0; j < k; j++) {
+            if (same_proposal(&g, choice[j], choice[k]))
+                break;
+        }
+        if (j < k)
+            continue;
+        if (partition(&g, choice[k], assign, &rating, &miss)) {
+            if (best < 0 || rating < best_rating) {
+                best = k;
+                best_rating = rating;
+                memcpy(best_assign, assign, nslots * sizeof(*assign));
+            }
+        } else if (!have_miss ||
+                   proposal_storage(&g, choice[k]) < miss_storage) {
+            have_miss = true;
+            miss_storage = proposal_storage(&g, choice[k]);
+            first_miss = miss;
+        }
+    }
+    if (best < 0) {
+        rv = sd_diag_set(
+            d, SD_ENOSPACE,
+            "table \"%s\": needs %llu bytes but the largest "
+            "free space on any device is %llu bytes (short by "
+            "%llu bytes)",
+            tables[first_miss.table].name, (unsigned long long)first_miss.need,
+            (unsigned long long)first_miss.largest_free,
+            (unsigned long long)(first_miss.need - first_miss.largest_free));
+        goto out;
+    }
+
+    /* The plan is built aside so that *out is untouched on failure. */
+    rv = plan_init(&p, t->ndevices);
+    if (rv == 0)
+        rv = build_plan(&g, choice[best], best_assign, &p);
+    if (rv != 0) {
+        plan_destroy(&p);
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out;
+    }
+    p.algorithm = "torchrec_greedy";
+    plan_sort(&p);
+    *out = p;
+    rv = 0;
+out:
+    free(best_assign);
+    free(assign);
+    for (k = 0; k < NPROPS; k++)
+        free(choice[k]);
+    free(g.popped);
+    free(g.heap);
+    free(g.first);
+    free(g.groups);
+    free(g.devices);
+    free(g.opts);
+    return rv;
+}

@@ -1,0 +1,445 @@
+/*
+ * The shardd store: one SQLite database holding hardware profiles, measured
+ * cost samples, cost-model versions, jobs and the plan audit log.  This is the
+ * only module that includes <sqlite3.h>; everything else sees the typed
+ * functions below and never SQL.
+ *
+ * The database runs in WAL mode with synchronous=NORMAL: a committed
+ * transaction survives a crash or kill -9 of the process (the WAL frames are
+ * in the OS page cache once COMMIT returns); only an OS crash or power loss
+ * can roll back the last transactions, never corrupt the file.  Open with
+ * STORE_OPEN_DURABLE (synchronous=FULL, an fsync per commit) where that is
+ * not good enough.  The schema carries its version in PRAGMA user_version and
+ * is migrated forward, one transaction per step, when a read-write handle
+ * opens it; a database of a newer version is refused and left untouched.
+ *
+ * Conventions (reference/style.md 3.3, 3.4): actions return 0 or a negative
+ * SD_E* code, and fill the struct sd_diag (may be NULL) with one line saying
+ * what was wrong.  Bad input is SD_EINVAL with the field named, and is
+ * rejected before the database is touched, so it changes nothing.  SQLite
+ * errors are mapped here: busy or locked -> SD_EBUSY, a constraint ->
+ * SD_EINVAL, no memory -> SD_ENOMEM, "not a database" -> SD_EFORMAT, anything
+ * else -> SD_ESTORE with SQLite's message in the diag.  Out-parameters are
+ * untouched on failure.
+ *
+ * Threads: a struct store belongs to one thread at a time (the connection is
+ * opened without SQLite's own mutex); give every thread that needs the store
+ * its own handle.  Handles on one file, in one process or several, see each
+ * other's commits; writers are serialised by SQLite and wait up to
+ * STORE_BUSY_TIMEOUT_MS before failing with SD_EBUSY.  Every call may block
+ * on disk, so none belongs on an event-loop thread.
+ *
+ * Times are unix milliseconds (CLOCK_REALTIME) stamped by the store.  Ids are
+ * positive; 0 means "none" wherever an id is optional.
+ */
+#ifndef SHARDD_STORE_H
+#define SHARDD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "planner.h"
+#include "shardd/err.h"
+
+/* The newest schema version this build knows (PRAGMA user_version). */
+#define STORE_SCHEMA_VERSION 1
+/* PRAGMA application_id of a shardd database: "SDST". */
+#define STORE_APPLICATION_ID  0x53445354
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+/* Sizes of the fixed text fields below, terminating NUL included. */
+#define STORE_NAME_MAX    128
+#define STORE_BACKEND_MAX 16
+#define STORE_DEVICE_MAX  64
+#define STORE_SOURCE_MAX  16
+#define STORE_MESSAGE_MAX 512
+#define STORE_PARAMS_MAX  512
+#define STORE_HASH_MAX    80
+#define STORE_ALG_MAX     32
+
+/* Limits on one sample, checked on insert. */
+#define STORE_SAMPLE_TABLES_MAX  4096
+#define STORE_SAMPLE_DEVICES_MAX 4096
+
+struct store; /* opaque */
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+
+enum store_open_flags {
+    /*
+     * Opens an existing, current database for reading only (for tools):
+     * creates nothing, migrates nothing; every write fails with SD_ESTORE.
+     */
+    STORE_OPEN_READONLY = 1 << 0,
+    /* synchronous=FULL: commits survive power loss too, at an fsync each. */
+    STORE_OPEN_DURABLE = 1 << 1,
+};
+
+/*
+ * Opens (read-write: creating if missing) the database at `path` and migrates
+ * its schema to STORE_SCHEMA_VERSION.  On success *out owns the handle;
+ * release it with store_close().  Returns 0 or:
+ *  - SD_EINVAL: path empty or unknown flags;
+ *  - SD_ENEWER: the schema version is newer than this build's; d says both
+ *    versions ("database schema version N is newer than this shardd
+ *    supports (M); upgrade shardd") and the file is not written;
+ *  - SD_EFORMAT: not a SQLite database, or one that is not shardd's;
+ *  - SD_ENOENT: STORE_OPEN_READONLY and no database at path;
+ *  - SD_ESTORE: cannot open or migrate (d has SQLite's message), or a
+ *    read-only open of a database that still needs migrating;
+ *  - SD_EBUSY: another writer held the database past the busy timeout;
+ *  - SD_ENOMEM.
+ */
+int store_open(const char *path, unsigned flags, struct store **out,
+               struct sd_diag *d);
+
+/*
+ * Closes the handle; a sample batch still open is rolled back.  NULL-safe.
+ * The last handle on a file to close checkpoints the WAL into it.
+ */
+void store_close(struct store *st);
+
+/*
+ * Runs PRAGMA integrity_check and PRAGMA foreign_key_check.  Returns 0, or
+ * SD_ESTORE with the first problem in d.
+ */
+int store_integrity_check(struct store *st, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Hardware profiles                                                         */
+
+/*
+ * A hardware profile names a set of samples and the models trained on them,
+ * e.g. name "cuda/NVIDIA H100 80GB HBM3/65536".
+ */
+struct store_profile {
+    int64_t id;                        /* set by the store */
+    char name[STORE_NAME_MAX];         /* unique, non-empty */
+    char backend[STORE_BACKEND_MAX];   /* "cuda", "cpu" */
+    char device_model[STORE_NAME_MAX]; /* non-empty */
+    int64_t batch_size;                /* >= 1 */
+    int64_t created_ms;                /* set by the store */
+};
+
+/*
+ * Finds the profile named p->name, creating it from *p when there is none,
+ * and sets *id (may be NULL).  Returns 0, SD_EINVAL (a bad field, or a profile
+ * of that name with a different backend, device model or batch size), SD_EBUSY
+ * or SD_ESTORE.  p->id and p->created_ms are ignored.
+ */
+int store_profile_get_or_create(struct store *st, const struct store_profile *p,
+                                int64_t *id, struct sd_diag *d);
+
+/* Fills *out with the profile named `name`; SD_ENOENT when there is none. */
+int store_profile_get(struct store *st, const char *name,
+                      struct store_profile *out, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Samples                                                                   */
+
+/* What a sample measures, and what a model predicts. */
+enum store_kind {
+    STORE_KIND_COMPUTE = 0, /* fwd + bwd + SGD of one multi-table shard */
+    STORE_KIND_COMM = 1,    /* fwd and bwd all-to-all of one plan */
+};
+
+/* "compute", "comm" ("?" for anything else). */
+const char *store_kind_name(enum store_kind kind);
+
+/* One device of a communication sample (neuroshard.md 4). */
+struct store_comm_device {
+    int32_t dim_sum; /* pooled columns the device sends, >= 0 */
+    double sleep_ms; /* emulated compute skew before the forward a2a */
+    double fwd_ms;   /* measured forward all-to-all */
+    double bwd_ms;   /* measured backward all-to-all */
+};
+
+/*
+ * One measured sample.  A compute sample has ntables >= 1 tables (the shard:
+ * each table's dim is the column width it has in the shard) and no devices;
+ * a comm sample has ndevices >= 2 devices and no tables.
+ *
+ * Table names are not stored: loaded tables are named "t0", "t1", ... by
+ * position.  In the database a shard is a blob of ntables 160-byte
+ * little-endian records (int64 rows, int32 dim, int32 dtype, double
+ * pooling_factor, double bins[17]) and a comm sample's devices a blob of
+ * 32-byte records (int32 dim_sum, 4 zero bytes, double sleep_ms, fwd_ms,
+ * bwd_ms); the schema checks both lengths.
+ *
+ * Passed to store_sample_add() the arrays are borrowed; returned by
+ * store_samples_load() they are owned by the sample array.
+ */
+struct store_sample {
+    int64_t id;         /* set by the store */
+    int64_t profile_id; /* an existing profile */
+    enum store_kind kind;
+    size_t ntables;
+    struct table *tables; /* compute only, else NULL */
+    size_t ndevices;
+    struct store_comm_device *devices; /* comm only, else NULL */
+    double measured_ms; /* compute: median time; comm: the plan's a2a time */
+    double spread_ms;   /* spread of the repeated runs, >= 0 */
+    char device[STORE_DEVICE_MAX]; /* where it was measured, non-empty */
+    char source[STORE_SOURCE_MAX]; /* how the shard was made: "random" ... */
+    int64_t created_ms;            /* set by the store */
+};
+
+/*
+ * A batch is one transaction on this handle: samples added after
+ * store_sample_batch_begin() become visible and durable together at
+ * store_sample_batch_commit(), the durability point; a crash or kill -9
+ * before it loses exactly the samples of the open batch.  While a batch is
+ * open the handle accepts only store_sample_add(), reads, commit and abort;
+ * other writes fail with SD_EINVAL.  begin takes the database's write lock
+ * (SD_EBUSY after the busy timeout), so keep batches short.
+ *
+ * begin: SD_EINVAL when a batch is already open.  commit: SD_EINVAL when none
+ * is; on any other failure the batch is rolled back and is no longer open.
+ * abort: rolls back the open batch (no-op without one).
+ */
+int store_sample_batch_begin(struct store *st, struct sd_diag *d);
+int store_sample_batch_commit(struct store *st, struct sd_diag *d);
+void store_sample_batch_abort(struct store *st);
+
+/*
+ * Validates and inserts one sample, inside the open batch if there is one,
+ * else in a transaction of its own.  Sets *id (may be NULL) to its id.
+ * Returns 0, SD_EINVAL (a bad field, named in d, or an unknown profile; the
+ * batch stays open and unchanged), SD_EBUSY, SD_ENOMEM or SD_ESTORE.
+ */
+int store_sample_add(struct store *st, const struct store_sample *s,
+                     int64_t *id, struct sd_diag *d);
+
+/*
+ * Inserts n samples in one transaction: all or none.  Validates every sample
+ * first (d names samples[i]).  SD_EINVAL while a batch is open.
+ */
+int store_sample_add_batch(struct store *st, const struct store_sample *s,
+                           size_t n, struct sd_diag *d);
+
+/*
+ * Sets *n to the number of samples of (profile, kind) created after
+ * since_ms (0: all of them).
+ */
+int store_sample_count(struct store *st, int64_t profile_id,
+                       enum store_kind kind, int64_t since_ms, uint64_t *n,
+                       struct sd_diag *d);
+
+/*
+ * Loads the samples of (profile, kind) with id > after_id in id order, at most
+ * `limit` of them (0: all), decoded.  Page through a large set by passing the
+ * last id loaded as after_id.  On success *out (NULL when *n is 0) and
+ * everything it points to are owned by the caller: release with
+ * store_samples_free(*out, *n).  Returns 0, SD_EINVAL, SD_ENOMEM, SD_EBUSY or
+ * SD_ESTORE (including a row whose blobs do not decode).
+ */
+int store_samples_load(struct store *st, int64_t profile_id,
+                       enum store_kind kind, int64_t after_id, size_t limit,
+                       struct store_sample **out, size_t *n, struct sd_diag *d);
+
+/* Releases an array from store_samples_load().  NULL-safe. */
+void store_samples_free(struct store_sample *s, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Model versions                                                            */
+
+/*
+ * How well a model did at training time.  Fractions (0.05 = 5 %); counts of
+ * samples.  All finite and >= 0.
+ */
+struct store_model_metrics {
+    double val_mape;  /* on the validation split */
+    double test_mape; /* on the held-out test split */
+    int64_t train_samples;
+    int64_t val_samples;
+    int64_t test_samples;
+};
+
+/* A model version without its blobs, as listed. */
+struct store_model_info {
+    int64_t id;                   /* the version; unique, never reused */
+    int64_t profile_id;           /* the profile it answers for */
+    char profile[STORE_NAME_MAX]; /* that profile's name (set by the store) */
+    enum store_kind kind;
+    int32_t format_version; /* of the weights blob, >= 1; the trainer's */
+    struct store_model_metrics metrics;
+    size_t weights_bytes;
+    size_t norm_bytes;
+    int64_t created_ms; /* set by the store */
+    bool active;        /* at most one per (profile, kind) */
+};
+
+/*
+ * A model version with its blobs.  The store does not interpret them: the
+ * weights (weights_bytes, >= 1) and the feature normalisation constants
+ * (norm_bytes, may be 0) are in the trainer's format `format_version`.
+ */
+struct store_model {
+    struct store_model_info info;
+    const void *weights;
+    const void *norm; /* NULL when norm_bytes is 0 */
+};
+
+/*
+ * Stores a new, inactive model version from m->info (profile_id, kind,
+ * format_version, metrics, weights_bytes, norm_bytes) and the borrowed blobs,
+ * and sets *id (may be NULL) to its version.  Returns 0, SD_EINVAL (bad field
+ * or unknown profile), SD_EBUSY, SD_ENOMEM or SD_ESTORE.
+ */
+int store_model_put(struct store *st, const struct store_model *m, int64_t *id,
+                    struct sd_diag *d);
+
+/*
+ * Loads version `id` (get) or the active model of (profile, kind)
+ * (get_active) into one allocation: *out, blobs included, is owned by the
+ * caller and released with store_model_free().  SD_ENOENT when there is no
+ * such model.
+ */
+int store_model_get(struct store *st, int64_t id, struct store_model **out,
+                    struct sd_diag *d);
+int store_model_get_active(struct store *st, int64_t profile_id,
+                           enum store_kind kind, struct store_model **out,
+                           struct sd_diag *d);
+void store_model_free(struct store_model *m); /* NULL-safe */
+
+/*
+ * Makes version `id` the active model of its (profile, kind) and the one that
+ * was active inactive, in one transaction.  Sets *previous (may be NULL) to
+ * the version it replaced, 0 if none (id itself when it was already active).
+ * SD_ENOENT for an unknown version.
+ */
+int store_model_activate(struct store *st, int64_t id, int64_t *previous,
+                         struct sd_diag *d);
+
+/*
+ * Lists model versions, newest first: those of profile_id (0: every
+ * profile), at most `limit` (0: all).  *out (NULL when *n is 0) is owned by
+ * the caller: free() it.
+ */
+int store_model_list(struct store *st, int64_t profile_id, size_t limit,
+                     struct store_model_info **out, size_t *n,
+                     struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Jobs                                                                      */
+
+enum store_job_kind {
+    STORE_JOB_RETRAIN = 1,
+};
+
+/* Numbered as shardd.v1.JobState. */
+enum store_job_state {
+    STORE_JOB_QUEUED = 1,
+    STORE_JOB_RUNNING = 2,
+    STORE_JOB_SUCCEEDED = 3, /* terminal */
+    STORE_JOB_FAILED = 4,    /* terminal */
+    STORE_JOB_CANCELLED = 5, /* terminal */
+};
+
+/* "queued", "running", ... ("?" for anything else). */
+const char *store_job_state_name(enum store_job_state s);
+bool store_job_state_is_terminal(enum store_job_state s);
+
+struct store_job {
+    int64_t id; /* set by the store; unique, never reused */
+    enum store_job_kind kind;
+    enum store_job_state state;
+    double progress;                 /* 0 to 1 */
+    char message[STORE_MESSAGE_MAX]; /* progress or failure reason */
+    int64_t profile_id;              /* 0: none */
+    char profile[STORE_NAME_MAX];    /* its name (set by the store) */
+    char params[STORE_PARAMS_MAX];   /* the job's parameters, JSON text */
+    int64_t result_model_id;         /* 0: none yet */
+    int64_t created_ms;
+    int64_t started_ms;  /* 0 until it first runs */
+    int64_t finished_ms; /* 0 until it reaches a terminal state */
+};
+
+/*
+ * Creates a queued job from j->kind, j->profile_id (0: none), j->message and
+ * j->params (both may be empty); sets *id (may be NULL).  Other fields are
+ * ignored.
+ */
+int store_job_create(struct store *st, const struct store_job *j, int64_t *id,
+                     struct sd_diag *d);
+
+/*
+ * Moves job `id` to `state` with `progress` (finite, 0 to 1) and `message`
+ * (NULL: keep), and result_model_id (0: keep).  Entering RUNNING stamps
+ * started_ms the first time; entering a terminal state stamps finished_ms.
+ * Returns 0, SD_ENOENT (no such job), SD_EINVAL (bad field, or the job is
+ * already in a terminal state: those are final), SD_EBUSY or SD_ESTORE.
+ */
+int store_job_update(struct store *st, int64_t id, enum store_job_state state,
+                     double progress, const char *message,
+                     int64_t result_model_id, struct sd_diag *d);
+
+/* Fills *out with job `id`; SD_ENOENT when there is none. */
+int store_job_get(struct store *st, int64_t id, struct store_job *out,
+                  struct sd_diag *d);
+
+/*
+ * Finds the oldest queued or running job of (kind, profile); SD_ENOENT when
+ * there is none.  Lets a caller join a retrain instead of starting another.
+ */
+int store_job_find_open(struct store *st, enum store_job_kind kind,
+                        int64_t profile_id, struct store_job *out,
+                        struct sd_diag *d);
+
+/*
+ * Lists jobs newest first, at most `limit` (0: all).  *out (NULL when *n is
+ * 0) is owned by the caller: free() it.
+ */
+int store_job_list(struct store *st, size_t limit, struct store_job **out,
+                   size_t *n, struct sd_diag *d);
+
+/* Sets *n to the number of jobs in `state`. */
+int store_job_count(struct store *st, enum store_job_state state, uint64_t *n,
+                    struct sd_diag *d);
+
+/*
+ * Marks every queued or running job cancelled with `message`: for start-up,
+ * after a previous daemon died with jobs in flight.  Sets *n (may be NULL) to
+ * how many.
+ */
+int store_job_cancel_unfinished(struct store *st, const char *message,
+                                uint64_t *n, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Plan audit                                                                */
+
+/*
+ * One plan the daemon handed out.  Passed to store_plan_audit_put() plan_json
+ * is borrowed; returned by store_plan_audit_get() it lives in the same
+ * allocation as the struct.
+ */
+struct store_plan_audit {
+    int64_t id;                        /* set by the store */
+    char request_hash[STORE_HASH_MAX]; /* non-empty, e.g. hex SHA-256 */
+    char algorithm[STORE_ALG_MAX];     /* non-empty */
+    int64_t model_id;                  /* 0: no learned model was used */
+    int32_t ntables;                   /* >= 1 */
+    int32_t ndevices;                  /* >= 1 */
+    double plan_cost_ms;               /* finite, >= 0 */
+    int64_t created_ms;                /* set by the store */
+    const char *plan_json;             /* non-empty: the plan as returned */
+};
+
+/* Appends one record and sets *id (may be NULL). */
+int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
+                         int64_t *id, struct sd_diag *d);
+
+/*
+ * Loads record `id`: *out is owned by the caller, released with free()
+ * (plan_json included).  SD_ENOENT when there is none.
+ */
+int store_plan_audit_get(struct store *st, int64_t id,
+                         struct store_plan_audit **out, struct sd_diag *d);
+
+/* Deletes records created before before_ms; sets *n (may be NULL). */
+int store_plan_audit_prune(struct store *st, int64_t before_ms, uint64_t *n,
+                           struct sd_diag *d);
+
+#endif /* SHARDD_STORE_H */

@@ -1,0 +1,822 @@
+/*
+ * The SQLite store: schema creation and migration bookkeeping, sample batches
+ * and their durability (a real kill -9), decoding, models and activation,
+ * jobs, the plan audit, refusal of newer or foreign databases, and bad input
+ * leaving the database unchanged.  Every test works in a fresh temporary
+ * directory.  The database header is read as bytes (sqlite.org/fileformat2:
+ * offsets 18-19 the WAL flag, 60 user_version, 68 application_id), so the
+ * test needs no <sqlite3.h>.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "store.h"
+
+static char dir[64];
+static char path[128];
+
+/* A fresh temporary directory holding path = dir/shardd.db. */
+static void setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/test_store.XXXXXX");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/shardd.db", dir);
+}
+
+static void teardown(void)
+{
+    static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+    char p[160];
+    size_t i;
+
+    for (i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        snprintf(p, sizeof(p), "%s%s", path, suffix[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+/* Size of path + suffix, -1 when it does not exist. */
+static long file_size(const char *suffix)
+{
+    char p[160];
+    struct stat sb;
+
+    snprintf(p, sizeof(p), "%s%s", path, suffix);
+    return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static bool exists(const char *suffix)
+{
+    return file_size(suffix) >= 0;
+}
+
+/* Reads the whole database file; *len bytes, owned by the caller. */
+static unsigned char *slurp(size_t *len)
+{
+    unsigned char *buf;
+    FILE *f;
+    long n;
+
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc(n > 0 ? (size_t)n : 1);
+    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+static void make_table(struct table *t, size_t i)
+{
+    int k;
+
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "table_%04zu", i);
+    t->rows = 1000 + (int64_t)i * 7919;
+    t->dim = (int32_t)(4 * (1 + i % 32));
+    t->pooling_factor = 1.0 / 3.0 + (double)i;
+    t->dtype = i % 5 == 0 ? TABLE_DTYPE_FP16 : TABLE_DTYPE_FP32;
+    for (k = 0; k < TABLE_NBINS; k++)
+        t->bins[k] = (double)(k + 1) / (17.0 * 18.0 / 2.0 + (double)i);
+}
+
+static void make_sample(struct store_sample *s, int64_t profile_id,
+                        struct table *tables, size_t ntables, double ms)
+{
+    memset(s, 0, sizeof(*s));
+    s->profile_id = profile_id;
+    s->kind = STORE_KIND_COMPUTE;
+    s->ntables = ntables;
+    s->tables = tables;
+    s->measured_ms = ms;
+    s->spread_ms = ms / 100;
+    snprintf(s->device, sizeof(s->device), "cpu core 3");
+    snprintf(s->source, sizeof(s->source), "random");
+}
+
+static int64_t make_profile(struct store *st, const char *name)
+{
+    struct store_profile p;
+    int64_t id = -1;
+
+    memset(&p, 0, sizeof(p));
+    snprintf(p.name, sizeof(p.name), "%s", name);
+    snprintf(p.backend, sizeof(p.backend), "cpu");
+    snprintf(p.device_model, sizeof(p.device_model), "test cpu");
+    p.batch_size = 4096;
+    CHECK(store_profile_get_or_create(st, &p, &id, NULL) == 0);
+    return id;
+}
+
+static uint64_t count(struct store *st, int64_t profile, enum store_kind kind)
+{
+    uint64_t n = 12345;
+
+    CHECK(store_sample_count(st, profile, kind, 0, &n, NULL) == 0);
+    return n;
+}
+
+/* Tables equal field by field; the name is not stored. */
+static bool same_table(const struct table *a, const struct table *b)
+{
+    return a->rows == b->rows && a->dim == b->dim &&
+           a->pooling_factor == b->pooling_factor && a->dtype == b->dtype &&
+           memcmp(a->bins, b->bins, sizeof(a->bins)) == 0;
+}
+
+static void test_open(void)
+{
+    struct store_profile p;
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *buf;
+    int64_t id, id2 = 0;
+    size_t len;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(exists("-wal"));
+    id = make_profile(st, "cpu/test/4096");
+    CHECK(id > 0);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    CHECK(!exists("-wal")); /* the last close checkpoints and removes it */
+
+    buf = slurp(&len);
+    CHECK(buf != NULL && len >= 100);
+    if (buf != NULL && len >= 100) {
+        CHECK(memcmp(buf, "SQLite format 3", 16) == 0);
+        CHECK(buf[18] == 2 && buf[19] == 2); /* WAL */
+        CHECK(be32(buf + 60) == STORE_SCHEMA_VERSION);
+        CHECK(be32(buf + 68) == STORE_APPLICATION_ID);
+    }
+    free(buf);
+
+    /* Reopen: the data is there and the schema is not re-applied. */
+    st = NULL;
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_profile_get(st, "cpu/test/4096", &p, &d) == 0);
+    CHECK(p.id == id && p.batch_size == 4096 && p.created_ms > 0);
+    CHECK(strcmp(p.backend, "cpu") == 0);
+    CHECK(store_profile_get(st, "nope", &p, &d) == SD_ENOENT);
+    CHECK(make_profile(st, "cpu/test/4096") == id);
+    /* Same name, other attributes: refused. */
+    snprintf(p.device_model, sizeof(p.device_model), "other cpu");
+    CHECK(store_profile_get_or_create(st, &p, &id2, &d) == SD_EINVAL &&
+          strstr(d.msg, "exists") != NULL && id2 == 0);
+    store_close(st);
+
+    /* Read-only: reads work, writes fail, nothing is created. */
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == 0);
+    CHECK(count(st, id, STORE_KIND_COMPUTE) == 0);
+    snprintf(p.name, sizeof(p.name), "cpu/other/1");
+    CHECK(store_profile_get_or_create(st, &p, &id2, &d) == SD_ESTORE &&
+          id2 == 0);
+    CHECK(store_profile_get(st, "cpu/other/1", &p, &d) == SD_ENOENT);
+    store_close(st);
+    teardown();
+
+    setup();
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ENOENT &&
+          st == NULL && !exists(""));
+    CHECK(store_open("", 0, &st, &d) == SD_EINVAL && st == NULL);
+    CHECK(store_open(path, 0x100, &st, &d) == SD_EINVAL && st == NULL);
+    teardown();
+}
+
+static void test_samples(void)
+{
+    struct table tables[64];
+    struct store_sample s[40], *got = NULL, *page = NULL;
+    struct store_comm_device dev[4];
+    struct store *st = NULL;
+    struct sd_diag d;
+    size_t i, j, n = 0, npage = 0;
+    int64_t prof, id = 0, last;
+    uint64_t c = 0;
+    bool same = true;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    for (i = 0; i < 64; i++)
+        make_table(&tables[i], i);
+    for (i = 0; i < 40; i++)
+        make_sample(&s[i], prof, &tables[i], 1 + i % 25, 0.5 + (double)i);
+
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_sample_batch_begin(st, &d) == SD_EINVAL);
+    for (i = 0; i < 40; i++)
+        CHECK(store_sample_add(st, &s[i], &id, &d) == 0);
+    CHECK(id > 0);
+    CHECK(store_sample_batch_commit(st, &d) == 0);
+    CHECK(store_sample_batch_commit(st, &d) == SD_EINVAL);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 40);
+    CHECK(count(st, prof, STORE_KIND_COMM) == 0);
+    CHECK(store_sample_count(st, prof, STORE_KIND_COMPUTE, INT64_MAX - 1, &c,
+                             &d) == 0 &&
+          c == 0);
+
+    CHECK(store_samples_load(st, prof, STORE_KIND_COMPUTE, 0, 0, &got, &n,
+                             &d) == 0);
+    CHECK(n == 40);
+    for (i = 0; i < n && i < 40; i++) {
+        same =
+            same && got[i].ntables == s[i].ntables && got[i].ndevices == 0 &&
+            got[i].devices == NULL && got[i].measured_ms == s[i].measured_ms &&
+            got[i].spread_ms == s[i].spread_ms &&
+            got[i].kind == STORE_KIND_COMPUTE && got[i].profile_id == prof &&
+            got[i].created_ms > 0 && strcmp(got[i].device, "cpu core 3") == 0 &&
+            strcmp(got[i].source, "random") == 0;
+        for (j = 0; same && j < got[i].ntables; j++)
+            same = same_table(&got[i].tables[j], &s[i].tables[j]);
+        if (i > 0)
+            same = same && got[i].id > got[i - 1].id;
+    }
+    CHECK(same);
+    CHECK(n > 0 && strcmp(got[0].tables[0].name, "t0") == 0);
+    CHECK(n > 0 &&
+          table_validate_all(got[n - 1].tables, got[n - 1].ntables, &d) == 0);
+
+    /* Paging: 15 after the 20th. */
+    last = n >= 20 ? got[19].id : 0;
+    CHECK(store_samples_load(st, prof, STORE_KIND_COMPUTE, last, 15, &page,
+                             &npage, &d) == 0);
+    CHECK(npage == 15 && page[0].id == got[20].id && page[14].id == got[34].id);
+    store_samples_free(page, npage);
+    store_samples_free(got, n);
+    CHECK(store_samples_load(st, prof + 1, STORE_KIND_COMPUTE, 0, 0, &got, &n,
+                             &d) == 0 &&
+          n == 0 && got == NULL);
+
+    /* A comm sample: devices, no tables. */
+    memset(&s[0], 0, sizeof(s[0]));
+    s[0].profile_id = prof;
+    s[0].kind = STORE_KIND_COMM;
+    s[0].ndevices = 4;
+    s[0].devices = dev;
+    for (i = 0; i < 4; i++) {
+        dev[i].dim_sum = 100 * (int32_t)i;
+        dev[i].sleep_ms = (double)i / 7;
+        dev[i].fwd_ms = 1.25 + (double)i;
+        dev[i].bwd_ms = 2.5 + (double)i;
+    }
+    s[0].measured_ms = 6.5;
+    snprintf(s[0].device, sizeof(s[0].device), "4x cpu");
+    snprintf(s[0].source, sizeof(s[0].source), "random");
+    CHECK(store_sample_add(st, &s[0], NULL, &d) == 0);
+    CHECK(count(st, prof, STORE_KIND_COMM) == 1);
+    got = NULL;
+    CHECK(store_samples_load(st, prof, STORE_KIND_COMM, 0, 0, &got, &n, &d) ==
+          0);
+    CHECK(n == 1 && got[0].ntables == 0 && got[0].tables == NULL &&
+          got[0].ndevices == 4 && got[0].measured_ms == 6.5);
+    for (i = 0; n == 1 && i < 4; i++)
+        same = same && got[0].devices[i].dim_sum == dev[i].dim_sum &&
+               got[0].devices[i].sleep_ms == dev[i].sleep_ms &&
+               got[0].devices[i].fwd_ms == dev[i].fwd_ms &&
+               got[0].devices[i].bwd_ms == dev[i].bwd_ms;
+    CHECK(same);
+    store_samples_free(got, n);
+
+    /* add_batch: all or nothing. */
+    for (i = 0; i < 10; i++)
+        make_sample(&s[i], prof, &tables[i], 3, 1.0);
+    s[7].spread_ms = -1;
+    CHECK(store_sample_add_batch(st, s, 10, &d) == SD_EINVAL &&
+          strstr(d.msg, "samples[7]") && strstr(d.msg, "spread_ms"));
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 40);
+    s[7].spread_ms = 0;
+    CHECK(store_sample_add_batch(st, s, 10, &d) == 0);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 50);
+
+    /* Aborted, or closed uncommitted: nothing. */
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_sample_add(st, &s[0], NULL, &d) == 0);
+    CHECK(store_sample_add_batch(st, s, 1, &d) == SD_EINVAL);
+    store_sample_batch_abort(st);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 50);
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_sample_add(st, &s[0], NULL, &d) == 0);
+    store_close(st);
+    st = NULL;
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 50);
+
+    /* Two handles on one file see each other's commits. */
+    {
+        struct store *st2 = NULL;
+
+        CHECK(store_open(path, 0, &st2, &d) == 0);
+        CHECK(store_sample_add(st, &s[0], NULL, &d) == 0);
+        CHECK(count(st2, prof, STORE_KIND_COMPUTE) == 51);
+        store_close(st2);
+    }
+    store_close(st);
+    teardown();
+}
+
+/*
+ * A child commits batch 1, opens batch 2, adds to it and kills itself with
+ * SIGKILL: batch 1 must be there in full, batch 2 not at all.
+ */
+static void test_kill9(void)
+{
+    struct table tables[8];
+    struct store_sample s, *got = NULL;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof;
+    size_t i, n = 0;
+    int status = 0;
+    bool batch1 = true;
+    pid_t pid;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    store_close(st); /* never carry a SQLite connection across fork() */
+    for (i = 0; i < 8; i++)
+        make_table(&tables[i], i);
+
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        if (store_open(path, 0, &st, &d) != 0)
+            _exit(2);
+        if (store_sample_batch_begin(st, &d) != 0)
+            _exit(3);
+        for (i = 0; i < 25; i++) {
+            make_sample(&s, prof, tables, 1 + i % 8, 1000 + (double)i);
+            if (store_sample_add(st, &s, NULL, &d) != 0)
+                _exit(4);
+        }
+        if (store_sample_batch_commit(st, &d) != 0)
+            _exit(5);
+        if (store_sample_batch_begin(st, &d) != 0)
+            _exit(6);
+        for (i = 0; i < 25; i++) {
+            make_sample(&s, prof, tables, 1 + i % 8, 2000 + (double)i);
+            if (store_sample_add(st, &s, NULL, &d) != 0)
+                _exit(7);
+        }
+        raise(SIGKILL);
+        _exit(8);
+    }
+    CHECK(pid > 0);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    if (WIFEXITED(status))
+        fprintf(stderr, "kill9 child exited with %d\n", WEXITSTATUS(status));
+
+    st = NULL;
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_integrity_check(st, &d) == 0);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 25);
+    CHECK(store_samples_load(st, prof, STORE_KIND_COMPUTE, 0, 0, &got, &n,
+                             &d) == 0);
+    for (i = 0; i < n; i++)
+        batch1 = batch1 && got[i].measured_ms == 1000 + (double)i &&
+                 got[i].ntables == 1 + i % 8;
+    CHECK(n == 25 && batch1);
+    store_samples_free(got, n);
+    store_close(st);
+    teardown();
+}
+
+static void model_init(struct store_model *m, int64_t prof,
+                       enum store_kind kind, const void *w, size_t wn,
+                       const void *norm, size_t nn, double mape)
+{
+    memset(m, 0, sizeof(*m));
+    m->info.profile_id = prof;
+    m->info.kind = kind;
+    m->info.format_version = 1;
+    m->info.metrics.val_mape = mape;
+    m->info.metrics.test_mape = mape * 1.1;
+    m->info.metrics.train_samples = 8000;
+    m->info.metrics.val_samples = 1000;
+    m->info.metrics.test_samples = 1000;
+    m->info.weights_bytes = wn;
+    m->info.norm_bytes = nn;
+    m->weights = w;
+    m->norm = norm;
+}
+
+static void test_models(void)
+{
+    static const float w1[] = {1, 2, 3, 4.5f}, w2[] = {9, 8, 7};
+    static const float norm[] = {0.5f, 0.25f};
+    struct store_model m, *got = NULL;
+    struct store_model_info *list = NULL;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, v1 = 0, v2 = 0, v3 = 0, prev = -1;
+    size_t n = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+
+    model_init(&m, prof, STORE_KIND_COMPUTE, w1, sizeof(w1), norm, sizeof(norm),
+               0.05);
+    CHECK(store_model_put(st, &m, &v1, &d) == 0);
+    model_init(&m, prof, STORE_KIND_COMPUTE, w2, sizeof(w2), NULL, 0, 0.04);
+    CHECK(store_model_put(st, &m, &v2, &d) == 0);
+    CHECK(v1 > 0 && v2 > v1);
+
+    CHECK(store_model_get(st, v1, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == v1 && !got->info.active &&
+          got->info.weights_bytes == sizeof(w1) &&
+          memcmp(got->weights, w1, sizeof(w1)) == 0 &&
+          got->info.norm_bytes == sizeof(norm) &&
+          memcmp(got->norm, norm, sizeof(norm)) == 0 &&
+          got->info.metrics.val_mape == 0.05 &&
+          got->info.metrics.train_samples == 8000 &&
+          strcmp(got->info.profile, "cpu/test/4096") == 0);
+    store_model_free(got);
+    got = NULL;
+    CHECK(store_model_get(st, v2, &got, &d) == 0);
+    CHECK(got != NULL && got->norm == NULL && got->info.norm_bytes == 0);
+    store_model_free(got);
+
+    got = NULL;
+    CHECK(store_model_get_active(st, prof, STORE_KIND_COMPUTE, &got, &d) ==
+              SD_ENOENT &&
+          got == NULL);
+    CHECK(store_model_activate(st, v1, &prev, &d) == 0 && prev == 0);
+    CHECK(store_model_activate(st, v2, &prev, &d) == 0 && prev == v1);
+    CHECK(store_model_get_active(st, prof, STORE_KIND_COMPUTE, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == v2 && got->info.active);
+    store_model_free(got);
+
+    /* A comm model is active beside the compute one. */
+    model_init(&m, prof, STORE_KIND_COMM, w2, sizeof(w2), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &v3, &d) == 0);
+    CHECK(store_model_activate(st, v3, &prev, &d) == 0 && prev == 0);
+
+    CHECK(store_model_list(st, 0, 0, &list, &n, &d) == 0);
+    CHECK(n == 3 && list[0].id == v3 && list[1].id == v2 && list[2].id == v1);
+    CHECK(n == 3 && list[0].active && list[1].active && !list[2].active &&
+          list[0].kind == STORE_KIND_COMM &&
+          list[1].weights_bytes == sizeof(w2));
+    free(list);
+    list = NULL;
+    CHECK(store_model_list(st, prof, 1, &list, &n, &d) == 0 && n == 1);
+    free(list);
+    list = NULL;
+    CHECK(store_model_list(st, prof + 1, 0, &list, &n, &d) == 0 && n == 0 &&
+          list == NULL);
+
+    CHECK(store_model_get(st, 9999, &got, &d) == SD_ENOENT &&
+          strstr(d.msg, "9999") != NULL);
+    prev = -1;
+    CHECK(store_model_activate(st, 9999, &prev, &d) == SD_ENOENT && prev == -1);
+    CHECK(store_model_get_active(st, prof, STORE_KIND_COMPUTE, &got, &d) == 0);
+    CHECK(got->info.id == v2);
+    store_model_free(got);
+    /* Unknown profile: the foreign key refuses it. */
+    model_init(&m, prof + 7, STORE_KIND_COMPUTE, w1, sizeof(w1), NULL, 0, 1);
+    CHECK(store_model_put(st, &m, &v3, &d) == SD_EINVAL);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+static void test_jobs(void)
+{
+    struct store_job j, got, *list = NULL;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, id1 = 0, id2 = 0, id3 = 0;
+    uint64_t c = 0;
+    size_t n = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN;
+    j.profile_id = prof;
+    snprintf(j.params, sizeof(j.params), "{\"force\":true}");
+    CHECK(store_job_create(st, &j, &id1, &d) == 0 && id1 > 0);
+    CHECK(store_job_get(st, id1, &got, &d) == 0);
+    CHECK(got.state == STORE_JOB_QUEUED && got.progress == 0 &&
+          got.profile_id == prof && strcmp(got.profile, "cpu/test/4096") == 0 &&
+          strcmp(got.params, "{\"force\":true}") == 0 && got.created_ms > 0 &&
+          got.started_ms == 0 && got.finished_ms == 0 &&
+          got.result_model_id == 0);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN, prof, &got, &d) == 0 &&
+          got.id == id1);
+    CHECK(store_job_count(st, STORE_JOB_QUEUED, &c, &d) == 0 && c == 1);
+
+    CHECK(store_job_update(st, id1, STORE_JOB_RUNNING, 0.5, "epoch 5/10", 0,
+                           &d) == 0);
+    CHECK(store_job_get(st, id1, &got, &d) == 0);
+    CHECK(got.state == STORE_JOB_RUNNING && got.progress == 0.5 &&
+          strcmp(got.message, "epoch 5/10") == 0 && got.started_ms > 0 &&
+          got.finished_ms == 0);
+    CHECK(store_job_update(st, id1, STORE_JOB_RUNNING, 0.75, NULL, 0, &d) == 0);
+    CHECK(store_job_get(st, id1, &got, &d) == 0 &&
+          strcmp(got.message, "epoch 5/10") == 0 && got.progress == 0.75);
+    CHECK(store_job_update(st, id1, STORE_JOB_SUCCEEDED, 1, "done", 0, &d) ==
+          0);
+    CHECK(store_job_get(st, id1, &got, &d) == 0);
+    CHECK(got.state == STORE_JOB_SUCCEEDED && got.finished_ms > 0 &&
+          got.finished_ms >= got.started_ms);
+    CHECK(store_job_update(st, id1, STORE_JOB_RUNNING, 0, NULL, 0, &d) ==
+              SD_EINVAL &&
+          strstr(d.msg, "succeeded") != NULL);
+    CHECK(store_job_update(st, 9999, STORE_JOB_RUNNING, 0, NULL, 0, &d) ==
+          SD_ENOENT);
+    CHECK(store_job_update(st, id1, STORE_JOB_RUNNING, 0, NULL, 77, &d) ==
+          SD_EINVAL);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN, prof, &got, &d) ==
+          SD_ENOENT);
+
+    /* A job without a profile; then a crash leaves two unfinished. */
+    j.profile_id = 0;
+    j.params[0] = '\0';
+    CHECK(store_job_create(st, &j, &id2, &d) == 0);
+    j.profile_id = prof;
+    CHECK(store_job_create(st, &j, &id3, &d) == 0);
+    CHECK(store_job_get(st, id2, &got, &d) == 0 && got.profile_id == 0 &&
+          got.profile[0] == '\0');
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN, 0, &got, &d) == 0 &&
+          got.id == id2);
+    CHECK(store_job_update(st, id3, STORE_JOB_RUNNING, 0.1, NULL, 0, &d) == 0);
+    CHECK(store_job_count(st, STORE_JOB_RUNNING, &c, &d) == 0 && c == 1);
+    CHECK(store_job_update(st, id3, STORE_JOB_FAILED, 0.2, "x", 77, &d) ==
+              SD_EINVAL &&
+          strstr(d.msg, "does not exist") != NULL); /* no model 77 */
+    CHECK(store_job_get(st, id3, &got, &d) == 0 &&
+          got.state == STORE_JOB_RUNNING && got.progress == 0.1);
+
+    CHECK(store_job_list(st, 0, &list, &n, &d) == 0);
+    CHECK(n == 3 && list[0].id == id3 && list[1].id == id2 &&
+          list[2].id == id1);
+    free(list);
+    list = NULL;
+    CHECK(store_job_list(st, 2, &list, &n, &d) == 0 && n == 2);
+    free(list);
+
+    CHECK(store_job_cancel_unfinished(st, "daemon restarted", &c, &d) == 0 &&
+          c == 2);
+    CHECK(store_job_get(st, id3, &got, &d) == 0 &&
+          got.state == STORE_JOB_CANCELLED &&
+          strcmp(got.message, "daemon restarted") == 0 && got.finished_ms > 0);
+    CHECK(store_job_get(st, id1, &got, &d) == 0 &&
+          got.state == STORE_JOB_SUCCEEDED);
+    CHECK(store_job_state_is_terminal(STORE_JOB_FAILED) &&
+          !store_job_state_is_terminal(STORE_JOB_RUNNING));
+    CHECK(strcmp(store_job_state_name(STORE_JOB_CANCELLED), "cancelled") == 0);
+    store_close(st);
+    teardown();
+}
+
+static void test_audit(void)
+{
+    struct store_plan_audit a, *got = NULL;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t id = 0;
+    uint64_t n = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    memset(&a, 0, sizeof(a));
+    snprintf(a.request_hash, sizeof(a.request_hash), "ab12cd");
+    snprintf(a.algorithm, sizeof(a.algorithm), "dim_greedy");
+    a.ntables = 10;
+    a.ndevices = 4;
+    a.plan_cost_ms = 12.5;
+    a.plan_json = "{\"algorithm\":\"dim_greedy\"}";
+    CHECK(store_plan_audit_put(st, &a, &id, &d) == 0 && id > 0);
+    CHECK(store_plan_audit_get(st, id, &got, &d) == 0);
+    CHECK(got != NULL && got->id == id && got->model_id == 0 &&
+          got->ntables == 10 && got->ndevices == 4 &&
+          got->plan_cost_ms == 12.5 && got->created_ms > 0 &&
+          strcmp(got->request_hash, "ab12cd") == 0 &&
+          strcmp(got->algorithm, "dim_greedy") == 0 &&
+          strcmp(got->plan_json, a.plan_json) == 0);
+    free(got);
+    a.model_id = 42; /* no such model */
+    CHECK(store_plan_audit_put(st, &a, NULL, &d) == SD_EINVAL);
+    CHECK(store_plan_audit_prune(st, 0, &n, &d) == 0 && n == 0);
+    CHECK(store_plan_audit_prune(st, INT64_MAX, &n, &d) == 0 && n == 1);
+    got = NULL;
+    CHECK(store_plan_audit_get(st, id, &got, &d) == SD_ENOENT && got == NULL);
+    store_close(st);
+    teardown();
+}
+
+/* A newer schema is refused with the message and the file is not touched. */
+static void test_newer(void)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *before = NULL, *after = NULL;
+    size_t nbefore = 0, nafter = 0;
+    char want[160];
+    FILE *f;
+    int v = STORE_SCHEMA_VERSION + 1;
+    unsigned char be[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                           (unsigned char)(v >> 8), (unsigned char)v};
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    make_profile(st, "cpu/test/4096");
+    store_close(st);
+    CHECK(!exists("-wal"));
+    f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        CHECK(fseek(f, 60, SEEK_SET) == 0 && fwrite(be, 1, 4, f) == 4);
+        fclose(f);
+    }
+    before = slurp(&nbefore);
+
+    st = NULL;
+    snprintf(want, sizeof(want),
+             "database schema version %d is newer than this shardd supports "
+             "(%d); upgrade shardd",
+             v, STORE_SCHEMA_VERSION);
+    CHECK(store_open(path, 0, &st, &d) == SD_ENEWER && st == NULL);
+    CHECK(strcmp(d.msg, want) == 0);
+    CHECK(!exists("-wal") && !exists("-journal"));
+    /* A read-only connection leaves SQLite's (empty) -wal and -shm. */
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ENEWER &&
+          st == NULL);
+    CHECK(file_size("-wal") <= 0);
+    after = slurp(&nafter);
+    CHECK(before != NULL && after != NULL && nbefore == nafter &&
+          memcmp(before, after, nbefore) == 0);
+    free(before);
+    free(after);
+    teardown();
+
+    /* Not a database at all, and a SQLite file that is not ours. */
+    setup();
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        fputs("this is not a database, not even close; it is text.\n", f);
+        fclose(f);
+    }
+    CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+    teardown();
+}
+
+/* Bad input is SD_EINVAL naming the field, and writes nothing. */
+static void test_bad_input(void)
+{
+    static const float w[] = {1};
+    struct table tables[2];
+    struct store_sample s;
+    struct store_profile p;
+    struct store_model m;
+    struct store_job j;
+    struct store_plan_audit a;
+    struct store_model_info *ml = NULL;
+    struct store_job *jl = NULL;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, id = 0, job = 0;
+    size_t n = 1;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    make_table(&tables[0], 0);
+    make_table(&tables[1], 1);
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN;
+    CHECK(store_job_create(st, &j, &job, &d) == 0);
+
+    make_sample(&s, prof, tables, 2, NAN);
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "measured_ms") != NULL && id == 0);
+    make_sample(&s, prof, tables, 2, 1);
+    tables[1].dim = 30;
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "tables[1]") != NULL && strstr(d.msg, "dim") != NULL);
+    tables[1].dim = 32;
+    s.device[0] = '\0';
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "device") != NULL);
+    make_sample(&s, prof, tables, 2, 1);
+    memset(s.source, 'x', sizeof(s.source)); /* not NUL-terminated */
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "source") != NULL);
+    make_sample(&s, prof, tables, 2, 1);
+    s.kind = (enum store_kind)7;
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "kind") != NULL);
+    make_sample(&s, prof, tables, 0, 1);
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "ntables") != NULL);
+    make_sample(&s, prof + 5, tables, 2, 1); /* no such profile */
+    CHECK(store_sample_add(st, &s, &id, &d) == SD_EINVAL && id == 0);
+    /* In a batch, a refused sample leaves the batch open and unharmed. */
+    make_sample(&s, prof, tables, 2, 1);
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_sample_add(st, &s, NULL, &d) == 0);
+    s.profile_id = prof + 5;
+    CHECK(store_sample_add(st, &s, NULL, &d) == SD_EINVAL);
+    s.profile_id = prof;
+    CHECK(store_sample_add(st, &s, NULL, &d) == 0);
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "batch") != NULL);
+    CHECK(store_sample_batch_commit(st, &d) == 0);
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 2);
+
+    memset(&p, 0, sizeof(p));
+    snprintf(p.backend, sizeof(p.backend), "cpu");
+    snprintf(p.device_model, sizeof(p.device_model), "x");
+    p.batch_size = 1;
+    CHECK(store_profile_get_or_create(st, &p, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "name") != NULL);
+    snprintf(p.name, sizeof(p.name), "p");
+    p.batch_size = 0;
+    CHECK(store_profile_get_or_create(st, &p, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "batch_size") != NULL);
+    CHECK(store_profile_get(st, "p", &p, &d) == SD_ENOENT);
+
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, NAN);
+    CHECK(store_model_put(st, &m, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "val_mape") != NULL);
+    model_init(&m, prof, STORE_KIND_COMPUTE, NULL, 0, NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "weights") != NULL);
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 4, 0.1);
+    CHECK(store_model_put(st, &m, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "norm") != NULL);
+
+    CHECK(store_job_update(st, job, STORE_JOB_RUNNING, 2, NULL, 0, &d) ==
+              SD_EINVAL &&
+          strstr(d.msg, "progress") != NULL);
+    CHECK(store_job_update(st, job, STORE_JOB_RUNNING, NAN, NULL, 0, &d) ==
+          SD_EINVAL);
+    CHECK(store_job_update(st, job, (enum store_job_state)9, 0, NULL, 0, &d) ==
+              SD_EINVAL &&
+          strstr(d.msg, "state") != NULL);
+    j.kind = (enum store_job_kind)3;
+    CHECK(store_job_create(st, &j, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "kind") != NULL);
+
+    memset(&a, 0, sizeof(a));
+    snprintf(a.algorithm, sizeof(a.algorithm), "random");
+    a.ntables = a.ndevices = 1;
+    a.plan_json = "{}";
+    CHECK(store_plan_audit_put(st, &a, &id, &d) == SD_EINVAL &&
+          strstr(d.msg, "request_hash") != NULL);
+
+    /* Nothing was written by any of it. */
+    CHECK(count(st, prof, STORE_KIND_COMPUTE) == 2);
+    CHECK(store_model_list(st, 0, 0, &ml, &n, &d) == 0 && n == 0);
+    CHECK(store_job_list(st, 0, &jl, &n, &d) == 0 && n == 1);
+    CHECK(n == 1 && jl[0].state == STORE_JOB_QUEUED && jl[0].progress == 0);
+    free(jl);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+int main(void)
+{
+    test_open();
+    test_samples();
+    test_kill9();
+    test_models();
+    test_jobs();
+    test_audit();
+    test_newer();
+    test_bad_input();
+    return tap_done();
+}
