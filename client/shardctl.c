@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "profiler.h"
 
 #define EXIT_USAGE 2
 
@@ -42,6 +44,19 @@ static const char usage_text[] =
     "      Algorithms: random, dim_greedy, size_greedy, lookup_greedy,\n"
     "      size_lookup_greedy (default), torchrec_greedy.\n"
     "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
+    "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
+    "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
+    "              [--max-gb G] [TIMING]\n"
+    "      Measure N compute-cost samples of random shards (at most G GiB,\n"
+    "      default 4) into the store (resumable; Ctrl-C keeps every\n"
+    "      committed sample).\n"
+    "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
+    "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
+    "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
+    "      Measure a plan on the device: each device's shard timed in turn,\n"
+    "      communication modelled; per-device figures and the plan cost.\n"
+    "  TIMING: [--warmup N] (default 5) [--repeats N] (default 10)\n"
+    "          [--no-flush] (skip the cache flush before each timed step)\n"
     "\n"
     "Output goes to stdout unless --out is given.  Exit status: 0 success,\n"
     "1 internal failure, 2 bad input or usage.\n";
@@ -76,6 +91,12 @@ struct opts {
     const char *out;
     const char *alg;
     const char *optimizer;
+    const char *db;
+    const char *plan;
+    const char *backend;
+    double seconds;
+    int64_t samples, device, warmup, repeats;
+    bool no_flush;
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
     double mem_gb, max_gb;
@@ -108,6 +129,15 @@ static const struct opt_def opt_defs[] = {
     {"--max-tables", OPT_INT, O(max_tables), 1, 1e6},
     {"--mem-gb", OPT_REAL, O(mem_gb), 1e-9, 1e9},
     {"--max-gb", OPT_REAL, O(max_gb), 1e-9, 1e9},
+    {"--db", OPT_STR, O(db), 0, 0},
+    {"--plan", OPT_STR, O(plan), 0, 0},
+    {"--backend", OPT_STR, O(backend), 0, 0},
+    {"--samples", OPT_INT, O(samples), 1, 1e9},
+    {"--device", OPT_INT, O(device), 0, 1e6},
+    {"--seconds", OPT_REAL, O(seconds), 1e-3, 1e9},
+    {"--warmup", OPT_INT, O(warmup), 0, 1000},
+    {"--repeats", OPT_INT, O(repeats), 1, 10000},
+    {"--no-flush", OPT_FLAG, O(no_flush), 0, 0},
     {"--offline", OPT_FLAG, O(offline), 0, 0},
     {"--json", OPT_FLAG, O(json), 0, 0},
     {"--torchrec", OPT_FLAG, O(torchrec), 0, 0},
@@ -354,12 +384,200 @@ static int cmd_plan(const struct opts *o)
     return rv;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Measuring: profile and eval                                             */
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* Stops long measurements cleanly on Ctrl-C or SIGTERM: the current sample
+ * finishes and every measured one is committed. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A progress bar on a terminal; a line per 10 % elsewhere (logs). */
+static void show_progress(void *ctx, uint64_t done, uint64_t target,
+                          uint64_t added, double elapsed_s)
+{
+    double rate = elapsed_s > 0 ? (double)added / elapsed_s : 0;
+    double eta = rate > 0 ? (double)(target - done) / rate : 0;
+    int width = 30, fill = target ? (int)(width * done / target) : width;
+    static int last_decile = -1;
+
+    if (isatty(STDERR_FILENO)) {
+        fprintf(stderr, "\r[%.*s%*s] %llu/%llu samples  %.2f/s  eta %.0f s ",
+                fill, "==============================", width - fill, "",
+                (unsigned long long)done, (unsigned long long)target, rate,
+                eta);
+        if (done == target)
+            fputc('\n', stderr);
+    } else if ((int)(10 * done / (target ? target : 1)) != last_decile) {
+        last_decile = (int)(10 * done / (target ? target : 1));
+        fprintf(stderr, "profile: %llu/%llu samples, %.2f/s\n",
+                (unsigned long long)done, (unsigned long long)target, rate);
+    }
+}
+
+/* The timing options shared by profile and eval. */
+static void timing_opts(const struct opts *o, struct kern_timing_opts *to)
+{
+    kern_timing_opts_default(to);
+    if (o->warmup >= 0)
+        to->warmup = (int)o->warmup;
+    if (o->repeats)
+        to->repeats = (int)o->repeats;
+    if (o->no_flush)
+        to->flush = false;
+}
+
+static const struct kern_backend *pick_backend(const char *name)
+{
+    struct sd_diag d;
+    const struct kern_backend *be = kern_backend_get(name, &d);
+
+    if (be == NULL)
+        fail(EXIT_USAGE, "--backend: %s", d.msg);
+    return be;
+}
+
+static int cmd_profile(const struct opts *o)
+{
+    struct prof_run_params pp;
+    struct prof_run_result res;
+    struct store *st;
+    struct sd_diag d;
+    int rv;
+
+    if (o->db == NULL || o->samples == 0)
+        return fail(EXIT_USAGE, "profile: --db and --samples are required");
+    prof_run_params_default(&pp);
+    pp.be = pick_backend(o->backend);
+    if (pp.be == NULL)
+        return EXIT_USAGE;
+    if (o->device >= pp.be->device_count())
+        return fail(EXIT_USAGE,
+                    "profile: --device %lld: the %s backend has "
+                    "%d devices",
+                    (long long)o->device, pp.be->name, pp.be->device_count());
+    pp.device = (int32_t)o->device;
+    if (o->batch)
+        pp.batch_size = o->batch;
+    pp.seed = (uint64_t)o->seed;
+    pp.target_samples = (uint64_t)o->samples;
+    pp.max_seconds = o->seconds;
+    if (o->max_gb > 0)
+        pp.shape.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
+    timing_opts(o, &pp.timing);
+    pp.stop = &stop_requested;
+    pp.progress = show_progress;
+
+    rv = store_open(o->db, 0, &st, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "profile: %s", d.msg);
+    catch_stop_signals();
+    rv = prof_run(st, &pp, &res, &d);
+    store_close(st);
+    fprintf(stderr, "profile %s: %llu samples added, %llu in the store\n",
+            res.profile, (unsigned long long)res.added,
+            (unsigned long long)(res.existing + res.added));
+    if (rv != 0)
+        return fail(exit_for(rv), "profile: %s (committed samples are kept)",
+                    d.msg);
+    if (res.interrupted) {
+        fprintf(stderr, "profile: stopped early; every committed sample is "
+                        "kept, and the same command resumes\n");
+        return stop_requested ? 130 : 0;
+    }
+    return 0;
+}
+
+static int cmd_eval(const struct opts *o)
+{
+    enum optimizer opt = OPTIMIZER_SGD;
+    const struct kern_backend *be;
+    struct kern_timing_opts to;
+    struct table *tables = NULL;
+    struct topology topo;
+    struct sd_diag d;
+    struct plan p;
+    size_t n;
+    char *text;
+    int rv;
+
+    if (o->tables == NULL || o->plan == NULL)
+        return fail(EXIT_USAGE, "eval: --tables and --plan are required");
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
+        return fail(EXIT_USAGE, "eval: --optimizer \"%s\" is unknown",
+                    o->optimizer);
+    be = pick_backend(o->backend);
+    if (be == NULL)
+        return EXIT_USAGE;
+    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "eval: %s", d.msg);
+    rv = json_read_plan(o->plan, tables, n, &p, &d);
+    if (rv != 0) {
+        free(tables);
+        return fail(exit_for(rv), "eval: %s", d.msg);
+    }
+    /* Without --mem-gb the plan is measured whatever memory it needs. */
+    topology_default(&topo, p.ndevices,
+                     o->mem_gb > 0
+                         ? (uint64_t)(o->mem_gb * (double)(1ull << 30))
+                         : UINT64_MAX / 2);
+    if (o->per_host)
+        topo.devices_per_host = (int32_t)o->per_host;
+    if (o->batch)
+        topo.batch_size = o->batch;
+    rv = topology_validate(&topo, &d);
+    if (rv == 0)
+        rv = plan_validate(&p, tables, n, &topo, opt, &d);
+    if (rv != 0)
+        goto out_usage;
+    timing_opts(o, &to);
+    rv = prof_eval_plan(be, &p, tables, n, &topo, opt, &to, (uint64_t)o->seed,
+                        NULL, &d);
+    if (rv != 0)
+        goto out_usage;
+    p.algorithm = "eval";
+    if (o->json) {
+        text = json_plan(&p, tables);
+        rv = text ? write_output(o->out, text) : fail(1, "eval: out of memory");
+        free(text);
+    } else {
+        format_plan_text(stdout, &p, tables, n, &topo);
+        rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+    }
+    plan_destroy(&p);
+    free(tables);
+    return rv;
+
+out_usage:
+    plan_destroy(&p);
+    free(tables);
+    return fail(exit_for(rv), "eval: %s", d.msg);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
     int rv;
 
     memset(&o, 0, sizeof(o));
+    o.warmup = -1; /* unset: 0 is a valid count */
     if (argc < 2)
         return fputs(usage_text, stderr), EXIT_USAGE;
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0 ||
@@ -376,6 +594,10 @@ int main(int argc, char **argv)
         return cmd_gen_tasks(&o);
     if (strcmp(argv[1], "plan") == 0)
         return cmd_plan(&o);
+    if (strcmp(argv[1], "profile") == 0)
+        return cmd_profile(&o);
+    if (strcmp(argv[1], "eval") == 0)
+        return cmd_eval(&o);
     return fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",
                 argv[1]);
 }

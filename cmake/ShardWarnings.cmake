@@ -11,7 +11,10 @@ endif()
 
 if(SHARDD_SANITIZE)
   string(REPLACE ";" "," _sd_san "${SHARDD_SANITIZE}")
-  add_compile_options(-fsanitize=${_sd_san} -fno-omit-frame-pointer
-                      -fno-sanitize-recover=all)
+  # C only: nvcc does not take these flags (sanitizer builds of CUDA code
+  # are not supported; configure them with SHARDD_CUDA=OFF).
+  add_compile_options($<$<COMPILE_LANGUAGE:C>:-fsanitize=${_sd_san}>
+                      $<$<COMPILE_LANGUAGE:C>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:C>:-fno-sanitize-recover=all>)
   add_link_options(-fsanitize=${_sd_san})
 endif()

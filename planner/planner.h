@@ -217,6 +217,45 @@ int task_generate(const struct task_params *p, const struct table *pool,
 void task_array_free(struct task *tasks, size_t n);
 
 /* ------------------------------------------------------------------------ */
+/* Profiling samples and traces from features (sample.c)                     */
+
+/* The dims of NeuroShard's table augmentation (neuroshard.md 2.1). */
+#define SAMPLE_NDIMS 6
+extern const int32_t sample_dims[SAMPLE_NDIMS]; /* 128, 64, .., 4 */
+
+struct sample_params {
+    size_t max_tables;  /* tables per shard drawn in [1, max], default 15 */
+    uint64_t max_bytes; /* fp32 size cap of a shard, default 4 GiB */
+};
+
+void sample_params_default(struct sample_params *p);
+
+/*
+ * Draws one compute-cost sample shard (neuroshard.md 2.2): k uniform in
+ * [1, max_tables], k (table, dim) pairs drawn with replacement from the pool
+ * augmented with every dim of sample_dims, the whole draw repeated until the
+ * shard's fp32 bytes are within max_bytes.  Writes k pool indices to idx[]
+ * and dims to dims[] (both with room for max_tables), and *k.  Returns 0, or
+ * SD_EINVAL (empty pool, max_tables 0, or no draw in 1000 met the cap).
+ */
+int sample_draw_shard(struct rng *g, const struct table *pool, size_t npool,
+                      const struct sample_params *p, size_t *idx, int32_t *dims,
+                      size_t *k);
+
+/*
+ * Makes a batch of lookups whose statistics follow a table's features when
+ * no real trace exists: rows accessed in bin k are given access counts
+ * inside that bin's range, the number of distinct rows is chosen so the
+ * total is nbags x pooling factor, the rows are spread over [0, rows), and
+ * the lookups are dealt to bags at random.  Deterministic for (t, nbags,
+ * seed).  A table with pooling factor 0 or all-zero bins gets empty bags.
+ * On success *out owns its arrays (trace_destroy()).  Returns 0, SD_EINVAL or
+ * SD_ENOMEM.
+ */
+int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
+                     struct trace *out);
+
+/* ------------------------------------------------------------------------ */
 /* Topology and options (plan.c)                                             */
 
 #define TOPO_DEVICES_MAX 4096

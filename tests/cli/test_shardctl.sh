@@ -95,6 +95,36 @@ grep -q "plan cost:" "$DIR/human.txt" && grep -q "fwd_comm" "$DIR/human.txt" &&
     ok || bad "plan --out"
 "$CTL" --help | grep -q "gen-tables" && ok || bad "--help"
 
+# --- measuring: profile (resumable) and eval ---------------------------------
+FAST="--batch-size 64 --warmup 0 --repeats 2 --no-flush"
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/p.db" --samples 3 --max-gb 0.05 --seed 2 $FAST \
+    2>"$DIR/err" && grep -q "3 samples added, 3 in the store" "$DIR/err" &&
+    ok || bad "profile: $(cat "$DIR/err")"
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST \
+    2>"$DIR/err" && grep -q "2 samples added, 5 in the store" "$DIR/err" &&
+    ok || bad "profile resume: $(cat "$DIR/err")"
+# eval measures a plan made for small tables (real weights are allocated).
+python3 - "$DIR/t.json" "$DIR/small.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["tables"][:12]
+for x in t:
+    x["rows"] = min(x["rows"], 20000)
+json.dump({"tables": t}, open(sys.argv[2], "w"))
+PY
+"$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
+    --json --out "$DIR/sp.json" && ok || bad "plan of small tables"
+# shellcheck disable=SC2086
+"$CTL" eval --tables "$DIR/small.json" --plan "$DIR/sp.json" --json $FAST \
+    >"$DIR/e.json" 2>"$DIR/err" && ok || bad "eval: $(cat "$DIR/err")"
+json_check "$DIR/e.json" 'd["cost_model"] == "measured:cpu" and d["plan_cost_ms"] > 0 and len(d["devices"]) == 3'
+expect_fail 2 'not in the tables file' eval --tables "$DIR/small.json" \
+    --plan "$DIR/o.json"
+expect_fail 2 '--backend' profile --db "$DIR/p.db" --samples 1 \
+    --backend tpu
+expect_fail 2 'required' profile --samples 3
+
 # --- bad input: exit 2, one message naming table and field -----------------
 B='[0.5,0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]'
 tbl() { printf '{"tables":[%s]}' "$1" >"$DIR/bad.json"; }

@@ -1,0 +1,218 @@
+/*
+ * Throughput of the fused table-batched embedding bag (forward + backward +
+ * exact SGD) per backend: for a few shard shapes, the median step time,
+ * its spread ((p90 - p10) / median over the timed repeats) and
+ * training samples per second (batch / median).  Lookups are synthetic and
+ * Zipf-like: log-uniform ranks (Zipf with exponent 1) hashed onto rows.
+ *
+ * usage: bench_kernels [cpu|cuda|all] [repeats] [noflush]
+ *        (defaults: all, 10 repeats, cache flushed before each timed step)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+
+#define MAX_TABLES 15
+
+struct bench_shape {
+    const char *name;
+    int ntables;
+    int32_t dim[MAX_TABLES];
+    int64_t rows[MAX_TABLES];
+    int pool;      /* mean bag length; lengths uniform in [0, 2 pool] */
+    int64_t batch; /* bags per table */
+    bool gpu_only; /* too slow for a 2-core cpu run */
+};
+
+static const struct bench_shape shapes[] = {
+    {"1 x d16", 1, {16}, {100000}, 20, 4096, false},
+    {"1 x d128", 1, {128}, {1000000}, 20, 4096, false},
+    {"4 mixed",
+     4,
+     {16, 64, 128, 64},
+     {100000, 4000000, 500000, 1000000},
+     15,
+     4096,
+     false},
+    {"15 mixed",
+     15,
+     {16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128},
+     {100000, 200000, 100000, 1000000, 500000, 200000, 4000000, 100000, 300000,
+      2000000, 100000, 100000, 400000, 800000, 100000},
+     10,
+     4096,
+     false},
+    {"4 mixed b64k",
+     4,
+     {16, 64, 128, 64},
+     {100000, 4000000, 500000, 1000000},
+     15,
+     65536,
+     false},
+    {"15 mixed b64k",
+     15,
+     {16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128},
+     {100000, 200000, 100000, 1000000, 500000, 200000, 4000000, 100000, 300000,
+      2000000, 100000, 100000, 400000, 800000, 100000},
+     10,
+     65536,
+     true},
+};
+
+static uint64_t rng_state = 12345;
+
+static uint64_t next(void)
+{
+    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
+
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* A Zipf-like row: rank r = floor(rows^u) - 1 has P(r) ~ 1/(r+1); the
+ * rank is hashed so that hot rows spread over the table. */
+static int64_t zipf_row(int64_t rows)
+{
+    double u = (double)(next() >> 11) * 0x1.0p-53;
+    uint64_t rank = 0, h;
+    double x = 1.0, base = (double)rows;
+
+    /* rows^u without libm: exp(u ln rows) by repeated square roots */
+    while (u > 1e-9 && base > 1.0000001) {
+        base = __builtin_sqrt(base);
+        u *= 2.0;
+        if (u >= 1.0) {
+            x *= base;
+            u -= 1.0;
+        }
+    }
+    rank = (uint64_t)x - 1;
+    h = (rank + 1) * UINT64_C(0x9e3779b97f4a7c15);
+    h ^= h >> 29;
+    return (int64_t)(h % (uint64_t)rows);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void run_shape(const struct kern_backend *be,
+                      const struct bench_shape *sh, int repeats, bool flush)
+{
+    struct kern_table_desc tables[MAX_TABLES];
+    struct kern_shard_desc desc;
+    struct kern_timing_opts o;
+    struct kern_timing tm;
+    struct kern_shard *s = NULL;
+    struct sd_diag d = {{0}};
+    int64_t b, i, len, *off, *idx, lookups = 0;
+    double t0, t_open;
+    int t, rv;
+
+    memset(tables, 0, sizeof(tables));
+    for (t = 0; t < sh->ntables; t++) {
+        off = calloc((size_t)sh->batch + 1, sizeof(*off));
+        idx = calloc((size_t)(sh->batch * 2 * sh->pool) + 1, sizeof(*idx));
+        if (off == NULL || idx == NULL) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+        for (b = 0; b < sh->batch; b++) {
+            len = (int64_t)(next() % (uint64_t)(2 * sh->pool + 1));
+            for (i = 0; i < len; i++)
+                idx[off[b] + i] = zipf_row(sh->rows[t]);
+            off[b + 1] = off[b] + len;
+        }
+        tables[t].rows = sh->rows[t];
+        tables[t].dim = sh->dim[t];
+        tables[t].nindices = off[sh->batch];
+        tables[t].offsets = off;
+        tables[t].indices = idx;
+        lookups += off[sh->batch];
+    }
+    memset(&desc, 0, sizeof(desc));
+    desc.ntables = (size_t)sh->ntables;
+    desc.tables = tables;
+    desc.nbags = sh->batch;
+    desc.learning_rate = 0.01f;
+    desc.seed = 1;
+
+    t0 = now_s();
+    rv = be->shard_open(0, &desc, &s, &d);
+    t_open = now_s() - t0;
+    if (rv != 0) {
+        printf("%-5s %-14s open failed: %s (%s)\n", be->name, sh->name,
+               sd_err_name(rv), d.msg);
+        goto out;
+    }
+    kern_timing_opts_default(&o);
+    o.warmup = 2;
+    o.flush = flush;
+    o.repeats = repeats;
+    rv = be->shard_time(s, &o, &tm);
+    if (rv != 0) {
+        printf("%-5s %-14s time failed: %s\n", be->name, sh->name,
+               sd_err_name(rv));
+    } else {
+        printf("%-5s %-14s %6lld %9lld %9.3f %9.3f %9.3f %7.3f %11.0f "
+               "%6.1f\n",
+               be->name, sh->name, (long long)sh->batch, (long long)lookups,
+               tm.median_ms, tm.p10_ms, tm.p90_ms,
+               (tm.p90_ms - tm.p10_ms) / tm.median_ms,
+               (double)sh->batch / (tm.median_ms * 1e-3), t_open);
+    }
+    be->shard_close(s);
+out:
+    for (t = 0; t < sh->ntables; t++) {
+        free((void *)tables[t].offsets);
+        free((void *)tables[t].indices);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = argc > 1 ? argv[1] : "all";
+    const struct kern_backend *bes[2];
+    struct kern_device_info info;
+    int nbe = 0, i, repeats = argc > 2 ? atoi(argv[2]) : 10;
+    bool flush = !(argc > 3 && strcmp(argv[3], "noflush") == 0);
+    size_t k;
+
+    if (repeats < 1)
+        repeats = 10;
+    if (strcmp(which, "cpu") == 0 || strcmp(which, "all") == 0)
+        bes[nbe++] = &kern_backend_cpu;
+    if (strcmp(which, "cuda") == 0 || strcmp(which, "all") == 0) {
+        bes[nbe] = kern_backend_get("cuda", NULL);
+        if (bes[nbe] != NULL)
+            nbe++;
+        else
+            printf("cuda: not available\n");
+    }
+    for (i = 0; i < nbe; i++) {
+        bes[i]->device_info(0, &info);
+        printf("# %s device 0: %s; %d repeats after 2 warm-up steps, "
+               "cache flush %s\n",
+               bes[i]->name, info.name, repeats, flush ? "on" : "off");
+    }
+    printf("%-5s %-14s %6s %9s %9s %9s %9s %7s %11s %6s\n", "be", "shape",
+           "batch", "lookups", "med_ms", "p10_ms", "p90_ms", "spread",
+           "samples/s", "open_s");
+    for (i = 0; i < nbe; i++) {
+        for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+            if (shapes[k].gpu_only && strcmp(bes[i]->name, "cpu") == 0)
+                continue;
+            run_shape(bes[i], &shapes[k], repeats, flush);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,220 @@
+/*
+ * Profiling samples (neuroshard.md 2.2) and traces made from a table's
+ * features, for measuring tables that come without a real trace (planner.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+#define DRAW_TRIES 1000
+
+const int32_t sample_dims[SAMPLE_NDIMS] = {128, 64, 32, 16, 8, 4};
+
+void sample_params_default(struct sample_params *p)
+{
+    p->max_tables = 15;
+    p->max_bytes = 4ull << 30;
+}
+
+int sample_draw_shard(struct rng *g, const struct table *pool, size_t npool,
+                      const struct sample_params *p, size_t *idx, int32_t *dims,
+                      size_t *k)
+{
+    int tries;
+
+    if (npool == 0 || p->max_tables == 0)
+        return SD_EINVAL;
+    for (tries = 0; tries < DRAW_TRIES; tries++) {
+        size_t n = 1 + (size_t)rng_below(g, p->max_tables), i;
+        uint64_t bytes = 0;
+
+        /* One draw from the augmented list of npool x SAMPLE_NDIMS
+         * configurations is a pool table and a dim drawn independently. */
+        for (i = 0; i < n; i++) {
+            uint64_t aug = rng_below(g, (uint64_t)npool * SAMPLE_NDIMS);
+
+            idx[i] = (size_t)(aug % npool);
+            dims[i] = sample_dims[aug / npool];
+            bytes += table_bytes(&pool[idx[i]], dims[i]);
+        }
+        if (bytes <= p->max_bytes) {
+            *k = n;
+            return 0;
+        }
+    }
+    return SD_EINVAL;
+}
+
+/* Access counts of bin k: [lo, hi] (bin 16 is capped at 2^16). */
+static void bin_range(int k, int64_t *lo, int64_t *hi)
+{
+    if (k == 0) {
+        *lo = *hi = 1;
+        return;
+    }
+    *lo = ((int64_t)1 << (k - 1)) + 1;
+    *hi = (int64_t)1 << k;
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b != 0) {
+        uint64_t r = a % b;
+
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/*
+ * Draws the distinct rows' access counts: rows_in_bin[k] rows get counts
+ * uniform in bin k's range.  Returns the counts array (n entries) or NULL.
+ */
+static int64_t *draw_counts(struct rng *g, const int64_t *rows_in_bin,
+                            int64_t n)
+{
+    int64_t *count = malloc((size_t)(n ? n : 1) * sizeof(*count));
+    int64_t u = 0, j, lo, hi;
+    int k;
+
+    if (count == NULL)
+        return NULL;
+    for (k = 0; k < TABLE_NBINS; k++) {
+        bin_range(k, &lo, &hi);
+        for (j = 0; j < rows_in_bin[k]; j++)
+            count[u++] = lo + (int64_t)rng_below(g, (uint64_t)(hi - lo + 1));
+    }
+    return count;
+}
+
+/* How many distinct rows fall in each bin so that the counts add up to
+ * about `lookups` (each bin's mean count is its range's midpoint). */
+static int64_t plan_rows(const struct table *t, double lookups,
+                         int64_t rows_in_bin[TABLE_NBINS])
+{
+    double sum = 0, mean = 0, unique;
+    int64_t lo, hi, n = 0;
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        sum += t->bins[k];
+    for (k = 0; k < TABLE_NBINS; k++) {
+        bin_range(k, &lo, &hi);
+        mean += t->bins[k] / sum * (double)(lo + hi) / 2.0;
+    }
+    unique = lookups / mean;
+    if (unique > (double)t->rows)
+        unique = (double)t->rows;
+    if (unique < 1)
+        unique = 1;
+    for (k = 0; k < TABLE_NBINS; k++) {
+        rows_in_bin[k] = (int64_t)llround(unique * t->bins[k] / sum);
+        n += rows_in_bin[k];
+    }
+    /* Rounding may overshoot the table. */
+    for (k = TABLE_NBINS - 1; k >= 0 && n > t->rows; k--) {
+        int64_t cut =
+            rows_in_bin[k] < n - t->rows ? rows_in_bin[k] : n - t->rows;
+
+        rows_in_bin[k] -= cut;
+        n -= cut;
+    }
+    return n;
+}
+
+/* Reorders indices[] (lookup j belongs to bag[j]) into CSR order given
+ * the bags' prefix offsets.  Replaces *indices; 0 or SD_ENOMEM. */
+static int sort_by_bag(const int64_t *offsets, int64_t nbags,
+                       const int64_t *bag, int64_t **indices, int64_t total)
+{
+    int64_t *fill = calloc((size_t)nbags, sizeof(*fill));
+    int64_t *sorted = malloc((size_t)(total ? total : 1) * sizeof(*sorted));
+    int64_t j;
+
+    if (fill == NULL || sorted == NULL) {
+        free(fill);
+        free(sorted);
+        return SD_ENOMEM;
+    }
+    for (j = 0; j < total; j++)
+        sorted[offsets[bag[j]] + fill[bag[j]]++] = (*indices)[j];
+    free(fill);
+    free(*indices);
+    *indices = sorted;
+    return 0;
+}
+
+int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
+                     struct trace *out)
+{
+    int64_t rows_in_bin[TABLE_NBINS], nrows = 0, total = 0, j, c;
+    int64_t *count = NULL, *offsets = NULL, *indices = NULL, *bag = NULL;
+    uint64_t a, b;
+    struct rng g;
+    double sum = 0;
+    int k, rv = SD_ENOMEM;
+
+    if (nbags < 1 || t->rows < 1)
+        return SD_EINVAL;
+    for (k = 0; k < TABLE_NBINS; k++)
+        sum += t->bins[k];
+    rng_seed(&g, seed);
+    if (sum > 0 && t->pooling_factor > 0)
+        nrows = plan_rows(t, (double)nbags * t->pooling_factor, rows_in_bin);
+    else
+        memset(rows_in_bin, 0, sizeof(rows_in_bin));
+
+    count = draw_counts(&g, rows_in_bin, nrows);
+    offsets = calloc((size_t)nbags + 1, sizeof(*offsets));
+    if (count == NULL || offsets == NULL)
+        goto out_free;
+    for (j = 0; j < nrows; j++)
+        total += count[j];
+    indices = malloc((size_t)(total ? total : 1) * sizeof(*indices));
+    bag = malloc((size_t)(total ? total : 1) * sizeof(*bag));
+    if (indices == NULL || bag == NULL)
+        goto out_free;
+
+    /* Distinct rows spread over the table by an affine bijection of
+     * [0, rows); each lookup then goes to a uniformly drawn bag. */
+    a = 1 + rng_below(&g, (uint64_t)t->rows);
+    while (gcd(a, (uint64_t)t->rows) != 1)
+        a++;
+    b = rng_below(&g, (uint64_t)t->rows);
+    total = 0;
+    for (j = 0; j < nrows; j++) {
+        int64_t row = (int64_t)(((unsigned __int128)a * (uint64_t)j + b) %
+                                (uint64_t)t->rows);
+
+        for (c = 0; c < count[j]; c++) {
+            bag[total] = (int64_t)rng_below(&g, (uint64_t)nbags);
+            offsets[bag[total] + 1]++;
+            indices[total++] = row;
+        }
+    }
+    for (j = 0; j < nbags; j++)
+        offsets[j + 1] += offsets[j];
+    if (sort_by_bag(offsets, nbags, bag, &indices, total) != 0)
+        goto out_free;
+
+    memset(out, 0, sizeof(*out));
+    memcpy(out->name, t->name, sizeof(out->name));
+    out->rows = t->rows;
+    out->dim = t->dim;
+    out->nbags = nbags;
+    out->nindices = total;
+    out->offsets = offsets;
+    out->indices = indices;
+    offsets = indices = NULL;
+    rv = 0;
+
+out_free:
+    free(bag);
+    free(indices);
+    free(offsets);
+    free(count);
+    return rv;
+}

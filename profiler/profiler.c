@@ -1,0 +1,345 @@
+/* Measuring shards and plans, and the profiling loop (profiler.h). */
+#include "profiler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int prof_measure_shard(const struct kern_backend *be, int32_t device,
+                       const struct prof_item *items, size_t n,
+                       const struct kern_timing_opts *o,
+                       struct kern_timing *out, struct sd_diag *d)
+{
+    struct kern_table_desc *td;
+    struct kern_shard_desc sd;
+    struct kern_shard *s = NULL;
+    size_t i;
+    int rv;
+
+    if (n == 0) {
+        memset(out, 0, sizeof(*out));
+        return 0;
+    }
+    td = calloc(n, sizeof(*td));
+    if (td == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < n; i++) {
+        const struct trace *tr = items[i].trace;
+
+        if (tr->nbags != items[0].trace->nbags) {
+            free(td);
+            return sd_diag_set(d, SD_EINVAL,
+                               "shard: table \"%s\" has %lld bags, the batch "
+                               "is %lld",
+                               tr->name, (long long)tr->nbags,
+                               (long long)items[0].trace->nbags);
+        }
+        td[i].rows = tr->rows;
+        td[i].dim = items[i].cols;
+        td[i].nindices = tr->nindices;
+        td[i].offsets = tr->offsets;
+        td[i].indices = tr->indices;
+    }
+    memset(&sd, 0, sizeof(sd));
+    sd.ntables = n;
+    sd.tables = td;
+    sd.nbags = items[0].trace->nbags;
+    sd.learning_rate = 0.01f;
+    sd.seed = 1;
+    sd.reuse_weights = true; /* weights' values do not change the time */
+    rv = be->shard_open(device, &sd, &s, d);
+    free(td);
+    if (rv != 0)
+        return rv;
+    rv = be->shard_time(s, o, out);
+    if (rv != 0)
+        sd_diag_set(d, rv, "%s device %d: timing failed: %s", be->name,
+                    (int)device, sd_strerror(rv));
+    be->shard_close(s);
+    return rv;
+}
+
+int prof_profile_name(const struct kern_backend *be, int32_t device,
+                      int64_t batch_size, char *buf, size_t cap,
+                      struct sd_diag *d)
+{
+    struct kern_device_info info;
+    int rv;
+
+    rv = be->device_info(device, &info);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "%s device %d: no such device", be->name,
+                           (int)device);
+    if ((size_t)snprintf(buf, cap, "%s/%s/%lld", be->name, info.model,
+                         (long long)batch_size) >= cap)
+        return sd_diag_set(d, SD_EINVAL, "profile name is too long");
+    return 0;
+}
+
+void prof_run_params_default(struct prof_run_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->batch_size = 4096;
+    p->pool_tables = SYNTH_DEFAULT_TABLES;
+    p->commit_every = 8;
+    sample_params_default(&p->shape);
+    kern_timing_opts_default(&p->timing);
+}
+
+/* One sample: draw shard i, make its traces, time it, fill *s. */
+static int measure_sample(const struct prof_run_params *p,
+                          const struct synth_params *sp,
+                          const struct table *pool, uint64_t i,
+                          struct store_sample *s, struct sd_diag *d)
+{
+    size_t idx[64], k = 0, j;
+    int32_t dims[64];
+    struct trace traces[64];
+    struct prof_item items[64];
+    struct kern_timing tm;
+    struct rng g;
+    int rv;
+
+    rng_seed(&g, rng_derive(p->seed, i));
+    rv = sample_draw_shard(&g, pool, p->pool_tables, &p->shape, idx, dims, &k);
+    if (rv != 0)
+        return sd_diag_set(d, rv,
+                           "no shard of at most %zu tables fits in "
+                           "%llu bytes",
+                           p->shape.max_tables,
+                           (unsigned long long)p->shape.max_bytes);
+    memset(traces, 0, sizeof(traces));
+    for (j = 0; j < k && rv == 0; j++) {
+        rv = synth_trace(sp, idx[j], &traces[j]);
+        items[j].trace = &traces[j];
+        items[j].cols = dims[j];
+        s->tables[j] = pool[idx[j]];
+        s->tables[j].dim = dims[j];
+    }
+    if (rv != 0)
+        sd_diag_set(d, rv, "generating a trace: %s", sd_strerror(rv));
+    else
+        rv = prof_measure_shard(p->be, p->device, items, k, &p->timing, &tm, d);
+    for (j = 0; j < k; j++)
+        trace_destroy(&traces[j]);
+    if (rv != 0)
+        return rv;
+    s->ntables = k;
+    s->measured_ms = tm.median_ms;
+    s->spread_ms = tm.p90_ms - tm.p10_ms;
+    return 0;
+}
+
+int prof_run(struct store *st, const struct prof_run_params *p,
+             struct prof_run_result *res, struct sd_diag *d)
+{
+    struct store_profile prof;
+    struct kern_device_info info;
+    struct synth_params sp;
+    struct store_sample s;
+    struct table *pool = NULL, *shard = NULL;
+    uint64_t have = 0, pending = 0;
+    double start = now_s();
+    int rv;
+
+    memset(res, 0, sizeof(*res));
+    if (p->shape.max_tables == 0 || p->shape.max_tables > 64 ||
+        p->commit_every == 0 || p->pool_tables == 0)
+        return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
+    rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
+                           sizeof(res->profile), d);
+    if (rv != 0)
+        return rv;
+    rv = p->be->device_info(p->device, &info);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "%s device %d: no such device", p->be->name,
+                           (int)p->device);
+
+    memset(&prof, 0, sizeof(prof));
+    snprintf(prof.name, sizeof(prof.name), "%s", res->profile);
+    snprintf(prof.backend, sizeof(prof.backend), "%s", p->be->name);
+    snprintf(prof.device_model, sizeof(prof.device_model), "%s", info.model);
+    prof.batch_size = p->batch_size;
+    rv = store_profile_get_or_create(st, &prof, &res->profile_id, d);
+    if (rv != 0)
+        return rv;
+    rv = store_sample_count(st, res->profile_id, STORE_KIND_COMPUTE, 0, &have,
+                            d);
+    if (rv != 0)
+        return rv;
+    res->existing = have;
+    if (have >= p->target_samples)
+        return 0;
+
+    /* The pool's features are computed at the profile's batch, so they
+     * describe the very lookups that are timed. */
+    synth_params_default(&sp);
+    sp.count = p->pool_tables;
+    sp.seed = p->seed;
+    sp.batch_size = p->batch_size;
+    rv = synth_tables(&sp, 1, &pool);
+    shard = calloc(p->shape.max_tables, sizeof(*shard));
+    if (rv != 0 || shard == NULL) {
+        rv = sd_diag_set(d, rv ? rv : SD_ENOMEM, "making the table pool: %s",
+                         sd_strerror(rv ? rv : SD_ENOMEM));
+        goto out_free;
+    }
+
+    while (have + res->added < p->target_samples) {
+        if ((p->stop != NULL && *p->stop) ||
+            (p->max_seconds > 0 && now_s() - start >= p->max_seconds)) {
+            res->interrupted = true;
+            break;
+        }
+        memset(&s, 0, sizeof(s));
+        s.profile_id = res->profile_id;
+        s.kind = STORE_KIND_COMPUTE;
+        s.tables = shard;
+        snprintf(s.device, sizeof(s.device), "%s", info.name);
+        snprintf(s.source, sizeof(s.source), "random");
+        rv = measure_sample(p, &sp, pool, have + res->added + pending, &s, d);
+        if (rv == 0 && pending == 0)
+            rv = store_sample_batch_begin(st, d);
+        if (rv == 0)
+            rv = store_sample_add(st, &s, NULL, d);
+        if (rv != 0)
+            break;
+        pending++;
+        if (pending == p->commit_every ||
+            have + res->added + pending == p->target_samples) {
+            rv = store_sample_batch_commit(st, d);
+            if (rv != 0)
+                break;
+            res->added += pending;
+            pending = 0;
+            if (p->progress != NULL)
+                p->progress(p->progress_ctx, have + res->added,
+                            p->target_samples, res->added, now_s() - start);
+        }
+    }
+    /* Commit what was measured before a stop; roll back after an error. */
+    if (pending > 0) {
+        if (rv == 0 && store_sample_batch_commit(st, d) == 0)
+            res->added += pending;
+        else
+            store_sample_batch_abort(st);
+    }
+    if (rv == 0 && p->progress != NULL)
+        p->progress(p->progress_ctx, have + res->added, p->target_samples,
+                    res->added, now_s() - start);
+
+out_free:
+    free(shard);
+    free(pool);
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Plan evaluation: a cost model that measures.                            */
+
+struct measure_ctx {
+    const struct kern_backend *be;
+    const struct table *tables; /* base of the plan's tables */
+    struct trace *traces;       /* one per table, made on first use */
+    int64_t batch;
+    uint64_t seed;
+    const struct kern_timing_opts *o;
+    struct kern_timing *timings; /* per device, may be NULL */
+    int32_t calls;               /* plan_evaluate calls once per device */
+    int err;
+    struct sd_diag *d;
+};
+
+static double measured_shard_ms(void *ctxp, const struct topology *t,
+                                const struct shard_item *items, size_t n)
+{
+    struct measure_ctx *c = ctxp;
+    struct prof_item *pi = NULL;
+    struct kern_timing tm;
+    int32_t device = c->calls++;
+    size_t i;
+    int rv = 0;
+
+    if (c->err != 0)
+        return 0;
+    pi = calloc(n ? n : 1, sizeof(*pi));
+    if (pi == NULL) {
+        c->err = sd_diag_set(c->d, SD_ENOMEM, "out of memory");
+        return 0;
+    }
+    for (i = 0; i < n && rv == 0; i++) {
+        size_t ti = (size_t)(items[i].table - c->tables);
+
+        if (c->traces[ti].offsets == NULL)
+            rv = trace_from_table(items[i].table, c->batch,
+                                  rng_derive(c->seed, ti), &c->traces[ti]);
+        pi[i].trace = &c->traces[ti];
+        pi[i].cols = items[i].cols;
+    }
+    if (rv != 0)
+        sd_diag_set(c->d, rv, "making lookups for the plan: %s",
+                    sd_strerror(rv));
+    else
+        rv = prof_measure_shard(c->be,
+                                device < c->be->device_count() ? device : 0, pi,
+                                n, c->o, &tm, c->d);
+    free(pi);
+    if (rv != 0) {
+        c->err = rv;
+        return 0;
+    }
+    if (c->timings != NULL)
+        c->timings[device] = tm;
+    return tm.median_ms;
+}
+
+int prof_eval_plan(const struct kern_backend *be, struct plan *p,
+                   const struct table *tables, size_t ntables,
+                   const struct topology *t, enum optimizer opt,
+                   const struct kern_timing_opts *o, uint64_t seed,
+                   struct kern_timing *timings, struct sd_diag *d)
+{
+    static char names[2][32];
+    struct measure_ctx c;
+    struct cost_model m;
+    size_t i;
+    int rv;
+
+    memset(&c, 0, sizeof(c));
+    c.be = be;
+    c.tables = tables;
+    c.batch = t->batch_size;
+    c.seed = seed;
+    c.o = o;
+    c.timings = timings;
+    c.d = d;
+    c.traces = calloc(ntables, sizeof(*c.traces));
+    if (c.traces == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    /* The model's name outlives this call (plans keep a pointer to it):
+     * one static string per backend kind. */
+    snprintf(names[strcmp(be->name, "cpu") == 0 ? 0 : 1], sizeof(names[0]),
+             "measured:%s", be->name);
+    m.name = names[strcmp(be->name, "cpu") == 0 ? 0 : 1];
+    m.shard_ms = measured_shard_ms;
+    m.ctx = &c;
+    rv = plan_evaluate(p, tables, ntables, t, opt, &m);
+    if (rv == 0 && c.err != 0)
+        rv = c.err;
+    else if (rv != 0)
+        sd_diag_set(d, rv, "out of memory");
+    for (i = 0; i < ntables; i++)
+        trace_destroy(&c.traces[i]);
+    free(c.traces);
+    return rv;
+}

@@ -1,0 +1,109 @@
+/*
+ * The profiler: ground-truth costs.  It measures shards and whole plans on
+ * a device backend (kernels/) and fills the store (store/) with compute-cost
+ * samples of random shards (neuroshard.md 2.2).  Used in-process by
+ * `shardctl profile` and `shardctl eval`, and by the daemon's profiler
+ * worker.  Synchronous: call from one thread; it blocks on the device and on
+ * SQLite.  Functions return 0 or a negative SD_E* code with one line of
+ * detail in the struct sd_diag.
+ */
+#ifndef SHARDD_PROFILER_H
+#define SHARDD_PROFILER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "planner.h"
+#include "store.h"
+
+/* One table (or column slice) of a shard to measure: its lookups and the
+ * columns the device holds.  The trace is borrowed. */
+struct prof_item {
+    const struct trace *trace;
+    int32_t cols;
+};
+
+/*
+ * Times forward + backward + SGD of the fused op over all items on one
+ * device of a backend.  All traces must have the same number of bags (the
+ * batch).  An empty shard (n == 0) costs 0 ms, as in NeuroShard.
+ */
+int prof_measure_shard(const struct kern_backend *be, int32_t device,
+                       const struct prof_item *items, size_t n,
+                       const struct kern_timing_opts *o,
+                       struct kern_timing *out, struct sd_diag *d);
+
+/*
+ * The name of a hardware profile: "<backend>/<device model>/<batch>", e.g.
+ * "cpu/AMD EPYC 7B13/4096".  A model answers only for its own profile.
+ */
+int prof_profile_name(const struct kern_backend *be, int32_t device,
+                      int64_t batch_size, char *buf, size_t cap,
+                      struct sd_diag *d);
+
+/* Progress callback: samples in the profile now out of target, how many
+ * this run added, seconds elapsed. */
+typedef void (*prof_progress_cb)(void *ctx, uint64_t done, uint64_t target,
+                                 uint64_t added, double elapsed_s);
+
+struct prof_run_params {
+    const struct kern_backend *be;
+    int32_t device;
+    int64_t batch_size;      /* bags per measured step */
+    uint64_t seed;           /* pool and shards; same seed, same shards */
+    size_t pool_tables;      /* synthetic tables drawn from, default 856 */
+    uint64_t target_samples; /* total wanted in the profile */
+    double max_seconds;      /* stop after this long; 0 = no limit */
+    size_t commit_every;     /* samples per transaction, default 8 */
+    struct sample_params shape;
+    struct kern_timing_opts timing;
+    /* Set (e.g. by a signal handler) to stop after the current sample;
+     * what was measured is committed.  May be NULL. */
+    volatile sig_atomic_t *stop;
+    prof_progress_cb progress; /* may be NULL */
+    void *progress_ctx;
+};
+
+/* Defaults: device 0, batch 4096, seed 0, 856 pool tables, 8 per commit,
+ * shards of 1..15 tables within half the device's memory, timing
+ * defaults. */
+void prof_run_params_default(struct prof_run_params *p);
+
+struct prof_run_result {
+    char profile[STORE_NAME_MAX];
+    int64_t profile_id;
+    uint64_t existing; /* samples the profile had before */
+    uint64_t added;    /* committed by this run */
+    bool interrupted;  /* stopped by *stop or max_seconds */
+};
+
+/*
+ * Collects compute-cost samples into the store until the profile holds
+ * target_samples.  Resumable: sample i of a profile is always the same
+ * shard (drawn from rng_derive(seed, i)), so a run that stopped continues
+ * where it left off.  Samples are committed every commit_every, so a kill
+ * loses at most that many.  *res is filled on success and on failure (what
+ * was committed stays committed).
+ */
+int prof_run(struct store *st, const struct prof_run_params *p,
+             struct prof_run_result *res, struct sd_diag *d);
+
+/*
+ * Measures a plan: each device's shard is timed in turn on one device of
+ * the backend (devices of the plan beyond the backend's are timed on
+ * device 0), the communication is modelled with the alpha-beta model, and
+ * p->devices / p->cost_ms are filled as plan_evaluate() does, with
+ * cost_model "measured:<backend>".  Lookups of each table come from
+ * trace_from_table() with the topology's batch, seeded per table by `seed`.
+ * timings, when not NULL, receives one struct kern_timing per plan device.
+ */
+int prof_eval_plan(const struct kern_backend *be, struct plan *p,
+                   const struct table *tables, size_t ntables,
+                   const struct topology *t, enum optimizer opt,
+                   const struct kern_timing_opts *o, uint64_t seed,
+                   struct kern_timing *timings, struct sd_diag *d);
+
+#endif /* SHARDD_PROFILER_H */

@@ -1,0 +1,168 @@
+/* The profiler on the cpu backend: samples land in the store, runs resume
+ * with the same shards, a stop keeps what was measured, and plans are
+ * measured per device. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "profiler.h"
+
+static char dir[] = "/tmp/shardd-test-profiler-XXXXXX";
+
+static void params(struct prof_run_params *p, uint64_t target)
+{
+    prof_run_params_default(p);
+    p->be = kern_backend_get("cpu", NULL);
+    p->batch_size = 64;
+    p->pool_tables = 30;
+    p->seed = 5;
+    p->target_samples = target;
+    p->commit_every = 2;
+    p->shape.max_tables = 3;
+    p->shape.max_bytes = 64ull << 20;
+    p->timing.warmup = 0;
+    p->timing.repeats = 2;
+    p->timing.flush = false;
+}
+
+static struct store *open_db(const char *name)
+{
+    char path[256];
+    struct store *st = NULL;
+    struct sd_diag d;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (store_open(path, 0, &st, &d) != 0)
+        fprintf(stderr, "store_open: %s\n", d.msg);
+    return st;
+}
+
+static void load(struct store *st, int64_t profile, struct store_sample **s,
+                 size_t *n)
+{
+    struct sd_diag d;
+
+    CHECK(store_samples_load(st, profile, STORE_KIND_COMPUTE, 0, 100, s, n,
+                             &d) == 0);
+}
+
+static void test_run_and_resume(void)
+{
+    struct prof_run_params p;
+    struct prof_run_result r1, r2, r3;
+    struct store *a = open_db("a.db"), *b = open_db("b.db");
+    struct store_sample *sa = NULL, *sb = NULL;
+    size_t na = 0, nb = 0, i, t;
+    struct sd_diag d;
+    int same = 1;
+
+    CHECK(a != NULL && b != NULL);
+    if (a == NULL || b == NULL)
+        return;
+    params(&p, 5);
+    CHECK(prof_run(a, &p, &r1, &d) == 0);
+    CHECK(r1.existing == 0 && r1.added == 5 && !r1.interrupted);
+    CHECK(strncmp(r1.profile, "cpu/", 4) == 0 && strstr(r1.profile, "/64"));
+    p.target_samples = 7; /* resume: two more */
+    CHECK(prof_run(a, &p, &r2, &d) == 0);
+    CHECK(r2.existing == 5 && r2.added == 2);
+    CHECK(prof_run(b, &p, &r3, &d) == 0); /* all seven at once */
+    CHECK(r3.added == 7);
+
+    load(a, r1.profile_id, &sa, &na);
+    load(b, r3.profile_id, &sb, &nb);
+    CHECK(na == 7 && nb == 7);
+    for (i = 0; i < na && i < nb; i++) {
+        same &= sa[i].ntables == sb[i].ntables;
+        for (t = 0; t < sa[i].ntables && same; t++)
+            same &= sa[i].tables[t].rows == sb[i].tables[t].rows &&
+                    sa[i].tables[t].dim == sb[i].tables[t].dim;
+        CHECK(sa[i].measured_ms > 0 && sa[i].spread_ms >= 0);
+        CHECK(sa[i].ntables >= 1 && sa[i].ntables <= 3);
+    }
+    CHECK(same); /* sample i is the same shard, resumed or not */
+    store_samples_free(sa, na);
+    store_samples_free(sb, nb);
+    store_close(a);
+    store_close(b);
+}
+
+static void test_stop(void)
+{
+    volatile sig_atomic_t stop = 1;
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *st = open_db("c.db");
+    struct sd_diag d;
+    uint64_t n = 99;
+
+    if (st == NULL)
+        return;
+    params(&p, 4);
+    p.stop = &stop;
+    CHECK(prof_run(st, &p, &r, &d) == 0);
+    CHECK(r.interrupted && r.added == 0);
+    CHECK(store_sample_count(st, r.profile_id, STORE_KIND_COMPUTE, 0, &n, &d) ==
+              0 &&
+          n == 0);
+    store_close(st);
+}
+
+static void test_eval_plan(void)
+{
+    const struct kern_backend *be = kern_backend_get("cpu", NULL);
+    struct kern_timing_opts o;
+    struct kern_timing tm[3];
+    struct table tb[3];
+    struct topology t;
+    struct plan p;
+    struct sd_diag d;
+    int i;
+
+    memset(tb, 0, sizeof(tb));
+    for (i = 0; i < 3; i++) {
+        snprintf(tb[i].name, sizeof(tb[i].name), "t%d", i);
+        tb[i].rows = 5000;
+        tb[i].dim = 16;
+        tb[i].pooling_factor = 4;
+        tb[i].bins[0] = 0.6;
+        tb[i].bins[1] = 0.4;
+    }
+    topology_default(&t, 3, 1ull << 30);
+    t.batch_size = 256;
+    kern_timing_opts_default(&o);
+    o.warmup = 0;
+    o.repeats = 2;
+    o.flush = false;
+    plan_init(&p, 3);
+    plan_add(&p, 0, 0, 0, 16);
+    plan_add(&p, 1, 0, 0, 8);
+    plan_add(&p, 1, 1, 8, 8);
+    plan_add(&p, 2, 1, 0, 16);
+    plan_sort(&p);
+    CHECK(prof_eval_plan(be, &p, tb, 3, &t, OPTIMIZER_SGD, &o, 1, tm, &d) == 0);
+    CHECK(p.devices[0].compute_ms > 0 && p.devices[1].compute_ms > 0);
+    CHECK(p.devices[2].compute_ms == 0); /* an empty device costs nothing */
+    CHECK(tm[0].repeats == 2 && tm[0].median_ms == p.devices[0].compute_ms);
+    CHECK(strcmp(p.cost_model, "measured:cpu") == 0);
+    CHECK(p.cost_ms >= p.devices[0].compute_ms);
+    plan_destroy(&p);
+}
+
+int main(void)
+{
+    char cmd[128];
+    int rv;
+
+    if (mkdtemp(dir) == NULL)
+        return 1;
+    test_run_and_resume();
+    test_stop();
+    test_eval_plan();
+    rv = tap_done();
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return rv;
+}
