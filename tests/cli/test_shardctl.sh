@@ -121,6 +121,28 @@ PY
 json_check "$DIR/e.json" 'd["cost_model"] == "measured:cpu" and d["plan_cost_ms"] > 0 and len(d["devices"]) == 3'
 expect_fail 2 'not in the tables file' eval --tables "$DIR/small.json" \
     --plan "$DIR/o.json"
+# Ctrl-C: the run stops after its current sample, keeps every committed
+# one (exit 130), and the same command resumes from there.
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/int.db" --samples 100000 --max-gb 0.05 $FAST \
+    2>"$DIR/int.err" &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+kept=$(sed -n 's/.* samples added, \([0-9]*\) in the store/\1/p' "$DIR/int.err")
+if [ "$rc" -eq 130 ] && grep -q "stopped early" "$DIR/int.err" &&
+    [ "${kept:-0}" -gt 0 ]; then
+    ok
+else
+    bad "profile interrupted: rc $rc, $(cat "$DIR/int.err")"
+fi
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/int.db" --samples $((kept + 1)) --max-gb 0.05 \
+    $FAST 2>"$DIR/err" &&
+    grep -q "1 samples added, $((kept + 1)) in the store" "$DIR/err" &&
+    ok || bad "profile resume after Ctrl-C: $(cat "$DIR/err")"
 expect_fail 2 '--backend' profile --db "$DIR/p.db" --samples 1 \
     --backend tpu
 expect_fail 2 'required' profile --samples 3
