@@ -287,11 +287,9 @@ const char *plan_alg_name(enum plan_alg a)
     return (unsigned)a < PLAN_ALG_COUNT ? alg_names[a] : "unknown";
 }
 
-int plan_run(const struct table *tables, size_t ntables,
-             const struct topology *t, const struct plan_options *o,
-             const struct cost_model *m, struct plan *out, struct sd_diag *d)
+int plan_check_inputs(const struct table *tables, size_t ntables,
+                      const struct topology *t, struct sd_diag *d)
 {
-    struct plan p;
     int rv;
 
     rv = table_validate_all(tables, ntables, d);
@@ -302,6 +300,19 @@ int plan_run(const struct table *tables, size_t ntables,
         return rv;
     if (ntables > UINT32_MAX)
         return sd_diag_set(d, SD_EINVAL, "tables: too many (%zu)", ntables);
+    return 0;
+}
+
+int plan_run(const struct table *tables, size_t ntables,
+             const struct topology *t, const struct plan_options *o,
+             const struct cost_model *m, struct plan *out, struct sd_diag *d)
+{
+    struct plan p;
+    int rv;
+
+    rv = plan_check_inputs(tables, ntables, t, d);
+    if (rv != 0)
+        return rv;
 
     switch (o->alg) {
     case PLAN_ALG_TORCHREC_GREEDY:

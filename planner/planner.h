@@ -486,6 +486,13 @@ struct plan_options {
 };
 
 /*
+ * The inputs every algorithm needs checked: table_validate_all(),
+ * topology_validate() and a table count that fits a shard's index.
+ */
+int plan_check_inputs(const struct table *tables, size_t ntables,
+                      const struct topology *t, struct sd_diag *d);
+
+/*
  * Places tables on the topology's devices with one algorithm and fills *out
  * (initialised here; plan_destroy() it) with a sorted, validated plan.  The
  * plan's costs are filled with plan_evaluate() and model m.  Returns 0,

@@ -627,14 +627,9 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
     struct plan p;
     int rv;
 
-    rv = table_validate_all(tables, ntables, d);
+    rv = plan_check_inputs(tables, ntables, t, d);
     if (rv != 0)
         return rv;
-    rv = topology_validate(t, d);
-    if (rv != 0)
-        return rv;
-    if (ntables > UINT32_MAX)
-        return sd_diag_set(d, SD_EINVAL, "tables: too many (%zu)", ntables);
 
     memset(&g, 0, sizeof(g));
     g.ntables = ntables;

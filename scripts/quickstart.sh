@@ -6,8 +6,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-cmake -S . -B build >/dev/null
-cmake --build build -j"$(nproc)" --target shardctl
+mkdir -p build
+if ! { cmake -S . -B build && cmake --build build -j"$(nproc)" \
+    --target shardctl; } >build/quickstart-build.log 2>&1; then
+    cat build/quickstart-build.log >&2
+    exit 1
+fi
 CTL=build/shardctl
 DATA=build/data
 mkdir -p "$DATA"
