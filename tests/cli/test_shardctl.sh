@@ -127,7 +127,12 @@ expect_fail 2 'not in the tables file' eval --tables "$DIR/small.json" \
 "$CTL" profile --db "$DIR/int.db" --samples 100000 --max-gb 0.05 $FAST \
     2>"$DIR/int.err" &
 pid=$!
-sleep 1
+# Interrupt once the first batch is committed (its progress line is out).
+i=0
+while [ $i -lt 100 ] && ! grep -q "^profile: [0-9]" "$DIR/int.err"; do
+    sleep 0.1
+    i=$((i + 1))
+done
 kill -INT $pid
 wait $pid
 rc=$?
