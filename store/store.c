@@ -481,6 +481,50 @@ static void *grow(void *arr, size_t *cap, size_t n, size_t size)
     return p;
 }
 
+/* Decodes the current row of s into *row (a typed struct behind void *). */
+typedef int (*row_decode_fn)(sqlite3_stmt *s, void *row, struct sd_diag *d);
+
+/*
+ * Steps s to the end, decoding every row with fn into a new array of
+ * `size`-byte elements; resets s.  On success *out (NULL when there are no
+ * rows; owned by the caller) and *n are set; on failure they are untouched.
+ */
+static int collect_rows(struct store *st, sqlite3_stmt *s, bool bad,
+                        const char *what, size_t size, row_decode_fn fn,
+                        void **out, size_t *n, struct sd_diag *d)
+{
+    size_t cap = 0, len = 0;
+    char *arr = NULL;
+    void *p;
+    int rv;
+
+    for (;;) {
+        rv = step(st, s, bad, what, d);
+        if (rv <= 0)
+            break;
+        p = grow(arr, &cap, len, size);
+        if (p == NULL) {
+            rv = sd_diag_set(d, SD_ENOMEM, "store: out of memory");
+            break;
+        }
+        arr = p;
+        rv = fn(s, arr + len * size, d);
+        if (rv != 0)
+            break;
+        len++;
+    }
+    stmt_done(s);
+    if (rv != 0 || len == 0) {
+        free(arr);
+        arr = NULL;
+    }
+    if (rv != 0)
+        return rv;
+    *out = arr;
+    *n = len;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Little-endian encoding of sample blobs                                    */
 
@@ -1463,6 +1507,12 @@ static int model_row(sqlite3_stmt *s, struct store_model_info *mi,
     return 0;
 }
 
+/* model_row() for collect_rows(). */
+static int model_row_any(sqlite3_stmt *s, void *row, struct sd_diag *d)
+{
+    return model_row(s, row, d);
+}
+
 /*
  * Reads the current row of STMT_MODEL_GET(_ACTIVE) into one allocation:
  * the struct, then the weights, then the norm.
@@ -1638,10 +1688,8 @@ int store_model_list(struct store *st, int64_t profile_id, size_t limit,
                      struct store_model_info **out, size_t *n,
                      struct sd_diag *d)
 {
-    struct store_model_info *arr = NULL;
     sqlite3_stmt *s = NULL;
-    size_t cap = 0, len = 0;
-    void *p;
+    void *arr;
     bool bad = false;
     int rv;
 
@@ -1650,31 +1698,11 @@ int store_model_list(struct store *st, int64_t profile_id, size_t limit,
         return rv;
     bad |= sqlite3_bind_int64(s, 1, profile_id);
     bad |= sqlite3_bind_int64(s, 2, sql_limit(limit));
-    for (;;) {
-        rv = step(st, s, bad, "listing models", d);
-        if (rv <= 0)
-            break;
-        p = grow(arr, &cap, len, sizeof(*arr));
-        if (p == NULL) {
-            rv = sd_diag_set(d, SD_ENOMEM, "store: out of memory");
-            break;
-        }
-        arr = p;
-        rv = model_row(s, &arr[len], d);
-        if (rv != 0)
-            break;
-        len++;
-    }
-    stmt_done(s);
-    if (rv != 0 || len == 0) {
-        free(arr);
-        arr = NULL;
-    }
-    if (rv != 0)
-        return rv;
-    *out = arr;
-    *n = len;
-    return 0;
+    rv = collect_rows(st, s, bad, "listing models", sizeof(**out),
+                      model_row_any, &arr, n, d);
+    if (rv == 0)
+        *out = arr;
+    return rv;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1742,6 +1770,12 @@ static int job_row(sqlite3_stmt *s, struct store_job *j, struct sd_diag *d)
     j->started_ms = sqlite3_column_int64(s, 10);
     j->finished_ms = sqlite3_column_int64(s, 11);
     return 0;
+}
+
+/* job_row() for collect_rows(). */
+static int job_row_any(sqlite3_stmt *s, void *row, struct sd_diag *d)
+{
+    return job_row(s, row, d);
 }
 
 int store_job_create(struct store *st, const struct store_job *j, int64_t *id,
@@ -1909,10 +1943,8 @@ int store_job_find_open(struct store *st, enum store_job_kind kind,
 int store_job_list(struct store *st, size_t limit, struct store_job **out,
                    size_t *n, struct sd_diag *d)
 {
-    struct store_job *arr = NULL;
     sqlite3_stmt *s = NULL;
-    size_t cap = 0, len = 0;
-    void *p;
+    void *arr;
     bool bad;
     int rv;
 
@@ -1920,31 +1952,11 @@ int store_job_list(struct store *st, size_t limit, struct store_job **out,
     if (rv != 0)
         return rv;
     bad = sqlite3_bind_int64(s, 1, sql_limit(limit)) != SQLITE_OK;
-    for (;;) {
-        rv = step(st, s, bad, "listing jobs", d);
-        if (rv <= 0)
-            break;
-        p = grow(arr, &cap, len, sizeof(*arr));
-        if (p == NULL) {
-            rv = sd_diag_set(d, SD_ENOMEM, "store: out of memory");
-            break;
-        }
-        arr = p;
-        rv = job_row(s, &arr[len], d);
-        if (rv != 0)
-            break;
-        len++;
-    }
-    stmt_done(s);
-    if (rv != 0 || len == 0) {
-        free(arr);
-        arr = NULL;
-    }
-    if (rv != 0)
-        return rv;
-    *out = arr;
-    *n = len;
-    return 0;
+    rv = collect_rows(st, s, bad, "listing jobs", sizeof(**out), job_row_any,
+                      &arr, n, d);
+    if (rv == 0)
+        *out = arr;
+    return rv;
 }
 
 int store_job_count(struct store *st, enum store_job_state state, uint64_t *n,
