@@ -309,7 +309,6 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
                    const struct kern_timing_opts *o, uint64_t seed,
                    struct kern_timing *timings, struct sd_diag *d)
 {
-    static char names[2][32];
     struct measure_ctx c;
     struct cost_model m;
     size_t i;
@@ -326,11 +325,9 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
     c.traces = calloc(ntables, sizeof(*c.traces));
     if (c.traces == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    /* The model's name outlives this call (plans keep a pointer to it):
-     * one static string per backend kind. */
-    snprintf(names[strcmp(be->name, "cpu") == 0 ? 0 : 1], sizeof(names[0]),
-             "measured:%s", be->name);
-    m.name = names[strcmp(be->name, "cpu") == 0 ? 0 : 1];
+    /* The model's name outlives this call (plans keep a pointer to it),
+     * so it is a string constant, never written: safe from any thread. */
+    m.name = strcmp(be->name, "cuda") == 0 ? "measured:cuda" : "measured:cpu";
     m.shard_ms = measured_shard_ms;
     m.ctx = &c;
     rv = plan_evaluate(p, tables, ntables, t, opt, &m);
