@@ -21,4 +21,11 @@ void format_plan_text(FILE *out, const struct plan *p,
                       const struct table *tables, size_t ntables,
                       const struct topology *t);
 
+/*
+ * The plan's explanation: the slowest device and the shards driving it, the
+ * lower bound and the gap, and what the search did (when it searched).
+ */
+void format_explain(FILE *out, const struct plan *p,
+                    const struct table *tables);
+
 #endif /* SHARDD_CLIENT_H */

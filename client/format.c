@@ -76,4 +76,36 @@ void format_plan_text(FILE *out, const struct plan *p,
     }
     fprintf(out, "\ncosts in ms per training step; fwd_comm includes waiting "
                  "for the slowest device\n");
+    format_explain(out, p, tables);
+}
+
+void format_explain(FILE *out, const struct plan *p, const struct table *tables)
+{
+    const struct plan_explain *e = &p->explain;
+    const struct plan_search_stats *st = &p->stats;
+    int i;
+
+    if (e->critical_device < 0)
+        return;
+    fprintf(out, "\nwhy: device %d is the slowest", (int)e->critical_device);
+    for (i = 0; i < e->ndrivers; i++) {
+        const struct shard *s = &p->shards[e->drivers[i]];
+        const struct table *t = &tables[s->table];
+
+        fprintf(out, "%s%s", i ? ", " : "; driven by ", t->name);
+        if (s->col_width != t->dim)
+            fprintf(out, "[%d:%d]", (int)s->col_offset,
+                    (int)(s->col_offset + s->col_width));
+        fprintf(out, " (%.3f ms)", e->driver_ms[i]);
+    }
+    fprintf(out, "\nlower bound: %.3f ms; this plan is %.1f%% above it\n",
+            e->lower_bound_ms, 100.0 * e->gap);
+    if (st->states > 0)
+        fprintf(out,
+                "search: %.1f ms, %lld states, %lld greedy runs, %d beam "
+                "levels, %d column splits, %d local moves%s\n",
+                st->search_ms, (long long)st->states,
+                (long long)st->greedy_runs, (int)st->levels, (int)st->splits,
+                (int)st->moves,
+                st->budget_exhausted ? " (time budget reached)" : "");
 }

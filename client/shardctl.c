@@ -5,7 +5,11 @@
  *   shardctl gen-tables --count N --seed S [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
- *                 [--json | --torchrec]
+ *                 [--model F] [--json | --torchrec]
+ * and the measuring side on this machine's devices and a store:
+ *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
+ *   shardctl train --db F [--profile P] [--out F]
+ * (shardctl --help lists every option.)
  * Exit codes: 0 success, 1 internal failure (out of memory, cannot write),
  * 2 bad input or usage, always with one message on stderr.
  */
@@ -39,10 +43,13 @@ static const char usage_text[] =
     "  plan        --offline --tables FILE --devices N --mem-gb G\n"
     "              [--alg NAME] [--task K] [--optimizer NAME]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
-    "              [--json | --torchrec]\n"
+    "              [--model FILE] [--time-budget-ms T] [--no-splits]\n"
+    "              [--no-local-search] [--threads T] [--json | --torchrec]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB.\n"
-    "      Algorithms: random, dim_greedy, size_greedy, lookup_greedy,\n"
-    "      size_lookup_greedy (default), torchrec_greedy.\n"
+    "      Algorithms: neuroshard (default), random, dim_greedy,\n"
+    "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
+    "      Every plan is scored by the cost model (--model, else the\n"
+    "      embedded one) at its batch unless --batch-size is given.\n"
     "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
@@ -50,6 +57,11 @@ static const char usage_text[] =
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
     "      default 4) into the store (resumable; Ctrl-C keeps every\n"
     "      committed sample).\n"
+    "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
+    "              [--activate] [--out FILE]\n"
+    "      Train a compute cost model on the profile's samples (the store's\n"
+    "      only profile by default), store it as a new model version with\n"
+    "      its MAPE, and write the model file with --out.\n"
     "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
@@ -94,7 +106,12 @@ struct opts {
     const char *db;
     const char *plan;
     const char *backend;
-    double seconds;
+    const char *model;
+    const char *profile;
+    double seconds, time_budget_ms;
+    int64_t epochs;
+    bool activate;
+    bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;
     bool no_flush;
     int64_t count, seed, devices, per_host, batch, threads, task;
@@ -132,6 +149,13 @@ static const struct opt_def opt_defs[] = {
     {"--db", OPT_STR, O(db), 0, 0},
     {"--plan", OPT_STR, O(plan), 0, 0},
     {"--backend", OPT_STR, O(backend), 0, 0},
+    {"--model", OPT_STR, O(model), 0, 0},
+    {"--profile", OPT_STR, O(profile), 0, 0},
+    {"--time-budget-ms", OPT_REAL, O(time_budget_ms), 1e-3, 1e9},
+    {"--no-splits", OPT_FLAG, O(no_splits), 0, 0},
+    {"--no-local-search", OPT_FLAG, O(no_local_search), 0, 0},
+    {"--epochs", OPT_INT, O(epochs), 1, 1e6},
+    {"--activate", OPT_FLAG, O(activate), 0, 0},
     {"--samples", OPT_INT, O(samples), 1, 1e9},
     {"--device", OPT_INT, O(device), 0, 1e6},
     {"--seconds", OPT_REAL, O(seconds), 1e-3, 1e9},
@@ -318,13 +342,40 @@ static int cmd_gen_tasks(const struct opts *o)
     return rv;
 }
 
+/*
+ * The cost model plans are searched with and scored by: --model FILE, else
+ * the embedded default.  *owned is what the caller frees.
+ */
+static int load_model(const struct opts *o, const char *cmd,
+                      const struct cost_net **net, struct cost_net **owned)
+{
+    struct sd_diag d = {{0}};
+    int rv;
+
+    *owned = NULL;
+    if (o->model != NULL) {
+        rv = net_read_file(o->model, owned, &d);
+        if (rv != 0)
+            return fail(exit_for(rv), "%s: --model: %s", cmd, d.msg);
+        *net = *owned;
+        return 0;
+    }
+    *net = net_embedded(&d);
+    if (*net == NULL)
+        return fail(1, "%s: %s", cmd, d.msg);
+    return 0;
+}
+
 static int cmd_plan(const struct opts *o)
 {
-    struct plan_options po = {PLAN_ALG_SIZE_LOOKUP_GREEDY, OPTIMIZER_SGD, 0};
+    struct plan_options po;
     struct table *tables = NULL;
     struct topology topo;
     struct sd_diag d;
     struct plan p;
+    const struct cost_net *net;
+    struct cost_net *owned;
+    struct net_cost_model ncm;
     size_t n;
     char *text = NULL;
     int rv;
@@ -339,6 +390,8 @@ static int cmd_plan(const struct opts *o)
     if (o->json && o->torchrec)
         return fail(EXIT_USAGE, "plan: --json and --torchrec exclude each "
                                 "other");
+    plan_options_default(&po);
+    po.alg = PLAN_ALG_NEUROSHARD;
     if (o->alg != NULL && plan_alg_parse(o->alg, &po.alg, &d) != 0)
         return fail(EXIT_USAGE, "plan: --alg: %s", d.msg);
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po.optimizer))
@@ -347,23 +400,37 @@ static int cmd_plan(const struct opts *o)
                     "adagrad, rowwise_adagrad, adam)",
                     o->optimizer);
     po.seed = (uint64_t)o->seed;
+    po.time_budget_ms = o->time_budget_ms;
+    po.column_splits = !o->no_splits;
+    po.local_search = !o->no_local_search;
+    po.threads = (int32_t)o->threads;
+
+    rv = load_model(o, "plan", &net, &owned);
+    if (rv != 0)
+        return rv;
+    po.net = net;
+    net_cost_model_init(&ncm, net);
 
     topology_default(&topo, (int32_t)o->devices,
                      (uint64_t)(o->mem_gb * (double)(1ull << 30)));
+    /* Costs are the model's, at its profile's batch unless asked. */
+    topo.batch_size = o->batch ? o->batch : net->batch_size;
     if (o->per_host)
         topo.devices_per_host = (int32_t)o->per_host;
-    if (o->batch)
-        topo.batch_size = o->batch;
-    if (topology_validate(&topo, &d) != 0)
-        return fail(EXIT_USAGE, "plan: %s", d.msg);
+    if (topology_validate(&topo, &d) != 0) {
+        rv = fail(EXIT_USAGE, "plan: %s", d.msg);
+        goto out_model;
+    }
 
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
-    if (rv != 0)
-        return fail(exit_for(rv), "plan: %s", d.msg);
-    rv = plan_run(tables, n, &topo, &po, &cost_model_analytic, &p, &d);
     if (rv != 0) {
-        free(tables);
-        return fail(exit_for(rv), "plan: %s", d.msg);
+        rv = fail(exit_for(rv), "plan: %s", d.msg);
+        goto out_model;
+    }
+    rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "plan: %s", d.msg);
+        goto out_tables;
     }
     if (o->json)
         text = json_plan(&p, tables);
@@ -380,7 +447,10 @@ static int cmd_plan(const struct opts *o)
     }
     free(text);
     plan_destroy(&p);
+out_tables:
     free(tables);
+out_model:
+    free(owned);
     return rv;
 }
 
@@ -504,6 +574,157 @@ static int cmd_profile(const struct opts *o)
     return 0;
 }
 
+/* One line per 10 epochs, and the last; Ctrl-C stops training. */
+static int train_progress(void *ctx, int32_t epoch, int32_t max_epochs,
+                          double train_loss, double val_mape)
+{
+    (void)ctx;
+    if (epoch % 10 == 0 || epoch == 1)
+        fprintf(stderr,
+                "train: epoch %d/%d, loss %.5f, validation MAPE "
+                "%.2f%%\n",
+                (int)epoch, (int)max_epochs, train_loss, 100 * val_mape);
+    return stop_requested != 0;
+}
+
+/* The profile to train: --profile, else the store's only one. */
+static int pick_profile(struct store *st, const char *name,
+                        struct store_profile *out)
+{
+    struct store_profile *all = NULL;
+    struct sd_diag d;
+    size_t n, i;
+    int rv;
+
+    if (name != NULL) {
+        rv = store_profile_get(st, name, out, &d);
+        return rv ? fail(exit_for(rv), "train: --profile: %s", d.msg) : 0;
+    }
+    rv = store_profile_list(st, &all, &n, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "train: %s", d.msg);
+    if (n == 1) {
+        *out = all[0];
+        free(all);
+        return 0;
+    }
+    fprintf(stderr,
+            "shardctl: train: the store has %zu profiles; name one "
+            "with --profile:\n",
+            n);
+    for (i = 0; i < n; i++)
+        fprintf(stderr, "  %s\n", all[i].name);
+    free(all);
+    return EXIT_USAGE;
+}
+
+static int cmd_train(const struct opts *o)
+{
+    struct store *st = NULL;
+    struct store_profile prof;
+    struct store_sample *smp = NULL;
+    struct train_sample *ts = NULL;
+    struct train_params tp;
+    struct cost_net *m = NULL;
+    struct store_model sm;
+    struct sd_diag d;
+    int64_t id = 0;
+    size_t n = 0, i;
+    void *img = NULL;
+    size_t len;
+    int rv;
+
+    if (o->db == NULL)
+        return fail(EXIT_USAGE, "train: --db is required");
+    rv = store_open(o->db, 0, &st, &d);
+    if (rv != 0)
+        return fail(exit_for(rv), "train: %s", d.msg);
+    rv = pick_profile(st, o->profile, &prof);
+    if (rv != 0)
+        goto out_store;
+    rv =
+        store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "train: %s", d.msg);
+        goto out_store;
+    }
+    ts = calloc(n ? n : 1, sizeof(*ts));
+    if (!ts) {
+        rv = fail(1, "train: out of memory");
+        goto out_samples;
+    }
+    for (i = 0; i < n; i++)
+        ts[i] = (struct train_sample){smp[i].tables, smp[i].ntables,
+                                      smp[i].measured_ms};
+    train_params_default(&tp);
+    tp.seed = (uint64_t)o->seed;
+    if (o->epochs)
+        tp.max_epochs = (int32_t)o->epochs;
+    tp.progress = train_progress;
+    fprintf(stderr, "train: %zu samples of profile %s\n", n, prof.name);
+    catch_stop_signals();
+    rv = net_train(&tp, ts, n, prof.name, prof.batch_size, &m, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "train: %s", d.msg);
+        goto out_samples;
+    }
+    if (stop_requested) {
+        fprintf(stderr, "train: interrupted; nothing stored\n");
+        rv = 130;
+        goto out_model;
+    }
+    rv = net_serialize(m, &img, &len);
+    if (rv != 0) {
+        rv = fail(1, "train: out of memory");
+        goto out_model;
+    }
+    memset(&sm, 0, sizeof(sm));
+    sm.info.profile_id = prof.id;
+    sm.info.kind = STORE_KIND_COMPUTE;
+    sm.info.format_version = NET_FORMAT_VERSION;
+    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.test_mape = m->metrics.test_mape;
+    sm.info.metrics.train_samples = m->metrics.train_samples;
+    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.test_samples = m->metrics.test_samples;
+    sm.info.weights_bytes = len;
+    sm.weights = img;
+    rv = store_model_put(st, &sm, &id, &d);
+    if (rv == 0 && o->activate)
+        rv = store_model_activate(st, id, NULL, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "train: %s", d.msg);
+        goto out_image;
+    }
+    if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0) {
+        rv = fail(exit_for(rv), "train: --out: %s", d.msg);
+        goto out_image;
+    }
+    printf("model %lld for profile %s%s\n"
+           "samples: %lld train, %lld validation, %lld test\n"
+           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
+           "epochs: %d (best %d), seed %llu\n",
+           (long long)id, prof.name, o->activate ? " (active)" : "",
+           (long long)m->metrics.train_samples,
+           (long long)m->metrics.val_samples,
+           (long long)m->metrics.test_samples, 100 * m->metrics.train_mape,
+           100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
+           (int)m->metrics.epochs, (int)m->metrics.best_epoch,
+           (unsigned long long)m->metrics.seed);
+    rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+
+out_image:
+    free(img);
+out_model:
+    free(m);
+out_samples:
+    free(ts);
+    store_samples_free(smp, n);
+out_store:
+    store_close(st);
+    return rv;
+}
+
 static int cmd_eval(const struct opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
@@ -596,6 +817,8 @@ int main(int argc, char **argv)
         return cmd_plan(&o);
     if (strcmp(argv[1], "profile") == 0)
         return cmd_profile(&o);
+    if (strcmp(argv[1], "train") == 0)
+        return cmd_train(&o);
     if (strcmp(argv[1], "eval") == 0)
         return cmd_eval(&o);
     return fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",

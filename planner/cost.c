@@ -2,6 +2,7 @@
  * Costs of a plan: the analytic compute model, the alpha-beta all-to-all
  * model and the plan-cost function of neuroshard.md 6.1 (planner.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,41 +50,162 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
                           double *fwd_ms, double *bwd_ms)
 {
     const double esz = 4.0; /* pooled embeddings travel as fp32 */
-    int32_t n = t->ndevices, per_host = t->devices_per_host, r, j;
+    int32_t n = t->ndevices, per_host = t->devices_per_host, h0, r;
     double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
+    double total = 0;
 
-    for (r = 0; r < n; r++) {
-        int32_t host = r / per_host;
-        double send_in, send_out, recv_in = 0, recv_out = 0, ms;
+    for (r = 0; r < n; r++)
+        total += dim_sum[r];
+    /* Hosts are runs of per_host devices: one pass per host for its sum,
+     * one for its devices, so the whole exchange is O(N). */
+    for (h0 = 0; h0 < n; h0 += per_host) {
+        double host = 0;
 
-        if (n == 1) {
-            fwd_ms[r] = bwd_ms[r] = 0;
-            continue;
-        }
-        send_in = slice * dim_sum[r] * (per_host - 1);
-        send_out = slice * dim_sum[r] * (n - per_host);
-        for (j = 0; j < n; j++) {
-            if (j == r)
+        for (r = h0; r < h0 + per_host; r++)
+            host += dim_sum[r];
+        for (r = h0; r < h0 + per_host; r++) {
+            double send_in = slice * dim_sum[r] * (per_host - 1);
+            double send_out = slice * dim_sum[r] * (n - per_host);
+            double recv_in = slice * (host - dim_sum[r]);
+            double recv_out = slice * (total - host);
+            double ms;
+
+            if (n == 1) {
+                fwd_ms[r] = bwd_ms[r] = 0;
                 continue;
-            if (j / per_host == host)
-                recv_in += slice * dim_sum[j];
-            else
-                recv_out += slice * dim_sum[j];
-        }
-        /* Intra-host and inter-host transfers run on separate links at the
-         * same time; each link is as slow as its busier direction. */
-        ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
-        if (n > per_host) {
-            double inter =
-                (send_out > recv_out ? send_out : recv_out) / t->inter_host_bw;
+            }
+            /* Intra-host and inter-host transfers run on separate links at
+             * the same time; each link is as slow as its busier direction. */
+            ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
+            if (n > per_host) {
+                double inter = (send_out > recv_out ? send_out : recv_out) /
+                               t->inter_host_bw;
 
-            if (inter > ms)
-                ms = inter;
+                if (inter > ms)
+                    ms = inter;
+            }
+            ms += t->link_latency_ms * (double)(n - 1);
+            /* The backward exchange moves gradients of the same shape. */
+            fwd_ms[r] = bwd_ms[r] = ms;
         }
-        ms += t->link_latency_ms * (double)(n - 1);
-        /* The backward exchange moves gradients of the same shape back. */
-        fwd_ms[r] = bwd_ms[r] = ms;
     }
+}
+
+double cost_plan_ms(const struct topology *t, const double *compute_ms,
+                    const int32_t *dim_sum, double *fwd_scratch,
+                    double *bwd_scratch)
+{
+    double max_ready = 0, max_fwd = 0;
+    int32_t r;
+
+    cost_comm_alpha_beta(t, dim_sum, fwd_scratch, bwd_scratch);
+    /* total_r = ready_r + fwd_r + (max ready - ready_r): every device
+     * finishes at the slowest one's ready time plus its own exchange. */
+    for (r = 0; r < t->ndevices; r++) {
+        double ready = compute_ms[r] + bwd_scratch[r];
+
+        if (ready > max_ready)
+            max_ready = ready;
+        if (fwd_scratch[r] > max_fwd)
+            max_fwd = fwd_scratch[r];
+    }
+    return max_ready + max_fwd;
+}
+
+/* Narrowest legal width of a table: halve while the half is a multiple of
+ * the alignment (the neuroshard split rule). */
+static int32_t narrowest(int32_t dim)
+{
+    while (dim % (2 * TABLE_DIM_ALIGN) == 0)
+        dim /= 2;
+    return dim;
+}
+
+int plan_explain(struct plan *p, const struct table *tables,
+                 const struct topology *t, const struct cost_model *m)
+{
+    struct plan_explain *e = &p->explain;
+    int32_t n = p->ndevices, r, crit = 0, *dims = NULL;
+    double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm;
+    size_t k, i;
+    int64_t total_dim = 0;
+
+    dims = calloc((size_t)n, sizeof(*dims));
+    fwd = malloc((size_t)n * sizeof(*fwd));
+    bwd = malloc((size_t)n * sizeof(*bwd));
+    if (!dims || !fwd || !bwd) {
+        free(dims);
+        free(fwd);
+        free(bwd);
+        return SD_ENOMEM;
+    }
+    memset(e, 0, sizeof(*e));
+    for (r = 0; r < n; r++) {
+        const struct plan_device *dv = &p->devices[r];
+
+        sum += dv->compute_ms;
+        total_dim += dv->dim_sum;
+        if (dv->compute_ms + dv->bwd_comm_ms >
+            p->devices[crit].compute_ms + p->devices[crit].bwd_comm_ms)
+            crit = r;
+    }
+    e->critical_device = crit;
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+        struct shard_item it = {&tables[s->table], s->col_width};
+        double ms;
+
+        if (s->device != crit)
+            continue;
+        ms = m->shard_ms(m->ctx, t, &it, 1);
+        /* Insertion into the short sorted list of drivers. */
+        for (i = (size_t)e->ndrivers; i > 0 && ms > e->driver_ms[i - 1]; i--)
+            if (i < PLAN_DRIVERS_MAX) {
+                e->drivers[i] = e->drivers[i - 1];
+                e->driver_ms[i] = e->driver_ms[i - 1];
+            }
+        if (i < PLAN_DRIVERS_MAX) {
+            e->drivers[i] = k;
+            e->driver_ms[i] = ms;
+            if (e->ndrivers < PLAN_DRIVERS_MAX)
+                e->ndrivers++;
+        }
+    }
+    /* The costliest table at its narrowest width must run somewhere. */
+    for (k = 0; k < p->nshards; k++) {
+        const struct table *tb = &tables[p->shards[k].table];
+        struct shard_item it = {tb, narrowest(tb->dim)};
+        double ms;
+
+        if (p->shards[k].col_offset != 0)
+            continue; /* once per table */
+        ms = m->shard_ms(m->ctx, t, &it, 1);
+        if (ms > largest)
+            largest = ms;
+    }
+    /* The slowest device is ready no earlier than the mean compute or the
+     * largest piece; then the forward exchange of perfectly balanced dims
+     * is the least any plan waits for (rounded down, so it stays a bound;
+     * the backward exchange overlaps the ready time and is left out). */
+    for (r = 0; r < n; r++)
+        dims[r] = (int32_t)(total_dim / n);
+    cost_comm_alpha_beta(t, dims, fwd, bwd);
+    comm = fwd[0];
+    /* A piece costs no more than the device holding it; a model that says
+     * otherwise (it is not monotone everywhere) must not lift the bound
+     * above a device the plan actually has. */
+    for (r = 0; r < n; r++)
+        max_compute = p->devices[r].compute_ms > max_compute
+                          ? p->devices[r].compute_ms
+                          : max_compute;
+    if (largest > max_compute)
+        largest = max_compute;
+    e->lower_bound_ms = (sum / n > largest ? sum / n : largest) + comm;
+    e->gap = e->lower_bound_ms > 0 ? p->cost_ms / e->lower_bound_ms - 1 : 0;
+    free(dims);
+    free(fwd);
+    free(bwd);
+    return 0;
 }
 
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
@@ -151,7 +273,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         if (dev->total_ms > p->cost_ms)
             p->cost_ms = dev->total_ms;
     }
-    p->cost_model = m->name;
+    snprintf(p->cost_model, sizeof(p->cost_model), "%s", m->name);
     p->comm_model = "alpha_beta";
     rv = 0;
 

@@ -531,6 +531,33 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
     return o;
 }
 
+/* {"critical_device", "drivers": [{"table", "col_offset", "col_width",
+ * "cost_ms"}], "lower_bound_ms", "gap"}; NULL when out of memory (which
+ * json_object_set_new() reports). */
+static json_t *explain_json(const struct plan *p, const struct table *tables)
+{
+    const struct plan_explain *e = &p->explain;
+    json_t *drivers = json_array();
+    int i, bad = drivers == NULL;
+
+    for (i = 0; i < e->ndrivers && !bad; i++) {
+        const struct shard *s = &p->shards[e->drivers[i]];
+
+        bad |= json_array_append_new(
+            drivers,
+            json_pack("{s:s, s:i, s:i, s:f}", "table", tables[s->table].name,
+                      "col_offset", (int)s->col_offset, "col_width",
+                      (int)s->col_width, "cost_ms", e->driver_ms[i]));
+    }
+    if (bad) {
+        json_decref(drivers);
+        return NULL;
+    }
+    return json_pack("{s:i, s:o, s:f, s:f}", "critical_device",
+                     (int)e->critical_device, "drivers", drivers,
+                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap);
+}
+
 char *json_plan(const struct plan *p, const struct table *tables)
 {
     json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
@@ -570,6 +597,18 @@ char *json_plan(const struct plan *p, const struct table *tables)
     bad |= json_object_set_new(root, "comm_model", json_string(p->comm_model));
     bad |= json_object_set_new(root, "devices", devs);
     bad |= json_object_set_new(root, "tables", tbls);
+    if (p->explain.critical_device >= 0)
+        bad |=
+            json_object_set_new(root, "explanation", explain_json(p, tables));
+    if (p->stats.states > 0)
+        bad |= json_object_set_new(
+            root, "search",
+            json_pack("{s:f, s:I, s:I, s:i, s:i, s:i, s:b}", "time_ms",
+                      p->stats.search_ms, "states", (json_int_t)p->stats.states,
+                      "greedy_runs", (json_int_t)p->stats.greedy_runs,
+                      "beam_levels", (int)p->stats.levels, "column_splits",
+                      (int)p->stats.splits, "local_moves", (int)p->stats.moves,
+                      "budget_exhausted", (int)p->stats.budget_exhausted));
     if (bad) {
         json_decref(root);
         return NULL;

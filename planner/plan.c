@@ -117,8 +117,8 @@ int plan_init(struct plan *p, int32_t ndevices)
         return SD_ENOMEM;
     p->ndevices = ndevices;
     p->algorithm = "";
-    p->cost_model = "";
     p->comm_model = "";
+    p->explain.critical_device = -1;
     return 0;
 }
 
@@ -263,10 +263,25 @@ static const char *const alg_names[PLAN_ALG_COUNT] = {
     [PLAN_ALG_LOOKUP_GREEDY] = "lookup_greedy",
     [PLAN_ALG_SIZE_LOOKUP_GREEDY] = "size_lookup_greedy",
     [PLAN_ALG_TORCHREC_GREEDY] = "torchrec_greedy",
+    [PLAN_ALG_NEUROSHARD] = "neuroshard",
 };
+
+void plan_options_default(struct plan_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->alg = PLAN_ALG_SIZE_LOOKUP_GREEDY;
+    o->optimizer = OPTIMIZER_SGD;
+    o->column_splits = true;
+    o->local_search = true;
+    o->beam_width = 3;
+    o->beam_depth = 10;
+    o->candidates = 10;
+}
 
 int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)
 {
+    char known[256] = "";
+    size_t len = 0;
     int i;
 
     for (i = 0; i < PLAN_ALG_COUNT; i++) {
@@ -275,11 +290,11 @@ int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)
             return 0;
         }
     }
-    return sd_diag_set(d, SD_EINVAL,
-                       "algorithm \"%s\" is unknown (known: random, "
-                       "dim_greedy, size_greedy, lookup_greedy, "
-                       "size_lookup_greedy, torchrec_greedy)",
-                       s);
+    for (i = 0; i < PLAN_ALG_COUNT; i++)
+        len += (size_t)snprintf(known + len, sizeof(known) - len, "%s%s",
+                                i ? ", " : "", alg_names[i]);
+    return sd_diag_set(d, SD_EINVAL, "algorithm \"%s\" is unknown (known: %s)",
+                       s, known);
 }
 
 const char *plan_alg_name(enum plan_alg a)
@@ -325,6 +340,9 @@ int plan_run(const struct table *tables, size_t ntables,
     case PLAN_ALG_SIZE_LOOKUP_GREEDY:
         rv = plan_baseline(tables, ntables, t, o, &p, d);
         break;
+    case PLAN_ALG_NEUROSHARD:
+        rv = plan_neuroshard(tables, ntables, t, o, &p, d);
+        break;
     default:
         return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
                            (int)o->alg);
@@ -338,6 +356,8 @@ int plan_run(const struct table *tables, size_t ntables,
     rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
     if (rv == 0)
         rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);
+    if (rv == 0)
+        rv = plan_explain(&p, tables, t, m);
     if (rv != 0) {
         if (rv == SD_ENOMEM)
             sd_diag_set(d, rv, "out of memory");

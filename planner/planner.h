@@ -21,6 +21,8 @@
 
 #include "shardd/err.h"
 
+struct cost_net; /* the neural compute model, below */
+
 /* ------------------------------------------------------------------------ */
 /* Tables and features (table.c)                                             */
 
@@ -319,6 +321,36 @@ struct plan_device {
     int32_t nshards;
 };
 
+/* Why a plan costs what it does (plan_explain()). */
+#define PLAN_DRIVERS_MAX 3
+struct plan_explain {
+    int32_t critical_device; /* the one the others wait for: max compute +
+                              * backward comm; -1 before plan_explain() */
+    int32_t ndrivers;
+    /* Indices into plan.shards of the critical device's costliest shards,
+     * costliest first (by their cost alone). */
+    size_t drivers[PLAN_DRIVERS_MAX];
+    double driver_ms[PLAN_DRIVERS_MAX];
+    /*
+     * max(sum of the devices' compute / N, the costliest table at its
+     * narrowest legal width) + the forward comm of perfectly balanced dims:
+     * no rearrangement of this plan's load beats it.  gap = cost / bound - 1.
+     */
+    double lower_bound_ms;
+    double gap;
+};
+
+/* What a search did (neuroshard; zero for the baselines). */
+struct plan_search_stats {
+    double search_ms;
+    int64_t greedy_runs;   /* table-wise greedy placements */
+    int64_t states;        /* distinct column-split states scored */
+    int32_t levels;        /* beam levels run */
+    int32_t splits;        /* column splits in the plan */
+    int32_t moves;         /* local-search moves and swaps applied */
+    bool budget_exhausted; /* stopped by the time budget */
+};
+
 /*
  * A placement of every column of every table.  shards is kept sorted by
  * (table, col_offset) once the plan is finished (plan_sort()).  devices has
@@ -332,8 +364,10 @@ struct plan {
     struct plan_device *devices; /* owned */
     double cost_ms;              /* max over devices of total_ms */
     const char *algorithm;       /* static string */
-    const char *cost_model;      /* static string naming the compute model */
+    char cost_model[160];        /* names the compute model (a copy) */
     const char *comm_model;      /* static string naming the comm model */
+    struct plan_explain explain;
+    struct plan_search_stats stats;
 };
 
 /* Makes an empty plan for ndevices devices.  Returns 0 or SD_ENOMEM. */
@@ -395,6 +429,22 @@ extern const struct cost_model cost_model_analytic;
  */
 void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
                           double *fwd_ms, double *bwd_ms);
+
+/*
+ * The plan cost of per-device compute and dim sums (neuroshard.md 6.1, the
+ * alpha-beta comm): max_r(compute_r + bwd_r) + max_r fwd_r.  O(N).
+ */
+double cost_plan_ms(const struct topology *t, const double *compute_ms,
+                    const int32_t *dim_sum, double *fwd_scratch,
+                    double *bwd_scratch);
+
+/*
+ * Fills p->explain from an evaluated plan: the critical device, its driving
+ * shards and the lower bound, with m's cost of single shards.  Returns 0 or
+ * SD_ENOMEM.
+ */
+int plan_explain(struct plan *p, const struct table *tables,
+                 const struct topology *t, const struct cost_model *m);
 
 /*
  * Fills p->devices and p->cost_ms (neuroshard.md 6.1): compute_r from the
@@ -472,6 +522,7 @@ enum plan_alg {
     PLAN_ALG_LOOKUP_GREEDY,
     PLAN_ALG_SIZE_LOOKUP_GREEDY,
     PLAN_ALG_TORCHREC_GREEDY,
+    PLAN_ALG_NEUROSHARD,
     PLAN_ALG_COUNT
 };
 
@@ -483,7 +534,19 @@ struct plan_options {
     enum plan_alg alg;
     enum optimizer optimizer;
     uint64_t seed; /* for random */
+    /* neuroshard: the model searched with (borrowed; required). */
+    const struct cost_net *net;
+    double time_budget_ms; /* neuroshard: stop the beam after this; 0: none */
+    bool column_splits;    /* neuroshard: allow column-wise splits */
+    bool local_search;     /* neuroshard: final move/swap pass */
+    int32_t beam_width;    /* 3 */
+    int32_t beam_depth;    /* 10 */
+    int32_t candidates;    /* top-k by size and by cost to split; 10 */
+    int32_t threads;       /* neuroshard: scoring threads; 0: one per CPU */
 };
+
+/* alg size_lookup_greedy, sgd, seed 0, neuroshard defaults as above. */
+void plan_options_default(struct plan_options *o);
 
 /*
  * The inputs every algorithm needs checked: table_validate_all(),
@@ -525,6 +588,23 @@ int plan_greedy_lpt(const struct table *tables, size_t ntables,
                     enum optimizer opt, struct plan *out, struct sd_diag *d);
 
 /*
+ * NeuroShard's search (neuroshard.md 6.3-6.4) with o->net: a beam search
+ * over column-wise splits whose every state is scored by a table-wise
+ * greedy grid search, then a local search of moves and swaps off the
+ * critical device.  Faster than the original by construction: cached
+ * per-(table, width) latents projected through the head's first layer, so
+ * placing a table is 64 additions; split states deduplicated; grid scales
+ * that cannot change the greedy skipped.  Deterministic for the same inputs
+ * unless the time budget cuts it short.  Fills out->stats, and
+ * out->cost_ms with the search's own score (plan_evaluate() replaces it with
+ * the same figure computed afresh).  *out is
+ * initialised here; same returns as plan_run() (SD_EINVAL without a model).
+ */
+int plan_neuroshard(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct plan *out, struct sd_diag *d);
+
+/*
  * TorchRec's GreedyPerfPartitioner over its estimator, for table-wise and
  * column-wise options (torchrec_planner.md 1.2-1.4): proposals all-TW,
  * all-CW and per-table best, each partitioned largest-storage first onto the
@@ -534,6 +614,183 @@ int plan_greedy_lpt(const struct table *tables, size_t ntables,
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
                          struct plan *out, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Neural compute cost model (net.c, train.c)                                */
+
+/*
+ * NeuroShard's compute model (neuroshard.md 5.1): every table of a shard goes
+ * through the same MLP 20 -> 128 -> 32 (ReLU after both layers), the 32-d
+ * latents are summed over the shard, and a head 32 -> 64 -> 1 (ReLU between)
+ * gives the shard's cost.  Two deliberate differences from the original:
+ *  - inputs are table_features() with the pooling factor as log1p(pf) and
+ *    rows as log(rows), then z-scored with constants stored in the model;
+ *  - the head's output goes through softplus, so costs are always positive
+ *    yet grow linearly (not exponentially) for shards larger than any it
+ *    was trained on, and training fits relative error, not raw ms.
+ * Parameters are one float array, row-major [out][in] per layer, in this
+ * order (offsets below).
+ */
+#define NET_IN      TABLE_NFEATURES
+#define NET_H1      128
+#define NET_LAT     32
+#define NET_H2      64
+#define NET_W1      0
+#define NET_B1      (NET_W1 + NET_H1 * NET_IN)
+#define NET_W2      (NET_B1 + NET_H1)
+#define NET_B2      (NET_W2 + NET_LAT * NET_H1)
+#define NET_W3      (NET_B2 + NET_LAT)
+#define NET_B3      (NET_W3 + NET_H2 * NET_LAT)
+#define NET_W4      (NET_B3 + NET_H2)
+#define NET_B4      (NET_W4 + NET_H2)
+#define NET_NPARAMS (NET_B4 + 1) /* 8,993 */
+
+/* The model file's format version (docs/model-format.md). */
+#define NET_FORMAT_VERSION 1
+#define NET_PROFILE_MAX    128
+
+/* How a model was trained; fractions (0.05 = 5 %) and counts of samples. */
+struct net_metrics {
+    double train_mape;
+    double val_mape;
+    double test_mape;
+    int64_t train_samples;
+    int64_t val_samples;
+    int64_t test_samples;
+    int32_t epochs;     /* run */
+    int32_t best_epoch; /* whose weights were kept */
+    uint64_t seed;
+};
+
+struct cost_net {
+    char profile[NET_PROFILE_MAX]; /* the hardware profile it answers for */
+    int64_t batch_size;            /* the batch its samples were measured at */
+    float mean[NET_IN];            /* z-score of the transformed features */
+    float std[NET_IN];
+    float p[NET_NPARAMS];
+    struct net_metrics metrics;
+};
+
+/* The transformed, normalised input of a table cut to `cols` columns. */
+void net_input(const struct cost_net *m, const struct table *t, int32_t cols,
+               float x[NET_IN]);
+/* Raw transformed features (before z-scoring): what the mean/std are of. */
+void net_features(const struct table *t, int32_t cols, float x[NET_IN]);
+
+/* The 32-d latent of one table cut to `cols` columns. */
+void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
+                float lat[NET_LAT]);
+
+/*
+ * The head's first layer is linear in the latent sum, so a shard can be
+ * carried as z = b3 + W3 * sum(latents): net_project() gives W3 * lat (64-d)
+ * for one table, net_head_z() the cost (ms) from z.  Adding a table to a
+ * shard is then 64 additions and scoring it 64 multiply-adds.
+ */
+void net_project(const struct cost_net *m, const float lat[NET_LAT],
+                 float proj[NET_H2]);
+void net_head_init(const struct cost_net *m, float z[NET_H2]); /* z = b3 */
+double net_head_z(const struct cost_net *m, const float z[NET_H2]);
+/* log(1 + e^x), the output activation. */
+double net_softplus(double x);
+/* The head before its activation: cost = softplus(raw), a monotone map, so
+ * comparisons of shards can skip it. */
+double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
+
+/* Predicted ms of one shard (items' tables cut to their cols). */
+double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
+                    size_t n);
+
+/*
+ * Serialises m into a new buffer (*out, free()) of *len bytes: the model
+ * file format, little-endian, with a CRC-32 over everything before it.
+ * Returns 0 or SD_ENOMEM.
+ */
+int net_serialize(const struct cost_net *m, void **out, size_t *len);
+
+/*
+ * Parses a model file image into *out (owned: free()).  Returns 0, or
+ * SD_EFORMAT (not a model file, a damaged one: bad magic, size or checksum,
+ * non-finite weights; d says which) or SD_ENEWER (a newer format version),
+ * or SD_ENOMEM.
+ */
+int net_parse(const void *buf, size_t len, struct cost_net **out,
+              struct sd_diag *d);
+
+/* Reads / writes a model file (write: to a temporary file, then rename). */
+int net_read_file(const char *path, struct cost_net **out, struct sd_diag *d);
+int net_write_file(const char *path, const struct cost_net *m,
+                   struct sd_diag *d);
+
+/*
+ * Checks that m answers for `profile`; SD_EINVAL with both names in d when
+ * not.
+ */
+int net_check_profile(const struct cost_net *m, const char *profile,
+                      struct sd_diag *d);
+
+/*
+ * The model committed with shardd (models/, docs/models.md), parsed on first
+ * use; NULL if the embedded image is damaged (d says why).  Shared, read-only,
+ * never freed.
+ */
+const struct cost_net *net_embedded(struct sd_diag *d);
+
+/*
+ * A cost_model answering with m (borrowed).  Costs are for the topology's
+ * batch: m's prediction is scaled by batch_size / m->batch_size (the
+ * fused op's time is linear in the lookups), and the name says so.
+ */
+struct net_cost_model {
+    struct cost_model cm;
+    const struct cost_net *net;
+    char name[NET_PROFILE_MAX + 16];
+};
+void net_cost_model_init(struct net_cost_model *ncm, const struct cost_net *m);
+
+/* One measured shard for training. */
+struct train_sample {
+    const struct table *tables; /* the shard; each table's dim is its width */
+    size_t ntables;
+    double ms; /* measured, > 0 */
+};
+
+struct train_params {
+    uint64_t seed;
+    int32_t max_epochs; /* default 400 */
+    int32_t patience;   /* epochs without a better validation loss; 40 */
+    int32_t batch;      /* shards per Adam step; 128 */
+    double lr;          /* Adam step size; 2e-3 */
+    double val_frac;    /* 0.1 */
+    double test_frac;   /* 0.1 */
+    /* Called after every epoch; returning non-zero stops training (the best
+     * weights so far are kept).  May be NULL. */
+    int (*progress)(void *ctx, int32_t epoch, int32_t max_epochs,
+                    double train_loss, double val_mape);
+    void *ctx;
+};
+void train_params_default(struct train_params *p);
+
+/*
+ * Trains a compute model on n samples: a seeded shuffle split into
+ * train / validation / test, z-score constants from the training tables,
+ * Adam on the mean squared error of log(predicted ms) - log(measured ms)
+ * (relative error), early stopping on the validation loss keeping the best
+ * epoch's weights (best_epoch 0: no epoch had a finite loss, the initial
+ * weights are kept).  Deterministic for a seed and sample order with the
+ * reference BLAS (libblas3; a threaded BLAS may add its thread count to
+ * the inputs).  *out (owned: free()) gets profile, batch_size and the
+ * metrics (MAPE on every split).  Returns 0, SD_EINVAL (fewer than 10
+ * samples, a sample with no tables, an invalid table or ms <= 0, bad
+ * params, an empty profile or batch_size < 1; d says which) or SD_ENOMEM.
+ */
+int net_train(const struct train_params *p, const struct train_sample *s,
+              size_t n, const char *profile, int64_t batch_size,
+              struct cost_net **out, struct sd_diag *d);
+
+/* Mean absolute percentage error (fraction) of m over samples. */
+double net_mape(const struct cost_net *m, const struct train_sample *s,
+                size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* JSON formats (json.c)                                                     */
@@ -576,7 +833,11 @@ int json_parse_plan(const char *buf, size_t len, const struct table *tables,
  *  - json_plan: {"algorithm", "plan_cost_ms", "cost_model", "comm_model",
  *    "devices": [{"id", "memory_bytes", "cost_ms": {"compute", "fwd_comm",
  *    "bwd_comm", "total"}}], "tables": [{"name", "shards": [{"device",
- *    "col_offset", "col_width"}]}]}.
+ *    "col_offset", "col_width"}]}]}, and after plan_run() "explanation":
+ *    {"critical_device", "drivers": [{"table", "col_offset", "col_width",
+ *    "cost_ms"}], "lower_bound_ms", "gap"} and, for neuroshard, "search":
+ *    {"time_ms", "states", "greedy_runs", "beam_levels", "column_splits",
+ *    "local_moves", "budget_exhausted"}.
  *  - json_plan_torchrec: TorchRec's serialized ShardingPlan for module
  *    "embedding_bags" (sharding_type, compute_kernel, ranks, shards with
  *    shard_offsets, shard_sizes, placement).

@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential cmake pkg-config clang-format \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
-libuv1-dev libsqlite3-dev libjansson-dev python3"
+libuv1-dev libsqlite3-dev libjansson-dev libblas-dev python3"
 
 missing=""
 for p in $PKGS; do

@@ -127,6 +127,7 @@ enum stmt {
     STMT_ROLLBACK,
     STMT_PROFILE_GET,
     STMT_PROFILE_INSERT,
+    STMT_PROFILE_LIST,
     STMT_SAMPLE_INSERT,
     STMT_SAMPLE_COUNT,
     STMT_SAMPLE_LOAD,
@@ -173,6 +174,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ROLLBACK] = "ROLLBACK",
     [STMT_PROFILE_GET] = "SELECT id, name, backend, device_model, batch_size, "
                          "created_ms FROM profiles WHERE name = ?1",
+    [STMT_PROFILE_LIST] = "SELECT id, name, backend, device_model, batch_size, "
+                          "created_ms FROM profiles ORDER BY id",
     [STMT_PROFILE_INSERT] = "INSERT INTO profiles (name, backend, "
                             "device_model, batch_size, created_ms) "
                             "VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -918,6 +921,21 @@ static int check_profile(const struct store_profile *p, struct sd_diag *d)
     return rv;
 }
 
+/* The current row of STMT_PROFILE_GET or _LIST; for collect_rows() too. */
+static int profile_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
+{
+    struct store_profile *p = row;
+
+    (void)d;
+    p->id = sqlite3_column_int64(s, 0);
+    col_text(s, 1, p->name, sizeof(p->name));
+    col_text(s, 2, p->backend, sizeof(p->backend));
+    col_text(s, 3, p->device_model, sizeof(p->device_model));
+    p->batch_size = sqlite3_column_int64(s, 4);
+    p->created_ms = sqlite3_column_int64(s, 5);
+    return 0;
+}
+
 /* Reads a profile row into *p; returns 1 found, 0 none, or an error. */
 static int profile_lookup(struct store *st, const char *name,
                           struct store_profile *p, struct sd_diag *d)
@@ -931,15 +949,26 @@ static int profile_lookup(struct store *st, const char *name,
     rv = step(st, s,
               sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC) != SQLITE_OK,
               "reading a profile", d);
-    if (rv == 1) {
-        p->id = sqlite3_column_int64(s, 0);
-        col_text(s, 1, p->name, sizeof(p->name));
-        col_text(s, 2, p->backend, sizeof(p->backend));
-        col_text(s, 3, p->device_model, sizeof(p->device_model));
-        p->batch_size = sqlite3_column_int64(s, 4);
-        p->created_ms = sqlite3_column_int64(s, 5);
-    }
+    if (rv == 1)
+        profile_row(s, p, d);
     stmt_done(s);
+    return rv;
+}
+
+int store_profile_list(struct store *st, struct store_profile **out, size_t *n,
+                       struct sd_diag *d)
+{
+    sqlite3_stmt *s = NULL;
+    void *arr;
+    int rv;
+
+    rv = stmt_get(st, STMT_PROFILE_LIST, &s, d);
+    if (rv != 0)
+        return rv;
+    rv = collect_rows(st, s, false, "listing profiles", sizeof(**out),
+                      profile_row, &arr, n, d);
+    if (rv == 0)
+        *out = arr;
     return rv;
 }
 

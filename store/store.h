@@ -136,6 +136,13 @@ int store_profile_get_or_create(struct store *st, const struct store_profile *p,
 int store_profile_get(struct store *st, const char *name,
                       struct store_profile *out, struct sd_diag *d);
 
+/*
+ * Lists every profile, oldest first.  *out (NULL when *n is 0) is owned by
+ * the caller: free() it.
+ */
+int store_profile_list(struct store *st, struct store_profile **out, size_t *n,
+                       struct sd_diag *d);
+
 /* ------------------------------------------------------------------------ */
 /* Samples                                                                   */
 

@@ -56,15 +56,16 @@ json_check "$DIR/k.json" 'len(d["tasks"]) == 5 and all(10 <= len(k["tables"]) <=
 
 # --- planning: every algorithm, every format --------------------------------
 for alg in random dim_greedy size_greedy lookup_greedy size_lookup_greedy \
-    torchrec_greedy; do
+    torchrec_greedy neuroshard; do
     if "$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
         --mem-gb 4 --alg "$alg" --json >"$DIR/p.json" 2>"$DIR/err"; then
         ok
-        json_check "$DIR/p.json" "d['algorithm'] == '$alg' and len(d['devices']) == 4 and d['plan_cost_ms'] > 0 and all(sum(s['col_width'] for s in t['shards']) > 0 for t in d['tables'])"
+        json_check "$DIR/p.json" "d['algorithm'] == '$alg' and len(d['devices']) == 4 and d['plan_cost_ms'] > 0 and all(sum(s['col_width'] for s in t['shards']) > 0 for t in d['tables']) and d['cost_model'].startswith('neural:') and 0 <= d['explanation']['critical_device'] < 4 and d['explanation']['lower_bound_ms'] <= d['plan_cost_ms'] * (1 + 1e-9)"
     else
         bad "plan --alg $alg: $(cat "$DIR/err")"
     fi
 done
+json_check "$DIR/p.json" "d['search']['states'] >= 1 and d['search']['greedy_runs'] >= d['search']['states'] and not d['search']['budget_exhausted']"
 # Every column of every table placed once, and the plan cost is the max.
 python3 - "$DIR/k.json" "$DIR/p.json" <<'PY' && ok || bad "plan JSON covers the task"
 import json, sys
@@ -86,8 +87,13 @@ PY
 json_check "$DIR/tr.json" 'all(v["sharding_type"] in ("table_wise", "column_wise") and v["compute_kernel"] == "fused" and v["shards"][0]["placement"].startswith("rank:") for v in d["plan"]["embedding_bags"].values())'
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
     >"$DIR/human.txt" && ok || bad "plan (human table)"
-grep -q "plan cost:" "$DIR/human.txt" && grep -q "fwd_comm" "$DIR/human.txt" &&
-    ok || bad "human table lacks its header"
+grep -q "plan: neuroshard" "$DIR/human.txt" && grep -q "plan cost:" \
+    "$DIR/human.txt" && grep -q "fwd_comm" "$DIR/human.txt" &&
+    ok || bad "human table lacks its header (neuroshard is the default)"
+grep -q "^why: device [0-9]* is the slowest; driven by" "$DIR/human.txt" &&
+    grep -q "^lower bound: " "$DIR/human.txt" &&
+    grep -q "^search: .* states" "$DIR/human.txt" &&
+    ok || bad "human table lacks the explanation"
 [ "$(grep -cE '^ +[0-9]+ ' "$DIR/human.txt")" -eq 4 ] && ok ||
     bad "human table does not list 4 devices"
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
@@ -121,6 +127,36 @@ PY
 json_check "$DIR/e.json" 'd["cost_model"] == "measured:cpu" and d["plan_cost_ms"] > 0 and len(d["devices"]) == 3'
 expect_fail 2 'not in the tables file' eval --tables "$DIR/small.json" \
     --plan "$DIR/o.json"
+# train: a model from the store's samples, stored and written to a file that
+# plan --model uses; damaged or foreign files are refused.
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/p.db" --samples 24 --max-gb 0.05 --seed 2 $FAST \
+    2>"$DIR/err" && ok || bad "profile for train: $(cat "$DIR/err")"
+"$CTL" train --db "$DIR/p.db" --epochs 5 --activate --out "$DIR/m.sdcn" \
+    >"$DIR/train.txt" 2>"$DIR/err" && ok || bad "train: $(cat "$DIR/err")"
+grep -q "^model 1 for profile cpu/.*/64 (active)" "$DIR/train.txt" &&
+    grep -q "^samples: [0-9]* train, [0-9]* validation, [0-9]* test" \
+        "$DIR/train.txt" && grep -q "^MAPE: " "$DIR/train.txt" &&
+    ok || bad "train report: $(cat "$DIR/train.txt")"
+"$CTL" train --db "$DIR/p.db" --epochs 5 >"$DIR/train.txt" 2>"$DIR/err" &&
+    grep -q "^model 2 " "$DIR/train.txt" && ok || bad "train: a second version"
+"$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
+    --model "$DIR/m.sdcn" --json --out "$DIR/mp.json" && ok ||
+    bad "plan --model"
+json_check "$DIR/mp.json" 'd["cost_model"].startswith("neural:cpu/") and d["cost_model"].endswith("/64")'
+printf 'garbage' >"$DIR/bad.sdcn"
+expect_fail 2 'not a shardd cost model' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/bad.sdcn"
+python3 - "$DIR/m.sdcn" "$DIR/flip.sdcn" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[1000] ^= 1
+open(sys.argv[2], "wb").write(b)
+PY
+expect_fail 2 'checksum' plan --offline --tables "$DIR/small.json" \
+    --devices 3 --mem-gb 1 --model "$DIR/flip.sdcn"
+expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
+expect_fail 2 '--db is required' train
 # Ctrl-C: the run stops after its current sample, keeps every committed
 # one (exit 130), and the same command resumes from there.
 # shellcheck disable=SC2086
@@ -177,7 +213,9 @@ printf '{"tables":[' >"$DIR/bad.json"
 plan_bad 'malformed JSON at line 1'
 # A table larger than every device: named, with the shortfall in bytes.
 tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
-plan_bad 'table "huge": needs 51200000000 bytes'
+plan_bad 'table "huge": even at 4 columns it needs 1600000000 bytes'
+expect_fail 2 'table "huge": needs 51200000000 bytes' plan --offline \
+    --tables "$DIR/bad.json" --devices 2 --mem-gb 1 --alg size_greedy
 expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \
     --mem-gb 1 --alg torchrec_greedy
 tbl '{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":'"$B"'}'

@@ -27,7 +27,11 @@ static int32_t device_of(const struct plan *p, uint32_t table)
 static int run(const struct table *tb, size_t n, const struct topology *t,
                enum plan_alg alg, struct plan *p, struct sd_diag *d)
 {
-    struct plan_options o = {alg, OPTIMIZER_SGD, 7};
+    struct plan_options o;
+
+    plan_options_default(&o);
+    o.alg = alg;
+    o.seed = 7;
 
     return plan_run(tb, n, t, &o, &cost_model_analytic, p, d);
 }

@@ -1,0 +1,197 @@
+/*
+ * Plan quality on the NeuroShard protocol (neuroshard.md 2.4): seeded task
+ * sets of 10-59 tables drawn from the 856 synthetic tables, planned on 4 and
+ * 8 devices of 4 GiB by every algorithm.  For each algorithm and set it
+ * prints the mean plan cost predicted by the embedded model and measured on
+ * the device (each device's shard timed in turn on the cpu or cuda backend,
+ * comm modelled), the mean per-task ratio of the measured cost to the best
+ * greedy baseline's and to torchrec_greedy's (over the tasks those could
+ * plan), the predicted cost over the plan's lower bound, the search time,
+ * and how many tasks it could plan.  Mean costs are over the tasks each
+ * algorithm planned, so compare the ratios across algorithms.
+ *
+ * usage: bench_quality [tasks per set] [repeats] [backend|none]
+ *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend;
+ *         "none" skips the measurement and reports predictions only)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels.h"
+#include "planner.h"
+#include "profiler.h"
+
+#define NALG PLAN_ALG_COUNT
+
+/* Sums over the tasks an algorithm planned; the ratios over those where
+ * the reference planned too (counted apart). */
+struct acc {
+    double pred, meas, vs_greedy, vs_trec, vs_bound, search_ms;
+    int ok, n_greedy, n_trec;
+};
+
+static bool is_greedy(int a)
+{
+    return a >= PLAN_ALG_DIM_GREEDY && a <= PLAN_ALG_SIZE_LOOKUP_GREEDY;
+}
+
+static int run_set(const struct cost_net *net, const struct kern_backend *be,
+                   const struct table *pool, size_t npool, int32_t ndevices,
+                   size_t ntasks, const struct kern_timing_opts *to)
+{
+    struct task_params tp;
+    struct task *tasks;
+    struct topology topo;
+    struct net_cost_model ncm;
+    struct acc acc[NALG];
+    struct sd_diag d;
+    size_t k;
+    int a, rv;
+
+    task_params_default(&tp);
+    tp.count = ntasks;
+    tp.seed = (uint64_t)ndevices;
+    tp.max_bytes = (uint64_t)(4 * ndevices - 1) << 30; /* "4 * N - 1" GB */
+    rv = task_generate(&tp, pool, npool, &tasks, &d);
+    if (rv != 0) {
+        fprintf(stderr, "bench_quality: %s\n", d.msg);
+        return 1;
+    }
+    topology_default(&topo, ndevices, 4ull << 30);
+    topo.batch_size = net->batch_size;
+    net_cost_model_init(&ncm, net);
+    memset(acc, 0, sizeof(acc));
+
+    for (k = 0; k < ntasks; k++) {
+        const struct task *tk = &tasks[k];
+        double pred[NALG], meas[NALG], bound[NALG], search[NALG];
+        double best_greedy = INFINITY;
+        bool ok[NALG];
+
+        for (a = 0; a < NALG; a++) {
+            struct plan_options o;
+            struct plan p;
+
+            plan_options_default(&o);
+            o.alg = (enum plan_alg)a;
+            o.net = net;
+            o.seed = k;
+            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm, &p,
+                             &d) == 0;
+            if (!ok[a])
+                continue;
+            pred[a] = p.cost_ms;
+            bound[a] = p.explain.lower_bound_ms;
+            search[a] = p.stats.search_ms;
+            meas[a] = NAN;
+            if (be && prof_eval_plan(be, &p, tk->tables, tk->ntables, &topo,
+                                     OPTIMIZER_SGD, to, 1, NULL, &d) == 0)
+                meas[a] = p.cost_ms;
+            plan_destroy(&p);
+            if (is_greedy(a)) {
+                double c = be ? meas[a] : pred[a];
+
+                if (c < best_greedy)
+                    best_greedy = c;
+            }
+        }
+        for (a = 0; a < NALG; a++) {
+            double c;
+
+            if (!ok[a])
+                continue;
+            c = be ? meas[a] : pred[a];
+            acc[a].ok++;
+            acc[a].pred += pred[a];
+            acc[a].meas += be ? meas[a] : 0;
+            if (best_greedy < INFINITY) {
+                acc[a].vs_greedy += c / best_greedy;
+                acc[a].n_greedy++;
+            }
+            if (ok[PLAN_ALG_TORCHREC_GREEDY]) {
+                acc[a].vs_trec += c / (be ? meas[PLAN_ALG_TORCHREC_GREEDY]
+                                          : pred[PLAN_ALG_TORCHREC_GREEDY]);
+                acc[a].n_trec++;
+            }
+            acc[a].vs_bound += pred[a] / bound[a];
+            acc[a].search_ms += search[a];
+        }
+        fprintf(stderr, "bench_quality: %d devices: task %zu/%zu done\n",
+                (int)ndevices, k + 1, ntasks);
+    }
+
+    printf("\n%d devices of 4 GiB, %zu tasks (seed %d), costs in ms at batch "
+           "%lld, %s\n",
+           (int)ndevices, ntasks, (int)ndevices, (long long)net->batch_size,
+           be ? "measured on the device" : "predicted only");
+    printf("%-20s %6s %10s %10s %11s %11s %9s %10s\n", "algorithm", "valid",
+           "predicted", "measured", "/best_greedy", "/torchrec", "/bound",
+           "search ms");
+    for (a = 0; a < NALG; a++) {
+        const struct acc *c = &acc[a];
+        int n = c->ok ? c->ok : 1;
+
+        printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %9.3f %10.2f\n",
+               plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
+               be ? c->meas / n : NAN,
+               c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
+               c->n_trec ? c->vs_trec / c->n_trec : NAN, c->vs_bound / n,
+               c->search_ms / n);
+    }
+    task_array_free(tasks, ntasks);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    size_t ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
+    int repeats = argc > 2 ? atoi(argv[2]) : 5;
+    const char *bname = argc > 3 ? argv[3] : "auto";
+    const struct kern_backend *be = NULL;
+    struct kern_timing_opts to;
+    struct synth_params sp;
+    struct table *pool;
+    struct sd_diag d;
+    const struct cost_net *net = net_embedded(&d);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (!net) {
+        fprintf(stderr, "bench_quality: %s\n", d.msg);
+        return 1;
+    }
+    if (ntasks < 1 || repeats < 1) {
+        fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend]\n");
+        return 2;
+    }
+    if (strcmp(bname, "none") != 0) {
+        be = kern_backend_get(bname, &d);
+        if (!be) {
+            fprintf(stderr, "bench_quality: %s\n", d.msg);
+            return 1;
+        }
+    }
+    kern_timing_opts_default(&to);
+    to.warmup = 2;
+    to.repeats = repeats;
+
+    synth_params_default(&sp);
+    sp.count = 856;
+    sp.seed = 0;
+    sp.batch_size = net->batch_size;
+    if (synth_tables(&sp, ncpu > 0 ? (unsigned)ncpu : 1, &pool) != 0) {
+        fprintf(stderr, "bench_quality: cannot make the tables\n");
+        return 1;
+    }
+    printf("bench_quality: model %s; backend %s\n", net->profile,
+           be ? be->name : "none");
+    if (run_set(net, be, pool, sp.count, 4, ntasks, &to) != 0 ||
+        run_set(net, be, pool, sp.count, 8, ntasks, &to) != 0) {
+        free(pool);
+        return 1;
+    }
+    free(pool);
+    return 0;
+}

@@ -1,0 +1,1085 @@
+/*
+ * NeuroShard's search (neuroshard.md 6.3-6.4), scored by the neural compute
+ * model and the alpha-beta comm model, plus a final local search.
+ *
+ * A state is a list of pieces: (table, level), the table cut to dim >> level
+ * columns.  Splitting a piece halves it into two pieces one level down.
+ * Every state is scored by the table-wise greedy grid search; the beam keeps
+ * the best `beam_width` children per level.  What makes it fast, without
+ * changing a single decision of the original:
+ *  - each (table, level) goes through the table MLP once and its latent is
+ *    projected through the head's first layer (net_project()), so a device
+ *    is carried as 64 pre-activations and placing a piece is 64 additions
+ *    plus a 64-term dot product; devices are compared by the raw head (the
+ *    output activation is monotone) and only scored at the end;
+ *  - the least loaded device with room comes off a heap;
+ *  - a grid run under a looser dim cap replays the previous run exactly up
+ *    to the first piece the previous cap refused a device for, so it resumes
+ *    from a snapshot taken there, and skips the caps that refuse nothing new;
+ *  - states are keyed by the multiset of their pieces, so splitting A then B
+ *    and B then A is scored once;
+ *  - the children of a beam level are scored on worker threads, each with
+ *    its own scratch, and merged in their generation order: the result does
+ *    not depend on the thread count.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "planner.h"
+
+/* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
+#define NS_LEVELS_MAX  9
+#define NS_GRID_STEPS  11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
+#define NS_THREADS_MAX 16
+/* Devices a local-search move may target: the least ready ones. */
+#define NS_TARGETS 4
+
+struct ns_level {
+    float proj[NET_H2]; /* W3 * latent of the table at this width */
+    double ms;          /* its cost alone, at the topology's batch */
+    uint64_t bytes;     /* on a device, optimizer state included */
+    int32_t cols;
+    bool ready;
+};
+
+struct ns_table {
+    int32_t nlevels;
+    struct ns_level lv[NS_LEVELS_MAX];
+};
+
+struct ns_piece {
+    uint32_t table;
+    int32_t level;
+};
+
+/* A scored state: its pieces, where the best greedy put them, its cost. */
+struct ns_state {
+    struct ns_piece *pc;
+    int32_t *assign;
+    size_t np;
+    uint64_t key;
+    double cost;
+};
+
+struct ns_sort {
+    double ms;
+    uint64_t bytes;
+    uint32_t table;
+    int32_t level;
+    size_t idx;
+};
+
+/* Devices under construction, and a copy of them for resuming. */
+struct ns_devs {
+    float *z;    /* [n][NET_H2] head pre-activations */
+    double *raw; /* the head before its activation; -inf when empty */
+    uint64_t *mem;
+    int32_t *dim;
+    int32_t *count;
+    int32_t *heap; /* devices by (raw, mem, id), least first */
+    int32_t len;   /* devices in the heap */
+};
+
+/* One thread's scratch. */
+struct ns_work {
+    struct ns_devs dv, snap;
+    size_t snap_k; /* the piece the snapshot was taken before */
+    bool snap_taken;
+    double *comp; /* compute ms, from raw by devices_cost() */
+    double *fwd, *bwd;
+    int32_t *stash;
+    struct ns_sort *order;
+    int32_t *assign;
+    int32_t *sfx_cols;   /* narrowest piece from order[k] on */
+    uint64_t *sfx_bytes; /* smallest piece from order[k] on */
+    int64_t greedy_runs, states;
+};
+
+struct ns {
+    const struct table *tables;
+    size_t ntables;
+    const struct topology *t;
+    const struct plan_options *o;
+    const struct cost_net *net;
+    double scale; /* topology batch / the model's batch */
+    int32_t n;
+    size_t cap; /* pieces a state can have */
+    double dim_mean;
+    struct ns_table *tl; /* levels are filled on the main thread only */
+    struct ns_work work[NS_THREADS_MAX];
+    int nthreads;
+    /* seen state keys: open addressing, 0 = empty */
+    uint64_t *seen;
+    size_t seen_cap, seen_n;
+    struct plan_search_stats *st;
+    struct timespec t0;
+};
+
+static double elapsed_ms(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
+           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static bool out_of_time(struct ns *s)
+{
+    return s->o->time_budget_ms > 0 &&
+           elapsed_ms(&s->t0) > s->o->time_budget_ms;
+}
+
+/* The cached level of a piece, made on first use (main thread only). */
+static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
+{
+    struct ns_level *lv = &s->tl[table].lv[level];
+
+    if (!lv->ready) {
+        const struct table *tb = &s->tables[table];
+        float lat[NET_LAT], z[NET_H2];
+        int o;
+
+        lv->cols = tb->dim >> level;
+        net_latent(s->net, tb, lv->cols, lat);
+        net_project(s->net, lat, lv->proj);
+        net_head_init(s->net, z);
+        for (o = 0; o < NET_H2; o++)
+            z[o] += lv->proj[o];
+        lv->ms = net_head_z(s->net, z) * s->scale;
+        lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
+        lv->ready = true;
+    }
+    return lv;
+}
+
+static const struct ns_level *piece_level(const struct ns *s,
+                                          const struct ns_piece *p)
+{
+    return &s->tl[p->table].lv[p->level];
+}
+
+/* splitmix64: a well-mixed hash of one piece; a state's key is the sum over
+ * its pieces, which does not depend on their order. */
+static uint64_t piece_hash(uint32_t table, int32_t level)
+{
+    uint64_t x = ((uint64_t)table << 8 | (uint64_t)level) + 0x9E3779B97F4A7C15u;
+
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
+    return x ^ (x >> 31);
+}
+
+/* Inserts key; false when it was already there. */
+static bool seen_insert(struct ns *s, uint64_t key)
+{
+    size_t i;
+
+    if (key == 0)
+        key = 1;
+    if (2 * (s->seen_n + 1) > s->seen_cap) {
+        size_t ncap = s->seen_cap ? 2 * s->seen_cap : 1024, k;
+        uint64_t *nk = calloc(ncap, sizeof(*nk));
+
+        if (!nk)
+            return true; /* no memory for dedup: score it again */
+        for (k = 0; k < s->seen_cap; k++) {
+            if (s->seen[k] == 0)
+                continue;
+            for (i = s->seen[k] & (ncap - 1); nk[i]; i = (i + 1) & (ncap - 1))
+                ;
+            nk[i] = s->seen[k];
+        }
+        free(s->seen);
+        s->seen = nk;
+        s->seen_cap = ncap;
+    }
+    for (i = key & (s->seen_cap - 1); s->seen[i];
+         i = (i + 1) & (s->seen_cap - 1))
+        if (s->seen[i] == key)
+            return false;
+    s->seen[i] = key;
+    s->seen_n++;
+    return true;
+}
+
+/* Greedy order: costliest first, then larger, then table and level. */
+static int sort_cmp(const void *a, const void *b)
+{
+    const struct ns_sort *x = a, *y = b;
+
+    if (x->ms != y->ms)
+        return x->ms > y->ms ? -1 : 1;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    if (x->table != y->table)
+        return x->table < y->table ? -1 : 1;
+    if (x->level != y->level)
+        return x->level < y->level ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                   */
+
+static void devs_reset(const struct ns *s, struct ns_devs *d)
+{
+    int32_t r;
+
+    for (r = 0; r < s->n; r++) {
+        net_head_init(s->net, d->z + (size_t)r * NET_H2);
+        d->raw[r] = -INFINITY;
+        d->heap[r] = r; /* all equal and ordered by id: a heap already */
+    }
+    memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
+    memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
+    memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
+    d->len = s->n;
+}
+
+static void devs_copy(const struct ns *s, struct ns_devs *dst,
+                      const struct ns_devs *src)
+{
+    size_t n = (size_t)s->n;
+
+    memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
+    memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
+    memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
+    memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
+    memcpy(dst->count, src->count, n * sizeof(*dst->count));
+    memcpy(dst->heap, src->heap, (size_t)src->len * sizeof(*dst->heap));
+    dst->len = src->len;
+}
+
+/* Adds (sign +1) or removes (-1) a piece's load on device r. */
+static void devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
+                       const struct ns_level *lv, int sign)
+{
+    float *z = d->z + (size_t)r * NET_H2;
+    int o;
+
+    for (o = 0; o < NET_H2; o++)
+        z[o] += (float)sign * lv->proj[o];
+    d->count[r] += sign;
+    d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
+    d->dim[r] += sign * lv->cols;
+    /* The raw head orders devices as their costs do (the activation and
+     * the batch scale are monotone); costs are made from it when scored. */
+    d->raw[r] = d->count[r] ? net_head_raw(s->net, z) : -INFINITY;
+}
+
+/* The plan cost of w's devices; leaves compute and comm in w. */
+static double devs_plan_ms(const struct ns *s, struct ns_work *w)
+{
+    int32_t r;
+
+    for (r = 0; r < s->n; r++)
+        w->comp[r] = w->dv.count[r] ? net_softplus(w->dv.raw[r]) * s->scale : 0;
+    return cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+}
+
+/* Heap order of devices: least compute, then least memory, then lower id
+ * (the original's tie-breaks). */
+static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
+{
+    if (d->raw[a] != d->raw[b])
+        return d->raw[a] < d->raw[b];
+    if (d->mem[a] != d->mem[b])
+        return d->mem[a] < d->mem[b];
+    return a < b;
+}
+
+static void heap_down(struct ns_devs *d, int32_t i)
+{
+    int32_t *h = d->heap, len = d->len;
+
+    for (;;) {
+        int32_t l = 2 * i + 1, m = i, tmp;
+
+        if (l < len && dev_less(d, h[l], h[m]))
+            m = l;
+        if (l + 1 < len && dev_less(d, h[l + 1], h[m]))
+            m = l + 1;
+        if (m == i)
+            return;
+        tmp = h[i];
+        h[i] = h[m];
+        h[m] = tmp;
+        i = m;
+    }
+}
+
+static void heap_push(struct ns_devs *d, int32_t r)
+{
+    int32_t *h = d->heap, i = d->len++;
+
+    h[i] = r;
+    while (i > 0 && dev_less(d, h[i], h[(i - 1) / 2])) {
+        int32_t p = (i - 1) / 2, tmp = h[i];
+
+        h[i] = h[p];
+        h[p] = tmp;
+        i = p;
+    }
+}
+
+static int32_t heap_pop(struct ns_devs *d)
+{
+    int32_t r = d->heap[0];
+
+    d->heap[0] = d->heap[--d->len];
+    heap_down(d, 0);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Table-wise greedy grid search                                             */
+
+/*
+ * The cap refused a device that would take the piece at a cap of `dims`:
+ * lowers *next_cap, and on the run's first refusal snapshots the devices as
+ * they were before piece k (the popped devices of this piece put back).
+ */
+static void refused(const struct ns *s, struct ns_work *w, size_t k,
+                    int32_t nstash, int32_t dims, double *next_cap)
+{
+    int32_t i;
+
+    if ((double)dims < *next_cap)
+        *next_cap = (double)dims;
+    if (w->snap_taken)
+        return;
+    devs_copy(s, &w->snap, &w->dv);
+    for (i = 0; i < nstash; i++)
+        heap_push(&w->snap, w->stash[i]);
+    w->snap_k = k;
+    w->snap_taken = true;
+}
+
+/*
+ * One greedy placement of the sorted pieces under a dim cap of cap_scale x
+ * the mean (0: no cap): each piece goes to the least loaded device with room
+ * (neuroshard.md 6.3).  With `resume`, starts from the snapshot the previous
+ * (tighter) run took at its first refusal: up to there this run is the same.
+ * Writes w->assign; returns the plan cost or INFINITY.  *next_cap is the
+ * smallest dim cap at which any refused device would have been accepted
+ * (INFINITY: the cap refused none); every cap below it replays this run.
+ */
+static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
+                        double cap_scale, bool resume, double *next_cap)
+{
+    double dim_cap = cap_scale > 0 ? cap_scale * s->dim_mean : INFINITY;
+    uint64_t mem_cap = s->t->mem_bytes;
+    struct ns_devs *d = &w->dv;
+    size_t k = 0;
+
+    *next_cap = INFINITY;
+    if (resume && w->snap_taken) {
+        devs_copy(s, d, &w->snap);
+        k = w->snap_k;
+    } else {
+        devs_reset(s, d);
+    }
+    w->snap_taken = false;
+    w->greedy_runs++;
+    for (; k < np; k++) {
+        const struct ns_sort *it = &w->order[k];
+        const struct ns_level *lv = &s->tl[it->table].lv[it->level];
+        int32_t best = -1, nstash = 0, r;
+
+        /* Pop devices that cannot take the piece until one can.  One that
+         * can take none of the pieces left leaves the heap for good, so a
+         * full device is not popped again for every piece. */
+        while (d->len > 0) {
+            r = d->heap[0];
+            if (d->mem[r] + w->sfx_bytes[k] > mem_cap ||
+                (double)(d->dim[r] + w->sfx_cols[k]) > dim_cap) {
+                if (d->mem[r] + w->sfx_bytes[k] <= mem_cap)
+                    refused(s, w, k, nstash, d->dim[r] + w->sfx_cols[k],
+                            next_cap);
+                heap_pop(d);
+                continue;
+            }
+            if (d->mem[r] + lv->bytes <= mem_cap) {
+                if ((double)(d->dim[r] + lv->cols) <= dim_cap) {
+                    best = r;
+                    break;
+                }
+                refused(s, w, k, nstash, d->dim[r] + lv->cols, next_cap);
+            }
+            w->stash[nstash++] = heap_pop(d);
+        }
+        if (best >= 0) {
+            devs_apply(s, d, best, lv, +1);
+            w->assign[it->idx] = best;
+            heap_down(d, 0); /* its load only grew */
+        }
+        while (nstash > 0)
+            heap_push(d, w->stash[--nstash]);
+        if (best < 0)
+            return INFINITY;
+    }
+    return devs_plan_ms(s, w);
+}
+
+/* Table-wise greedy grid search of one state: st->cost and st->assign. */
+static void ns_table_wise(const struct ns *s, struct ns_work *w,
+                          struct ns_state *st)
+{
+    double next_cap = INFINITY;
+    size_t k;
+    int step;
+
+    for (k = 0; k < st->np; k++) {
+        const struct ns_level *lv = piece_level(s, &st->pc[k]);
+
+        w->order[k] = (struct ns_sort){lv->ms, lv->bytes, st->pc[k].table,
+                                       st->pc[k].level, k};
+    }
+    qsort(w->order, st->np, sizeof(*w->order), sort_cmp);
+    for (k = st->np; k-- > 0;) {
+        const struct ns_level *lv =
+            &s->tl[w->order[k].table].lv[w->order[k].level];
+        bool last = k + 1 == st->np;
+
+        w->sfx_cols[k] = last || lv->cols < w->sfx_cols[k + 1]
+                             ? lv->cols
+                             : w->sfx_cols[k + 1];
+        w->sfx_bytes[k] = last || lv->bytes < w->sfx_bytes[k + 1]
+                              ? lv->bytes
+                              : w->sfx_bytes[k + 1];
+    }
+    w->states++;
+    st->cost = INFINITY;
+    for (step = 0; step < NS_GRID_STEPS;) {
+        double c =
+            ns_greedy(s, w, st->np, 1.0 + 0.05 * step, step > 0, &next_cap);
+
+        if (c < st->cost) {
+            st->cost = c;
+            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        }
+        /* Skip the caps that refuse the same devices: they replay it. */
+        for (step++; step < NS_GRID_STEPS &&
+                     (1.0 + 0.05 * step) * s->dim_mean < next_cap;
+             step++)
+            ;
+    }
+    /* Where every capped run failed, the uncapped greedy may still fit. */
+    if (st->cost == INFINITY && next_cap < INFINITY) {
+        double c = ns_greedy(s, w, st->np, 0, true, &next_cap);
+
+        if (c < INFINITY) {
+            st->cost = c;
+            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* States and the beam                                                       */
+
+static int state_alloc(struct ns_state *st, size_t cap)
+{
+    st->pc = malloc(cap * sizeof(*st->pc));
+    st->assign = malloc(cap * sizeof(*st->assign));
+    st->np = 0;
+    st->cost = INFINITY;
+    st->key = 0;
+    return st->pc && st->assign ? 0 : SD_ENOMEM;
+}
+
+static void state_free(struct ns_state *st)
+{
+    free(st->pc);
+    free(st->assign);
+}
+
+static void state_copy(struct ns_state *dst, const struct ns_state *src)
+{
+    memcpy(dst->pc, src->pc, src->np * sizeof(*src->pc));
+    memcpy(dst->assign, src->assign, src->np * sizeof(*src->assign));
+    dst->np = src->np;
+    dst->key = src->key;
+    dst->cost = src->cost;
+}
+
+/* Loads a state's placement into w's devices. */
+static void devs_load(const struct ns *s, struct ns_work *w,
+                      const struct ns_state *st)
+{
+    size_t k;
+
+    devs_reset(s, &w->dv);
+    for (k = 0; k < st->np; k++)
+        devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]), +1);
+}
+
+/* The device the others wait for: max compute + backward comm. */
+static int32_t critical_device(const struct ns *s, struct ns_work *w)
+{
+    int32_t r, c = 0;
+
+    devs_plan_ms(s, w);
+    for (r = 1; r < s->n; r++)
+        if (w->comp[r] + w->bwd[r] > w->comp[c] + w->bwd[c])
+            c = r;
+    return c;
+}
+
+/*
+ * Marks in `pick` the pieces of st worth splitting: the k largest and the k
+ * costliest splittable pieces (the original's candidates), and the k
+ * costliest on the critical device of its best placement.
+ */
+static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
+{
+    int32_t k = s->o->candidates, crit = -1, round, taken;
+    size_t i;
+
+    memset(pick, 0, st->np * sizeof(*pick));
+    if (st->cost < INFINITY) {
+        devs_load(s, &s->work[0], st);
+        crit = critical_device(s, &s->work[0]);
+    }
+    for (round = 0; round < (crit < 0 ? 2 : 3); round++) {
+        /* k passes of a linear scan for the best unpicked: k is small. */
+        for (taken = 0; taken < k; taken++) {
+            size_t best = st->np;
+
+            for (i = 0; i < st->np; i++) {
+                const struct ns_piece *p = &st->pc[i];
+                const struct ns_level *lv, *bl;
+
+                if (pick[i] || p->level + 1 >= s->tl[p->table].nlevels)
+                    continue;
+                if (round == 2 && st->assign[i] != crit)
+                    continue;
+                lv = piece_level(s, p);
+                if (best == st->np) {
+                    best = i;
+                    continue;
+                }
+                bl = piece_level(s, &st->pc[best]);
+                if (round == 0 ? lv->bytes > bl->bytes : lv->ms > bl->ms)
+                    best = i;
+            }
+            if (best == st->np)
+                break;
+            pick[best] = true;
+        }
+    }
+}
+
+/* Keeps the w best children in `beam`, sorted by cost; on ties the earlier
+ * stays ahead. */
+static void beam_offer(struct ns_state *beam, int32_t *nbeam, int32_t w,
+                       const struct ns_state *child)
+{
+    int32_t pos = *nbeam, j, last = *nbeam < w ? *nbeam : w - 1;
+    struct ns_state spare;
+
+    while (pos > 0 && child->cost < beam[pos - 1].cost)
+        pos--;
+    if (pos >= w)
+        return;
+    /* Shift down, recycling the buffers of the one that falls off. */
+    spare = beam[last];
+    for (j = last; j > pos; j--)
+        beam[j] = beam[j - 1];
+    beam[pos] = spare;
+    state_copy(&beam[pos], child);
+    if (*nbeam < w)
+        (*nbeam)++;
+}
+
+/* Splits piece i of parent into child; makes the new level's cache. */
+static void make_child(struct ns *s, const struct ns_state *parent, size_t i,
+                       struct ns_state *child)
+{
+    struct ns_piece p = parent->pc[i];
+
+    memcpy(child->pc, parent->pc, parent->np * sizeof(*parent->pc));
+    child->pc[i].level = p.level + 1;
+    child->pc[parent->np] = (struct ns_piece){p.table, p.level + 1};
+    child->np = parent->np + 1;
+    child->key = parent->key - piece_hash(p.table, p.level) +
+                 2 * piece_hash(p.table, p.level + 1);
+    child->cost = INFINITY;
+    ns_level(s, p.table, p.level + 1);
+}
+
+/* The children of one level, scored by thread `id` of `nthreads`. */
+struct ns_batch {
+    struct ns *s;
+    struct ns_state *kids;
+    size_t nkids;
+    int id;
+};
+
+static void *score_kids(void *arg)
+{
+    struct ns_batch *b = arg;
+    size_t i;
+
+    for (i = (size_t)b->id; i < b->nkids; i += (size_t)b->s->nthreads) {
+        if (out_of_time(b->s))
+            break; /* unscored children keep cost INFINITY */
+        ns_table_wise(b->s, &b->s->work[b->id], &b->kids[i]);
+    }
+    return NULL;
+}
+
+/* Scores kids[0..n) on the worker threads (this one included). */
+static void score_all(struct ns *s, struct ns_state *kids, size_t n)
+{
+    struct ns_batch b[NS_THREADS_MAX];
+    pthread_t th[NS_THREADS_MAX];
+    bool started[NS_THREADS_MAX] = {false};
+    int t;
+
+    for (t = 0; t < s->nthreads; t++)
+        b[t] = (struct ns_batch){s, kids, n, t};
+    for (t = 1; t < s->nthreads && (size_t)t < n; t++)
+        started[t] = pthread_create(&th[t], NULL, score_kids, &b[t]) == 0;
+    score_kids(&b[0]);
+    for (t = 1; t < s->nthreads && (size_t)t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            score_kids(&b[t]); /* no thread: do its share here */
+    }
+}
+
+static int ns_beam(struct ns *s, struct ns_state *best)
+{
+    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b;
+    size_t maxkids = (size_t)w * 3 * (size_t)s->o->candidates, nkids, i;
+    struct ns_state *beam, *next, *kids, *tmp;
+    bool *pick = NULL;
+    int rv = SD_ENOMEM;
+
+    beam = calloc((size_t)w, sizeof(*beam));
+    next = calloc((size_t)w, sizeof(*next));
+    kids = calloc(maxkids, sizeof(*kids));
+    pick = malloc(s->cap * sizeof(*pick));
+    if (!beam || !next || !kids || !pick)
+        goto out_free;
+    for (b = 0; b < w; b++)
+        if (state_alloc(&beam[b], s->cap) != 0 ||
+            state_alloc(&next[b], s->cap) != 0)
+            goto out_free;
+    for (i = 0; i < maxkids; i++)
+        if (state_alloc(&kids[i], s->cap) != 0)
+            goto out_free;
+
+    state_copy(&beam[0], best);
+    for (level = 0; level < s->o->beam_depth; level++) {
+        nkids = 0;
+        for (b = 0; b < nbeam; b++) {
+            pick_candidates(s, &beam[b], pick);
+            for (i = 0; i < beam[b].np; i++) {
+                if (!pick[i])
+                    continue;
+                make_child(s, &beam[b], i, &kids[nkids]);
+                if (seen_insert(s, kids[nkids].key))
+                    nkids++;
+            }
+        }
+        score_all(s, kids, nkids);
+        nnext = 0;
+        for (i = 0; i < nkids; i++) {
+            beam_offer(next, &nnext, w, &kids[i]);
+            if (kids[i].cost < best->cost)
+                state_copy(best, &kids[i]);
+        }
+        s->st->levels = level + 1;
+        if (out_of_time(s)) {
+            s->st->budget_exhausted = true;
+            break;
+        }
+        if (nnext == 0)
+            break;
+        tmp = beam;
+        beam = next;
+        next = tmp;
+        nbeam = nnext;
+    }
+    rv = 0;
+
+out_free:
+    free(pick);
+    for (i = 0; kids && i < maxkids; i++)
+        state_free(&kids[i]);
+    free(kids);
+    for (b = 0; beam && next && b < w; b++) {
+        state_free(&beam[b]);
+        state_free(&next[b]);
+    }
+    free(beam);
+    free(next);
+    return rv;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Local search                                                              */
+
+/* One device's compute ms with a added and b taken away (either NULL). */
+static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
+                        const struct ns_level *a, const struct ns_level *b)
+{
+    const float *z = w->dv.z + (size_t)r * NET_H2;
+    float t[NET_H2];
+    int o, count = w->dv.count[r] + (a != NULL) - (b != NULL);
+
+    if (count == 0)
+        return 0;
+    for (o = 0; o < NET_H2; o++)
+        t[o] = z[o] + (a ? a->proj[o] : 0) - (b ? b->proj[o] : 0);
+    return net_softplus(net_head_raw(s->net, t)) * s->scale;
+}
+
+/*
+ * The plan cost after moving piece a from device x to y and, if b is not
+ * NULL, piece b from y to x.  Needs w->comp current; only the two devices
+ * are re-scored, and nothing is changed.
+ */
+static double try_step(const struct ns *s, struct ns_work *w,
+                       const struct ns_level *a, int32_t x, int32_t y,
+                       const struct ns_level *b)
+{
+    double cx = w->comp[x], cy = w->comp[y], c;
+    int32_t dx = w->dv.dim[x], dy = w->dv.dim[y];
+    int32_t moved = a->cols - (b ? b->cols : 0);
+
+    w->comp[x] = comp_with(s, w, x, b, a);
+    w->comp[y] = comp_with(s, w, y, a, b);
+    w->dv.dim[x] -= moved;
+    w->dv.dim[y] += moved;
+    c = cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+    w->comp[x] = cx;
+    w->comp[y] = cy;
+    w->dv.dim[x] = dx;
+    w->dv.dim[y] = dy;
+    return c;
+}
+
+/*
+ * Moves pieces off the critical device to one of the NS_TARGETS least ready
+ * devices, or swaps them with pieces of the least ready one, while that
+ * lowers the plan cost: the best such step each round.
+ */
+static void ns_local(struct ns *s, struct ns_state *st)
+{
+    struct ns_work *w = &s->work[0];
+    struct ns_devs *d = &w->dv;
+    uint64_t cap = s->t->mem_bytes;
+    int iter;
+
+    if (st->cost == INFINITY)
+        return;
+    devs_load(s, w, st);
+    for (iter = 0; iter < 256; iter++) {
+        int32_t crit = critical_device(s, w), tg[NS_TARGETS], ntg = 0, r, q;
+        double best = devs_plan_ms(s, w) * (1 - 1e-9), ready[NS_TARGETS];
+        size_t bi = SIZE_MAX, bj = SIZE_MAX, i, j;
+        int32_t bto = -1;
+
+        /* The least ready devices, least first (insertion: NS_TARGETS is
+         * tiny); devs_plan_ms() left this state's comm in w->bwd. */
+        for (r = 0; r < s->n; r++) {
+            double rd = w->comp[r] + w->bwd[r];
+
+            if (r == crit)
+                continue;
+            for (q = ntg; q > 0 && rd < ready[q - 1]; q--)
+                if (q < NS_TARGETS) {
+                    tg[q] = tg[q - 1];
+                    ready[q] = ready[q - 1];
+                }
+            if (q < NS_TARGETS) {
+                tg[q] = r;
+                ready[q] = rd;
+                if (ntg < NS_TARGETS)
+                    ntg++;
+            }
+        }
+        if (ntg == 0)
+            break;
+        for (i = 0; i < st->np; i++) {
+            const struct ns_level *li = piece_level(s, &st->pc[i]);
+
+            if (st->assign[i] != crit)
+                continue;
+            for (q = 0; q < ntg; q++) {
+                double c;
+
+                if (d->mem[tg[q]] + li->bytes > cap)
+                    continue;
+                c = try_step(s, w, li, crit, tg[q], NULL);
+                if (c < best) {
+                    best = c;
+                    bi = i;
+                    bj = SIZE_MAX;
+                    bto = tg[q];
+                }
+            }
+            for (j = 0; j < st->np; j++) {
+                const struct ns_level *lj = piece_level(s, &st->pc[j]);
+                double c;
+
+                if (st->assign[j] != tg[0] ||
+                    d->mem[tg[0]] - lj->bytes + li->bytes > cap ||
+                    d->mem[crit] - li->bytes + lj->bytes > cap)
+                    continue;
+                c = try_step(s, w, li, crit, tg[0], lj);
+                if (c < best) {
+                    best = c;
+                    bi = i;
+                    bj = j;
+                    bto = tg[0];
+                }
+            }
+        }
+        if (bi == SIZE_MAX)
+            break;
+        devs_apply(s, d, crit, piece_level(s, &st->pc[bi]), -1);
+        devs_apply(s, d, bto, piece_level(s, &st->pc[bi]), +1);
+        st->assign[bi] = bto;
+        if (bj != SIZE_MAX) {
+            devs_apply(s, d, bto, piece_level(s, &st->pc[bj]), -1);
+            devs_apply(s, d, crit, piece_level(s, &st->pc[bj]), +1);
+            st->assign[bj] = crit;
+        }
+        s->st->moves++;
+    }
+    /* Re-derive the cost from scratch, free of incremental float drift. */
+    devs_load(s, w, st);
+    st->cost = devs_plan_ms(s, w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Set-up and the entry point                                                */
+
+/* Why nothing fits: the table whose narrowest piece exceeds a device, else
+ * the totals. */
+static int no_fit(struct ns *s, struct sd_diag *d)
+{
+    uint64_t total = 0;
+    size_t i;
+
+    for (i = 0; i < s->ntables; i++) {
+        struct ns_level *lv = ns_level(s, (uint32_t)i, s->tl[i].nlevels - 1);
+
+        if (lv->bytes > s->t->mem_bytes)
+            return sd_diag_set(
+                d, SD_ENOSPACE,
+                "table \"%s\": even at %d columns it needs "
+                "%llu bytes, %llu more than a device has",
+                s->tables[i].name, (int)lv->cols, (unsigned long long)lv->bytes,
+                (unsigned long long)(lv->bytes - s->t->mem_bytes));
+        total += ns_level(s, (uint32_t)i, 0)->bytes;
+    }
+    return sd_diag_set(d, SD_ENOSPACE,
+                       "no placement fits: the tables need %llu bytes, %d "
+                       "devices have %llu each",
+                       (unsigned long long)total, (int)s->n,
+                       (unsigned long long)s->t->mem_bytes);
+}
+
+static int devs_alloc(struct ns_devs *d, size_t n)
+{
+    d->z = malloc(n * NET_H2 * sizeof(*d->z));
+    d->raw = malloc(n * sizeof(*d->raw));
+    d->mem = malloc(n * sizeof(*d->mem));
+    d->dim = malloc(n * sizeof(*d->dim));
+    d->count = malloc(n * sizeof(*d->count));
+    d->heap = malloc(n * sizeof(*d->heap));
+    return d->z && d->raw && d->mem && d->dim && d->count && d->heap
+               ? 0
+               : SD_ENOMEM;
+}
+
+static void devs_free(struct ns_devs *d)
+{
+    free(d->z);
+    free(d->raw);
+    free(d->mem);
+    free(d->dim);
+    free(d->count);
+    free(d->heap);
+}
+
+static int work_alloc(struct ns_work *w, size_t n, size_t cap)
+{
+    if (devs_alloc(&w->dv, n) != 0 || devs_alloc(&w->snap, n) != 0)
+        return SD_ENOMEM;
+    w->comp = malloc(n * sizeof(*w->comp));
+    w->fwd = malloc(n * sizeof(*w->fwd));
+    w->bwd = malloc(n * sizeof(*w->bwd));
+    w->stash = malloc(n * sizeof(*w->stash));
+    w->order = malloc(cap * sizeof(*w->order));
+    w->assign = malloc(cap * sizeof(*w->assign));
+    w->sfx_cols = malloc(cap * sizeof(*w->sfx_cols));
+    w->sfx_bytes = malloc(cap * sizeof(*w->sfx_bytes));
+    return w->comp && w->fwd && w->bwd && w->stash && w->order && w->assign &&
+                   w->sfx_cols && w->sfx_bytes
+               ? 0
+               : SD_ENOMEM;
+}
+
+static void work_free(struct ns_work *w)
+{
+    devs_free(&w->dv);
+    devs_free(&w->snap);
+    free(w->comp);
+    free(w->fwd);
+    free(w->bwd);
+    free(w->stash);
+    free(w->order);
+    free(w->assign);
+    free(w->sfx_cols);
+    free(w->sfx_bytes);
+}
+
+static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
+                   const struct topology *t, const struct plan_options *o,
+                   struct plan_search_stats *st)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t dims = 0;
+    size_t i;
+    int k;
+
+    memset(s, 0, sizeof(*s));
+    clock_gettime(CLOCK_MONOTONIC, &s->t0);
+    s->tables = tables;
+    s->ntables = ntables;
+    s->t = t;
+    s->o = o;
+    s->net = o->net;
+    s->scale = (double)t->batch_size / (double)o->net->batch_size;
+    s->n = t->ndevices;
+    s->st = st;
+    s->cap = ntables + (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
+    s->nthreads = o->threads > 0 ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
+    if (s->nthreads > NS_THREADS_MAX)
+        s->nthreads = NS_THREADS_MAX;
+    s->tl = calloc(ntables ? ntables : 1, sizeof(*s->tl));
+    if (!s->tl)
+        return SD_ENOMEM;
+    for (k = 0; k < s->nthreads; k++)
+        if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
+            return SD_ENOMEM;
+    for (i = 0; i < ntables; i++) {
+        int32_t w = tables[i].dim, lv = 1;
+
+        /* A piece splits while its half is still a multiple of 4. */
+        while (lv < NS_LEVELS_MAX && w % (2 * TABLE_DIM_ALIGN) == 0) {
+            w /= 2;
+            lv++;
+        }
+        s->tl[i].nlevels = lv;
+        dims += tables[i].dim;
+    }
+    s->dim_mean = (double)dims / (double)s->n;
+    return 0;
+}
+
+static void ns_free(struct ns *s)
+{
+    int k;
+
+    for (k = 0; k < NS_THREADS_MAX; k++)
+        work_free(&s->work[k]);
+    free(s->tl);
+    free(s->seen);
+}
+
+/* The plan of a state: pieces of one table take consecutive columns. */
+static int state_to_plan(struct ns *s, const struct ns_state *st,
+                         struct plan *out)
+{
+    int32_t *offset = calloc(s->ntables ? s->ntables : 1, sizeof(*offset));
+    size_t k;
+    int rv;
+
+    if (!offset)
+        return SD_ENOMEM;
+    rv = plan_init(out, s->n);
+    for (k = 0; rv == 0 && k < st->np; k++) {
+        uint32_t tb = st->pc[k].table;
+        int32_t cols = s->tables[tb].dim >> st->pc[k].level;
+
+        rv = plan_add(out, tb, st->assign[k], offset[tb], cols);
+        offset[tb] += cols;
+    }
+    free(offset);
+    if (rv != 0)
+        plan_destroy(out);
+    return rv;
+}
+
+int plan_neuroshard(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct plan *out, struct sd_diag *d)
+{
+    struct plan_search_stats st = {0};
+    struct ns_state best = {0};
+    struct ns s;
+    size_t i;
+    int rv, k;
+
+    if (!o->net)
+        return sd_diag_set(d, SD_EINVAL, "neuroshard: no cost model given");
+    if (o->beam_width < 1 || o->beam_depth < 0 || o->candidates < 1 ||
+        o->threads < 0 || !(o->time_budget_ms >= 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "neuroshard: beam width and candidates must be "
+                           ">= 1, depth, threads and time budget >= 0");
+    rv = ns_init(&s, tables, ntables, t, o, &st);
+    if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
+        goto out_free;
+
+    for (i = 0; i < ntables; i++) {
+        best.pc[i] = (struct ns_piece){(uint32_t)i, 0};
+        best.key += piece_hash((uint32_t)i, 0);
+        ns_level(&s, (uint32_t)i, 0);
+    }
+    best.np = ntables;
+    seen_insert(&s, best.key);
+    ns_table_wise(&s, &s.work[0], &best);
+    if (o->column_splits && o->beam_depth > 0) {
+        rv = ns_beam(&s, &best);
+        if (rv != 0)
+            goto out_free;
+    }
+    if (best.cost == INFINITY) {
+        rv = no_fit(&s, d);
+        goto out_free;
+    }
+    if (o->local_search)
+        ns_local(&s, &best);
+    rv = state_to_plan(&s, &best, out);
+    if (rv != 0)
+        goto out_free;
+    for (k = 0; k < s.nthreads; k++) {
+        st.greedy_runs += s.work[k].greedy_runs;
+        st.states += s.work[k].states;
+    }
+    st.splits = (int32_t)(best.np - ntables);
+    st.search_ms = elapsed_ms(&s.t0);
+    out->stats = st;
+    out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */
+
+out_free:
+    if (rv == SD_ENOMEM)
+        sd_diag_set(d, rv, "neuroshard: out of memory");
+    state_free(&best);
+    ns_free(&s);
+    return rv;
+}

@@ -1,0 +1,761 @@
+/*
+ * Training of the neural compute cost model (planner.h, net.c): fits the
+ * per-table MLP and the shard head to measured shard times with Adam on the
+ * squared error of log(predicted ms) - log(measured ms), the prediction
+ * being softplus of the head's output as in net_head_z(), and keeps the
+ * weights of the epoch with the best validation loss.
+ *
+ * Why it looks the way it does:
+ *  - The table MLP runs once per table of every shard in a minibatch, so its
+ *    three big products (forward H1 = X W1^T, L = H1 W2^T; backward dW1,
+ *    dW2, dH1) are single cblas_sgemm calls over all the minibatch's tables
+ *    gathered into one matrix; the head, one row per shard, is small.
+ *  - Features are computed and z-scored once, after the training split's
+ *    mean and std are known, with exactly the float operations of
+ *    net_input(), so what the model was fitted on is what it is asked.
+ *  - Everything random comes from one seeded struct rng and nothing runs
+ *    in parallel here: a seed and a sample order give bitwise-identical
+ *    weights (with a BLAS whose sgemm is itself deterministic, as the
+ *    reference netlib one is).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+#define ADAM_BETA1        0.9
+#define ADAM_BETA2        0.999
+#define ADAM_EPS          1e-8f
+#define TRAIN_MIN_SAMPLES 10
+
+void train_params_default(struct train_params *p)
+{
+    p->seed = 0;
+    p->max_epochs = 400;
+    p->patience = getenv("SD_PAT") ? atoi(getenv("SD_PAT")) : 40;
+    p->batch = 128;
+    p->lr = 2e-3;
+    p->val_frac = 0.1;
+    p->test_frac = 0.1;
+    p->progress = NULL;
+    p->ctx = NULL;
+}
+
+double net_mape(const struct cost_net *m, const struct train_sample *s,
+                size_t n)
+{
+    float z[NET_H2], lat[NET_LAT], proj[NET_H2];
+    double sum = 0;
+    size_t i, j;
+    int o;
+
+    if (n == 0)
+        return 0;
+    for (i = 0; i < n; i++) {
+        /* The sums net_shard_ms() makes, in its order, without the item
+         * array it takes: a MAPE has no way to report a failed malloc. */
+        net_head_init(m, z);
+        for (j = 0; j < s[i].ntables; j++) {
+            net_latent(m, &s[i].tables[j], s[i].tables[j].dim, lat);
+            net_project(m, lat, proj);
+            for (o = 0; o < NET_H2; o++)
+                z[o] += proj[o];
+        }
+        sum += fabs(net_head_z(m, z) - s[i].ms) / s[i].ms;
+    }
+    return sum / (double)n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Minibatch forward and backward passes                                     */
+
+/*
+ * Scratch for one minibatch: every matrix is row-major, one row per table of
+ * the minibatch (x .. dh1) or per shard (lsum .. out).  Sized for the most
+ * tables any minibatch can hold (work_floats()).
+ */
+struct work {
+    float *x;     /* [rows][NET_IN] gathered normalised inputs */
+    float *h1;    /* [rows][NET_H1] after ReLU */
+    float *lat;   /* [rows][NET_LAT] after ReLU */
+    float *dlat;  /* [rows][NET_LAT] loss gradient before ReLU */
+    float *dh1;   /* [rows][NET_H1] loss gradient before ReLU */
+    float *lsum;  /* [shards][NET_LAT] latent sums */
+    float *z;     /* [shards][NET_H2] after ReLU */
+    float *dlsum; /* [shards][NET_LAT] loss gradient of lsum */
+    float *dz;    /* [shards][NET_H2] loss gradient before ReLU */
+    float *out;   /* [shards] head output, softplus(out) = ms */
+};
+
+/* Floats in a work area for `rows` tables and `shards` shards, or 0 when
+ * that many would overflow a size_t of bytes. */
+static size_t work_floats(size_t rows, size_t shards)
+{
+    const size_t per_row = NET_IN + 2 * NET_H1 + 2 * NET_LAT;
+    const size_t per_shard = 2 * NET_LAT + 2 * NET_H2 + 1;
+    const size_t max = SIZE_MAX / sizeof(float);
+
+    if (rows > max / per_row || shards > max / per_shard ||
+        rows * per_row > max - shards * per_shard)
+        return 0;
+    return rows * per_row + shards * per_shard;
+}
+
+/* Carves a work area out of one block of work_floats(rows, shards). */
+static void work_carve(struct work *w, float *block, size_t rows, size_t shards)
+{
+    w->x = block;
+    w->h1 = w->x + rows * NET_IN;
+    w->lat = w->h1 + rows * NET_H1;
+    w->dlat = w->lat + rows * NET_LAT;
+    w->dh1 = w->dlat + rows * NET_LAT;
+    w->lsum = w->dh1 + rows * NET_H1;
+    w->z = w->lsum + shards * NET_LAT;
+    w->dlsum = w->z + shards * NET_H2;
+    w->dz = w->dlsum + shards * NET_LAT;
+    w->out = w->dz + shards * NET_H2;
+}
+
+/* The training set seen by the passes: samples in split order and the
+ * normalised inputs of their tables, sample k's at rows off[k] ..
+ * off[k + 1] of x. */
+struct dataset {
+    const struct train_sample *ord;
+    const size_t *off;
+    const float *x; /* [tables][NET_IN] */
+};
+
+/* log(softplus(o)), exact also where softplus(o) underflows to 0. */
+static double log_softplus(double o)
+{
+    return o < -30 ? o : log(net_softplus(o));
+}
+
+/* The derivative of log(softplus(o)): sigmoid(o) / softplus(o). */
+static double dlog_softplus(double o)
+{
+    return o < -30 ? 1 : 1 / (1 + exp(-o)) / net_softplus(o);
+}
+
+/* Adds b to every row of an [n][cols] matrix and applies ReLU. */
+static void bias_relu(float *y, const float *b, size_t n, int cols)
+{
+    size_t r;
+    int c;
+
+    for (r = 0; r < n; r++) {
+        float *row = y + r * (size_t)cols;
+
+        for (c = 0; c < cols; c++) {
+            float v = row[c] + b[c];
+
+            row[c] = v > 0 ? v : 0;
+        }
+    }
+}
+
+/*
+ * Forward pass of shards pos[0 .. nb) of ds with parameters p: fills every
+ * activation of w and w->out.  The caller guarantees the shards' tables fit
+ * the work area (at most INT_MAX of them).  Returns the number of tables.
+ */
+static int forward(const float *p, const struct dataset *ds, const size_t *pos,
+                   size_t nb, struct work *w)
+{
+    size_t b, r = 0, rows;
+    int o, c;
+
+    for (b = 0; b < nb; b++) {
+        size_t k = pos[b], nt = ds->off[k + 1] - ds->off[k];
+
+        memcpy(w->x + r * NET_IN, ds->x + ds->off[k] * NET_IN,
+               nt * NET_IN * sizeof(float));
+        r += nt;
+    }
+    rows = r;
+
+    /* The table MLP over every table of the minibatch at once. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, NET_H1,
+                NET_IN, 1.0f, w->x, NET_IN, p + NET_W1, NET_IN, 0.0f, w->h1,
+                NET_H1);
+    bias_relu(w->h1, p + NET_B1, rows, NET_H1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, NET_LAT,
+                NET_H1, 1.0f, w->h1, NET_H1, p + NET_W2, NET_H1, 0.0f, w->lat,
+                NET_LAT);
+    bias_relu(w->lat, p + NET_B2, rows, NET_LAT);
+
+    /* Segment sums: shard b's latent is the sum over its tables. */
+    memset(w->lsum, 0, nb * NET_LAT * sizeof(float));
+    r = 0;
+    for (b = 0; b < nb; b++) {
+        size_t k = pos[b], end = r + ds->off[k + 1] - ds->off[k];
+        float *sb = w->lsum + b * NET_LAT;
+
+        for (; r < end; r++)
+            for (c = 0; c < NET_LAT; c++)
+                sb[c] += w->lat[r * NET_LAT + c];
+    }
+
+    /* The head, one row per shard. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, NET_H2,
+                NET_LAT, 1.0f, w->lsum, NET_LAT, p + NET_W3, NET_LAT, 0.0f,
+                w->z, NET_H2);
+    bias_relu(w->z, p + NET_B3, nb, NET_H2);
+    for (b = 0; b < nb; b++) {
+        float v = p[NET_B4];
+
+        for (o = 0; o < NET_H2; o++)
+            v += p[NET_W4 + o] * w->z[b * NET_H2 + o];
+        w->out[b] = v;
+    }
+    return (int)rows;
+}
+
+/* Adds the column sums of an [n][cols] matrix to g. */
+static void add_col_sums(float *g, const float *y, size_t n, int cols)
+{
+    size_t r;
+    int c;
+
+    for (c = 0; c < cols; c++)
+        g[c] = 0;
+    for (r = 0; r < n; r++)
+        for (c = 0; c < cols; c++)
+            g[c] += y[r * (size_t)cols + c];
+}
+
+/*
+ * Backward pass after forward() over the same shards: writes into g (every
+ * entry, NET_NPARAMS) the gradient of mean((log softplus(out) - log ms)^2)
+ * over the nb shards, and returns the sum of their squared errors.
+ */
+static double backward(const float *p, const struct dataset *ds,
+                       const size_t *pos, size_t nb, int rows, struct work *w,
+                       float *g)
+{
+    double sse = 0;
+    size_t b, r;
+    int o, c;
+
+    g[NET_B4] = 0;
+    for (o = 0; o < NET_H2; o++)
+        g[NET_W4 + o] = 0;
+    for (b = 0; b < nb; b++) {
+        double y = w->out[b];
+        double e = log_softplus(y) - log(ds->ord[pos[b]].ms);
+        float dout = (float)(2.0 * e * dlog_softplus(y) / (double)nb);
+        const float *zb = w->z + b * NET_H2;
+        float *dzb = w->dz + b * NET_H2;
+
+        sse += e * e;
+        g[NET_B4] += dout;
+        for (o = 0; o < NET_H2; o++) {
+            g[NET_W4 + o] += dout * zb[o];
+            dzb[o] = zb[o] > 0 ? dout * p[NET_W4 + o] : 0;
+        }
+    }
+
+    /* Head: dW3 = dZ^T S, dS = dZ W3. */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_H2, NET_LAT,
+                (int)nb, 1.0f, w->dz, NET_H2, w->lsum, NET_LAT, 0.0f,
+                g + NET_W3, NET_LAT);
+    add_col_sums(g + NET_B3, w->dz, nb, NET_H2);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, NET_LAT,
+                NET_H2, 1.0f, w->dz, NET_H2, p + NET_W3, NET_LAT, 0.0f,
+                w->dlsum, NET_LAT);
+
+    /* Every table of a shard gets the shard's dS, through its ReLU. */
+    r = 0;
+    for (b = 0; b < nb; b++) {
+        size_t k = pos[b], end = r + ds->off[k + 1] - ds->off[k];
+        const float *dsb = w->dlsum + b * NET_LAT;
+
+        for (; r < end; r++)
+            for (c = 0; c < NET_LAT; c++)
+                w->dlat[r * NET_LAT + c] =
+                    w->lat[r * NET_LAT + c] > 0 ? dsb[c] : 0;
+    }
+
+    /* Table MLP: dW2 = dL^T H1, dH1 = dL W2 (through ReLU), dW1 = dH1^T X. */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_LAT, NET_H1, rows,
+                1.0f, w->dlat, NET_LAT, w->h1, NET_H1, 0.0f, g + NET_W2,
+                NET_H1);
+    add_col_sums(g + NET_B2, w->dlat, (size_t)rows, NET_LAT);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, NET_H1,
+                NET_LAT, 1.0f, w->dlat, NET_LAT, p + NET_W2, NET_H1, 0.0f,
+                w->dh1, NET_H1);
+    for (r = 0; r < (size_t)rows * NET_H1; r++)
+        if (!(w->h1[r] > 0))
+            w->dh1[r] = 0;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_H1, NET_IN, rows,
+                1.0f, w->dh1, NET_H1, w->x, NET_IN, 0.0f, g + NET_W1, NET_IN);
+    add_col_sums(g + NET_B1, w->dh1, (size_t)rows, NET_H1);
+    return sse;
+}
+
+/*
+ * Loss (mean squared error of log ms, as backward()) and MAPE of p over
+ * shards first .. first + n of ds, in minibatches of at most `batch`.
+ */
+static void evaluate(const float *p, const struct dataset *ds, size_t *pos,
+                     size_t first, size_t n, size_t batch, struct work *w,
+                     double *loss, double *mape)
+{
+    double sse = 0, ape = 0;
+    size_t i, b, nb;
+
+    for (i = 0; i < n; i += nb) {
+        nb = n - i < batch ? n - i : batch;
+        for (b = 0; b < nb; b++)
+            pos[b] = first + i + b;
+        forward(p, ds, pos, nb, w);
+        for (b = 0; b < nb; b++) {
+            double ms = ds->ord[pos[b]].ms;
+            double e = log_softplus(w->out[b]) - log(ms);
+
+            sse += e * e;
+            ape += fabs(net_softplus(w->out[b]) - ms) / ms;
+        }
+    }
+    *loss = n ? sse / (double)n : 0;
+    *mape = n ? ape / (double)n : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Training                                                                  */
+
+/* Optimiser state and the best weights, kept off the stack (~140 KiB). */
+struct adam {
+    float g[NET_NPARAMS]; /* gradient of the current minibatch */
+    float m[NET_NPARAMS]; /* first moment */
+    float v[NET_NPARAMS]; /* second moment */
+    float best[NET_NPARAMS];
+};
+
+static double XWD(void)
+{
+    const char *e = getenv("SD_WD");
+    return e ? atof(e) : 0;
+}
+static double XW4(void)
+{
+    const char *e = getenv("SD_W4S");
+    return e ? atof(e) : 1;
+}
+static void adam_step(float *p, struct adam *a, int64_t step, double lr)
+{
+    float wdf = (float)(lr * XWD());
+    /* Bias-corrected moments (Kingma and Ba 2015, algorithm 1). */
+    float c1 = (float)(1.0 / (1.0 - pow(ADAM_BETA1, (double)step)));
+    float c2 = (float)(1.0 / (1.0 - pow(ADAM_BETA2, (double)step)));
+    float b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2, lrf = (float)lr;
+    int i;
+
+    for (i = 0; i < NET_NPARAMS; i++) {
+        float g = a->g[i];
+
+        a->m[i] = b1 * a->m[i] + (1 - b1) * g;
+        a->v[i] = b2 * a->v[i] + (1 - b2) * g * g;
+        p[i] -= lrf * (a->m[i] * c1) / (sqrtf(a->v[i] * c2) + ADAM_EPS) +
+                wdf * p[i];
+    }
+}
+
+/* He-uniform weights for a [nout][nin] layer followed by a ReLU. */
+static void init_layer(struct rng *g, float *w, int nout, int nin)
+{
+    double bound = sqrt(6.0 / nin);
+    int i;
+
+    for (i = 0; i < nout * nin; i++)
+        w[i] = (float)((2.0 * rng_uniform(g) - 1.0) * bound);
+}
+
+static void shuffle(struct rng *g, size_t *a, size_t n)
+{
+    size_t i, j, t;
+
+    for (i = n; i > 1; i--) {
+        j = (size_t)rng_below(g, i);
+        t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/* round(n * frac), at least 1 when frac > 0. */
+static size_t split_count(size_t n, double frac)
+{
+    size_t k = (size_t)llround((double)n * frac);
+
+    return frac > 0 && k == 0 ? 1 : k;
+}
+
+static int cmp_size_desc(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+    return (x < y) - (x > y);
+}
+
+static int check_params(const struct train_params *p, struct sd_diag *d)
+{
+    if (p->max_epochs < 1)
+        return sd_diag_set(d, SD_EINVAL, "train: max_epochs %d is not >= 1",
+                           (int)p->max_epochs);
+    if (p->patience < 1)
+        return sd_diag_set(d, SD_EINVAL, "train: patience %d is not >= 1",
+                           (int)p->patience);
+    if (p->batch < 1)
+        return sd_diag_set(d, SD_EINVAL, "train: batch %d is not >= 1",
+                           (int)p->batch);
+    if (!isfinite(p->lr) || !(p->lr > 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "train: lr %g is not a finite number > 0", p->lr);
+    if (!(p->val_frac >= 0 && p->val_frac < 0.5))
+        return sd_diag_set(
+            d, SD_EINVAL, "train: val_frac %g is not in [0, 0.5)", p->val_frac);
+    if (!(p->test_frac >= 0 && p->test_frac < 0.5))
+        return sd_diag_set(d, SD_EINVAL,
+                           "train: test_frac %g is not in [0, 0.5)",
+                           p->test_frac);
+    if (!(p->val_frac + p->test_frac < 0.9))
+        return sd_diag_set(d, SD_EINVAL,
+                           "train: val_frac + test_frac = %g is not below 0.9",
+                           p->val_frac + p->test_frac);
+    return 0;
+}
+
+/* Checks every sample; sets *ntables to the tables of all of them. */
+static int check_samples(const struct train_sample *s, size_t n,
+                         size_t *ntables, struct sd_diag *d)
+{
+    struct sd_diag sub;
+    size_t i, j, total = 0;
+    int rv;
+
+    if (n < TRAIN_MIN_SAMPLES)
+        return sd_diag_set(d, SD_EINVAL,
+                           "train: %zu samples, at least %d are needed", n,
+                           TRAIN_MIN_SAMPLES);
+    for (i = 0; i < n; i++) {
+        if (s[i].ntables < 1 || s[i].tables == NULL)
+            return sd_diag_set(d, SD_EINVAL,
+                               "samples[%zu]: shard has no tables", i);
+        if (!isfinite(s[i].ms) || !(s[i].ms > 0))
+            return sd_diag_set(d, SD_EINVAL,
+                               "samples[%zu]: ms %g is not a finite time > 0",
+                               i, s[i].ms);
+        for (j = 0; j < s[i].ntables; j++) {
+            rv = table_validate(&s[i].tables[j], j, &sub);
+            if (rv != 0)
+                return sd_diag_set(d, rv, "samples[%zu]: %s", i, sub.msg);
+        }
+        if (s[i].ntables > SIZE_MAX / NET_IN / sizeof(float) - total)
+            return sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
+        total += s[i].ntables;
+    }
+    *ntables = total;
+    return 0;
+}
+
+/*
+ * The most tables any `batch` samples can hold: the sum of the largest
+ * `batch` counts.  Uses tmp (n entries) as scratch.  Returns 0 when it does
+ * not fit an int, the dimension type of cblas_sgemm.
+ */
+static size_t max_batch_rows(const struct train_sample *s, size_t n,
+                             size_t batch, size_t *tmp)
+{
+    size_t i, rows = 0;
+
+    for (i = 0; i < n; i++)
+        tmp[i] = s[i].ntables;
+    qsort(tmp, n, sizeof(*tmp), cmp_size_desc);
+    for (i = 0; i < batch && i < n; i++) {
+        if (tmp[i] > (size_t)INT32_MAX - rows)
+            return 0;
+        rows += tmp[i];
+    }
+    return rows;
+}
+
+/* z-score constants of the training rows x[first .. first + n). */
+static void fit_normaliser(struct cost_net *m, const float *x, size_t first,
+                           size_t n)
+{
+    double mean, var;
+    size_t r;
+    int c;
+
+    for (c = 0; c < NET_IN; c++) {
+        mean = 0;
+        for (r = first; r < first + n; r++)
+            mean += x[r * NET_IN + c];
+        mean /= (double)n;
+        var = 0;
+        for (r = first; r < first + n; r++) {
+            double e = x[r * NET_IN + c] - mean;
+
+            var += e * e;
+        }
+        var = n > 1 ? var / (double)(n - 1) : 0;
+        m->mean[c] = (float)mean;
+        m->std[c] = sqrt(var) < 1e-6 ? 1.0f : (float)sqrt(var);
+    }
+}
+
+/* One training run's state, borrowed from net_train(). */
+struct trainer {
+    const struct train_params *p;
+    struct cost_net *m;
+    struct adam *a;
+    struct dataset ds;
+    struct work w;
+    struct rng g;
+    size_t *pos;  /* n entries: the split shuffle, then epoch orders */
+    size_t ntest; /* split order: test, validation, training */
+    size_t nval;
+    size_t ntrain;
+    size_t first; /* position of the first training sample */
+    size_t bmax;  /* largest minibatch */
+};
+
+/*
+ * Shuffles and splits the samples into ord[] (split order), computes every
+ * table's features into x (rows off[k] .. off[k + 1] for ord[k]), fits the
+ * z-score constants on the training rows and normalises every row.
+ */
+static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
+                    struct train_sample *ord, size_t *off, float *x)
+{
+    struct cost_net *m = t->m;
+    size_t i, j, k;
+    int c;
+
+    for (i = 0; i < n; i++)
+        t->pos[i] = i;
+    shuffle(&t->g, t->pos, n);
+    off[0] = 0;
+    for (k = 0; k < n; k++) {
+        ord[k] = s[t->pos[k]];
+        off[k + 1] = off[k] + ord[k].ntables;
+    }
+    for (k = 0; k < n; k++)
+        for (j = 0; j < ord[k].ntables; j++)
+            net_features(&ord[k].tables[j], ord[k].tables[j].dim,
+                         x + (off[k] + j) * NET_IN);
+    fit_normaliser(m, x, off[t->first], off[n] - off[t->first]);
+    /* The same float expression as net_input(), so the model is fitted on
+     * exactly what it will be asked. */
+    for (i = 0; i < off[n]; i++)
+        for (c = 0; c < NET_IN; c++)
+            x[i * NET_IN + c] =
+                (x[i * NET_IN + c] - m->mean[c]) / (m->std[c] + 1e-6f);
+    t->ds.ord = ord;
+    t->ds.off = off;
+    t->ds.x = x;
+}
+
+/* The inverse of softplus, for y > 0. */
+static double softplus_inv(double y)
+{
+    return y > 20 ? y : log(expm1(y));
+}
+
+/* He-uniform weights, zero biases, and the output bias where the initial
+ * prediction is the training samples' geometric mean time, so the first
+ * steps fit shape rather than scale. */
+static void init_params(struct trainer *t)
+{
+    float *p = t->m->p;
+    double sum = 0;
+    size_t k;
+
+    init_layer(&t->g, p + NET_W1, NET_H1, NET_IN);
+    init_layer(&t->g, p + NET_W2, NET_LAT, NET_H1);
+    init_layer(&t->g, p + NET_W3, NET_H2, NET_LAT);
+    init_layer(&t->g, p + NET_W4, 1, NET_H2);
+    for (k = 0; k < NET_H2; k++)
+        p[NET_W4 + k] *= (float)XW4();
+    for (k = t->first; k < t->first + t->ntrain; k++)
+        sum += log(t->ds.ord[k].ms);
+    p[NET_B4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
+}
+
+/*
+ * Adam over minibatches until patience runs out, max_epochs, the progress
+ * callback says stop, or the training loss stops being finite (diverged
+ * weights stay diverged).  Leaves the best epoch's weights in m->p (the
+ * initial ones, best_epoch 0, if no epoch had a finite loss).
+ */
+static void run_epochs(struct trainer *t)
+{
+    const struct train_params *p = t->p;
+    struct cost_net *m = t->m;
+    double best_loss = INFINITY;
+    int64_t step = 0;
+    int32_t epoch, since_best = 0;
+    size_t i, nb;
+
+    memcpy(t->a->best, m->p, sizeof(t->a->best));
+    /* pos[0 .. ntrain) holds the training positions, reshuffled every epoch;
+     * evaluate() uses the nval <= n - ntrain entries after them. */
+    for (i = 0; i < t->ntrain; i++)
+        t->pos[i] = t->first + i;
+    for (epoch = 1; epoch <= p->max_epochs; epoch++) {
+        double sse = 0, train_loss, val_loss, val_mape = 0, watch;
+        int stop;
+
+        shuffle(&t->g, t->pos, t->ntrain);
+        for (i = 0; i < t->ntrain; i += nb) {
+            int rows;
+
+            nb = t->ntrain - i < t->bmax ? t->ntrain - i : t->bmax;
+            rows = forward(m->p, &t->ds, t->pos + i, nb, &t->w);
+            sse += backward(m->p, &t->ds, t->pos + i, nb, rows, &t->w, t->a->g);
+            adam_step(m->p, t->a, ++step, p->lr);
+        }
+        train_loss = sse / (double)t->ntrain;
+        m->metrics.epochs = epoch;
+
+        /* Without a validation split the training loss decides. */
+        watch = train_loss;
+        if (t->nval > 0) {
+            evaluate(m->p, &t->ds, t->pos + t->ntrain, t->ntest, t->nval,
+                     t->bmax, &t->w, &val_loss, &val_mape);
+            watch = val_loss;
+        }
+        if (watch < best_loss) {
+            best_loss = watch;
+            m->metrics.best_epoch = epoch;
+            memcpy(t->a->best, m->p, sizeof(t->a->best));
+            since_best = 0;
+        } else {
+            since_best++;
+        }
+        stop = p->progress &&
+               p->progress(p->ctx, epoch, p->max_epochs, train_loss, val_mape);
+        if (stop || since_best >= p->patience || !isfinite(train_loss))
+            break;
+    }
+    memcpy(m->p, t->a->best, sizeof(m->p));
+}
+
+int net_train(const struct train_params *p, const struct train_sample *s,
+              size_t n, const char *profile, int64_t batch_size,
+              struct cost_net **out, struct sd_diag *d)
+{
+    struct trainer t;
+    struct train_sample *ord;
+    size_t *off, ntables = 0, rows_max, nwork;
+    float *x, *block;
+    int rv;
+
+    rv = check_params(p, d);
+    if (rv != 0)
+        return rv;
+    if (profile == NULL || profile[0] == '\0')
+        return sd_diag_set(d, SD_EINVAL, "train: profile is empty");
+    if (batch_size < 1)
+        return sd_diag_set(d, SD_EINVAL, "train: batch_size %lld is not >= 1",
+                           (long long)batch_size);
+    rv = check_samples(s, n, &ntables, d);
+    if (rv != 0)
+        return rv;
+
+    memset(&t, 0, sizeof(t));
+    t.p = p;
+    t.ntest = split_count(n, p->test_frac);
+    t.nval = split_count(n, p->val_frac);
+    if (t.ntest + t.nval >= n) /* cannot happen for n >= 10, fracs < 0.9 */
+        return sd_diag_set(d, SD_EINVAL, "train: no samples left to train on");
+    t.first = t.ntest + t.nval;
+    t.ntrain = n - t.first;
+    t.bmax = (size_t)p->batch < n ? (size_t)p->batch : n;
+    rng_seed(&t.g, p->seed);
+
+    t.m = calloc(1, sizeof(*t.m));
+    if (t.m == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (n > SIZE_MAX / sizeof(*ord)) { /* also bounds pos and off */
+        rv = sd_diag_set(d, SD_ENOMEM, "train: %zu samples are too many", n);
+        goto out_free_net;
+    }
+    t.pos = malloc(n * sizeof(*t.pos));
+    if (t.pos == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_net;
+    }
+    rows_max = max_batch_rows(s, n, t.bmax, t.pos);
+    nwork = work_floats(rows_max, t.bmax);
+    if (rows_max == 0 || nwork == 0) {
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "train: a minibatch of %zu shards has too many tables",
+                         t.bmax);
+        goto out_free_pos;
+    }
+    ord = malloc(n * sizeof(*ord));
+    if (ord == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_pos;
+    }
+    off = malloc((n + 1) * sizeof(*off));
+    if (off == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_ord;
+    }
+    x = malloc(ntables * NET_IN * sizeof(*x)); /* bounded in check_samples */
+    if (x == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_off;
+    }
+    t.a = calloc(1, sizeof(*t.a));
+    if (t.a == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_x;
+    }
+    block = malloc(nwork * sizeof(*block));
+    if (block == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free_adam;
+    }
+    work_carve(&t.w, block, rows_max, t.bmax);
+
+    /* The rng's draws, in order: split, weights, every epoch's shuffle. */
+    prepare(&t, s, n, ord, off, x);
+    init_params(&t);
+    run_epochs(&t);
+
+    snprintf(t.m->profile, sizeof(t.m->profile), "%s", profile);
+    t.m->batch_size = batch_size;
+    t.m->metrics.test_mape = net_mape(t.m, ord, t.ntest);
+    t.m->metrics.val_mape = net_mape(t.m, ord + t.ntest, t.nval);
+    t.m->metrics.train_mape = net_mape(t.m, ord + t.first, t.ntrain);
+    t.m->metrics.test_samples = (int64_t)t.ntest;
+    t.m->metrics.val_samples = (int64_t)t.nval;
+    t.m->metrics.train_samples = (int64_t)t.ntrain;
+    t.m->metrics.seed = p->seed;
+    *out = t.m;
+    t.m = NULL;
+    rv = 0;
+
+    free(block);
+out_free_adam:
+    free(t.a);
+out_free_x:
+    free(x);
+out_free_off:
+    free(off);
+out_free_ord:
+    free(ord);
+out_free_pos:
+    free(t.pos);
+out_free_net:
+    free(t.m);
+    return rv;
+}

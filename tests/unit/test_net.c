@@ -1,0 +1,249 @@
+/* The neural compute model: inference against an independent float64
+ * reference, the incremental head, the file format and its refusals, the
+ * batch scaling of the cost-model adapter, and the embedded model. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "planner.h"
+
+static void random_net(struct cost_net *m, uint64_t seed)
+{
+    struct rng g;
+    int i;
+
+    memset(m, 0, sizeof(*m));
+    rng_seed(&g, seed);
+    snprintf(m->profile, sizeof(m->profile), "cpu/test/4096");
+    m->batch_size = 4096;
+    for (i = 0; i < NET_IN; i++) {
+        m->mean[i] = (float)rng_normal(&g);
+        m->std[i] = (float)(1 + rng_uniform(&g));
+    }
+    for (i = 0; i < NET_NPARAMS; i++)
+        m->p[i] = (float)(0.2 * rng_normal(&g));
+    m->metrics.val_mape = 0.07;
+    m->metrics.train_samples = 123;
+}
+
+static void make_table(struct table *t, int64_t rows, int32_t dim, double pf)
+{
+    int k;
+
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "t%d", dim);
+    t->rows = rows;
+    t->dim = dim;
+    t->pooling_factor = pf;
+    for (k = 0; k < 5; k++)
+        t->bins[k] = 0.2 - 0.03 * k;
+}
+
+/* The architecture written out again in double precision, straight from
+ * the documented layout: the reference the float code must match. */
+static double reference_ms(const struct cost_net *m, const struct table *t,
+                           const int32_t *cols, size_t n)
+{
+    double s[NET_LAT] = {0}, y;
+    size_t k;
+    int i, o;
+
+    for (k = 0; k < n; k++) {
+        float f[NET_IN];
+        double x[NET_IN], h[NET_H1];
+
+        net_features(&t[k], cols[k], f);
+        for (i = 0; i < NET_IN; i++)
+            x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
+        for (o = 0; o < NET_H1; o++) {
+            double a = m->p[NET_B1 + o];
+
+            for (i = 0; i < NET_IN; i++)
+                a += m->p[NET_W1 + o * NET_IN + i] * x[i];
+            h[o] = a > 0 ? a : 0;
+        }
+        for (o = 0; o < NET_LAT; o++) {
+            double a = m->p[NET_B2 + o];
+
+            for (i = 0; i < NET_H1; i++)
+                a += m->p[NET_W2 + o * NET_H1 + i] * h[i];
+            s[o] += a > 0 ? a : 0;
+        }
+    }
+    y = m->p[NET_B4];
+    for (o = 0; o < NET_H2; o++) {
+        double a = m->p[NET_B3 + o];
+
+        for (i = 0; i < NET_LAT; i++)
+            a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
+        y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
+    }
+    return y > 20 ? y : log1p(exp(y));
+}
+
+static void test_inference(void)
+{
+    struct cost_net m;
+    struct table t[3];
+    int32_t cols[3] = {64, 16, 128};
+    struct shard_item it[3];
+    float z[NET_H2], lat[NET_LAT], proj[NET_H2];
+    float x[NET_IN];
+    int k, o;
+
+    random_net(&m, 1);
+    make_table(&t[0], 1000000, 64, 20);
+    make_table(&t[1], 5000000, 32, 5);
+    make_table(&t[2], 8000000, 128, 40);
+    for (k = 0; k < 3; k++)
+        it[k] = (struct shard_item){&t[k], cols[k]};
+
+    /* Features: log transforms of pooling factor and rows, width as dim. */
+    net_features(&t[1], 16, x);
+    CHECK_NEAR(x[17], 16, 0);
+    CHECK_NEAR(x[18], log1p(5.0), 1e-6);
+    CHECK_NEAR(x[19], log(5e6), 1e-6);
+
+    CHECK_NEAR(net_shard_ms(&m, it, 1), reference_ms(&m, t, cols, 1), 1e-4);
+    CHECK_NEAR(net_shard_ms(&m, it, 3), reference_ms(&m, t, cols, 3), 1e-4);
+    CHECK(net_shard_ms(&m, it, 0) == 0);
+    CHECK(net_shard_ms(&m, it, 2) > 0);
+
+    /* The incremental head gives the same cost as the whole shard. */
+    net_head_init(&m, z);
+    for (k = 0; k < 3; k++) {
+        net_latent(&m, &t[k], cols[k], lat);
+        net_project(&m, lat, proj);
+        for (o = 0; o < NET_H2; o++)
+            z[o] += proj[o];
+    }
+    CHECK_NEAR(net_head_z(&m, z), net_shard_ms(&m, it, 3), 1e-5);
+}
+
+static void test_format(void)
+{
+    struct cost_net m, *back = NULL;
+    struct sd_diag d = {{0}};
+    struct table t;
+    struct shard_item it;
+    unsigned char *buf;
+    void *img;
+    size_t len;
+    char path[] = "/tmp/test_net_XXXXXX";
+    int fd;
+    float nan_bits;
+
+    random_net(&m, 2);
+    make_table(&t, 123456, 32, 7);
+    it = (struct shard_item){&t, 32};
+    CHECK(net_serialize(&m, &img, &len) == 0);
+    buf = img;
+    CHECK(memcmp(buf, "SDCN", 4) == 0);
+    CHECK(buf[4] == NET_FORMAT_VERSION && buf[5] == 0); /* little-endian */
+
+    CHECK(net_parse(buf, len, &back, &d) == 0);
+    if (back) {
+        CHECK(strcmp(back->profile, m.profile) == 0);
+        CHECK(back->batch_size == 4096);
+        CHECK(memcmp(back->p, m.p, sizeof(m.p)) == 0);
+        CHECK(back->metrics.val_mape == 0.07);
+        CHECK(back->metrics.train_samples == 123);
+        CHECK(net_shard_ms(back, &it, 1) == net_shard_ms(&m, &it, 1));
+        free(back);
+    }
+
+    /* One flipped bit anywhere: the checksum refuses it. */
+    buf[len / 2] ^= 0x10;
+    CHECK(net_parse(buf, len, &back, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "checksum") != NULL);
+    buf[len / 2] ^= 0x10;
+    CHECK(net_parse(buf, len - 1, &back, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "truncated") != NULL);
+    CHECK(net_parse("GARBAGE!", 8, &back, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "not a shardd cost model") != NULL);
+    buf[4] = NET_FORMAT_VERSION + 1;
+    CHECK(net_parse(buf, len, &back, &d) == SD_ENEWER);
+    CHECK(strstr(d.msg, "newer") != NULL);
+    free(img);
+
+    /* A checksum over NaN weights proves nothing: refused. */
+    memcpy(&nan_bits, &(uint32_t){0x7FC00000u}, sizeof(nan_bits));
+    m.p[17] = nan_bits;
+    CHECK(net_serialize(&m, &img, &len) == 0);
+    CHECK(net_parse(img, len, &back, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "non-finite") != NULL);
+    free(img);
+
+    /* Files: written atomically, read back, damaged or missing refused. */
+    random_net(&m, 3);
+    fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(net_write_file(path, &m, &d) == 0);
+    back = NULL;
+    CHECK(net_read_file(path, &back, &d) == 0);
+    CHECK(back && memcmp(back->p, m.p, sizeof(m.p)) == 0);
+    free(back);
+    CHECK(truncate(path, 100) == 0);
+    CHECK(net_read_file(path, &back, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, path) != NULL);
+    unlink(path);
+    CHECK(net_read_file(path, &back, &d) == SD_ENOENT);
+
+    CHECK(net_check_profile(&m, "cpu/test/4096", &d) == 0);
+    CHECK(net_check_profile(&m, "cuda/H100/65536", &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "cpu/test/4096") && strstr(d.msg, "cuda/H100/65536"));
+}
+
+static void test_adapter_and_embedded(void)
+{
+    struct cost_net m;
+    struct net_cost_model ncm;
+    struct topology topo;
+    struct table t;
+    struct shard_item it;
+    const struct cost_net *e;
+    struct sd_diag d = {{0}};
+
+    random_net(&m, 4);
+    make_table(&t, 1000, 16, 3);
+    it = (struct shard_item){&t, 16};
+    net_cost_model_init(&ncm, &m);
+    CHECK(strcmp(ncm.cm.name, "neural:cpu/test/4096") == 0);
+    topology_default(&topo, 2, 1ull << 30);
+    topo.batch_size = 4096;
+    CHECK_NEAR(ncm.cm.shard_ms(ncm.cm.ctx, &topo, &it, 1),
+               net_shard_ms(&m, &it, 1), 1e-12);
+    /* Sixteen times the batch: sixteen times the lookups and the time. */
+    topo.batch_size = 65536;
+    CHECK_NEAR(ncm.cm.shard_ms(ncm.cm.ctx, &topo, &it, 1),
+               16 * net_shard_ms(&m, &it, 1), 1e-12);
+
+    e = net_embedded(&d);
+    CHECK(e != NULL);
+    if (e) {
+        CHECK(strncmp(e->profile, "cpu/", 4) == 0);
+        CHECK(e->batch_size >= 1);
+        CHECK(e->metrics.train_samples > 0);
+        CHECK(net_embedded(&d) == e); /* parsed once, shared */
+        /* A wider table costs more on any sane model. */
+        make_table(&t, 1000000, 128, 20);
+        it = (struct shard_item){&t, 128};
+        {
+            struct shard_item narrow = {&t, 8};
+
+            CHECK(net_shard_ms(e, &it, 1) > net_shard_ms(e, &narrow, 1));
+        }
+    } else {
+        fprintf(stderr, "embedded: %s\n", d.msg);
+    }
+}
+
+int main(void)
+{
+    test_inference();
+    test_format();
+    test_adapter_and_embedded();
+    return tap_done();
+}

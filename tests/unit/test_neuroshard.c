@@ -1,0 +1,225 @@
+/* The neuroshard search with the embedded model: valid, deterministic plans
+ * whose internal score is the evaluator's, never worse than its own
+ * table-wise start or the greedy baselines under the same model, splits that
+ * make an oversized table fit, and the explanation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "planner.h"
+
+static const struct cost_net *net;
+
+/* n random DLRM-like tables, with one hot wide table that dominates. */
+static struct table *make_tables(size_t n, uint64_t seed)
+{
+    struct table *t = calloc(n, sizeof(*t));
+    static const int32_t dims[] = {4, 8, 16, 32, 64, 128};
+    struct rng g;
+    size_t i;
+    int k;
+
+    rng_seed(&g, seed);
+    for (i = 0; t && i < n; i++) {
+        double left = 1;
+
+        snprintf(t[i].name, sizeof(t[i].name), "t%zu", i);
+        t[i].rows = 1000 + (int64_t)(rng_uniform(&g) * 5e6);
+        t[i].dim = dims[(int)(rng_uniform(&g) * 6)];
+        t[i].pooling_factor = 1 + rng_uniform(&g) * 30;
+        for (k = 0; k < 8; k++) {
+            t[i].bins[k] = left * (0.3 + 0.4 * rng_uniform(&g));
+            left -= t[i].bins[k];
+        }
+    }
+    if (t) {
+        t[0].dim = 128;
+        t[0].pooling_factor = 120;
+        t[0].rows = 8000000;
+    }
+    return t;
+}
+
+static int run(const struct table *tb, size_t n, const struct topology *topo,
+               struct plan_options *o, struct plan *p, struct sd_diag *d)
+{
+    struct net_cost_model ncm;
+
+    net_cost_model_init(&ncm, net);
+    o->net = net;
+    return plan_run(tb, n, topo, o, &ncm.cm, p, d);
+}
+
+static void test_plans(void)
+{
+    struct table *tb = make_tables(40, 11);
+    struct topology topo;
+    struct plan_options o;
+    struct plan p, q, tw;
+    struct sd_diag d = {{0}};
+    double best_baseline = INFINITY;
+    int a;
+    size_t k;
+
+    topology_default(&topo, 4, 8ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 40, &topo, &o, &p, &d) == 0);
+    CHECK(strcmp(p.algorithm, "neuroshard") == 0);
+    CHECK(strncmp(p.cost_model, "neural:", 7) == 0);
+    CHECK(p.stats.states >= 1 && p.stats.greedy_runs >= p.stats.states);
+    CHECK(p.stats.splits >= 0 && p.stats.search_ms >= 0);
+
+    /* Deterministic for the same inputs. */
+    CHECK(run(tb, 40, &topo, &o, &q, &d) == 0);
+    CHECK(q.nshards == p.nshards && q.cost_ms == p.cost_ms);
+    for (k = 0; k < p.nshards && k < q.nshards; k++)
+        CHECK(memcmp(&p.shards[k], &q.shards[k], sizeof(p.shards[k])) == 0);
+    plan_destroy(&q);
+
+    /* Never worse than its table-wise start: the beam only adds states,
+     * and the local search only accepts improvements. */
+    o.column_splits = false;
+    o.local_search = false;
+    CHECK(run(tb, 40, &topo, &o, &tw, &d) == 0);
+    CHECK(tw.stats.splits == 0);
+    CHECK(p.cost_ms <= tw.cost_ms * (1 + 1e-9));
+    plan_destroy(&tw);
+
+    /* Nor worse than any greedy baseline scored by the same model. */
+    for (a = PLAN_ALG_DIM_GREEDY; a <= PLAN_ALG_SIZE_LOOKUP_GREEDY; a++) {
+        struct plan b;
+
+        plan_options_default(&o);
+        o.alg = (enum plan_alg)a;
+        CHECK(run(tb, 40, &topo, &o, &b, &d) == 0);
+        if (b.cost_ms < best_baseline)
+            best_baseline = b.cost_ms;
+        plan_destroy(&b);
+    }
+    CHECK(p.cost_ms <= best_baseline * (1 + 1e-9));
+    fprintf(stderr, "neuroshard %.3f ms (%d splits) vs best greedy %.3f ms\n",
+            p.cost_ms, p.stats.splits, best_baseline);
+
+    /* The explanation: the critical device, its costliest shards, a bound
+     * the plan does not beat. */
+    CHECK(p.explain.critical_device >= 0 && p.explain.critical_device < 4);
+    CHECK(p.explain.ndrivers >= 1);
+    for (a = 0; a < p.explain.ndrivers; a++) {
+        CHECK(p.shards[p.explain.drivers[a]].device ==
+              p.explain.critical_device);
+        if (a > 0)
+            CHECK(p.explain.driver_ms[a] <= p.explain.driver_ms[a - 1]);
+    }
+    CHECK(p.explain.lower_bound_ms > 0);
+    CHECK(p.cost_ms >= p.explain.lower_bound_ms * (1 - 1e-9));
+    CHECK_NEAR(p.explain.gap, p.cost_ms / p.explain.lower_bound_ms - 1, 1e-9);
+    plan_destroy(&p);
+    free(tb);
+}
+
+/* The search's incremental score must be the evaluator's cost. */
+static void test_score_is_evaluated_cost(void)
+{
+    struct table *tb = make_tables(25, 5);
+    struct topology topo;
+    struct plan_options o;
+    struct plan p;
+    struct sd_diag d = {{0}};
+    struct net_cost_model ncm;
+    double search_cost;
+
+    topology_default(&topo, 8, 4ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.net = net;
+    CHECK(plan_neuroshard(tb, 25, &topo, &o, &p, &d) == 0);
+    search_cost = p.cost_ms;
+    CHECK(search_cost > 0);
+    net_cost_model_init(&ncm, net);
+    CHECK(plan_evaluate(&p, tb, 25, &topo, OPTIMIZER_SGD, &ncm.cm) == 0);
+    CHECK_NEAR(p.cost_ms, search_cost, 1e-5);
+    plan_destroy(&p);
+    free(tb);
+}
+
+/* A table too big for any device fits once split; one too big even at its
+ * narrowest is named, with the shortfall. */
+static void test_memory(void)
+{
+    struct table *tb = make_tables(6, 3);
+    struct topology topo;
+    struct plan_options o;
+    struct plan p;
+    struct sd_diag d = {{0}};
+    uint64_t whole;
+    size_t k;
+    int32_t widest = 0;
+
+    tb[0].rows = 4000000;
+    tb[0].dim = 128;
+    whole = shard_bytes(&tb[0], 128, OPTIMIZER_SGD); /* 2 GB */
+    topology_default(&topo, 4, whole * 3 / 4);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_SIZE_GREEDY;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == 0);
+    for (k = 0; k < p.nshards; k++)
+        if (p.shards[k].table == 0 && p.shards[k].col_width > widest)
+            widest = p.shards[k].col_width;
+    CHECK(widest > 0 && widest <= 64);
+    CHECK(p.stats.splits >= 1);
+    plan_destroy(&p);
+
+    /* 4 columns of 2^30 rows: no split helps. */
+    tb[1].rows = (int64_t)1 << 30;
+    tb[1].dim = 4;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
+    CHECK(strstr(d.msg, "\"t1\"") != NULL);
+    CHECK(strstr(d.msg, "more than a device has") != NULL);
+
+    /* No model, no neuroshard. */
+    o.net = NULL;
+    CHECK(plan_neuroshard(tb, 6, &topo, &o, &p, &d) == SD_EINVAL);
+    free(tb);
+}
+
+/* The time budget stops the beam and says so. */
+static void test_budget(void)
+{
+    struct table *tb = make_tables(200, 9);
+    struct topology topo;
+    struct plan_options o;
+    struct plan p;
+    struct sd_diag d = {{0}};
+
+    topology_default(&topo, 8, 16ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.time_budget_ms = 1e-3;
+    CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted);
+    CHECK(p.stats.levels == 1);
+    plan_destroy(&p);
+    free(tb);
+}
+
+int main(void)
+{
+    struct sd_diag d = {{0}};
+
+    net = net_embedded(&d);
+    if (!net) {
+        fprintf(stderr, "embedded model: %s\n", d.msg);
+        return 1;
+    }
+    test_plans();
+    test_score_is_evaluated_cost();
+    test_memory();
+    test_budget();
+    return tap_done();
+}
