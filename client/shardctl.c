@@ -432,6 +432,12 @@ static int cmd_plan(const struct opts *o)
         rv = fail(exit_for(rv), "plan: %s", d.msg);
         goto out_tables;
     }
+    if (topo.batch_size != net->batch_size) {
+        size_t len = strlen(p.cost_model);
+
+        snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
+                 " (scaled from batch %lld)", (long long)net->batch_size);
+    }
     if (o->json)
         text = json_plan(&p, tables);
     else if (o->torchrec)
