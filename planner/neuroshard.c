@@ -110,7 +110,7 @@ struct ns {
     int32_t n;
     size_t cap; /* pieces a state can have */
     double dim_mean;
-    struct ns_table *tl; /* levels are filled on the main thread only */
+    struct ns_table *tl;        /* levels are filled on the main thread only */
     struct ns_sort *root_order; /* the tables at level 0, in greedy order */
     struct ns_work work[NS_THREADS_MAX];
     int nthreads;
@@ -433,8 +433,8 @@ static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
 {
     const struct ns_level *lv = piece_level(s, &st->pc[k]);
 
-    return (struct ns_sort){lv->ms, lv->bytes, st->pc[k].table,
-                            st->pc[k].level, k};
+    return (struct ns_sort){lv->ms, lv->bytes, st->pc[k].table, st->pc[k].level,
+                            k};
 }
 
 /*
