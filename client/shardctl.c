@@ -43,8 +43,9 @@ static const char usage_text[] =
     "  plan        --offline --tables FILE --devices N --mem-gb G\n"
     "              [--alg NAME] [--task K] [--optimizer NAME]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
-    "              [--model FILE] [--time-budget-ms T] [--no-splits]\n"
-    "              [--no-local-search] [--threads T] [--json | --torchrec]\n"
+    "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
+    "              [--no-splits] [--no-local-search] [--threads T]\n"
+    "              [--json | --torchrec]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB.\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
@@ -408,6 +409,12 @@ static int cmd_plan(const struct opts *o)
     rv = load_model(o, "plan", &net, &owned);
     if (rv != 0)
         return rv;
+    /* --profile: the plan must be for that hardware; a model of another
+     * profile would answer for the wrong machine. */
+    if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
+        rv = fail(EXIT_USAGE, "plan: --profile: %s", d.msg);
+        goto out_model;
+    }
     po.net = net;
     net_cost_model_init(&ncm, net);
 

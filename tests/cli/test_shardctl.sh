@@ -155,6 +155,9 @@ open(sys.argv[2], "wb").write(b)
 PY
 expect_fail 2 'checksum' plan --offline --tables "$DIR/small.json" \
     --devices 3 --mem-gb 1 --model "$DIR/flip.sdcn"
+expect_fail 2 'not "cuda/H100/65536"' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
+    --profile cuda/H100/65536
 expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
 expect_fail 2 '--db is required' train
 # Ctrl-C: the run stops after its current sample, keeps every committed
