@@ -63,6 +63,9 @@ static const char usage_text[] =
     "      Train a compute cost model on the profile's samples (the store's\n"
     "      only profile by default), store it as a new model version with\n"
     "      its MAPE, and write the model file with --out.\n"
+    "  score       --db FILE [--model FILE] [--profile NAME]\n"
+    "      A model's error (MAPE, median, p90) on a store's measured\n"
+    "      samples: the held-out check for samples it never saw.\n"
     "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
@@ -738,6 +741,94 @@ out_store:
     return rv;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* How well a model predicts the measured samples of a store: the held-out
+ * check for samples measured after it was trained. */
+static int cmd_score(const struct opts *o)
+{
+    struct store *st = NULL;
+    struct store_profile prof;
+    struct store_sample *smp = NULL;
+    const struct cost_net *net;
+    struct cost_net *owned = NULL;
+    struct sd_diag d;
+    double *ape = NULL, sum = 0;
+    size_t n = 0, i, j;
+    int rv;
+
+    if (o->db == NULL)
+        return fail(EXIT_USAGE, "score: --db is required");
+    rv = load_model(o, "score", &net, &owned);
+    if (rv != 0)
+        return rv;
+    rv = store_open(o->db, STORE_OPEN_READONLY, &st, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "score: %s", d.msg);
+        goto out_model;
+    }
+    rv = pick_profile(st, o->profile ? o->profile : net->profile, &prof);
+    if (rv != 0)
+        goto out_store;
+    if (net_check_profile(net, prof.name, &d) != 0) {
+        rv = fail(EXIT_USAGE, "score: %s", d.msg);
+        goto out_store;
+    }
+    rv =
+        store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
+    if (rv != 0) {
+        rv = fail(exit_for(rv), "score: %s", d.msg);
+        goto out_store;
+    }
+    if (n == 0) {
+        rv = fail(EXIT_USAGE, "score: profile %s has no compute samples",
+                  prof.name);
+        goto out_samples;
+    }
+    ape = malloc(n * sizeof(*ape));
+    if (!ape) {
+        rv = fail(1, "score: out of memory");
+        goto out_samples;
+    }
+    for (i = 0; i < n; i++) {
+        struct shard_item *items = malloc(smp[i].ntables * sizeof(*items));
+
+        if (!items) {
+            free(ape);
+            rv = fail(1, "score: out of memory");
+            goto out_samples;
+        }
+        for (j = 0; j < smp[i].ntables; j++)
+            items[j] =
+                (struct shard_item){&smp[i].tables[j], smp[i].tables[j].dim};
+        ape[i] = fabs(net_shard_ms(net, items, smp[i].ntables) -
+                      smp[i].measured_ms) /
+                 smp[i].measured_ms;
+        sum += ape[i];
+        free(items);
+    }
+    qsort(ape, n, sizeof(*ape), cmp_double);
+    printf("model %s on %zu samples of %s\n"
+           "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n",
+           o->model ? o->model : "(embedded)", n, prof.name,
+           100 * sum / (double)n, 100 * ape[n / 2],
+           100 * ape[(size_t)(0.9 * (double)(n - 1))]);
+    rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+    free(ape);
+out_samples:
+    store_samples_free(smp, n);
+out_store:
+    store_close(st);
+out_model:
+    free(owned);
+    return rv;
+}
+
 static int cmd_eval(const struct opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
@@ -832,6 +923,8 @@ int main(int argc, char **argv)
         return cmd_profile(&o);
     if (strcmp(argv[1], "train") == 0)
         return cmd_train(&o);
+    if (strcmp(argv[1], "score") == 0)
+        return cmd_score(&o);
     if (strcmp(argv[1], "eval") == 0)
         return cmd_eval(&o);
     return fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",

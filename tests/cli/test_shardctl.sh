@@ -158,6 +158,10 @@ expect_fail 2 'checksum' plan --offline --tables "$DIR/small.json" \
 expect_fail 2 'not "cuda/H100/65536"' plan --offline --tables \
     "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
     --profile cuda/H100/65536
+"$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" >"$DIR/score.txt" \
+    2>"$DIR/err" && grep -q "^MAPE [0-9.]*%, median [0-9.]*%, p90" \
+    "$DIR/score.txt" && ok || bad "score: $(cat "$DIR/err")"
+expect_fail 2 'no such profile' score --db "$DIR/p.db"
 expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
 expect_fail 2 '--db is required' train
 # Ctrl-C: the run stops after its current sample, keeps every committed
