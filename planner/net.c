@@ -27,16 +27,6 @@ void net_features(const struct table *t, int32_t cols, float x[NET_IN])
     table_features(t, cols, x);
     x[18] = (float)log1p(t->pooling_factor);
     x[19] = (float)log((double)(t->rows > 0 ? t->rows : 1));
-    {
-        const char *e = getenv("SD_FEAT");
-        int f = e ? atoi(e) : 0;
-        if (f & 1)
-            x[17] = (float)log2((double)cols);
-        if (f & 2)
-            x[18] = (float)log1p((double)cols * t->pooling_factor);
-        if (f & 4)
-            x[17] = (float)log((double)cols * t->pooling_factor + 1);
-    }
 }
 
 void net_input(const struct cost_net *m, const struct table *t, int32_t cols,

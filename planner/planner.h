@@ -763,6 +763,11 @@ struct train_params {
     double lr;          /* Adam step size; 2e-3 */
     double val_frac;    /* 0.1 */
     double test_frac;   /* 0.1 */
+    /* Decoupled (AdamW) decay of the weight matrices, not the biases: every
+     * step multiplies them by 1 - lr * weight_decay.  0 is plain Adam; >= 0
+     * and lr * weight_decay < 1.  Default 1.0, which the small measured data
+     * sets (~1,000 shards) need against overfitting. */
+    double weight_decay;
     /* Called after every epoch; returning non-zero stops training (the best
      * weights so far are kept).  May be NULL. */
     int (*progress)(void *ctx, int32_t epoch, int32_t max_epochs,
@@ -775,14 +780,15 @@ void train_params_default(struct train_params *p);
  * Trains a compute model on n samples: a seeded shuffle split into
  * train / validation / test, z-score constants from the training tables,
  * Adam on the mean squared error of log(predicted ms) - log(measured ms)
- * (relative error), early stopping on the validation loss keeping the best
- * epoch's weights (best_epoch 0: no epoch had a finite loss, the initial
- * weights are kept).  Deterministic for a seed and sample order with the
- * reference BLAS (libblas3; a threaded BLAS may add its thread count to
- * the inputs).  *out (owned: free()) gets profile, batch_size and the
- * metrics (MAPE on every split).  Returns 0, SD_EINVAL (fewer than 10
- * samples, a sample with no tables, an invalid table or ms <= 0, bad
- * params, an empty profile or batch_size < 1; d says which) or SD_ENOMEM.
+ * (relative error) with decoupled weight decay, early stopping on the
+ * validation loss keeping the best epoch's weights (best_epoch 0: no epoch
+ * had a finite loss, the initial weights are kept).  Deterministic for a
+ * seed and sample order with the reference BLAS (libblas3; a threaded BLAS
+ * may add its thread count to the inputs).  *out (owned: free()) gets
+ * profile, batch_size and the metrics (MAPE on every split).  Returns 0,
+ * SD_EINVAL (fewer than 10 samples, a sample with no tables, an invalid
+ * table or ms <= 0, bad params, weight_decay included, an empty profile or
+ * batch_size < 1; d says which) or SD_ENOMEM.
  */
 int net_train(const struct train_params *p, const struct train_sample *s,
               size_t n, const char *profile, int64_t batch_size,

@@ -13,6 +13,12 @@
  *  - Features are computed and z-scored once, after the training split's
  *    mean and std are known, with exactly the float operations of
  *    net_input(), so what the model was fitted on is what it is asked.
+ *  - Decoupled weight decay (AdamW, Loshchilov and Hutter 2019) on the
+ *    weight matrices, not the biases: with ~1,000 measured shards and ~9,000
+ *    parameters plain Adam memorises the training split (on a real CPU
+ *    profile, 928 samples: train MAPE 0.18, validation and test 0.42);
+ *    weight_decay 1.0 brings both held-out MAPEs to ~0.27.  Biases are left
+ *    alone because the output bias carries the profile's time scale.
  *  - Everything random comes from one seeded struct rng and nothing runs
  *    in parallel here: a seed and a sample order give bitwise-identical
  *    weights (with a BLAS whose sgemm is itself deterministic, as the
@@ -36,9 +42,10 @@ void train_params_default(struct train_params *p)
 {
     p->seed = 0;
     p->max_epochs = 400;
-    p->patience = getenv("SD_PAT") ? atoi(getenv("SD_PAT")) : 40;
+    p->patience = 40;
     p->batch = 128;
     p->lr = 2e-3;
+    p->weight_decay = 1.0;
     p->val_frac = 0.1;
     p->test_frac = 0.1;
     p->progress = NULL;
@@ -336,32 +343,38 @@ struct adam {
     float best[NET_NPARAMS];
 };
 
-static double XWD(void)
+/* The weight matrices' [begin, end) in the parameter array: the ranges
+ * weight decay applies to (the biases between them are not decayed). */
+static const int weight_ranges[][2] = {
+    {NET_W1, NET_B1},
+    {NET_W2, NET_B2},
+    {NET_W3, NET_B3},
+    {NET_W4, NET_B4},
+};
+
+static void adam_step(float *p, struct adam *a, int64_t step, double lr,
+                      double weight_decay)
 {
-    const char *e = getenv("SD_WD");
-    return e ? atof(e) : 0;
-}
-static double XW4(void)
-{
-    const char *e = getenv("SD_W4S");
-    return e ? atof(e) : 1;
-}
-static void adam_step(float *p, struct adam *a, int64_t step, double lr)
-{
-    float wdf = (float)(lr * XWD());
     /* Bias-corrected moments (Kingma and Ba 2015, algorithm 1). */
     float c1 = (float)(1.0 / (1.0 - pow(ADAM_BETA1, (double)step)));
     float c2 = (float)(1.0 / (1.0 - pow(ADAM_BETA2, (double)step)));
     float b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2, lrf = (float)lr;
+    /* Decoupled decay (AdamW): w -= lr * wd * w, apart from the Adam step
+     * and from the loss, so the gradient stays that of the honest loss. */
+    float keep = (float)(1.0 - lr * weight_decay);
+    size_t r;
     int i;
 
+    if (weight_decay > 0)
+        for (r = 0; r < sizeof(weight_ranges) / sizeof(weight_ranges[0]); r++)
+            for (i = weight_ranges[r][0]; i < weight_ranges[r][1]; i++)
+                p[i] *= keep;
     for (i = 0; i < NET_NPARAMS; i++) {
         float g = a->g[i];
 
         a->m[i] = b1 * a->m[i] + (1 - b1) * g;
         a->v[i] = b2 * a->v[i] + (1 - b2) * g * g;
-        p[i] -= lrf * (a->m[i] * c1) / (sqrtf(a->v[i] * c2) + ADAM_EPS) +
-                wdf * p[i];
+        p[i] -= lrf * (a->m[i] * c1) / (sqrtf(a->v[i] * c2) + ADAM_EPS);
     }
 }
 
@@ -416,6 +429,14 @@ static int check_params(const struct train_params *p, struct sd_diag *d)
     if (!isfinite(p->lr) || !(p->lr > 0))
         return sd_diag_set(d, SD_EINVAL,
                            "train: lr %g is not a finite number > 0", p->lr);
+    /* lr * weight_decay < 1: one step's decay must shrink, not flip, the
+     * weights. */
+    if (!isfinite(p->weight_decay) || !(p->weight_decay >= 0) ||
+        !(p->lr * p->weight_decay < 1))
+        return sd_diag_set(d, SD_EINVAL,
+                           "train: weight_decay %g is not a finite number >= 0 "
+                           "below 1 / lr",
+                           p->weight_decay);
     if (!(p->val_frac >= 0 && p->val_frac < 0.5))
         return sd_diag_set(
             d, SD_EINVAL, "train: val_frac %g is not in [0, 0.5)", p->val_frac);
@@ -580,8 +601,6 @@ static void init_params(struct trainer *t)
     init_layer(&t->g, p + NET_W2, NET_LAT, NET_H1);
     init_layer(&t->g, p + NET_W3, NET_H2, NET_LAT);
     init_layer(&t->g, p + NET_W4, 1, NET_H2);
-    for (k = 0; k < NET_H2; k++)
-        p[NET_W4 + k] *= (float)XW4();
     for (k = t->first; k < t->first + t->ntrain; k++)
         sum += log(t->ds.ord[k].ms);
     p[NET_B4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
@@ -618,7 +637,7 @@ static void run_epochs(struct trainer *t)
             nb = t->ntrain - i < t->bmax ? t->ntrain - i : t->bmax;
             rows = forward(m->p, &t->ds, t->pos + i, nb, &t->w);
             sse += backward(m->p, &t->ds, t->pos + i, nb, rows, &t->w, t->a->g);
-            adam_step(m->p, t->a, ++step, p->lr);
+            adam_step(m->p, t->a, ++step, p->lr, p->weight_decay);
         }
         train_loss = sse / (double)t->ntrain;
         m->metrics.epochs = epoch;

@@ -96,7 +96,7 @@ static void test_defaults(void)
     memset(&p, 0xff, sizeof(p));
     train_params_default(&p);
     CHECK(p.seed == 0 && p.max_epochs == 400 && p.patience == 40);
-    CHECK(p.batch == 128 && p.lr == 2e-3);
+    CHECK(p.batch == 128 && p.lr == 2e-3 && p.weight_decay == 1.0);
     CHECK(p.val_frac == 0.1 && p.test_frac == 0.1);
     CHECK(p.progress == NULL);
 }
@@ -245,6 +245,18 @@ static void test_bad_input(struct data *dt)
     CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
     p.lr = 2e-3;
 
+    p.weight_decay = -0.1;
+    d.msg[0] = '\0';
+    CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "weight_decay") != NULL);
+    p.weight_decay = NAN;
+    CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
+    p.weight_decay = INFINITY;
+    CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
+    p.weight_decay = 1 / p.lr; /* one step would zero every weight */
+    CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
+    p.weight_decay = 1.0;
+
     p.val_frac = 0.5;
     d.msg[0] = '\0';
     CHECK(net_train(&p, dt->s, NSAMPLES, "x", 1, &m, &d) == SD_EINVAL);
@@ -306,6 +318,46 @@ static void test_progress_stop(const struct data *dt)
         CHECK(m->metrics.best_epoch >= 1 && m->metrics.best_epoch <= 3);
     }
     free(m);
+}
+
+/* Sum of squares of the parameters in [begin, end). */
+static double sum_sq(const float *p, int begin, int end)
+{
+    double s = 0;
+    int i;
+
+    for (i = begin; i < end; i++)
+        s += (double)p[i] * p[i];
+    return s;
+}
+
+/*
+ * Weight decay shrinks the weight matrices; 0 is plain Adam, a different
+ * model from the same seed.  Every epoch is kept (no early stop) so the two
+ * runs take the same steps.
+ */
+static void test_weight_decay(const struct data *dt)
+{
+    struct train_params p;
+    struct cost_net *plain = NULL, *decayed = NULL;
+
+    fast_params(&p, 5, 8);
+    p.val_frac = 0;
+    p.patience = 8;
+    p.weight_decay = 0;
+    CHECK(net_train(&p, dt->s, 300, "x", 1, &plain, NULL) == 0);
+    p.weight_decay = 20; /* lr * wd = 0.04 a step: strong */
+    CHECK(net_train(&p, dt->s, 300, "x", 1, &decayed, NULL) == 0);
+    if (plain && decayed) {
+        CHECK(memcmp(plain->p, decayed->p, sizeof(plain->p)) != 0);
+        CHECK(sum_sq(decayed->p, NET_W1, NET_B1) <
+              0.8 * sum_sq(plain->p, NET_W1, NET_B1));
+        CHECK(sum_sq(decayed->p, NET_W2, NET_B2) <
+              0.8 * sum_sq(plain->p, NET_W2, NET_B2));
+        CHECK(isfinite(decayed->metrics.train_mape));
+    }
+    free(plain);
+    free(decayed);
 }
 
 /* With no validation split, early stopping watches the training loss. */
@@ -370,6 +422,7 @@ int main(void)
     test_deterministic(dt);
     test_bad_input(dt);
     test_progress_stop(dt);
+    test_weight_decay(dt);
     test_no_validation(dt);
     free(m);
     free(dt);
