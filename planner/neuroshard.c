@@ -111,7 +111,8 @@ struct ns {
     size_t cap; /* pieces a state can have */
     double dim_mean;
     struct ns_table *tl;        /* levels are filled on the main thread only */
-    struct ns_sort *root_order; /* the tables at level 0, in greedy order */
+    struct ns_sort *root_order; /* the whole tables, in greedy order */
+    size_t nroot;
     struct ns_work work[NS_THREADS_MAX];
     int nthreads;
     /* seen state keys: open addressing, 0 = empty */
@@ -460,9 +461,9 @@ static void ns_order(const struct ns *s, struct ns_work *w,
             few[nfew++] = sort_key(s, st, k);
     qsort(few, nfew, sizeof(*few), sort_cmp);
     for (k = 0; k < st->np; k++) {
-        while (i < s->ntables && st->pc[s->root_order[i].idx].level != 0)
+        while (i < s->nroot && st->pc[s->root_order[i].idx].level != 0)
             i++;
-        if (i < s->ntables &&
+        if (i < s->nroot &&
             (j == nfew || sort_cmp(&s->root_order[i], &few[j]) < 0))
             w->order[k] = s->root_order[i++];
         else
@@ -988,6 +989,25 @@ static void work_free(struct ns_work *w)
     free(w->sfx_bytes);
 }
 
+/*
+ * The level table i must be cut to before any search for its pieces to fit
+ * on a device at all (0: it fits whole), as far as the split rule allows.
+ * The beam's ten levels cannot reach the 32 pieces of a 400 GB table, so
+ * such tables start split.
+ */
+static int32_t forced_level(const struct ns *s, size_t i)
+{
+    const struct table *tb = &s->tables[i];
+    int32_t lv = 0, w = tb->dim;
+
+    while (lv + 1 < NS_LEVELS_MAX && w % (2 * TABLE_DIM_ALIGN) == 0 &&
+           shard_bytes(tb, w, s->o->optimizer) > s->t->mem_bytes) {
+        w /= 2;
+        lv++;
+    }
+    return lv;
+}
+
 static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
                    const struct topology *t, const struct plan_options *o,
                    struct plan_search_stats *st)
@@ -1008,6 +1028,9 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->n = t->ndevices;
     s->st = st;
     s->cap = ntables + (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
+    if (o->column_splits)
+        for (i = 0; i < ntables; i++)
+            s->cap += ((size_t)1 << forced_level(s, i)) - 1;
     s->nthreads = o->threads > 0 ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;
@@ -1088,20 +1111,35 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
         goto out_free;
 
-    for (i = 0; i < ntables; i++) {
-        best.pc[i] = (struct ns_piece){(uint32_t)i, 0};
-        best.key += piece_hash((uint32_t)i, 0);
-        ns_level(&s, (uint32_t)i, 0);
-    }
+    /* The root: every table whole, or in as many pieces as it needs to fit
+     * on a device at all (pieces beyond the tables are appended). */
     best.np = ntables;
+    for (i = 0; i < ntables; i++) {
+        int32_t lv = o->column_splits ? forced_level(&s, i) : 0;
+        size_t copies = ((size_t)1 << lv) - 1, c;
+
+        best.pc[i] = (struct ns_piece){(uint32_t)i, lv};
+        best.key += piece_hash((uint32_t)i, lv);
+        for (c = 0; c < copies; c++) {
+            best.pc[best.np++] = (struct ns_piece){(uint32_t)i, lv};
+            best.key += piece_hash((uint32_t)i, lv);
+        }
+        ns_level(&s, (uint32_t)i, lv);
+    }
     seen_insert(&s, best.key);
     ns_table_wise(&s, &s.work[0], &best);
+    /* The whole tables in greedy order, for ns_order() to merge with. */
     s.root_order = malloc((ntables ? ntables : 1) * sizeof(*s.root_order));
     if (!s.root_order) {
         rv = SD_ENOMEM;
         goto out_free;
     }
-    memcpy(s.root_order, s.work[0].order, ntables * sizeof(*s.root_order));
+    for (i = 0; i < best.np; i++) {
+        const struct ns_sort *it = &s.work[0].order[i];
+
+        if (it->idx < ntables && it->level == 0)
+            s.root_order[s.nroot++] = *it;
+    }
     if (o->column_splits && o->beam_depth > 0) {
         rv = ns_beam(&s, &best);
         if (rv != 0)
@@ -1120,7 +1158,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
         st.greedy_runs += s.work[k].greedy_runs;
         st.states += s.work[k].states;
     }
-    st.splits = (int32_t)(best.np - ntables);
+    st.splits = (int32_t)(best.np - ntables); /* forced ones included */
     st.search_ms = elapsed_ms(&s.t0);
     out->stats = st;
     out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */

@@ -174,6 +174,27 @@ static void test_memory(void)
     CHECK(p.stats.splits >= 1);
     plan_destroy(&p);
 
+    /* 400 GB in one table needs 32 pieces: more splits than the beam's
+     * ten levels make, so the search starts from them. */
+    tb[0].rows = 100000000;
+    tb[0].dim = 1024;
+    {
+        struct topology big;
+        int32_t pieces = 0;
+
+        topology_default(&big, 32, 16ull << 30);
+        big.batch_size = net->batch_size;
+        CHECK(run(tb, 6, &big, &o, &p, &d) == 0);
+        for (k = 0; k < p.nshards; k++)
+            if (p.shards[k].table == 0) {
+                pieces++;
+                CHECK(shard_bytes(&tb[0], p.shards[k].col_width,
+                                  OPTIMIZER_SGD) <= big.mem_bytes);
+            }
+        CHECK(pieces >= 32);
+        plan_destroy(&p);
+    }
+
     /* 4 columns of 2^30 rows: no split helps. */
     tb[1].rows = (int64_t)1 << 30;
     tb[1].dim = 4;
