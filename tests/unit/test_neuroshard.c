@@ -194,6 +194,8 @@ static void test_memory(void)
         CHECK(pieces >= 32);
         plan_destroy(&p);
     }
+    tb[0].rows = 1000;
+    tb[0].dim = 8;
 
     /* 4 columns of 2^30 rows: no split helps. */
     tb[1].rows = (int64_t)1 << 30;
