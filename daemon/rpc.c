@@ -1,0 +1,613 @@
+/*
+ * The gRPC C-core server of shardd on a libuv loop; the only file of the
+ * project that includes gRPC headers (scripts/check-layering.sh).
+ *
+ * Threads (shared/reference/grpc_c_core.md section 4, option A):
+ *  - the cq thread blocks in grpc_completion_queue_next() (which is also
+ *    what moves gRPC's socket I/O in 1.51), appends every completed tag to a
+ *    locked list and wakes the loop with uv_async_send();
+ *  - the loop thread drains the list and runs each tag's callback, so every
+ *    grpc_call_start_batch() and every change to call state happens there
+ *    and needs no lock;
+ *  - uv threadpool workers run the service functions (the search); they
+ *    never touch a call.
+ *
+ * A call object is reference counted: one reference for the application
+ * (held from the new-call event until the reply is handed to gRPC or the
+ * call is abandoned, i.e. across the uv_queue_work), and one for each batch
+ * in flight (the close watch, the send).  The completion queue is shut down
+ * only once the server's shutdown tag fired AND no call object is left,
+ * because a call still being searched for will start a batch later.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <uv.h>
+
+#include "daemon.h"
+
+#define RPC_ADDRESS_MAX 512
+
+#define CONTAINER_OF(ptr, type, member)                                        \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* A completion-queue tag: what to run on the loop when it completes. */
+struct rpc_tag {
+    void (*done)(struct rpc_tag *t, bool ok);
+    struct rpc_tag *next; /* cq thread -> loop list, under rpc_server.mu */
+    bool ok;
+};
+
+struct rpc_slot {
+    const struct rpc_method *method;
+    void *handle; /* grpc_server_register_method() */
+};
+
+struct rpc_server {
+    uv_loop_t *loop;
+    struct rpc_config cfg;
+    char address[RPC_ADDRESS_MAX];
+    grpc_server *server;       /* NULL once destroyed */
+    grpc_completion_queue *cq; /* NULL once destroyed */
+    struct rpc_slot *slots;
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    struct rpc_tag *head, *tail; /* guarded by mu */
+    bool cq_drained;             /* guarded by mu: GRPC_QUEUE_SHUTDOWN seen */
+    uv_async_t async;
+    uv_timer_t grace;
+
+    struct rpc_tag shutdown_tag;
+    bool stopping;    /* rpc_server_shutdown() was called */
+    bool server_gone; /* its shutdown tag fired; server destroyed */
+    bool cq_shut;     /* grpc_completion_queue_shutdown() was called */
+    int live;         /* call objects not yet freed */
+};
+
+/* One incoming call, registered (slot set) or unknown (slot NULL). */
+struct rpc_call {
+    struct rpc_tag t_new, t_send, t_close;
+    struct rpc_server *srv;
+    const struct rpc_slot *slot;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details; /* unknown methods only */
+    grpc_byte_buffer *payload; /* the request, until read */
+    grpc_byte_buffer *out;     /* the reply, while its batch is in flight */
+    int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
+    bool closed;               /* RECV_CLOSE_ON_SERVER completed */
+    bool queued;               /* the work item is with the threadpool */
+    int refs;
+
+    /* The work item: request in, reply or error out. */
+    uv_work_t work;
+    grpc_slice req; /* contiguous request bytes */
+    uint8_t *resp;
+    size_t resp_len;
+    int err;
+    struct sd_diag diag;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Error mapping: SD_E* to gRPC status, once, here                          */
+
+static grpc_status_code status_of(int err)
+{
+    switch (err) {
+    case SD_EINVAL:
+    case SD_EFORMAT:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case SD_ENOSPACE: /* tables do not fit: docs/api.md */
+    case SD_ERANGE:   /* over a server limit */
+    case SD_ENOMEM:
+    case SD_EBUSY:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case SD_ENOENT: /* no model for the profile */
+        return GRPC_STATUS_FAILED_PRECONDITION;
+    case SD_EUNSUPPORTED:
+        return GRPC_STATUS_UNIMPLEMENTED;
+    default:
+        return GRPC_STATUS_INTERNAL;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* cq thread -> loop                                                       */
+
+static void *cq_thread_main(void *arg)
+{
+    struct rpc_server *srv = arg;
+
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(
+            srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+
+        pthread_mutex_lock(&srv->mu);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            srv->cq_drained = true;
+            pthread_mutex_unlock(&srv->mu);
+            uv_async_send(&srv->async);
+            return NULL;
+        }
+        if (ev.type == GRPC_OP_COMPLETE) {
+            struct rpc_tag *t = ev.tag;
+
+            t->ok = ev.success != 0;
+            t->next = NULL;
+            if (srv->tail != NULL)
+                srv->tail->next = t;
+            else
+                srv->head = t;
+            srv->tail = t;
+        }
+        pthread_mutex_unlock(&srv->mu);
+        /* libuv coalesces sends; on_async drains the whole list. */
+        uv_async_send(&srv->async);
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    struct rpc_server *srv = h->data;
+    struct rpc_tag *list;
+    bool drained;
+
+    pthread_mutex_lock(&srv->mu);
+    list = srv->head;
+    srv->head = srv->tail = NULL;
+    drained = srv->cq_drained;
+    pthread_mutex_unlock(&srv->mu);
+
+    while (list != NULL) {
+        struct rpc_tag *t = list;
+
+        list = t->next;
+        t->done(t, t->ok);
+    }
+    if (drained) {
+        /* Every event came before GRPC_QUEUE_SHUTDOWN and has run.  The
+         * thread's last act was the uv_async_send() that woke us, so after
+         * the join nobody touches the async handle but us. */
+        pthread_join(srv->thread, NULL);
+        grpc_completion_queue_destroy(srv->cq);
+        srv->cq = NULL;
+        uv_close((uv_handle_t *)&srv->async, NULL);
+        uv_close((uv_handle_t *)&srv->grace, NULL);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Calls                                                                   */
+
+static void request_call(struct rpc_server *srv, const struct rpc_slot *slot);
+
+static void maybe_shutdown_cq(struct rpc_server *srv)
+{
+    if (srv->server_gone && srv->live == 0 && !srv->cq_shut) {
+        srv->cq_shut = true;
+        grpc_completion_queue_shutdown(srv->cq); /* the thread then exits */
+    }
+}
+
+static void call_unref(struct rpc_call *c)
+{
+    struct rpc_server *srv = c->srv;
+
+    if (--c->refs > 0)
+        return;
+    grpc_metadata_array_destroy(&c->md);
+    if (c->slot == NULL)
+        grpc_call_details_destroy(&c->details);
+    if (c->payload != NULL)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->out != NULL)
+        grpc_byte_buffer_destroy(c->out);
+    grpc_slice_unref(c->req);
+    free(c->resp);
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    free(c);
+    srv->live--;
+    maybe_shutdown_cq(srv);
+}
+
+static void on_send_done(struct rpc_tag *t, bool ok)
+{
+    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_send);
+
+    (void)ok; /* false: the client is gone; nothing more to do either way */
+    if (c->out != NULL) {
+        grpc_byte_buffer_destroy(c->out);
+        c->out = NULL;
+    }
+    call_unref(c);
+}
+
+/*
+ * Sends the reply (`resp`, owned by the byte buffer from here on, may be
+ * NULL for a status only) and the status in one batch.  The application's
+ * reference passes to the batch.
+ */
+static void call_reply(struct rpc_call *c, grpc_status_code code,
+                       const char *details)
+{
+    grpc_op ops[3];
+    grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
+    grpc_call_error e;
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (c->resp != NULL) {
+        grpc_slice s = grpc_slice_new(c->resp, c->resp_len, free);
+
+        c->resp = NULL; /* the slice frees it */
+        c->out = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->out;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n++].data.send_status_from_server.status_details = &det;
+    e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
+    grpc_slice_unref(det); /* not retained past start_batch */
+    if (e != GRPC_CALL_OK) {
+        fprintf(stderr, "shardd: cannot send a reply: %s\n",
+                grpc_call_error_to_string(e));
+        call_unref(c);
+    }
+}
+
+/* Gives up on a call whose client is gone: no status is owed. */
+static void call_abandon(struct rpc_call *c)
+{
+    grpc_call_cancel(c->call, NULL);
+    call_unref(c);
+}
+
+static void on_close(struct rpc_tag *t, bool ok)
+{
+    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_close);
+
+    (void)ok; /* RECV_CLOSE_ON_SERVER always succeeds */
+    c->closed = true;
+    /* The client is gone (cancelled, deadline, or the grace period ran
+     * out): a search not yet started is skipped.  One already running
+     * cannot be stopped; uv_cancel() then fails and changes nothing. */
+    if (c->cancelled && c->queued)
+        uv_cancel((uv_req_t *)&c->work);
+    call_unref(c);
+}
+
+/* Worker thread: the method itself.  No gRPC here. */
+static void work_run(uv_work_t *w)
+{
+    struct rpc_call *c = w->data;
+
+    c->err = c->slot->method->fn(c->srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
+                                 GRPC_SLICE_LENGTH(c->req), &c->resp,
+                                 &c->resp_len, &c->diag);
+}
+
+/* Loop thread: the work is done; reply unless the client left. */
+static void work_after(uv_work_t *w, int status)
+{
+    struct rpc_call *c = w->data;
+
+    c->queued = false;
+    /* status is UV_ECANCELED when on_close() cancelled the work; then the
+     * call is closed and cancelled, and abandoned here. */
+    (void)status;
+    if (c->closed && c->cancelled) {
+        call_abandon(c);
+        return;
+    }
+    if (c->err != 0) {
+        grpc_status_code code = status_of(c->err);
+
+        if (code == GRPC_STATUS_INTERNAL)
+            fprintf(stderr, "shardd: %s: %s (%s)\n", c->slot->method->path,
+                    c->diag.msg, sd_err_name(c->err));
+        free(c->resp);
+        c->resp = NULL;
+        call_reply(c, code, c->diag.msg);
+        return;
+    }
+    call_reply(c, GRPC_STATUS_OK, NULL);
+}
+
+/* Watches for cancellation and deadline while the call is worked on. */
+static void watch_close(struct rpc_call *c)
+{
+    grpc_op op;
+
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->refs++;
+    if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) !=
+        GRPC_CALL_OK)
+        c->refs--;
+}
+
+static void on_new_call(struct rpc_tag *t, bool ok)
+{
+    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_new);
+    struct rpc_server *srv = c->srv;
+    grpc_byte_buffer_reader rd;
+    char *method;
+
+    if (!ok) { /* the server is shutting down: no call came */
+        call_unref(c);
+        return;
+    }
+    if (!srv->stopping)
+        request_call(srv, c->slot); /* be ready for the next one */
+    watch_close(c);
+
+    if (c->slot == NULL) {
+        method = grpc_slice_to_c_string(c->details.method);
+        fprintf(stderr, "shardd: unknown method %s\n", method);
+        gpr_free(method);
+        call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
+        return;
+    }
+    if (c->payload == NULL) {
+        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "no request message");
+        return;
+    }
+    if (!grpc_byte_buffer_reader_init(&rd, c->payload)) {
+        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT,
+                   "cannot decompress the request");
+        return;
+    }
+    grpc_slice_unref(c->req);
+    c->req = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+
+    c->work.data = c;
+    if (uv_queue_work(srv->loop, &c->work, work_run, work_after) != 0)
+        call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
+    else
+        c->queued = true;
+}
+
+/* Asks gRPC for the next call of one method (slot NULL: any other). */
+static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
+{
+    struct rpc_call *c = calloc(1, sizeof(*c));
+    grpc_call_error e;
+
+    if (c == NULL) {
+        fprintf(stderr, "shardd: out of memory; %s is no longer served\n",
+                slot ? slot->method->path : "the catch-all");
+        return;
+    }
+    c->srv = srv;
+    c->slot = slot;
+    c->refs = 1;
+    c->t_new.done = on_new_call;
+    c->t_send.done = on_send_done;
+    c->t_close.done = on_close;
+    c->req = grpc_empty_slice();
+    grpc_metadata_array_init(&c->md);
+    srv->live++;
+    if (slot != NULL) {
+        e = grpc_server_request_registered_call(
+            srv->server, slot->handle, &c->call, &c->deadline, &c->md,
+            &c->payload, srv->cq, srv->cq, &c->t_new);
+    } else {
+        grpc_call_details_init(&c->details);
+        e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md,
+                                     srv->cq, srv->cq, &c->t_new);
+    }
+    if (e != GRPC_CALL_OK) {
+        fprintf(stderr, "shardd: cannot request calls: %s\n",
+                grpc_call_error_to_string(e));
+        call_unref(c);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lifecycle                                                               */
+
+static void on_shutdown_done(struct rpc_tag *t, bool ok)
+{
+    struct rpc_server *srv = CONTAINER_OF(t, struct rpc_server, shutdown_tag);
+
+    (void)ok;
+    uv_timer_stop(&srv->grace);
+    grpc_server_destroy(srv->server);
+    srv->server = NULL;
+    srv->server_gone = true;
+    maybe_shutdown_cq(srv);
+}
+
+static void on_grace_over(uv_timer_t *h)
+{
+    struct rpc_server *srv = h->data;
+
+    if (srv->server != NULL) {
+        fprintf(stderr, "shardd: grace period over: cancelling the calls "
+                        "still running\n");
+        grpc_server_cancel_all_calls(srv->server);
+    }
+}
+
+/* Undoes a start that failed before the cq thread ran: synchronous. */
+static void destroy_unstarted(struct rpc_server *srv)
+{
+    if (srv->server != NULL)
+        grpc_server_destroy(srv->server);
+    if (srv->cq != NULL) {
+        grpc_event ev;
+
+        grpc_completion_queue_shutdown(srv->cq);
+        do {
+            ev = grpc_completion_queue_next(
+                srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        } while (ev.type != GRPC_QUEUE_SHUTDOWN);
+        grpc_completion_queue_destroy(srv->cq);
+    }
+    pthread_mutex_destroy(&srv->mu);
+    free(srv->slots);
+    free(srv);
+    grpc_shutdown();
+}
+
+/* "host:0" binds an ephemeral port: name the one bound. */
+static void set_address(struct rpc_server *srv, const char *listen, int port)
+{
+    const char *colon = strrchr(listen, ':');
+
+    if (strncmp(listen, "unix:", 5) != 0 && colon != NULL &&
+        strcmp(colon, ":0") == 0)
+        snprintf(srv->address, sizeof(srv->address), "%.*s:%d",
+                 (int)(colon - listen), listen, port);
+    else
+        snprintf(srv->address, sizeof(srv->address), "%s", listen);
+}
+
+int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
+                     struct rpc_server **out, struct sd_diag *d)
+{
+    struct rpc_server *srv;
+    grpc_server_credentials *creds;
+    grpc_channel_args ch_args;
+    grpc_arg args[5];
+    size_t i;
+    int port, rv;
+
+    if (cfg->listen == NULL || cfg->nmethods == 0 ||
+        cfg->max_message_bytes == 0 || cfg->max_message_bytes > INT32_MAX)
+        return sd_diag_set(d, SD_EINVAL, "rpc: bad server configuration");
+    srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    srv->slots = calloc(cfg->nmethods, sizeof(*srv->slots));
+    if (srv->slots == NULL) {
+        free(srv);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    srv->loop = loop;
+    srv->cfg = *cfg;
+    pthread_mutex_init(&srv->mu, NULL);
+    srv->shutdown_tag.done = on_shutdown_done;
+
+    grpc_init(); /* starts gRPC's own threads: never fork after this */
+    memset(args, 0, sizeof(args));
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)cfg->max_message_bytes;
+    /* gRPC's default lets a second server bind the same TCP port and take
+     * half the connections; refuse instead. */
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    args[1].value.integer = 0;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+    args[2].value.integer = 60 * 1000;
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+    args[3].value.integer = 20 * 1000;
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
+    args[4].value.integer = 10 * 1000;
+    ch_args.num_args = sizeof(args) / sizeof(args[0]);
+    ch_args.args = args;
+
+    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    srv->server = grpc_server_create(&ch_args, NULL);
+    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    for (i = 0; i < cfg->nmethods; i++) {
+        srv->slots[i].method = &cfg->methods[i];
+        srv->slots[i].handle = grpc_server_register_method(
+            srv->server, cfg->methods[i].path, NULL,
+            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (srv->slots[i].handle == NULL) {
+            rv = sd_diag_set(d, SD_EINVAL, "rpc: cannot register %s",
+                             cfg->methods[i].path);
+            goto fail_server;
+        }
+    }
+    creds = grpc_insecure_server_credentials_create();
+    port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
+    grpc_server_credentials_release(creds); /* the server holds its own */
+    if (port == 0) {
+        rv = sd_diag_set(d, SD_EIO,
+                         "--listen %s: cannot bind (address in use, bad "
+                         "address or no permission)",
+                         cfg->listen);
+        goto fail_server;
+    }
+    set_address(srv, cfg->listen, port);
+
+    /* The handles exist before the thread that signals them. */
+    uv_async_init(loop, &srv->async, on_async);
+    srv->async.data = srv;
+    uv_timer_init(loop, &srv->grace);
+    srv->grace.data = srv;
+    if (pthread_create(&srv->thread, NULL, cq_thread_main, srv) != 0) {
+        rv = sd_diag_set(d, SD_ENOMEM, "rpc: cannot start the cq thread");
+        goto fail_handles;
+    }
+    grpc_server_start(srv->server);
+    for (i = 0; i < cfg->nmethods; i++)
+        request_call(srv, &srv->slots[i]);
+    request_call(srv, NULL); /* unknown methods: UNIMPLEMENTED at once */
+    *out = srv;
+    return 0;
+
+fail_handles:
+    uv_close((uv_handle_t *)&srv->async, NULL);
+    uv_close((uv_handle_t *)&srv->grace, NULL);
+    uv_run(loop, UV_RUN_NOWAIT); /* runs the close callbacks */
+fail_server:
+    destroy_unstarted(srv);
+    return rv;
+}
+
+void rpc_server_shutdown(struct rpc_server *srv)
+{
+    if (srv->stopping)
+        return;
+    srv->stopping = true;
+    /* Stops listening and fails the pending call requests (ok = false);
+     * the tag fires once the calls in flight are done. */
+    grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+    if (srv->cfg.grace_ms == 0)
+        grpc_server_cancel_all_calls(srv->server);
+    else
+        uv_timer_start(&srv->grace, on_grace_over, srv->cfg.grace_ms, 0);
+}
+
+const char *rpc_server_address(const struct rpc_server *srv)
+{
+    return srv->address;
+}
+
+void rpc_server_free(struct rpc_server *srv)
+{
+    if (srv == NULL)
+        return;
+    pthread_mutex_destroy(&srv->mu);
+    free(srv->slots);
+    free(srv);
+    grpc_shutdown(); /* synchronous from a non-gRPC thread */
+}

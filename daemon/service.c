@@ -1,0 +1,917 @@
+/*
+ * The Planner service: shardd.v1 requests (protobuf-c) to planner structs,
+ * the planner, and planner results back to shardd.v1 responses.
+ *
+ * Runs on uv threadpool workers; touches no gRPC and no libuv.  Every input
+ * check names the proto field the way docs/api.md shows
+ * (`topology.num_devices: 0 is not in [1, 4096]`); the tables' own checks
+ * are the planner's (`tables[3] "t3": dim 30 is not a multiple of 4 ...`).
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "daemon.h"
+#include "shardd/v1/planner.pb-c.h"
+#include "shardd/v1/types.pb-c.h"
+
+/* Server defaults the API documents (docs/api.md, types.proto). */
+#define SVC_DEFAULT_BATCH     65536
+#define SVC_DEFAULT_BUDGET_MS 10000.0
+#define SVC_MAX_TABLES        65536
+#define SVC_MAX_BATCH         ((int64_t)1 << 30)
+#define SVC_BOTTLENECK_MAX    5
+
+void svc_config_default(struct svc_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->max_tables = SVC_MAX_TABLES;
+    c->default_batch = SVC_DEFAULT_BATCH;
+    c->default_budget_ms = SVC_DEFAULT_BUDGET_MS;
+    c->search_threads = 0;
+    c->model_version = "embedded";
+}
+
+int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
+{
+    const struct cost_net *net = net_embedded(d);
+
+    if (net == NULL)
+        return SD_EFORMAT;
+    s->cfg = *cfg;
+    s->net = net;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Requests to planner structs                                             */
+
+static const char *str_or_empty(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
+/*
+ * Copies the request's tables into a new array (*out, caller frees) and
+ * validates them with the planner.  NaN and infinities are refused here,
+ * field by field, before any arithmetic sees them.
+ */
+static int conv_tables(const struct svc *s, Shardd__V1__Table *const *in,
+                       size_t n, struct table **out, struct sd_diag *d)
+{
+    struct table *tables;
+    size_t i;
+    int k, rv;
+
+    if (n == 0)
+        return sd_diag_set(d, SD_EINVAL, "tables: at least one is needed");
+    if (n > s->cfg.max_tables)
+        return sd_diag_set(d, SD_ERANGE,
+                           "tables: %zu tables, more than this server's "
+                           "limit of %zu",
+                           n, s->cfg.max_tables);
+    tables = calloc(n, sizeof(*tables));
+    if (tables == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < n; i++) {
+        const Shardd__V1__Table *src = in[i];
+        struct table *t = &tables[i];
+        const char *name = str_or_empty(src->name);
+        size_t len = strlen(name);
+
+        if (len == 0) {
+            rv = sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", i);
+            goto fail_tables;
+        }
+        if (len >= TABLE_NAME_MAX) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu]: name is %zu bytes, more than %d", i,
+                             len, TABLE_NAME_MAX - 1);
+            goto fail_tables;
+        }
+        memcpy(t->name, name, len + 1);
+        if (src->n_bins != TABLE_NBINS) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": bins has %zu values, not %d",
+                             i, t->name, src->n_bins, TABLE_NBINS);
+            goto fail_tables;
+        }
+        if (!isfinite(src->pooling_factor)) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": pooling_factor is not a "
+                             "finite number",
+                             i, t->name);
+            goto fail_tables;
+        }
+        for (k = 0; k < TABLE_NBINS; k++) {
+            if (!isfinite(src->bins[k])) {
+                rv = sd_diag_set(d, SD_EINVAL,
+                                 "tables[%zu] \"%s\": bins[%d] is not a "
+                                 "finite number",
+                                 i, t->name, k);
+                goto fail_tables;
+            }
+            t->bins[k] = src->bins[k];
+        }
+        t->rows = src->rows;
+        t->dim = src->dim;
+        t->pooling_factor = src->pooling_factor;
+        switch (src->dtype) {
+        case SHARDD__V1__DTYPE__DTYPE_UNSPECIFIED:
+        case SHARDD__V1__DTYPE__DTYPE_FP32:
+            t->dtype = TABLE_DTYPE_FP32;
+            break;
+        case SHARDD__V1__DTYPE__DTYPE_FP16:
+            t->dtype = TABLE_DTYPE_FP16;
+            break;
+        default:
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": dtype %d is unknown", i,
+                             t->name, (int)src->dtype);
+            goto fail_tables;
+        }
+    }
+    rv = table_validate_all(tables, n, d);
+    if (rv != 0)
+        goto fail_tables;
+    *out = tables;
+    return 0;
+
+fail_tables:
+    free(tables);
+    return rv;
+}
+
+/* A Topology double: finite and >= 0; 0 takes the default. */
+static int conv_real(double in, double dflt, const char *field, double *out,
+                     struct sd_diag *d)
+{
+    if (!isfinite(in))
+        return sd_diag_set(d, SD_EINVAL, "topology.%s: not a finite number",
+                           field);
+    if (in < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.%s: %g is negative (0 = server default)",
+                           field, in);
+    *out = in > 0 ? in : dflt;
+    return 0;
+}
+
+/*
+ * Fills *out from a Topology with the server defaults applied.  The planner
+ * has one capacity for every device, so per-device capacities are taken only
+ * when they are all equal.
+ */
+static int conv_topology(const struct svc *s, const Shardd__V1__Topology *in,
+                         struct topology *out, struct sd_diag *d)
+{
+    struct topology t;
+    uint64_t mem;
+    size_t i;
+    int rv;
+
+    if (in == NULL)
+        return sd_diag_set(d, SD_EINVAL, "topology: required");
+    if (in->num_devices < 1 || in->num_devices > TOPO_DEVICES_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.num_devices: %d is not in [1, %d]",
+                           (int)in->num_devices, TOPO_DEVICES_MAX);
+    mem = in->mem_bytes_per_device;
+    if (in->n_mem_bytes_by_device != 0) {
+        uint64_t first = 0;
+
+        if (in->n_mem_bytes_by_device != (size_t)in->num_devices)
+            return sd_diag_set(d, SD_EINVAL,
+                               "topology.mem_bytes_by_device: %zu entries, "
+                               "num_devices is %d",
+                               in->n_mem_bytes_by_device, (int)in->num_devices);
+        for (i = 0; i < in->n_mem_bytes_by_device; i++) {
+            uint64_t m = in->mem_bytes_by_device[i] != 0
+                             ? in->mem_bytes_by_device[i]
+                             : in->mem_bytes_per_device;
+
+            if (m == 0)
+                return sd_diag_set(d, SD_EINVAL,
+                                   "topology.mem_bytes_by_device[%zu]: 0 and "
+                                   "mem_bytes_per_device is 0",
+                                   i);
+            if (i == 0)
+                first = m;
+            else if (m != first)
+                return sd_diag_set(d, SD_EUNSUPPORTED,
+                                   "topology.mem_bytes_by_device: devices "
+                                   "of different capacities are not "
+                                   "supported yet");
+        }
+        mem = first;
+    }
+    if (mem == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.mem_bytes_per_device: required (> 0)");
+
+    topology_default(&t, in->num_devices, mem);
+    if (in->devices_per_host < 0 ||
+        (in->devices_per_host > 0 &&
+         in->num_devices % in->devices_per_host != 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.devices_per_host: %d does not divide "
+                           "num_devices %d",
+                           (int)in->devices_per_host, (int)in->num_devices);
+    if (in->devices_per_host > 0)
+        t.devices_per_host = in->devices_per_host;
+    t.batch_size = in->batch_size != 0 ? in->batch_size : s->cfg.default_batch;
+    if (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.batch_size: %lld is not in "
+                           "[num_devices, 2^30]",
+                           (long long)t.batch_size);
+    rv = conv_real(in->intra_host_bw_bytes_per_ms, t.intra_host_bw,
+                   "intra_host_bw_bytes_per_ms", &t.intra_host_bw, d);
+    if (rv == 0)
+        rv = conv_real(in->inter_host_bw_bytes_per_ms, t.inter_host_bw,
+                       "inter_host_bw_bytes_per_ms", &t.inter_host_bw, d);
+    if (rv == 0)
+        rv = conv_real(in->link_latency_ms, t.link_latency_ms,
+                       "link_latency_ms", &t.link_latency_ms, d);
+    if (rv == 0)
+        rv = conv_real(in->device_mem_bw_bytes_per_ms, t.device_mem_bw,
+                       "device_mem_bw_bytes_per_ms", &t.device_mem_bw, d);
+    if (rv == 0)
+        rv = topology_validate(&t, d); /* a backstop: all checked above */
+    if (rv != 0)
+        return rv;
+    *out = t;
+    return 0;
+}
+
+static int conv_optimizer(Shardd__V1__Optimizer in, const char *field,
+                          enum optimizer *out, struct sd_diag *d)
+{
+    switch (in) {
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_UNSPECIFIED:
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD:
+        *out = OPTIMIZER_SGD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD:
+        *out = OPTIMIZER_ADAGRAD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD:
+        *out = OPTIMIZER_ROWWISE_ADAGRAD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM:
+        *out = OPTIMIZER_ADAM;
+        return 0;
+    default:
+        return sd_diag_set(d, SD_EINVAL, "%s: %d is unknown", field, (int)in);
+    }
+}
+
+/*
+ * The cost model that answers for `profile` (empty: the server's default).
+ * The embedded model answers for its own profile; any other profile has no
+ * learned model here, so the analytic model answers unless `need_learned`
+ * (neuroshard searches with the learned model), which is SD_ENOENT.
+ */
+struct scorer {
+    struct net_cost_model ncm;
+    const struct cost_model *m;
+    bool learned;
+    const char *profile; /* the profile answered for */
+};
+
+static int pick_scorer(const struct svc *s, const char *profile,
+                       bool need_learned, const char *field, struct scorer *sc,
+                       struct sd_diag *d)
+{
+    if (profile == NULL || profile[0] == '\0' ||
+        strcmp(profile, s->net->profile) == 0) {
+        net_cost_model_init(&sc->ncm, s->net);
+        sc->m = &sc->ncm.cm;
+        sc->learned = true;
+        sc->profile = s->net->profile;
+        return 0;
+    }
+    if (need_learned)
+        return sd_diag_set(d, SD_ENOENT,
+                           "%s: no active model for profile \"%s\" (this "
+                           "server has \"%s\")",
+                           field, profile, s->net->profile);
+    sc->m = &cost_model_analytic;
+    sc->learned = false;
+    sc->profile = profile;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Request hash: FNV-1a (64 bit) over the request with defaults applied     */
+
+struct hasher {
+    uint64_t h;
+};
+
+static void hash_bytes(struct hasher *hs, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        hs->h ^= b[i];
+        hs->h *= 0x100000001b3ull;
+    }
+}
+
+static void hash_u64(struct hasher *hs, uint64_t v)
+{
+    unsigned char b[8];
+    int i;
+
+    for (i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i)); /* byte order fixed */
+    hash_bytes(hs, b, sizeof(b));
+}
+
+static void hash_real(struct hasher *hs, double x)
+{
+    uint64_t v;
+
+    memcpy(&v, &x, sizeof(v));
+    hash_u64(hs, v);
+}
+
+static void hash_str(struct hasher *hs, const char *s)
+{
+    size_t n = strlen(s);
+
+    hash_u64(hs, n);
+    hash_bytes(hs, s, n);
+}
+
+static void request_hash(const struct table *tables, size_t n,
+                         const struct topology *t, const struct plan_options *o,
+                         const char *profile, char out[17])
+{
+    struct hasher hs = {0xcbf29ce484222325ull};
+    size_t i;
+    int k;
+
+    hash_str(&hs, "shardd.v1.PlanRequest/1");
+    hash_u64(&hs, n);
+    for (i = 0; i < n; i++) {
+        hash_str(&hs, tables[i].name);
+        hash_u64(&hs, (uint64_t)tables[i].rows);
+        hash_u64(&hs, (uint64_t)tables[i].dim);
+        hash_real(&hs, tables[i].pooling_factor);
+        for (k = 0; k < TABLE_NBINS; k++)
+            hash_real(&hs, tables[i].bins[k]);
+        hash_u64(&hs, (uint64_t)tables[i].dtype);
+    }
+    hash_u64(&hs, (uint64_t)t->ndevices);
+    hash_u64(&hs, (uint64_t)t->devices_per_host);
+    hash_u64(&hs, t->mem_bytes);
+    hash_u64(&hs, (uint64_t)t->batch_size);
+    hash_real(&hs, t->intra_host_bw);
+    hash_real(&hs, t->inter_host_bw);
+    hash_real(&hs, t->link_latency_ms);
+    hash_real(&hs, t->device_mem_bw);
+    hash_str(&hs, plan_alg_name(o->alg));
+    hash_u64(&hs, o->column_splits);
+    hash_real(&hs, o->time_budget_ms);
+    hash_u64(&hs, o->seed);
+    hash_u64(&hs, (uint64_t)o->optimizer);
+    hash_str(&hs, profile);
+    snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Planner results to responses                                            */
+
+/* protobuf-c string fields are `char *`; packing only reads them. */
+static char *msg_str(const char *s)
+{
+    return (char *)s;
+}
+
+/*
+ * The per-device costs of an evaluated plan: arrays *msgs and *ptrs owned
+ * by the caller (free()).
+ */
+static int build_devices(const struct plan *p, uint64_t capacity,
+                         Shardd__V1__DeviceCost **msgs,
+                         Shardd__V1__DeviceCost ***ptrs)
+{
+    size_t n = (size_t)p->ndevices, r;
+
+    *msgs = calloc(n, sizeof(**msgs));
+    *ptrs = calloc(n, sizeof(**ptrs));
+    if (*msgs == NULL || *ptrs == NULL) {
+        free(*msgs);
+        free(*ptrs);
+        return SD_ENOMEM;
+    }
+    for (r = 0; r < n; r++) {
+        Shardd__V1__DeviceCost *m = &(*msgs)[r];
+        const struct plan_device *dv = &p->devices[r];
+
+        shardd__v1__device_cost__init(m);
+        m->device = (int32_t)r;
+        m->memory_bytes = dv->mem_bytes;
+        m->memory_capacity_bytes = capacity;
+        m->compute_ms = dv->compute_ms;
+        m->fwd_comm_ms = dv->fwd_comm_ms;
+        m->bwd_comm_ms = dv->bwd_comm_ms;
+        m->total_ms = dv->total_ms;
+        m->dim_sum = dv->dim_sum;
+        m->num_shards = dv->nshards;
+        (*ptrs)[r] = m;
+    }
+    return 0;
+}
+
+/* The cost model's name, noting a batch other than the model's own. */
+static void cost_model_name(const struct plan *p, const struct scorer *sc,
+                            const struct topology *t, char *out, size_t size)
+{
+    if (sc->learned && t->batch_size != sc->ncm.net->batch_size)
+        snprintf(out, size, "%s (scaled from batch %lld)", p->cost_model,
+                 (long long)sc->ncm.net->batch_size);
+    else
+        snprintf(out, size, "%s", p->cost_model);
+}
+
+static void fill_basis(Shardd__V1__CostBasis *b, const struct svc *s,
+                       const struct scorer *sc, const struct plan *p,
+                       char *cost_model)
+{
+    shardd__v1__cost_basis__init(b);
+    b->model_version = msg_str(sc->learned ? s->cfg.model_version : "");
+    b->profile = msg_str(sc->profile);
+    b->cost_model = cost_model;
+    b->comm_model = msg_str(p->comm_model);
+    b->compute_source = sc->learned
+                            ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
+                            : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
+    b->comm_source = SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
+}
+
+/* Packs m into a new buffer (at least 1 byte, caller frees). */
+static int pack_message(const ProtobufCMessage *m, uint8_t **out, size_t *len,
+                        struct sd_diag *d)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+
+    if (buf == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    protobuf_c_message_pack(m, buf);
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* Everything a PlanResponse points into; freed in one place. */
+struct plan_reply {
+    Shardd__V1__TablePlacement *placements;
+    Shardd__V1__TablePlacement **placement_ptrs;
+    Shardd__V1__Shard *shards;
+    Shardd__V1__Shard **shard_ptrs;
+    Shardd__V1__DeviceCost *devices;
+    Shardd__V1__DeviceCost **device_ptrs;
+};
+
+static void plan_reply_free(struct plan_reply *r)
+{
+    free(r->placements);
+    free(r->placement_ptrs);
+    free(r->shards);
+    free(r->shard_ptrs);
+    free(r->devices);
+    free(r->device_ptrs);
+}
+
+/*
+ * Fills the table placements of resp from a sorted plan: the shards of table
+ * i are a run of p->shards, in column order.
+ */
+static int build_placements(const struct plan *p, const struct table *tables,
+                            size_t ntables, struct plan_reply *r,
+                            Shardd__V1__PlanResponse *resp)
+{
+    size_t i, k = 0;
+
+    r->placements = calloc(ntables, sizeof(*r->placements));
+    r->placement_ptrs = calloc(ntables, sizeof(*r->placement_ptrs));
+    r->shards = calloc(p->nshards ? p->nshards : 1, sizeof(*r->shards));
+    r->shard_ptrs = calloc(p->nshards ? p->nshards : 1, sizeof(*r->shard_ptrs));
+    if (!r->placements || !r->placement_ptrs || !r->shards || !r->shard_ptrs)
+        return SD_ENOMEM;
+    for (i = 0; i < ntables; i++) {
+        Shardd__V1__TablePlacement *tp = &r->placements[i];
+
+        shardd__v1__table_placement__init(tp);
+        tp->table = msg_str(tables[i].name);
+        tp->shards = &r->shard_ptrs[k];
+        for (; k < p->nshards && p->shards[k].table == i; k++) {
+            Shardd__V1__Shard *sh = &r->shards[k];
+
+            shardd__v1__shard__init(sh);
+            sh->device = p->shards[k].device;
+            sh->col_offset = p->shards[k].col_offset;
+            sh->col_width = p->shards[k].col_width;
+            r->shard_ptrs[k] = sh;
+            tp->n_shards++;
+        }
+        r->placement_ptrs[i] = tp;
+    }
+    resp->n_tables = ntables;
+    resp->tables = r->placement_ptrs;
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Plan                                                                    */
+
+struct name_idx {
+    const char *name;
+    uint32_t idx;
+};
+
+static int cmp_name_idx(const void *a, const void *b)
+{
+    return strcmp(((const struct name_idx *)a)->name,
+                  ((const struct name_idx *)b)->name);
+}
+
+/* The tables' names, sorted for find_table(); NULL when out of memory. */
+static struct name_idx *name_index(const struct table *tables, size_t n)
+{
+    struct name_idx *ix = malloc((n ? n : 1) * sizeof(*ix));
+    size_t i;
+
+    if (ix == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        ix[i] = (struct name_idx){tables[i].name, (uint32_t)i};
+    qsort(ix, n, sizeof(*ix), cmp_name_idx);
+    return ix;
+}
+
+/* The index of the table called name, or -1. */
+static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
+{
+    struct name_idx key = {name, 0};
+    const struct name_idx *hit =
+        bsearch(&key, ix, n, sizeof(*ix), cmp_name_idx);
+
+    return hit != NULL ? (int64_t)hit->idx : -1;
+}
+
+/* PlanOptions (may be NULL) to plan_options; see planner.proto. */
+static int conv_options(const struct svc *s, const Shardd__V1__PlanOptions *in,
+                        const struct table *tables, size_t ntables,
+                        const struct topology *t, struct plan_options *o,
+                        struct sd_diag *d)
+{
+    struct name_idx *index;
+    size_t i;
+    int rv;
+
+    plan_options_default(o);
+    o->alg = PLAN_ALG_NEUROSHARD;
+    o->threads = s->cfg.search_threads;
+    o->time_budget_ms = s->cfg.default_budget_ms;
+    o->column_splits = false;
+    if (in == NULL)
+        return 0;
+    if (in->algorithm != NULL && in->algorithm[0] != '\0') {
+        struct sd_diag why;
+
+        if (plan_alg_parse(in->algorithm, &o->alg, &why) != 0)
+            return sd_diag_set(d, SD_EINVAL, "options.algorithm: %s", why.msg);
+    }
+    o->column_splits = in->allow_column_splits;
+    if (in->time_budget_ms != 0)
+        o->time_budget_ms = in->time_budget_ms;
+    o->seed = in->seed;
+    rv = conv_optimizer(in->optimizer, "options.optimizer", &o->optimizer, d);
+    if (rv != 0)
+        return rv;
+    if (in->constraints == NULL || in->constraints->n_pins == 0)
+        return 0;
+    /* Pins are checked, so a bad one is the client's error; placing them is
+     * not in the planner yet. */
+    index = name_index(tables, ntables);
+    if (index == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < in->constraints->n_pins; i++) {
+        const Shardd__V1__Pin *pin = in->constraints->pins[i];
+        const char *name = str_or_empty(pin->table);
+
+        if (find_table(index, ntables, name) < 0)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "options.constraints.pins[%zu]: table "
+                             "\"%.200s\" is not in tables",
+                             i, name);
+        else if (pin->device < 0 || pin->device >= t->ndevices)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "options.constraints.pins[%zu]: device %d is "
+                             "not in [0, %d)",
+                             i, (int)pin->device, (int)t->ndevices);
+        if (rv != 0)
+            break;
+    }
+    free(index);
+    if (rv != 0)
+        return rv;
+    return sd_diag_set(d, SD_EUNSUPPORTED,
+                       "options.constraints.pins: pinning tables is not "
+                       "supported yet");
+}
+
+int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
+             uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+{
+    Shardd__V1__PlanRequest *rq;
+    Shardd__V1__PlanResponse out = SHARDD__V1__PLAN_RESPONSE__INIT;
+    Shardd__V1__CostBasis basis;
+    Shardd__V1__SearchStats search = SHARDD__V1__SEARCH_STATS__INIT;
+    Shardd__V1__Explanation expl = SHARDD__V1__EXPLANATION__INIT;
+    char *bottleneck[SVC_BOTTLENECK_MAX];
+    struct plan_reply reply = {0};
+    struct plan_options po;
+    struct topology topo;
+    struct table *tables = NULL;
+    struct scorer sc;
+    struct plan p;
+    char hash[17], cm_name[sizeof(p.cost_model) + 48];
+    const char *profile;
+    double t0, elapsed;
+    size_t n;
+    int i, rv;
+
+    rq = shardd__v1__plan_request__unpack(NULL, len, req);
+    if (rq == NULL)
+        return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
+    rv = conv_tables(s, rq->tables, rq->n_tables, &tables, d);
+    if (rv != 0)
+        goto out_request;
+    n = rq->n_tables;
+    rv = conv_topology(s, rq->topology, &topo, d);
+    if (rv == 0)
+        rv = conv_options(s, rq->options, tables, n, &topo, &po, d);
+    if (rv != 0)
+        goto out_tables;
+    profile = rq->options != NULL ? rq->options->profile : NULL;
+    rv = pick_scorer(s, profile, po.alg == PLAN_ALG_NEUROSHARD,
+                     "options.profile", &sc, d);
+    if (rv != 0)
+        goto out_tables;
+    po.net = s->net;
+
+    t0 = now_ms();
+    rv = plan_run(tables, n, &topo, &po, sc.m, &p, d);
+    elapsed = now_ms() - t0;
+    if (rv != 0)
+        goto out_tables;
+
+    rv = build_placements(&p, tables, n, &reply, &out);
+    if (rv == 0)
+        rv = build_devices(&p, topo.mem_bytes, &reply.devices,
+                           &reply.device_ptrs);
+    if (rv != 0) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_reply;
+    }
+    out.n_devices = (size_t)p.ndevices;
+    out.devices = reply.device_ptrs;
+    out.plan_cost_ms = p.cost_ms;
+    out.algorithm = msg_str(plan_alg_name(po.alg));
+    cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
+    fill_basis(&basis, s, &sc, &p, cm_name);
+    out.basis = &basis;
+
+    /* The baselines keep no statistics: their time is the whole run. */
+    search.search_time_ms =
+        po.alg == PLAN_ALG_NEUROSHARD ? p.stats.search_ms : elapsed;
+    search.candidates_evaluated =
+        po.alg == PLAN_ALG_NEUROSHARD ? (uint64_t)p.stats.greedy_runs : 1;
+    search.time_budget_exhausted = p.stats.budget_exhausted;
+    out.search = &search;
+
+    expl.bottleneck_device = p.explain.critical_device;
+    expl.bottleneck_tables = bottleneck;
+    for (i = 0; i < p.explain.ndrivers; i++) {
+        const char *name = tables[p.shards[p.explain.drivers[i]].table].name;
+        size_t k;
+
+        for (k = 0; k < expl.n_bottleneck_tables; k++)
+            if (strcmp(bottleneck[k], name) == 0)
+                break;
+        if (k == expl.n_bottleneck_tables &&
+            expl.n_bottleneck_tables < SVC_BOTTLENECK_MAX)
+            bottleneck[expl.n_bottleneck_tables++] = msg_str(name);
+    }
+    expl.lower_bound_ms = p.explain.lower_bound_ms;
+    expl.gap_ratio = p.explain.lower_bound_ms > 0 ? p.explain.gap : 0;
+    out.explanation = &expl;
+
+    request_hash(tables, n, &topo, &po, sc.profile, hash);
+    out.request_hash = hash;
+    out.cache_hit = false;
+
+    rv = pack_message(&out.base, resp, resp_len, d);
+
+out_reply:
+    plan_reply_free(&reply);
+    plan_destroy(&p);
+out_tables:
+    free(tables);
+out_request:
+    shardd__v1__plan_request__free_unpacked(rq, NULL);
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Estimate                                                                */
+
+/*
+ * Builds a plan (*p, initialised here) from the request's placement: one
+ * entry per table by name, in any order.  Structure only; plan_validate()
+ * checks the columns.
+ */
+static int conv_placement(Shardd__V1__TablePlacement *const *in, size_t nin,
+                          const struct table *tables, size_t n, int32_t ndev,
+                          struct plan *p, struct sd_diag *d)
+{
+    struct name_idx *index;
+    const char *name;
+    int64_t idx;
+    bool *seen;
+    size_t i, k;
+    int rv;
+
+    if (nin != n)
+        return sd_diag_set(d, SD_EINVAL,
+                           "placement: %zu entries for %zu tables (one per "
+                           "table is needed)",
+                           nin, n);
+    index = name_index(tables, n);
+    seen = calloc(n ? n : 1, sizeof(*seen));
+    if (index == NULL || seen == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    rv = plan_init(p, ndev);
+    if (rv != 0) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < nin; i++) {
+        const Shardd__V1__TablePlacement *tp = in[i];
+
+        name = str_or_empty(tp->table);
+        idx = find_table(index, n, name);
+        if (idx < 0) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "placement[%zu]: table \"%.200s\" is not in "
+                             "tables",
+                             i, name);
+            goto fail_plan;
+        }
+        if (seen[idx]) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "placement[%zu]: table \"%s\" is placed twice", i,
+                             name);
+            goto fail_plan;
+        }
+        seen[idx] = true;
+        for (k = 0; k < tp->n_shards; k++) {
+            const Shardd__V1__Shard *sh = tp->shards[k];
+
+            if (sh->device < 0 || sh->device >= ndev) {
+                rv = sd_diag_set(d, SD_EINVAL,
+                                 "placement[%zu] \"%s\": shards[%zu]: device "
+                                 "%d is not in [0, %d)",
+                                 i, name, k, (int)sh->device, (int)ndev);
+                goto fail_plan;
+            }
+            /* Bounds first: the planner's column check adds widths. */
+            if (sh->col_offset < 0 || sh->col_width <= 0 ||
+                (int64_t)sh->col_offset + sh->col_width > tables[idx].dim) {
+                rv = sd_diag_set(d, SD_EINVAL,
+                                 "placement[%zu] \"%s\": shards[%zu]: "
+                                 "columns [%d, %lld) are outside the table's "
+                                 "%d",
+                                 i, name, k, (int)sh->col_offset,
+                                 (long long)sh->col_offset + sh->col_width,
+                                 (int)tables[idx].dim);
+                goto fail_plan;
+            }
+            if (plan_add(p, (uint32_t)idx, sh->device, sh->col_offset,
+                         sh->col_width) != 0) {
+                rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+                goto fail_plan;
+            }
+        }
+    }
+    rv = 0;
+    goto out_free;
+
+fail_plan:
+    plan_destroy(p);
+out_free:
+    free(seen);
+    free(index);
+    return rv;
+}
+
+int svc_estimate(const struct svc *s, const uint8_t *req, size_t len,
+                 uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+{
+    Shardd__V1__EstimateRequest *rq;
+    Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
+    Shardd__V1__DeviceCost *devs = NULL, **dev_ptrs = NULL;
+    Shardd__V1__CostBasis basis;
+    struct topology topo, unbounded;
+    struct table *tables = NULL;
+    enum optimizer opt = OPTIMIZER_SGD;
+    struct scorer sc;
+    struct plan p;
+    char cm_name[sizeof(p.cost_model) + 48];
+    int32_t r;
+    int rv;
+
+    rq = shardd__v1__estimate_request__unpack(NULL, len, req);
+    if (rq == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "EstimateRequest: not a valid message");
+    rv = conv_tables(s, rq->tables, rq->n_tables, &tables, d);
+    if (rv != 0)
+        goto out_request;
+    rv = conv_topology(s, rq->topology, &topo, d);
+    if (rv == 0)
+        rv = conv_optimizer(rq->optimizer, "optimizer", &opt, d);
+    if (rv == 0)
+        rv = pick_scorer(s, rq->profile, false, "profile", &sc, d);
+    if (rv == 0)
+        rv = conv_placement(rq->placement, rq->n_placement, tables,
+                            rq->n_tables, topo.ndevices, &p, d);
+    if (rv != 0)
+        goto out_tables;
+
+    /* An over-full device is costed, not refused (fits_memory says so):
+     * the columns are checked against an unbounded capacity. */
+    unbounded = topo;
+    unbounded.mem_bytes = UINT64_MAX;
+    rv = plan_validate(&p, tables, rq->n_tables, &unbounded, opt, d);
+    if (rv != 0) {
+        /* The planner says "plan: ..."; the client sent "placement". */
+        if (strncmp(d->msg, "plan: ", 6) == 0) {
+            struct sd_diag why = *d;
+
+            sd_diag_set(d, rv, "placement: %s", why.msg + 6);
+        }
+        goto out_plan;
+    }
+    rv = plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m);
+    if (rv == 0)
+        rv = build_devices(&p, topo.mem_bytes, &devs, &dev_ptrs);
+    if (rv != 0) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_plan;
+    }
+    out.n_devices = (size_t)p.ndevices;
+    out.devices = dev_ptrs;
+    out.plan_cost_ms = p.cost_ms;
+    cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
+    fill_basis(&basis, s, &sc, &p, cm_name);
+    out.basis = &basis;
+    out.fits_memory = true;
+    for (r = 0; r < p.ndevices; r++)
+        if (p.devices[r].mem_bytes > topo.mem_bytes)
+            out.fits_memory = false;
+    rv = pack_message(&out.base, resp, resp_len, d);
+    free(devs);
+    free(dev_ptrs);
+
+out_plan:
+    plan_destroy(&p);
+out_tables:
+    free(tables);
+out_request:
+    shardd__v1__estimate_request__free_unpacked(rq, NULL);
+    return rv;
+}
