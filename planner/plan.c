@@ -225,6 +225,14 @@ int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
                                "width %d is not aligned to %d columns",
                                tables[s->table].name, (int)s->col_offset,
                                (int)s->col_width, TABLE_DIM_ALIGN);
+        /* Checked here, in 64 bits, so that summing widths cannot overflow
+         * whatever a plan file says. */
+        if ((int64_t)s->col_offset + s->col_width > tables[s->table].dim)
+            return sd_diag_set(d, SD_EINVAL,
+                               "plan: table \"%s\": shard at column %d of "
+                               "width %d runs past its %d columns",
+                               tables[s->table].name, (int)s->col_offset,
+                               (int)s->col_width, (int)tables[s->table].dim);
     }
     plan_sort(p);
     for (i = 0; i < ntables; i++) {

@@ -110,6 +110,16 @@ static void test_validate(void)
     plan_add(&p, 0, 0, 0, 12);
     plan_add(&p, 1, 0, 0, 16);
     CHECK(plan_validate(&p, tb, 2, &t, OPTIMIZER_SGD, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "runs past its 8 columns"));
+    plan_destroy(&p);
+
+    /* Widths whose sum would overflow an int are refused, not summed. */
+    setup(tb, &t, &p);
+    plan_add(&p, 0, 0, 0, 8);
+    plan_add(&p, 1, 0, 0, 0x7FFFFFFC);
+    plan_add(&p, 1, 1, 0x7FFFFFFC, 0x7FFFFFFC);
+    CHECK(plan_validate(&p, tb, 2, &t, OPTIMIZER_SGD, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "\"b\"") && strstr(d.msg, "runs past"));
     plan_destroy(&p);
 
     /* Width not a multiple of 4. */
