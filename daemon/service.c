@@ -602,7 +602,7 @@ static int conv_options(const struct svc *s, const Shardd__V1__PlanOptions *in,
         if (plan_alg_parse(in->algorithm, &o->alg, &why) != 0)
             return sd_diag_set(d, SD_EINVAL, "options.algorithm: %s", why.msg);
     }
-    o->column_splits = in->allow_column_splits;
+    o->column_splits = !in->whole_tables_only;
     if (in->time_budget_ms != 0)
         o->time_budget_ms = in->time_budget_ms;
     o->seed = in->seed;

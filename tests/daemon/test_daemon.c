@@ -278,7 +278,6 @@ static void make_request(void)
     topo.num_devices = NDEVICES;
     topo.mem_bytes_per_device = 4 * GIB;
     shardd__v1__plan_options__init(&options);
-    options.allow_column_splits = true;
     options.seed = 7;
     shardd__v1__plan_request__init(&plan_req);
     plan_req.n_tables = NTABLES;
