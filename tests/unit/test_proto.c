@@ -123,7 +123,7 @@ static void test_plan_request(void)
     cons.pins = pins;
 
     opt.algorithm = str("size_lookup_greedy");
-    opt.allow_column_splits = 1;
+    opt.whole_tables_only = 1;
     opt.time_budget_ms = 250;
     opt.seed = 0xdeadbeefcafef00dULL;
     opt.optimizer = SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD;
@@ -182,7 +182,7 @@ static void test_plan_request(void)
         const Shardd__V1__PlanOptions *o = got->options;
 
         CHECK(streq(o->algorithm, "size_lookup_greedy"));
-        CHECK(o->allow_column_splits);
+        CHECK(o->whole_tables_only);
         CHECK(o->time_budget_ms == 250);
         CHECK(o->seed == 0xdeadbeefcafef00dULL);
         CHECK(o->optimizer == SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD);
@@ -566,7 +566,7 @@ static void test_defaults(void)
         CHECK(opt->algorithm != NULL && opt->algorithm[0] == '\0');
         CHECK(opt->optimizer == SHARDD__V1__OPTIMIZER__OPTIMIZER_UNSPECIFIED);
         CHECK(opt->optimizer == 0);
-        CHECK(!opt->allow_column_splits);
+        CHECK(!opt->whole_tables_only);
         CHECK(opt->time_budget_ms == 0);
         CHECK(opt->seed == 0);
         CHECK(opt->constraints == NULL);
