@@ -10,9 +10,12 @@
  * and how many tasks it could plan.  Mean costs are over the tasks each
  * algorithm planned, so compare the ratios across algorithms.
  *
- * usage: bench_quality [tasks per set] [repeats] [backend|none]
- *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend;
- *         "none" skips the measurement and reports predictions only)
+ * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
+ *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
+ *         3 rounds; "none" skips the measurement and reports predictions
+ *         only).  Each device's compute is the median of `rounds`
+ *         interleaved measurements: on a shared machine one evaluation of a
+ *         plan can be 40 % off the next.
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,9 +41,73 @@ static bool is_greedy(int a)
     return a >= PLAN_ALG_DIM_GREEDY && a <= PLAN_ALG_SIZE_LOOKUP_GREEDY;
 }
 
+/*
+ * The measured cost of every plan that exists (ok[a]): `rounds` rounds, each
+ * timing every plan once in algorithm order; per device the median compute
+ * over the rounds, then the plan cost of those (alpha-beta comm) in meas[a].
+ */
+static void measure_rounds(const struct kern_backend *be, struct plan *plans,
+                           const bool *ok, const struct task *tk,
+                           const struct topology *topo,
+                           const struct kern_timing_opts *to, int rounds,
+                           double *meas)
+{
+    int32_t n = topo->ndevices, r;
+    double *ms = calloc((size_t)NALG * (size_t)rounds * (size_t)n, sizeof(*ms));
+    double *comp = calloc((size_t)n, sizeof(*comp));
+    double *fwd = calloc((size_t)n, sizeof(*fwd));
+    double *bwd = calloc((size_t)n, sizeof(*bwd));
+    int32_t *dims = calloc((size_t)n, sizeof(*dims));
+    struct sd_diag d;
+    int a, i;
+
+    if (!ms || !comp || !fwd || !bwd || !dims)
+        goto out_free;
+    for (i = 0; i < rounds; i++)
+        for (a = 0; a < NALG; a++) {
+            if (!ok[a])
+                continue;
+            if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, topo,
+                               OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
+                fprintf(stderr, "bench_quality: %s\n", d.msg);
+                continue;
+            }
+            for (r = 0; r < n; r++)
+                ms[((size_t)a * rounds + i) * n + r] =
+                    plans[a].devices[r].compute_ms;
+        }
+    for (a = 0; a < NALG; a++) {
+        if (!ok[a])
+            continue;
+        for (r = 0; r < n; r++) {
+            double v[64];
+            int m = rounds < 64 ? rounds : 64, x, y;
+
+            for (x = 0; x < m; x++)
+                v[x] = ms[((size_t)a * rounds + x) * n + r];
+            for (x = 1; x < m; x++) /* insertion sort: m is tiny */
+                for (y = x; y > 0 && v[y] < v[y - 1]; y--) {
+                    double t = v[y];
+
+                    v[y] = v[y - 1];
+                    v[y - 1] = t;
+                }
+            comp[r] = v[m / 2];
+            dims[r] = plans[a].devices[r].dim_sum;
+        }
+        meas[a] = cost_plan_ms(topo, comp, dims, fwd, bwd);
+    }
+out_free:
+    free(ms);
+    free(comp);
+    free(fwd);
+    free(bwd);
+    free(dims);
+}
+
 static int run_set(const struct cost_net *net, const struct kern_backend *be,
                    const struct table *pool, size_t npool, int32_t ndevices,
-                   size_t ntasks, const struct kern_timing_opts *to)
+                   size_t ntasks, const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
     struct task *tasks;
@@ -71,26 +138,34 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
         double best_greedy = INFINITY;
         bool ok[NALG];
 
+        struct plan plans[NALG];
+
+        /* Plan with every algorithm first; then measure the plans in
+         * interleaved rounds, so that a slow spell of a shared machine hits
+         * every algorithm alike, and keep each device's median over the
+         * rounds. */
         for (a = 0; a < NALG; a++) {
             struct plan_options o;
-            struct plan p;
 
             plan_options_default(&o);
             o.alg = (enum plan_alg)a;
             o.net = net;
             o.seed = k;
-            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm, &p,
-                             &d) == 0;
+            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm,
+                             &plans[a], &d) == 0;
             if (!ok[a])
                 continue;
-            pred[a] = p.cost_ms;
-            bound[a] = p.explain.lower_bound_ms;
-            search[a] = p.stats.search_ms;
+            pred[a] = plans[a].cost_ms;
+            bound[a] = plans[a].explain.lower_bound_ms;
+            search[a] = plans[a].stats.search_ms;
             meas[a] = NAN;
-            if (be && prof_eval_plan(be, &p, tk->tables, tk->ntables, &topo,
-                                     OPTIMIZER_SGD, to, 1, NULL, &d) == 0)
-                meas[a] = p.cost_ms;
-            plan_destroy(&p);
+        }
+        if (be)
+            measure_rounds(be, plans, ok, tk, &topo, to, rounds, meas);
+        for (a = 0; a < NALG; a++) {
+            if (!ok[a])
+                continue;
+            plan_destroy(&plans[a]);
             if (is_greedy(a)) {
                 double c = be ? meas[a] : pred[a];
 
@@ -126,7 +201,7 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
     printf("\n%d devices of 4 GiB, %zu tasks (seed %d), costs in ms at batch "
            "%lld, %s\n",
            (int)ndevices, ntasks, (int)ndevices, (long long)net->batch_size,
-           be ? "measured on the device" : "predicted only");
+           be ? "measured on the device (median of rounds)" : "predicted only");
     printf("%-20s %6s %10s %10s %11s %11s %9s %10s\n", "algorithm", "valid",
            "predicted", "measured", "/best_greedy", "/torchrec", "/bound",
            "search ms");
@@ -149,6 +224,7 @@ int main(int argc, char **argv)
 {
     size_t ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
+    int rounds = argc > 4 ? atoi(argv[4]) : 3;
     const char *bname = argc > 3 ? argv[3] : "auto";
     const struct kern_backend *be = NULL;
     struct kern_timing_opts to;
@@ -162,8 +238,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
-    if (ntasks < 1 || repeats < 1) {
-        fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend]\n");
+    if (ntasks < 1 || repeats < 1 || rounds < 1 || rounds > 64) {
+        fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend] "
+                        "[rounds]\n");
         return 2;
     }
     if (strcmp(bname, "none") != 0) {
@@ -187,8 +264,8 @@ int main(int argc, char **argv)
     }
     printf("bench_quality: model %s; backend %s\n", net->profile,
            be ? be->name : "none");
-    if (run_set(net, be, pool, sp.count, 4, ntasks, &to) != 0 ||
-        run_set(net, be, pool, sp.count, 8, ntasks, &to) != 0) {
+    if (run_set(net, be, pool, sp.count, 4, ntasks, &to, rounds) != 0 ||
+        run_set(net, be, pool, sp.count, 8, ntasks, &to, rounds) != 0) {
         free(pool);
         return 1;
     }
