@@ -1066,25 +1066,52 @@ static void ns_free(struct ns *s)
     free(s->seen);
 }
 
-/* The plan of a state: pieces of one table take consecutive columns. */
-static int state_to_plan(struct ns *s, const struct ns_state *st,
-                         struct plan *out)
+static int piece_cmp(const void *a, const void *b)
 {
-    int32_t *offset = calloc(s->ntables ? s->ntables : 1, sizeof(*offset));
-    size_t k;
+    const int32_t *x = a, *y = b; /* {table, device, cols} */
+
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/*
+ * The plan of a state.  Pieces of one table on one device become one shard
+ * of their summed width: the search may put both halves of a split on one
+ * device (the model can score that lower), but on the device it is two
+ * passes over the same lookups for one.  *merged counts the pieces folded.
+ */
+static int state_to_plan(struct ns *s, const struct ns_state *st,
+                         struct plan *out, size_t *merged)
+{
+    int32_t(*pc)[3] = malloc((st->np ? st->np : 1) * sizeof(*pc));
+    size_t k, j;
+    int32_t off = 0;
     int rv;
 
-    if (!offset)
+    if (!pc)
         return SD_ENOMEM;
-    rv = plan_init(out, s->n);
-    for (k = 0; rv == 0 && k < st->np; k++) {
-        uint32_t tb = st->pc[k].table;
-        int32_t cols = s->tables[tb].dim >> st->pc[k].level;
-
-        rv = plan_add(out, tb, st->assign[k], offset[tb], cols);
-        offset[tb] += cols;
+    for (k = 0; k < st->np; k++) {
+        pc[k][0] = (int32_t)st->pc[k].table;
+        pc[k][1] = st->assign[k];
+        pc[k][2] = s->tables[st->pc[k].table].dim >> st->pc[k].level;
     }
-    free(offset);
+    qsort(pc, st->np, sizeof(*pc), piece_cmp);
+    *merged = 0;
+    rv = plan_init(out, s->n);
+    for (k = 0; rv == 0 && k < st->np; k = j) {
+        int32_t cols = 0;
+
+        if (k == 0 || pc[k][0] != pc[k - 1][0])
+            off = 0;
+        for (j = k; j < st->np && pc[j][0] == pc[k][0] && pc[j][1] == pc[k][1];
+             j++)
+            cols += pc[j][2];
+        *merged += j - k - 1;
+        rv = plan_add(out, (uint32_t)pc[k][0], pc[k][1], off, cols);
+        off += cols;
+    }
+    free(pc);
     if (rv != 0)
         plan_destroy(out);
     return rv;
@@ -1097,7 +1124,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     struct plan_search_stats st = {0};
     struct ns_state best = {0};
     struct ns s;
-    size_t i;
+    size_t i, merged = 0;
     int rv, k;
 
     if (!o->net)
@@ -1151,14 +1178,26 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     }
     if (o->local_search)
         ns_local(&s, &best);
-    rv = state_to_plan(&s, &best, out);
+    rv = state_to_plan(&s, &best, out, &merged);
     if (rv != 0)
         goto out_free;
+    if (merged > 0) {
+        /* Folded pieces change the shards the model scores. */
+        struct net_cost_model ncm;
+
+        net_cost_model_init(&ncm, o->net);
+        rv = plan_evaluate(out, tables, ntables, t, o->optimizer, &ncm.cm);
+        if (rv != 0) {
+            plan_destroy(out);
+            goto out_free;
+        }
+        best.cost = out->cost_ms;
+    }
     for (k = 0; k < s.nthreads; k++) {
         st.greedy_runs += s.work[k].greedy_runs;
         st.states += s.work[k].states;
     }
-    st.splits = (int32_t)(best.np - ntables); /* forced ones included */
+    st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */
     st.search_ms = elapsed_ms(&s.t0);
     out->stats = st;
     out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */

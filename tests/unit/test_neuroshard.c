@@ -71,6 +71,19 @@ static void test_plans(void)
     CHECK(p.stats.states >= 1 && p.stats.greedy_runs >= p.stats.states);
     CHECK(p.stats.splits >= 0 && p.stats.search_ms >= 0);
 
+    /* A table's pieces on one device are one shard: two would be two
+     * passes over the same lookups. */
+    {
+        size_t x, y;
+        int same = 0;
+
+        for (x = 0; x < p.nshards; x++)
+            for (y = x + 1; y < p.nshards; y++)
+                same += p.shards[x].table == p.shards[y].table &&
+                        p.shards[x].device == p.shards[y].device;
+        CHECK(same == 0);
+    }
+
     /* Deterministic for the same inputs. */
     CHECK(run(tb, 40, &topo, &o, &q, &d) == 0);
     CHECK(q.nshards == p.nshards && q.cost_ms == p.cost_ms);
