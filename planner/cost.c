@@ -112,14 +112,6 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
     return max_ready + max_fwd;
 }
 
-/* Narrowest legal width of a table: halve while the half is a multiple of
- * the alignment (the neuroshard split rule). */
-static int32_t narrowest(int32_t dim)
-{
-    while (dim % (2 * TABLE_DIM_ALIGN) == 0)
-        dim /= 2;
-    return dim;
-}
 
 int plan_explain(struct plan *p, const struct table *tables,
                  const struct topology *t, const struct cost_model *m)
@@ -174,7 +166,8 @@ int plan_explain(struct plan *p, const struct table *tables,
     /* The costliest table at its narrowest width must run somewhere. */
     for (k = 0; k < p->nshards; k++) {
         const struct table *tb = &tables[p->shards[k].table];
-        struct shard_item it = {tb, narrowest(tb->dim)};
+        struct shard_item it = {tb,
+                                tb->dim >> (table_split_levels(tb->dim) - 1)};
         double ms;
 
         if (p->shards[k].col_offset != 0)

@@ -998,13 +998,11 @@ static void work_free(struct ns_work *w)
 static int32_t forced_level(const struct ns *s, size_t i)
 {
     const struct table *tb = &s->tables[i];
-    int32_t lv = 0, w = tb->dim;
+    int32_t lv = 0;
 
-    while (lv + 1 < NS_LEVELS_MAX && w % (2 * TABLE_DIM_ALIGN) == 0 &&
-           shard_bytes(tb, w, s->o->optimizer) > s->t->mem_bytes) {
-        w /= 2;
+    while (lv + 1 < s->tl[i].nlevels &&
+           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > s->t->mem_bytes)
         lv++;
-    }
     return lv;
 }
 
@@ -1027,6 +1025,16 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->scale = (double)t->batch_size / (double)o->net->batch_size;
     s->n = t->ndevices;
     s->st = st;
+    s->tl = calloc(ntables ? ntables : 1, sizeof(*s->tl));
+    if (!s->tl)
+        return SD_ENOMEM;
+    for (i = 0; i < ntables; i++) {
+        int32_t lv = table_split_levels(tables[i].dim);
+
+        s->tl[i].nlevels = lv < NS_LEVELS_MAX ? lv : NS_LEVELS_MAX;
+        dims += tables[i].dim;
+    }
+    s->dim_mean = (double)dims / (double)s->n;
     s->cap = ntables + (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
     if (o->column_splits)
         for (i = 0; i < ntables; i++)
@@ -1034,24 +1042,9 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->nthreads = o->threads > 0 ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;
-    s->tl = calloc(ntables ? ntables : 1, sizeof(*s->tl));
-    if (!s->tl)
-        return SD_ENOMEM;
     for (k = 0; k < s->nthreads; k++)
         if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
-    for (i = 0; i < ntables; i++) {
-        int32_t w = tables[i].dim, lv = 1;
-
-        /* A piece splits while its half is still a multiple of 4. */
-        while (lv < NS_LEVELS_MAX && w % (2 * TABLE_DIM_ALIGN) == 0) {
-            w /= 2;
-            lv++;
-        }
-        s->tl[i].nlevels = lv;
-        dims += tables[i].dim;
-    }
-    s->dim_mean = (double)dims / (double)s->n;
     return 0;
 }
 

@@ -92,6 +92,17 @@ const char *optimizer_name(enum optimizer o)
                : "unknown";
 }
 
+int32_t table_split_levels(int32_t dim)
+{
+    int32_t levels = 1;
+
+    while (dim > 0 && dim % (2 * TABLE_DIM_ALIGN) == 0) {
+        dim /= 2;
+        levels++;
+    }
+    return levels;
+}
+
 uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
 {
     uint64_t w = table_bytes(t, cols);

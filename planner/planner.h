@@ -294,6 +294,14 @@ int optimizer_parse(const char *s, enum optimizer *out);
 const char *optimizer_name(enum optimizer o);
 
 /*
+ * The column-wise split rule (neuroshard.md 6.2): a table or slice of `dim`
+ * columns halves while the half is a multiple of TABLE_DIM_ALIGN.  Returns
+ * how many widths that gives, dim itself included (>= 1): widths dim >> k
+ * for k below it.
+ */
+int32_t table_split_levels(int32_t dim);
+
+/*
  * Bytes `cols` columns of t need on a device: weights plus optimizer state
  * (row-wise Adagrad keeps one element per row for each column slice).
  */
