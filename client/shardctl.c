@@ -759,7 +759,7 @@ static int cmd_score(const struct opts *o)
     struct cost_net *owned = NULL;
     struct sd_diag d;
     double *ape = NULL, sum = 0;
-    size_t n = 0, i, j;
+    size_t n = 0, i;
     int rv;
 
     if (o->db == NULL)
@@ -796,21 +796,10 @@ static int cmd_score(const struct opts *o)
         goto out_samples;
     }
     for (i = 0; i < n; i++) {
-        struct shard_item *items = malloc(smp[i].ntables * sizeof(*items));
-
-        if (!items) {
-            free(ape);
-            rv = fail(1, "score: out of memory");
-            goto out_samples;
-        }
-        for (j = 0; j < smp[i].ntables; j++)
-            items[j] =
-                (struct shard_item){&smp[i].tables[j], smp[i].tables[j].dim};
-        ape[i] = fabs(net_shard_ms(net, items, smp[i].ntables) -
+        ape[i] = fabs(net_tables_ms(net, smp[i].tables, smp[i].ntables) -
                       smp[i].measured_ms) /
                  smp[i].measured_ms;
         sum += ape[i];
-        free(items);
     }
     qsort(ape, n, sizeof(*ape), cmp_double);
     printf("model %s on %zu samples of %s\n"

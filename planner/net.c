@@ -112,22 +112,44 @@ double net_softplus(double x)
     return x > 20 ? x : log1p(exp(x));
 }
 
+/* Adds the projected latent of t cut to `cols` columns to z. */
+static void head_add(const struct cost_net *m, const struct table *t,
+                     int32_t cols, float z[NET_H2])
+{
+    float lat[NET_LAT], proj[NET_H2];
+    int o;
+
+    net_latent(m, t, cols, lat);
+    net_project(m, lat, proj);
+    for (o = 0; o < NET_H2; o++)
+        z[o] += proj[o];
+}
+
 double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
                     size_t n)
 {
-    float z[NET_H2], lat[NET_LAT], proj[NET_H2];
+    float z[NET_H2];
     size_t k;
-    int o;
 
     if (n == 0)
         return 0;
     net_head_init(m, z);
-    for (k = 0; k < n; k++) {
-        net_latent(m, items[k].table, items[k].cols, lat);
-        net_project(m, lat, proj);
-        for (o = 0; o < NET_H2; o++)
-            z[o] += proj[o];
-    }
+    for (k = 0; k < n; k++)
+        head_add(m, items[k].table, items[k].cols, z);
+    return net_head_z(m, z);
+}
+
+double net_tables_ms(const struct cost_net *m, const struct table *tables,
+                     size_t n)
+{
+    float z[NET_H2];
+    size_t k;
+
+    if (n == 0)
+        return 0;
+    net_head_init(m, z);
+    for (k = 0; k < n; k++)
+        head_add(m, &tables[k], tables[k].dim, z);
     return net_head_z(m, z);
 }
 

@@ -708,6 +708,10 @@ double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
 /* Predicted ms of one shard (items' tables cut to their cols). */
 double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
                     size_t n);
+/* The same for a shard given as whole tables, each at its own dim (the form
+ * of a measured sample). */
+double net_tables_ms(const struct cost_net *m, const struct table *tables,
+                     size_t n);
 
 /*
  * Serialises m into a new buffer (*out, free()) of *len bytes: the model

@@ -55,25 +55,14 @@ void train_params_default(struct train_params *p)
 double net_mape(const struct cost_net *m, const struct train_sample *s,
                 size_t n)
 {
-    float z[NET_H2], lat[NET_LAT], proj[NET_H2];
     double sum = 0;
-    size_t i, j;
-    int o;
+    size_t i;
 
     if (n == 0)
         return 0;
-    for (i = 0; i < n; i++) {
-        /* The sums net_shard_ms() makes, in its order, without the item
-         * array it takes: a MAPE has no way to report a failed malloc. */
-        net_head_init(m, z);
-        for (j = 0; j < s[i].ntables; j++) {
-            net_latent(m, &s[i].tables[j], s[i].tables[j].dim, lat);
-            net_project(m, lat, proj);
-            for (o = 0; o < NET_H2; o++)
-                z[o] += proj[o];
-        }
-        sum += fabs(net_head_z(m, z) - s[i].ms) / s[i].ms;
-    }
+    for (i = 0; i < n; i++)
+        sum += fabs(net_tables_ms(m, s[i].tables, s[i].ntables) - s[i].ms) /
+               s[i].ms;
     return sum / (double)n;
 }
 
