@@ -37,7 +37,8 @@
 
 #include "daemon.h"
 
-#define RPC_ADDRESS_MAX 512
+#define RPC_ADDRESS_MAX 2048
+#define RPC_POLL_MS     100 /* how often a stream looks for news */
 
 #define CONTAINER_OF(ptr, type, member)                                        \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
@@ -78,7 +79,7 @@ struct rpc_server {
 
 /* One incoming call, registered (slot set) or unknown (slot NULL). */
 struct rpc_call {
-    struct rpc_tag t_new, t_send, t_close;
+    struct rpc_tag t_new, t_send, t_close, t_msg;
     struct rpc_server *srv;
     const struct rpc_slot *slot;
     grpc_call *call;
@@ -90,7 +91,17 @@ struct rpc_call {
     int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
     bool closed;               /* RECV_CLOSE_ON_SERVER completed */
     bool queued;               /* the work item is with the threadpool */
+    bool md_sent;              /* initial metadata went out */
     int refs;
+    int64_t deadline_ms; /* monotonic (svc_now_ms()); INT64_MAX: none */
+
+    /* Server streaming: polled by a timer on the loop. */
+    uv_timer_t poll;
+    bool polling;      /* the timer is open (it holds a reference) */
+    bool sending;      /* a message batch is in flight */
+    bool finish_after; /* that message is the last one */
+    bool ended;        /* the status has been sent */
+    void *sstate;      /* the method's, free()d with the call */
 
     /* The work item: request in, reply or error out. */
     uv_work_t work;
@@ -115,8 +126,14 @@ static grpc_status_code status_of(int err)
     case SD_ENOMEM:
     case SD_EBUSY:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case SD_ENOENT: /* no model for the profile */
+    case SD_ENOENT: /* no such model version, job, service */
+        return GRPC_STATUS_NOT_FOUND;
+    case SD_ESTATE: /* no model for the profile, no new samples */
         return GRPC_STATUS_FAILED_PRECONDITION;
+    case SD_EAUTH:
+        return GRPC_STATUS_UNAUTHENTICATED;
+    case SD_ETIMEDOUT:
+        return GRPC_STATUS_DEADLINE_EXCEEDED;
     case SD_EUNSUPPORTED:
         return GRPC_STATUS_UNIMPLEMENTED;
     default:
@@ -217,6 +234,7 @@ static void call_unref(struct rpc_call *c)
         grpc_byte_buffer_destroy(c->out);
     grpc_slice_unref(c->req);
     free(c->resp);
+    free(c->sstate);
     if (c->call != NULL)
         grpc_call_unref(c->call);
     free(c);
@@ -250,7 +268,11 @@ static void call_reply(struct rpc_call *c, grpc_status_code code,
     size_t n = 0;
 
     memset(ops, 0, sizeof(ops));
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (!c->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        c->md_sent = true;
+    }
+    c->ended = true;
     if (c->resp != NULL) {
         grpc_slice s = grpc_slice_new(c->resp, c->resp_len, free);
 
@@ -298,9 +320,18 @@ static void work_run(uv_work_t *w)
 {
     struct rpc_call *c = w->data;
 
-    c->err = c->slot->method->fn(c->srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
-                                 GRPC_SLICE_LENGTH(c->req), &c->resp,
-                                 &c->resp_len, &c->diag);
+    struct svc_call call = {c->deadline_ms};
+
+    /* A call whose deadline passed while it waited for a worker is not
+     * worked on: its client has given up. */
+    if (c->deadline_ms != INT64_MAX && svc_now_ms() >= c->deadline_ms) {
+        c->err = sd_diag_set(&c->diag, SD_ETIMEDOUT,
+                             "the deadline passed before a worker was free");
+        return;
+    }
+    c->err = c->slot->method->fn(
+        c->srv->cfg.svc, &call, GRPC_SLICE_START_PTR(c->req),
+        GRPC_SLICE_LENGTH(c->req), &c->resp, &c->resp_len, &c->diag);
 }
 
 /* Loop thread: the work is done; reply unless the client left. */
@@ -344,6 +375,176 @@ static void watch_close(struct rpc_call *c)
         c->refs--;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Server streaming                                                        */
+
+static void on_poll_closed(uv_handle_t *h)
+{
+    call_unref(h->data);
+}
+
+static void stream_stop_polling(struct rpc_call *c)
+{
+    if (!c->polling)
+        return;
+    c->polling = false;
+    uv_timer_stop(&c->poll);
+    uv_close((uv_handle_t *)&c->poll, on_poll_closed);
+}
+
+/* Ends a stream with a status (the application's reference goes with it). */
+static void stream_finish(struct rpc_call *c, grpc_status_code code,
+                          const char *details)
+{
+    stream_stop_polling(c);
+    call_reply(c, code, details);
+}
+
+static void on_msg_sent(struct rpc_tag *t, bool ok)
+{
+    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_msg);
+
+    c->sending = false;
+    if (c->out != NULL) {
+        grpc_byte_buffer_destroy(c->out);
+        c->out = NULL;
+    }
+    if (!ok) { /* the client is gone */
+        if (!c->ended) {
+            stream_stop_polling(c);
+            call_abandon(c);
+        }
+    } else if (c->finish_after && !c->ended) {
+        stream_finish(c, GRPC_STATUS_OK, NULL);
+    }
+    call_unref(c); /* the batch's reference */
+}
+
+/* Sends one message of a stream (msg: owned by the byte buffer from here). */
+static void stream_send(struct rpc_call *c, uint8_t *msg, size_t len)
+{
+    grpc_slice sl = grpc_slice_new(msg, len, free);
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    if (!c->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        c->md_sent = true;
+    }
+    c->out = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->out;
+    c->refs++;
+    c->sending = true;
+    if (grpc_call_start_batch(c->call, ops, n, &c->t_msg, NULL) !=
+        GRPC_CALL_OK) {
+        c->sending = false;
+        c->refs--;
+        grpc_byte_buffer_destroy(c->out);
+        c->out = NULL;
+        stream_finish(c, GRPC_STATUS_INTERNAL, "cannot send");
+    }
+}
+
+/* Loop thread: asks the method for news and sends it. */
+static void stream_poll(struct rpc_call *c)
+{
+    struct rpc_server *srv = c->srv;
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    bool last = false;
+    int rv;
+
+    if (c->sending || c->ended)
+        return;
+    if (c->closed && c->cancelled) { /* the client left */
+        stream_stop_polling(c);
+        c->ended = true;
+        call_abandon(c);
+        return;
+    }
+    if (srv->stopping) {
+        stream_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
+        return;
+    }
+    rv = c->slot->method->stream(srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
+                                 GRPC_SLICE_LENGTH(c->req), &c->sstate, &msg,
+                                 &len, &last, &c->diag);
+    if (rv != 0) {
+        stream_finish(c, status_of(rv), c->diag.msg);
+        return;
+    }
+    if (msg != NULL) {
+        c->finish_after = last;
+        stream_send(c, msg, len);
+    } else if (last) {
+        stream_finish(c, GRPC_STATUS_OK, NULL);
+    }
+}
+
+static void on_poll_timer(uv_timer_t *h)
+{
+    stream_poll(h->data);
+}
+
+static void stream_start(struct rpc_call *c)
+{
+    uv_timer_init(c->srv->loop, &c->poll);
+    c->poll.data = c;
+    c->polling = true;
+    c->refs++; /* the timer's, dropped in on_poll_closed */
+    uv_timer_start(&c->poll, on_poll_timer, RPC_POLL_MS, RPC_POLL_MS);
+    stream_poll(c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* New calls                                                               */
+
+/* The client's deadline on our monotonic clock (INT64_MAX: none). */
+static int64_t deadline_of(gpr_timespec deadline)
+{
+    gpr_timespec now, left;
+    int64_t ms;
+
+    if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) == 0)
+        return INT64_MAX;
+    now = gpr_now(deadline.clock_type);
+    left = gpr_time_sub(deadline, now);
+    ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+    if (ms > (int64_t)1 << 50)
+        return INT64_MAX;
+    return svc_now_ms() + ms;
+}
+
+/*
+ * Admin calls: over a unix socket, or with the metadata
+ * "authorization: Bearer <token>".
+ */
+static int authorize(struct rpc_call *c)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    bool unix_peer = peer != NULL && strncmp(peer, "unix", 4) == 0;
+    char bearer[512], *token = NULL;
+    size_t i;
+
+    gpr_free(peer);
+    for (i = 0; i < c->md.count; i++) {
+        const grpc_metadata *m = &c->md.metadata[i];
+        size_t n = GRPC_SLICE_LENGTH(m->value);
+
+        if (!grpc_slice_str_cmp(m->key, "authorization") && n > 7 &&
+            n < sizeof(bearer) &&
+            memcmp(GRPC_SLICE_START_PTR(m->value), "Bearer ", 7) == 0) {
+            memcpy(bearer, GRPC_SLICE_START_PTR(m->value) + 7, n - 7);
+            bearer[n - 7] = '\0';
+            token = bearer;
+        }
+    }
+    return svc_authorize(c->srv->cfg.svc, unix_peer, token, &c->diag);
+}
+
 static void on_new_call(struct rpc_tag *t, bool ok)
 {
     struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_new);
@@ -366,6 +567,10 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
         return;
     }
+    if (c->slot->method->admin && authorize(c) != 0) {
+        call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
+        return;
+    }
     if (c->payload == NULL) {
         call_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "no request message");
         return;
@@ -380,7 +585,12 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     grpc_byte_buffer_reader_destroy(&rd);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
+    c->deadline_ms = deadline_of(c->deadline);
 
+    if (c->slot->method->stream != NULL) {
+        stream_start(c);
+        return;
+    }
     c->work.data = c;
     if (uv_queue_work(srv->loop, &c->work, work_run, work_after) != 0)
         call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
@@ -405,6 +615,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     c->t_new.done = on_new_call;
     c->t_send.done = on_send_done;
     c->t_close.done = on_close;
+    c->t_msg.done = on_msg_sent;
     c->req = grpc_empty_slice();
     grpc_metadata_array_init(&c->md);
     srv->live++;
@@ -471,17 +682,20 @@ static void destroy_unstarted(struct rpc_server *srv)
     grpc_shutdown();
 }
 
-/* "host:0" binds an ephemeral port: name the one bound. */
-static void set_address(struct rpc_server *srv, const char *listen, int port)
+/* Adds a bound address to the list; "host:0" names the port it got. */
+static void add_address(struct rpc_server *srv, const char *listen, int port)
 {
     const char *colon = strrchr(listen, ':');
+    size_t n = strlen(srv->address);
+    const char *sep = n > 0 ? ", " : "";
 
     if (strncmp(listen, "unix:", 5) != 0 && colon != NULL &&
         strcmp(colon, ":0") == 0)
-        snprintf(srv->address, sizeof(srv->address), "%.*s:%d",
+        snprintf(srv->address + n, sizeof(srv->address) - n, "%s%.*s:%d", sep,
                  (int)(colon - listen), listen, port);
     else
-        snprintf(srv->address, sizeof(srv->address), "%s", listen);
+        snprintf(srv->address + n, sizeof(srv->address) - n, "%s%s", sep,
+                 listen);
 }
 
 int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
@@ -494,8 +708,9 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     size_t i;
     int port, rv;
 
-    if (cfg->listen == NULL || cfg->nmethods == 0 ||
-        cfg->max_message_bytes == 0 || cfg->max_message_bytes > INT32_MAX)
+    if (cfg->nlisten == 0 || cfg->nlisten > RPC_LISTEN_MAX ||
+        cfg->nmethods == 0 || cfg->max_message_bytes == 0 ||
+        cfg->max_message_bytes > INT32_MAX)
         return sd_diag_set(d, SD_EINVAL, "rpc: bad server configuration");
     srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
@@ -546,17 +761,19 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
             goto fail_server;
         }
     }
-    creds = grpc_insecure_server_credentials_create();
-    port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
-    grpc_server_credentials_release(creds); /* the server holds its own */
-    if (port == 0) {
-        rv = sd_diag_set(d, SD_EIO,
-                         "--listen %s: cannot bind (address in use, bad "
-                         "address or no permission)",
-                         cfg->listen);
-        goto fail_server;
+    for (i = 0; i < cfg->nlisten; i++) {
+        creds = grpc_insecure_server_credentials_create();
+        port = grpc_server_add_http2_port(srv->server, cfg->listen[i], creds);
+        grpc_server_credentials_release(creds); /* the server has its own */
+        if (port == 0) {
+            rv = sd_diag_set(d, SD_EIO,
+                             "listen %s: cannot bind (address in use, bad "
+                             "address or no permission)",
+                             cfg->listen[i]);
+            goto fail_server;
+        }
+        add_address(srv, cfg->listen[i], port);
     }
-    set_address(srv, cfg->listen, port);
 
     /* The handles exist before the thread that signals them. */
     uv_async_init(loop, &srv->async, on_async);

@@ -1,8 +1,9 @@
 /*
- * The Planner service: shardd.v1 requests (protobuf-c) to planner structs,
- * the planner, and planner results back to shardd.v1 responses.
+ * The daemon's shared state, and the Planner service: shardd.v1 requests
+ * (protobuf-c) to planner structs, the planner, and planner results back to
+ * shardd.v1 responses; and grpc.health.v1 Check.
  *
- * Runs on uv threadpool workers; touches no gRPC and no libuv.  Every input
+ * Methods run on uv threadpool workers; no gRPC and no libuv here.  Every input
  * check names the proto field the way docs/api.md shows
  * (`topology.num_devices: 0 is not in [1, 4096]`); the tables' own checks
  * are the planner's (`tables[3] "t3": dim 30 is not a multiple of 4 ...`).
@@ -18,6 +19,8 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "daemon.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "profiler.h"
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
 
@@ -27,6 +30,10 @@
 #define SVC_MAX_TABLES        65536
 #define SVC_MAX_BATCH         ((int64_t)1 << 30)
 #define SVC_BOTTLENECK_MAX    5
+/* A search stops this long before the client's deadline, to reply. */
+#define SVC_DEADLINE_MARGIN_MS 50
+/* Plan audit records are kept this long (pruned at start). */
+#define SVC_AUDIT_KEEP_MS (30LL * 24 * 3600 * 1000)
 
 void svc_config_default(struct svc_config *c)
 {
@@ -35,17 +42,230 @@ void svc_config_default(struct svc_config *c)
     c->default_batch = SVC_DEFAULT_BATCH;
     c->default_budget_ms = SVC_DEFAULT_BUDGET_MS;
     c->search_threads = 0;
-    c->model_version = "embedded";
+    c->cache_entries = 256;
+    c->profiler = true;
+    c->profiler_idle_ms = 2000;
+    c->profiler_max_samples = 20000;
+    c->profiler_batch = 4096;
+    c->retrain_every_samples = 1000;
+    c->retrain_every_hours = 24;
+    c->backend = "auto";
+    c->data_dir = "shardd-data";
+}
+
+int64_t svc_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t svc_wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The (reload) fields may change under us: methods work on a copy. */
+static void config_snapshot(struct svc *s, struct svc_config *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->cfg;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * The backend the profiler measures with, and the profile it fills.  No
+ * usable backend is not an error: the daemon plans without a profiler.
+ */
+static void pick_backend(struct svc *s)
+{
+    struct kern_device_info info;
+    struct sd_diag d;
+
+    s->be = kern_backend_get(s->cfg.backend, &d);
+    if (s->be == NULL) {
+        fprintf(stderr,
+                "shardd: warning: backend %s: %s; the profiler is "
+                "off\n",
+                s->cfg.backend, d.msg);
+        return;
+    }
+    if (s->be->device_info(0, &info) != 0 ||
+        prof_profile_name(s->be, 0, s->cfg.profiler_batch, s->profile,
+                          sizeof(s->profile), &d) != 0) {
+        fprintf(stderr,
+                "shardd: warning: backend %s has no usable device; "
+                "the profiler is off\n",
+                s->be->name);
+        s->be = NULL;
+        return;
+    }
+    snprintf(s->device_name, sizeof(s->device_name), "%s", info.name);
+}
+
+/* The store's profile row for the measured profile (created if new). */
+static int ensure_profile(struct svc *s, struct sd_diag *d)
+{
+    struct kern_device_info info;
+    struct store_profile p;
+
+    if (s->be == NULL || s->be->device_info(0, &info) != 0)
+        return 0;
+    memset(&p, 0, sizeof(p));
+    snprintf(p.name, sizeof(p.name), "%s", s->profile);
+    snprintf(p.backend, sizeof(p.backend), "%s", s->be->name);
+    snprintf(p.device_model, sizeof(p.device_model), "%s", info.model);
+    p.batch_size = s->cfg.profiler_batch;
+    return store_profile_get_or_create(s->st, &p, &s->profile_id, d);
 }
 
 int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
 {
-    const struct cost_net *net = net_embedded(d);
+    struct sd_diag why;
+    uint64_t n = 0;
+    int rv;
 
-    if (net == NULL)
-        return SD_EFORMAT;
+    memset(s, 0, sizeof(*s));
     s->cfg = *cfg;
-    s->net = net;
+    s->started_ms = svc_wall_ms();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->store_mu, NULL);
+    pthread_cond_init(&s->jobs_cv, NULL);
+    pthread_cond_init(&s->prof_cv, NULL);
+    atomic_init(&s->inflight, 0);
+    atomic_init(&s->last_request_ms, 0);
+    atomic_init(&s->draining, false);
+
+    if ((size_t)snprintf(s->db_path, sizeof(s->db_path), "%s/shardd.db",
+                         cfg->data_dir) >= sizeof(s->db_path)) {
+        rv = sd_diag_set(d, SD_EINVAL, "data_dir: the path is too long");
+        goto fail_locks;
+    }
+    rv = store_open(s->db_path, 0, &s->st, &why);
+    if (rv != 0) {
+        sd_diag_set(d, rv, "store %s: %s", s->db_path, why.msg);
+        goto fail_locks;
+    }
+    pick_backend(s);
+    rv = ensure_profile(s, d);
+    if (rv == 0)
+        rv = models_load(s, d);
+    if (rv == 0)
+        rv = store_job_cancel_unfinished(
+            s->st, "cancelled: the daemon stopped while it ran", &n, d);
+    if (rv != 0)
+        goto fail_store;
+    if (n > 0)
+        fprintf(stderr,
+                "shardd: %llu job(s) left unfinished by the last run marked "
+                "cancelled\n",
+                (unsigned long long)n);
+    if (store_plan_audit_prune(s->st, svc_wall_ms() - SVC_AUDIT_KEEP_MS, &n,
+                               d) == 0 &&
+        n > 0)
+        fprintf(stderr,
+                "shardd: pruned %llu plan audit records older than "
+                "30 days\n",
+                (unsigned long long)n);
+    if (s->profile_id != 0)
+        store_sample_count(s->st, s->profile_id, STORE_KIND_COMPUTE, 0,
+                           &s->compute_samples, d);
+    return 0;
+
+fail_store:
+    models_free(s);
+    store_close(s->st);
+fail_locks:
+    pthread_cond_destroy(&s->prof_cv);
+    pthread_cond_destroy(&s->jobs_cv);
+    pthread_mutex_destroy(&s->store_mu);
+    pthread_mutex_destroy(&s->mu);
+    return rv;
+}
+
+int svc_start_workers(struct svc *s, struct sd_diag *d)
+{
+    int rv = jobs_start(s, d);
+
+    if (rv == 0)
+        rv = profw_start(s, d);
+    return rv;
+}
+
+void svc_free(struct svc *s)
+{
+    profw_stop(s);
+    jobs_stop(s);
+    models_free(s);
+    store_close(s->st);
+    free(s->proposals);
+    pthread_cond_destroy(&s->prof_cv);
+    pthread_cond_destroy(&s->jobs_cv);
+    pthread_mutex_destroy(&s->store_mu);
+    pthread_mutex_destroy(&s->mu);
+}
+
+void svc_reconfigure(struct svc *s, const struct svc_config *cfg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->cfg.max_tables = cfg->max_tables;
+    s->cfg.default_batch = cfg->default_batch;
+    s->cfg.default_budget_ms = cfg->default_budget_ms;
+    s->cfg.cache_entries = cfg->cache_entries;
+    memcpy(s->cfg.admin_token, cfg->admin_token, sizeof(s->cfg.admin_token));
+    s->cfg.profiler = cfg->profiler;
+    s->cfg.profiler_idle_ms = cfg->profiler_idle_ms;
+    s->cfg.profiler_max_samples = cfg->profiler_max_samples;
+    s->cfg.retrain_every_samples = cfg->retrain_every_samples;
+    s->cfg.retrain_every_hours = cfg->retrain_every_hours;
+    pthread_cond_broadcast(&s->prof_cv);
+    pthread_cond_broadcast(&s->jobs_cv);
+    pthread_mutex_unlock(&s->mu);
+    cache_trim(s);
+}
+
+void svc_busy_begin(struct svc *s)
+{
+    atomic_fetch_add(&s->inflight, 1);
+    s->prof_abort = 1; /* the profiler drops its measurement */
+}
+
+void svc_busy_end(struct svc *s)
+{
+    atomic_store(&s->last_request_ms, svc_now_ms());
+    atomic_fetch_sub(&s->inflight, 1);
+}
+
+int svc_authorize(struct svc *s, bool unix_peer, const char *bearer,
+                  struct sd_diag *d)
+{
+    unsigned char diff = 0;
+    size_t i, n, m;
+
+    if (unix_peer)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    n = strlen(s->cfg.admin_token);
+    m = bearer != NULL ? strlen(bearer) : 0;
+    /* Compared in time independent of where they differ. */
+    for (i = 0; i < n; i++)
+        diff |= (unsigned char)(s->cfg.admin_token[i] ^
+                                (i < m ? (unsigned char)bearer[i] : 0xff));
+    pthread_mutex_unlock(&s->mu);
+    if (n == 0)
+        return sd_diag_set(d, SD_EAUTH,
+                           "Admin calls need the unix socket: this server "
+                           "has no admin token for TCP");
+    if (bearer == NULL)
+        return sd_diag_set(d, SD_EAUTH,
+                           "Admin calls over TCP need the metadata "
+                           "\"authorization: Bearer <token>\"");
+    if (diff != 0 || m != n)
+        return sd_diag_set(d, SD_EAUTH, "the admin token is wrong");
     return 0;
 }
 
@@ -62,8 +282,9 @@ static const char *str_or_empty(const char *s)
  * validates them with the planner.  NaN and infinities are refused here,
  * field by field, before any arithmetic sees them.
  */
-static int conv_tables(const struct svc *s, Shardd__V1__Table *const *in,
-                       size_t n, struct table **out, struct sd_diag *d)
+static int conv_tables(const struct svc_config *cfg,
+                       Shardd__V1__Table *const *in, size_t n,
+                       struct table **out, struct sd_diag *d)
 {
     struct table *tables;
     size_t i;
@@ -71,11 +292,11 @@ static int conv_tables(const struct svc *s, Shardd__V1__Table *const *in,
 
     if (n == 0)
         return sd_diag_set(d, SD_EINVAL, "tables: at least one is needed");
-    if (n > s->cfg.max_tables)
+    if (n > cfg->max_tables)
         return sd_diag_set(d, SD_ERANGE,
                            "tables: %zu tables, more than this server's "
                            "limit of %zu",
-                           n, s->cfg.max_tables);
+                           n, cfg->max_tables);
     tables = calloc(n, sizeof(*tables));
     if (tables == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
@@ -168,8 +389,9 @@ static int conv_real(double in, double dflt, const char *field, double *out,
  * has one capacity for every device, so per-device capacities are taken only
  * when they are all equal.
  */
-static int conv_topology(const struct svc *s, const Shardd__V1__Topology *in,
-                         struct topology *out, struct sd_diag *d)
+static int conv_topology(const struct svc_config *cfg,
+                         const Shardd__V1__Topology *in, struct topology *out,
+                         struct sd_diag *d)
 {
     struct topology t;
     uint64_t mem;
@@ -225,7 +447,7 @@ static int conv_topology(const struct svc *s, const Shardd__V1__Topology *in,
                            (int)in->devices_per_host, (int)in->num_devices);
     if (in->devices_per_host > 0)
         t.devices_per_host = in->devices_per_host;
-    t.batch_size = in->batch_size != 0 ? in->batch_size : s->cfg.default_batch;
+    t.batch_size = in->batch_size != 0 ? in->batch_size : cfg->default_batch;
     if (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH)
         return sd_diag_set(d, SD_EINVAL,
                            "topology.batch_size: %lld is not in "
@@ -273,39 +495,48 @@ static int conv_optimizer(Shardd__V1__Optimizer in, const char *field,
 }
 
 /*
- * The cost model that answers for `profile` (empty: the server's default).
- * The embedded model answers for its own profile; any other profile has no
- * learned model here, so the analytic model answers unless `need_learned`
- * (neuroshard searches with the learned model), which is SD_ENOENT.
+ * The cost model that answers for a profile (empty: the server's default):
+ * the profile's active model (models.c); a profile with none gets the
+ * analytic model unless the algorithm needs a learned one (neuroshard
+ * searches with it), which is SD_ESTATE.
  */
 struct scorer {
     struct net_cost_model ncm;
     const struct cost_model *m;
-    bool learned;
+    struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
 };
 
-static int pick_scorer(const struct svc *s, const char *profile,
-                       bool need_learned, const char *field, struct scorer *sc,
-                       struct sd_diag *d)
+/*
+ * The model for a request's profile: the active one (a reference, released
+ * by scorer_release()), or for algorithms that do not need a learned model,
+ * the analytic one when the profile has none.
+ */
+static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
+                       const char *field, struct scorer *sc, struct sd_diag *d)
 {
-    if (profile == NULL || profile[0] == '\0' ||
-        strcmp(profile, s->net->profile) == 0) {
-        net_cost_model_init(&sc->ncm, s->net);
+    struct sd_diag why;
+    int rv;
+
+    rv = models_acquire(s, profile, &sc->dm, &why);
+    if (rv == 0) {
+        net_cost_model_init(&sc->ncm, sc->dm->net);
         sc->m = &sc->ncm.cm;
-        sc->learned = true;
-        sc->profile = s->net->profile;
+        sc->profile = sc->dm->net->profile;
         return 0;
     }
-    if (need_learned)
-        return sd_diag_set(d, SD_ENOENT,
-                           "%s: no active model for profile \"%s\" (this "
-                           "server has \"%s\")",
-                           field, profile, s->net->profile);
+    if (need_learned || rv != SD_ESTATE)
+        return sd_diag_set(d, rv, "%s: %s", field, why.msg);
+    sc->dm = NULL;
     sc->m = &cost_model_analytic;
-    sc->learned = false;
     sc->profile = profile;
     return 0;
+}
+
+static void scorer_release(struct scorer *sc)
+{
+    dmodel_release(sc->dm);
+    sc->dm = NULL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -352,9 +583,10 @@ static void hash_str(struct hasher *hs, const char *s)
     hash_bytes(hs, s, n);
 }
 
-static void request_hash(const struct table *tables, size_t n,
-                         const struct topology *t, const struct plan_options *o,
-                         const char *profile, char out[17])
+static uint64_t request_hash(const struct table *tables, size_t n,
+                             const struct topology *t,
+                             const struct plan_options *o, const char *profile,
+                             char out[17])
 {
     struct hasher hs = {0xcbf29ce484222325ull};
     size_t i;
@@ -386,6 +618,7 @@ static void request_hash(const struct table *tables, size_t n,
     hash_u64(&hs, (uint64_t)o->optimizer);
     hash_str(&hs, profile);
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
+    return hs.h;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -437,31 +670,29 @@ static int build_devices(const struct plan *p, uint64_t capacity,
 static void cost_model_name(const struct plan *p, const struct scorer *sc,
                             const struct topology *t, char *out, size_t size)
 {
-    if (sc->learned && t->batch_size != sc->ncm.net->batch_size)
+    if (sc->dm != NULL && t->batch_size != sc->ncm.net->batch_size)
         snprintf(out, size, "%s (scaled from batch %lld)", p->cost_model,
                  (long long)sc->ncm.net->batch_size);
     else
         snprintf(out, size, "%s", p->cost_model);
 }
 
-static void fill_basis(Shardd__V1__CostBasis *b, const struct svc *s,
-                       const struct scorer *sc, const struct plan *p,
-                       char *cost_model)
+static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
+                       const struct plan *p, char *cost_model)
 {
     shardd__v1__cost_basis__init(b);
-    b->model_version = msg_str(sc->learned ? s->cfg.model_version : "");
+    b->model_version = msg_str(sc->dm != NULL ? sc->dm->version : "");
     b->profile = msg_str(sc->profile);
     b->cost_model = cost_model;
     b->comm_model = msg_str(p->comm_model);
-    b->compute_source = sc->learned
+    b->compute_source = sc->dm != NULL
                             ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
                             : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
     b->comm_source = SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
 }
 
-/* Packs m into a new buffer (at least 1 byte, caller frees). */
-static int pack_message(const ProtobufCMessage *m, uint8_t **out, size_t *len,
-                        struct sd_diag *d)
+int svc_pack(const struct ProtobufCMessage *m, uint8_t **out, size_t *len,
+             struct sd_diag *d)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(n ? n : 1);
@@ -580,7 +811,8 @@ static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
 }
 
 /* PlanOptions (may be NULL) to plan_options; see planner.proto. */
-static int conv_options(const struct svc *s, const Shardd__V1__PlanOptions *in,
+static int conv_options(const struct svc_config *cfg,
+                        const Shardd__V1__PlanOptions *in,
                         const struct table *tables, size_t ntables,
                         const struct topology *t, struct plan_options *o,
                         struct sd_diag *d)
@@ -591,8 +823,8 @@ static int conv_options(const struct svc *s, const Shardd__V1__PlanOptions *in,
 
     plan_options_default(o);
     o->alg = PLAN_ALG_NEUROSHARD;
-    o->threads = s->cfg.search_threads;
-    o->time_budget_ms = s->cfg.default_budget_ms;
+    o->threads = cfg->search_threads;
+    o->time_budget_ms = cfg->default_budget_ms;
     o->column_splits = false;
     if (in == NULL)
         return 0;
@@ -641,8 +873,75 @@ static int conv_options(const struct svc *s, const Shardd__V1__PlanOptions *in,
                        "supported yet");
 }
 
-int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
-             uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+/* A cached response, marked as such (it was stored with cache_hit false). */
+static int mark_cache_hit(uint8_t **resp, size_t *len, struct sd_diag *d)
+{
+    Shardd__V1__PlanResponse *r;
+    int rv;
+
+    r = shardd__v1__plan_response__unpack(NULL, *len, *resp);
+    if (r == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    free(*resp);
+    r->cache_hit = true;
+    rv = svc_pack(&r->base, resp, len, d);
+    shardd__v1__plan_response__free_unpacked(r, NULL);
+    return rv;
+}
+
+/* Records the plan handed out (best effort: a full disk fails no plan). */
+static void audit_plan(struct svc *s, const struct plan *p,
+                       const struct table *tables, size_t n,
+                       const struct scorer *sc, const char *hash,
+                       const char *alg)
+{
+    struct store_plan_audit a;
+    struct sd_diag d;
+    char *json = json_plan(p, tables);
+
+    if (json == NULL)
+        return;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.request_hash, sizeof(a.request_hash), "%s", hash);
+    snprintf(a.algorithm, sizeof(a.algorithm), "%s", alg);
+    a.model_id = sc->dm != NULL ? sc->dm->id : 0;
+    a.ntables = (int32_t)n;
+    a.ndevices = p->ndevices;
+    a.plan_cost_ms = p->cost_ms;
+    a.plan_json = json;
+    pthread_mutex_lock(&s->store_mu);
+    if (store_plan_audit_put(s->st, &a, NULL, &d) != 0)
+        fprintf(stderr, "shardd: warning: plan audit not stored: %s\n", d.msg);
+    pthread_mutex_unlock(&s->store_mu);
+    free(json);
+}
+
+/*
+ * Fits the search into the client's deadline (*clamped: it had to cut the
+ * budget); SD_ETIMEDOUT if the deadline is past already.
+ */
+static int fit_deadline(const struct svc_call *call, struct plan_options *po,
+                        bool *clamped, struct sd_diag *d)
+{
+    int64_t left;
+
+    *clamped = false;
+    if (call == NULL || call->deadline_ms == INT64_MAX)
+        return 0;
+    left = call->deadline_ms - svc_now_ms() - SVC_DEADLINE_MARGIN_MS;
+    if (left <= 0)
+        return sd_diag_set(d, SD_ETIMEDOUT,
+                           "the deadline passed before the search started");
+    if (po->time_budget_ms <= 0 || po->time_budget_ms > (double)left) {
+        po->time_budget_ms = (double)left;
+        *clamped = true;
+    }
+    return 0;
+}
+
+static int plan_request(struct svc *s, const struct svc_call *call,
+                        const uint8_t *req, size_t len, uint8_t **resp,
+                        size_t *resp_len, struct sd_diag *d)
 {
     Shardd__V1__PlanRequest *rq;
     Shardd__V1__PlanResponse out = SHARDD__V1__PLAN_RESPONSE__INIT;
@@ -651,27 +950,31 @@ int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
     Shardd__V1__Explanation expl = SHARDD__V1__EXPLANATION__INIT;
     char *bottleneck[SVC_BOTTLENECK_MAX];
     struct plan_reply reply = {0};
+    struct svc_config cfg;
     struct plan_options po;
     struct topology topo;
     struct table *tables = NULL;
-    struct scorer sc;
+    struct scorer sc = {0};
     struct plan p;
     char hash[17], cm_name[sizeof(p.cost_model) + 48];
     const char *profile;
+    uint64_t key;
+    bool clamped;
     double t0, elapsed;
     size_t n;
     int i, rv;
 
+    config_snapshot(s, &cfg);
     rq = shardd__v1__plan_request__unpack(NULL, len, req);
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
-    rv = conv_tables(s, rq->tables, rq->n_tables, &tables, d);
+    rv = conv_tables(&cfg, rq->tables, rq->n_tables, &tables, d);
     if (rv != 0)
         goto out_request;
     n = rq->n_tables;
-    rv = conv_topology(s, rq->topology, &topo, d);
+    rv = conv_topology(&cfg, rq->topology, &topo, d);
     if (rv == 0)
-        rv = conv_options(s, rq->options, tables, n, &topo, &po, d);
+        rv = conv_options(&cfg, rq->options, tables, n, &topo, &po, d);
     if (rv != 0)
         goto out_tables;
     profile = rq->options != NULL ? rq->options->profile : NULL;
@@ -679,13 +982,25 @@ int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
                      "options.profile", &sc, d);
     if (rv != 0)
         goto out_tables;
-    po.net = s->net;
+    po.net = sc.dm != NULL ? sc.dm->net : NULL;
+
+    /* The hash covers the request with defaults applied, not the budget the
+     * deadline leaves: the same request answers from the cache whatever
+     * its deadline. */
+    key = request_hash(tables, n, &topo, &po, sc.profile, hash);
+    if (cache_get(s, key, sc.dm != NULL ? sc.dm->id : -1, resp, resp_len)) {
+        rv = mark_cache_hit(resp, resp_len, d);
+        goto out_scorer;
+    }
+    rv = fit_deadline(call, &po, &clamped, d);
+    if (rv != 0)
+        goto out_scorer;
 
     t0 = now_ms();
     rv = plan_run(tables, n, &topo, &po, sc.m, &p, d);
     elapsed = now_ms() - t0;
     if (rv != 0)
-        goto out_tables;
+        goto out_scorer;
 
     rv = build_placements(&p, tables, n, &reply, &out);
     if (rv == 0)
@@ -700,7 +1015,7 @@ int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
     out.plan_cost_ms = p.cost_ms;
     out.algorithm = msg_str(plan_alg_name(po.alg));
     cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, s, &sc, &p, cm_name);
+    fill_basis(&basis, &sc, &p, cm_name);
     out.basis = &basis;
 
     /* The baselines keep no statistics: their time is the whole run. */
@@ -727,20 +1042,39 @@ int svc_plan(const struct svc *s, const uint8_t *req, size_t len,
     expl.lower_bound_ms = p.explain.lower_bound_ms;
     expl.gap_ratio = p.explain.lower_bound_ms > 0 ? p.explain.gap : 0;
     out.explanation = &expl;
-
-    request_hash(tables, n, &topo, &po, sc.profile, hash);
     out.request_hash = hash;
     out.cache_hit = false;
 
-    rv = pack_message(&out.base, resp, resp_len, d);
+    rv = svc_pack(&out.base, resp, resp_len, d);
+    if (rv == 0) {
+        /* A plan cut short by the deadline is not the request's answer. */
+        if (!(clamped && p.stats.budget_exhausted))
+            cache_put(s, key, sc.dm != NULL ? sc.dm->id : -1, *resp, *resp_len);
+        audit_plan(s, &p, tables, n, &sc, hash, plan_alg_name(po.alg));
+        if (sc.dm != NULL && strcmp(sc.profile, s->profile) == 0)
+            profw_propose(s, &p, tables, topo.batch_size);
+    }
 
 out_reply:
     plan_reply_free(&reply);
     plan_destroy(&p);
+out_scorer:
+    scorer_release(&sc);
 out_tables:
     free(tables);
 out_request:
     shardd__v1__plan_request__free_unpacked(rq, NULL);
+    return rv;
+}
+
+int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
+             size_t len, uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+{
+    int rv;
+
+    svc_busy_begin(s);
+    rv = plan_request(s, call, req, len, resp, resp_len, d);
+    svc_busy_end(s);
     return rv;
 }
 
@@ -838,8 +1172,8 @@ out_free:
     return rv;
 }
 
-int svc_estimate(const struct svc *s, const uint8_t *req, size_t len,
-                 uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
+                            uint8_t **resp, size_t *resp_len, struct sd_diag *d)
 {
     Shardd__V1__EstimateRequest *rq;
     Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
@@ -848,20 +1182,22 @@ int svc_estimate(const struct svc *s, const uint8_t *req, size_t len,
     struct topology topo, unbounded;
     struct table *tables = NULL;
     enum optimizer opt = OPTIMIZER_SGD;
-    struct scorer sc;
+    struct svc_config cfg;
+    struct scorer sc = {0};
     struct plan p;
     char cm_name[sizeof(p.cost_model) + 48];
     int32_t r;
     int rv;
 
+    config_snapshot(s, &cfg);
     rq = shardd__v1__estimate_request__unpack(NULL, len, req);
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT,
                            "EstimateRequest: not a valid message");
-    rv = conv_tables(s, rq->tables, rq->n_tables, &tables, d);
+    rv = conv_tables(&cfg, rq->tables, rq->n_tables, &tables, d);
     if (rv != 0)
         goto out_request;
-    rv = conv_topology(s, rq->topology, &topo, d);
+    rv = conv_topology(&cfg, rq->topology, &topo, d);
     if (rv == 0)
         rv = conv_optimizer(rq->optimizer, "optimizer", &opt, d);
     if (rv == 0)
@@ -897,21 +1233,69 @@ int svc_estimate(const struct svc *s, const uint8_t *req, size_t len,
     out.devices = dev_ptrs;
     out.plan_cost_ms = p.cost_ms;
     cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, s, &sc, &p, cm_name);
+    fill_basis(&basis, &sc, &p, cm_name);
     out.basis = &basis;
     out.fits_memory = true;
     for (r = 0; r < p.ndevices; r++)
         if (p.devices[r].mem_bytes > topo.mem_bytes)
             out.fits_memory = false;
-    rv = pack_message(&out.base, resp, resp_len, d);
+    rv = svc_pack(&out.base, resp, resp_len, d);
     free(devs);
     free(dev_ptrs);
 
 out_plan:
     plan_destroy(&p);
 out_tables:
+    scorer_release(&sc);
     free(tables);
 out_request:
     shardd__v1__estimate_request__free_unpacked(rq, NULL);
+    return rv;
+}
+
+int svc_estimate(struct svc *s, const struct svc_call *call, const uint8_t *req,
+                 size_t len, uint8_t **resp, size_t *resp_len,
+                 struct sd_diag *d)
+{
+    int rv;
+
+    (void)call; /* costing a plan is quick: no budget to fit */
+    svc_busy_begin(s);
+    rv = estimate_request(s, req, len, resp, resp_len, d);
+    svc_busy_end(s);
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* grpc.health.v1.Health/Check                                             */
+
+int svc_health(struct svc *s, const struct svc_call *call, const uint8_t *req,
+               size_t len, uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+{
+    Grpc__Health__V1__HealthCheckRequest *rq;
+    Grpc__Health__V1__HealthCheckResponse out =
+        GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    const char *svc;
+    int rv;
+
+    (void)call;
+    rq = grpc__health__v1__health_check_request__unpack(NULL, len, req);
+    if (rq == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "HealthCheckRequest: not a valid message");
+    svc = rq->service != NULL ? rq->service : "";
+    if (svc[0] != '\0' && strcmp(svc, "shardd.v1.Planner") != 0 &&
+        strcmp(svc, "shardd.v1.Admin") != 0) {
+        rv = sd_diag_set(d, SD_ENOENT, "service: unknown service \"%.64s\"",
+                         svc);
+        goto out_request;
+    }
+    out.status =
+        atomic_load(&s->draining)
+            ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    rv = svc_pack(&out.base, resp, resp_len, d);
+out_request:
+    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
     return rv;
 }

@@ -1,14 +1,19 @@
 /*
- * shardd: the planning daemon.  Serves shardd.v1.Planner (Plan, Estimate)
- * over gRPC with the embedded cost model, on a unix socket or TCP, until
- * SIGTERM or SIGINT; then it stops accepting, lets the calls in flight
- * finish (up to a grace period) and exits 0.
+ * shardd: the planning daemon.  Serves shardd.v1.Planner, shardd.v1.Admin
+ * and grpc.health.v1.Health over gRPC (TCP and unix sockets) with the
+ * active cost models, profiles idle devices and retrains, until SIGTERM or
+ * SIGINT; then it stops accepting, lets the calls in flight finish (up to
+ * grace_s) and exits 0.  SIGHUP reloads the configuration.
  *
- *   shardd [--listen ADDR] [--pidfile FILE] [--threads N] [--help]
+ *   shardd [--listen ADDR]... [--data-dir DIR] [--config FILE] [...]
+ *
+ * Configuration: config.c, docs/config.md.  It runs in the foreground,
+ * logs to stderr, and is ready when Health/Check answers SERVING (under
+ * systemd, Type=notify: it sends READY=1 then).
  *
  * Exit status: 0 after a graceful stop, 1 when it cannot start (bad model,
- * address in use, a live pidfile), 2 for bad usage; always with one message
- * on stderr.
+ * address in use, another shardd on the data directory), 2 for bad usage;
+ * always with one message on stderr.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,164 +22,74 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <uv.h>
 
+#include "config.h"
 #include "daemon.h"
 
-#define EXIT_USAGE        2
-#define DEFAULT_LISTEN    "unix:/tmp/shardd.sock"
-#define MAX_MESSAGE_BYTES (64u << 20)
-#define GRACE_MS          10000
-#define THREADS_MAX       1024
+#define EXIT_USAGE  2
+#define SOCKET_FILE "shardd.sock" /* the admin socket in data_dir */
 
-static const char usage_text[] =
-    "usage: shardd [--listen ADDR] [--pidfile FILE] [--threads N]\n"
-    "\n"
-    "Serves shardd.v1.Planner (Plan, Estimate) over gRPC with the embedded\n"
-    "cost model until SIGTERM or SIGINT, then drains and exits 0.\n"
-    "\n"
-    "  --listen ADDR   unix:/path or host:port (default " DEFAULT_LISTEN ")\n"
-    "  --pidfile FILE  write the pid there (atomically), remove it on exit;\n"
-    "                  refuse to start while a live process holds it\n"
-    "  --threads N     worker threads that run the searches (the libuv\n"
-    "                  threadpool; default 4)\n"
-    "  --help          this text\n";
-
-struct opts {
-    const char *listen;
-    const char *pidfile;
-    long threads; /* 0: libuv's default */
-};
-
-static int parse_opts(int argc, char **argv, struct opts *o, bool *help)
-{
-    int i;
-
-    o->listen = DEFAULT_LISTEN;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            *help = true;
-            return 0;
-        }
-        if (strcmp(a, "--listen") != 0 && strcmp(a, "--pidfile") != 0 &&
-            strcmp(a, "--threads") != 0) {
-            fprintf(stderr, "shardd: unknown option \"%s\" (see --help)\n", a);
-            return EXIT_USAGE;
-        }
-        if (i + 1 >= argc || argv[i + 1][0] == '\0') {
-            fprintf(stderr, "shardd: %s needs a value\n", a);
-            return EXIT_USAGE;
-        }
-        i++;
-        if (strcmp(a, "--listen") == 0) {
-            o->listen = argv[i];
-        } else if (strcmp(a, "--pidfile") == 0) {
-            o->pidfile = argv[i];
-        } else {
-            char *end;
-
-            errno = 0;
-            o->threads = strtol(argv[i], &end, 10);
-            if (errno != 0 || *end != '\0' || o->threads < 1 ||
-                o->threads > THREADS_MAX) {
-                fprintf(stderr,
-                        "shardd: --threads: \"%s\" is not an integer in "
-                        "[1, %d]\n",
-                        argv[i], THREADS_MAX);
-                return EXIT_USAGE;
-            }
-        }
-    }
-    return 0;
-}
+extern char **environ;
 
 /* ---------------------------------------------------------------------- */
-/* Pidfile                                                                 */
+/* Data directory and pidfile                                              */
 
-/* The pid written in path, or 0 when there is none or it is unreadable. */
-static pid_t pidfile_read(const char *path)
+/* Creates dir (0700) unless it exists as a directory. */
+static int make_data_dir(const char *dir, struct sd_diag *d)
 {
-    char buf[32];
-    ssize_t n;
-    long pid;
-    int fd = open(path, O_RDONLY);
+    struct stat st;
 
-    if (fd < 0)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    pid = strtol(buf, NULL, 10);
-    return pid > 0 ? (pid_t)pid : 0;
-}
-
-static bool pid_alive(pid_t pid)
-{
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST) {
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+            return 0;
+        return sd_diag_set(d, SD_EINVAL, "data_dir: %s is not a directory",
+                           dir);
+    }
+    return sd_diag_set(d, SD_EIO, "data_dir: cannot create %s: %s", dir,
+                       strerror(errno));
 }
 
 /*
- * Writes our pid to path atomically: into a private temporary file, then
- * link()ed to path, which fails if path exists.  An existing pidfile of a
- * live process is SD_EBUSY; one of a dead process is replaced.
+ * Takes data_dir/shardd.pid under an exclusive flock held for the life of
+ * the process: a second shardd on the same data directory refuses to start
+ * (a lock, unlike a pid, cannot be stale: it dies with its process).
+ * Returns the open descriptor in *fd.
  */
-static int pidfile_create(const char *path, struct sd_diag *d)
+static int pidfile_lock(const char *path, int *fd, struct sd_diag *d)
 {
-    char tmp[4096], line[32];
-    int fd, len, attempt, rv = 0;
-    pid_t other;
+    char line[32], other[32];
+    ssize_t n;
+    int len;
 
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path,
-                         (long)getpid()) >= sizeof(tmp))
-        return sd_diag_set(d, SD_EINVAL, "--pidfile: the path is too long");
-    len = snprintf(line, sizeof(line), "%ld\n", (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return sd_diag_set(d, SD_EIO, "--pidfile: %s: %s", tmp,
-                           strerror(errno));
-    if (write(fd, line, (size_t)len) != len || fsync(fd) != 0)
-        rv = sd_diag_set(d, SD_EIO, "--pidfile: %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rv == 0)
-        rv = sd_diag_set(d, SD_EIO, "--pidfile: %s: %s", tmp, strerror(errno));
-    for (attempt = 0; rv == 0; attempt++) {
-        if (link(tmp, path) == 0)
-            break;
-        if (errno != EEXIST || attempt > 0) {
-            rv = sd_diag_set(d, SD_EIO, "--pidfile: %s: %s", path,
-                             strerror(errno));
-            break;
-        }
-        other = pidfile_read(path);
-        if (pid_alive(other)) {
-            rv = sd_diag_set(d, SD_EBUSY,
-                             "--pidfile: %s: shardd is already running as "
-                             "pid %ld",
-                             path, (long)other);
-            break;
-        }
-        /* Left by a process that died: take it over. */
-        if (unlink(path) != 0 && errno != ENOENT)
-            rv = sd_diag_set(d, SD_EIO, "--pidfile: %s: %s", path,
-                             strerror(errno));
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return sd_diag_set(d, SD_EIO, "pidfile %s: %s", path, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+        n = read(*fd, other, sizeof(other) - 1);
+        other[n > 0 ? n : 0] = '\0';
+        other[strcspn(other, "\n")] = '\0';
+        close(*fd);
+        *fd = -1;
+        return sd_diag_set(d, SD_EBUSY,
+                           "another shardd (pid %s) is running on this data "
+                           "directory (%s is locked)",
+                           other[0] ? other : "?", path);
     }
-    unlink(tmp);
-    return rv;
-}
-
-/* Removes path if it still names this process. */
-static void pidfile_remove(const char *path)
-{
-    if (path != NULL && pidfile_read(path) == getpid())
-        unlink(path);
+    len = snprintf(line, sizeof(line), "%ld\n", (long)getpid());
+    if (ftruncate(*fd, 0) != 0 || pwrite(*fd, line, (size_t)len, 0) != len) {
+        close(*fd);
+        *fd = -1;
+        return sd_diag_set(d, SD_EIO, "pidfile %s: %s", path, strerror(errno));
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -195,7 +110,7 @@ static int check_socket_free(const char *listen, struct sd_diag *d)
     path = listen + 5;
     if (strlen(path) >= sizeof(sa.sun_path))
         return sd_diag_set(d, SD_EINVAL,
-                           "--listen %s: the path is longer than %zu bytes",
+                           "listen %s: the path is longer than %zu bytes",
                            listen, sizeof(sa.sun_path) - 1);
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
@@ -204,11 +119,40 @@ static int check_socket_free(const char *listen, struct sd_diag *d)
     if (fd < 0)
         return 0; /* cannot probe; the bind will tell */
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-        rv = sd_diag_set(d, SD_EBUSY,
-                         "--listen %s: another server is accepting there",
-                         listen);
+        rv =
+            sd_diag_set(d, SD_EBUSY,
+                        "listen %s: another server is accepting there", listen);
     close(fd);
     return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* systemd notification (Type=notify), without libsystemd                  */
+
+/* Sends `state` ("READY=1", ...) to $NOTIFY_SOCKET when set; best effort. */
+static void notify(const char *state)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa;
+    size_t n;
+    int fd;
+
+    if (path == NULL || (path[0] != '/' && path[0] != '@'))
+        return;
+    n = strlen(path);
+    if (n >= sizeof(sa.sun_path))
+        return;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, n);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0'; /* an abstract socket */
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n));
+    close(fd);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -216,93 +160,218 @@ static int check_socket_free(const char *listen, struct sd_diag *d)
 
 struct daemon_state {
     struct rpc_server *rpc;
-    uv_signal_t sigint, sigterm;
+    struct svc *svc;
+    struct sd_config *cfg;
+    int argc;
+    char **argv;
+    uv_signal_t sigint, sigterm, sighup;
 };
 
-static void on_signal(uv_signal_t *h, int signum)
+static void svc_config_from(const struct sd_config *c, struct svc_config *o)
+{
+    svc_config_default(o);
+    o->max_tables = c->max_tables;
+    o->default_batch = c->default_batch;
+    o->default_budget_ms = c->default_time_budget_ms;
+    o->cache_entries = c->plan_cache_entries;
+    snprintf(o->admin_token, sizeof(o->admin_token), "%s", c->admin_token);
+    o->profiler = c->profiler;
+    o->profiler_idle_ms = c->profiler_idle_ms;
+    o->profiler_max_samples = c->profiler_max_samples;
+    o->profiler_batch = c->profiler_batch;
+    o->retrain_every_samples = c->retrain_every_samples;
+    o->retrain_every_hours = c->retrain_every_hours;
+    o->backend = conf_backend_name(c->backend);
+    o->data_dir = c->data_dir;
+}
+
+static void on_stop_signal(uv_signal_t *h, int signum)
 {
     struct daemon_state *st = h->data;
 
     fprintf(stderr,
-            "shardd: %s: stopping (calls in flight get %d s; a second "
+            "shardd: %s: stopping (calls in flight get %u s; a second "
             "signal kills)\n",
-            signum == SIGINT ? "SIGINT" : "SIGTERM", GRACE_MS / 1000);
+            signum == SIGINT ? "SIGINT" : "SIGTERM", st->cfg->grace_s);
+    notify("STOPPING=1");
+    atomic_store(&st->svc->draining, true);
     /* Closing the handles restores the default action: the next signal
      * ends the process at once. */
     uv_close((uv_handle_t *)&st->sigint, NULL);
     uv_close((uv_handle_t *)&st->sigterm, NULL);
+    uv_close((uv_handle_t *)&st->sighup, NULL);
     rpc_server_shutdown(st->rpc);
 }
 
-static const struct rpc_method planner_methods[] = {
-    {"/shardd.v1.Planner/Plan", svc_plan},
-    {"/shardd.v1.Planner/Estimate", svc_estimate},
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    struct daemon_state *st = h->data;
+    struct sd_config next;
+    struct conf_changes ch;
+    struct svc_config scfg;
+    struct sd_diag d;
+    char keys[512];
+
+    (void)signum;
+    notify("RELOADING=1");
+    if (conf_reload(st->cfg, st->argc, st->argv, environ, &next, &ch, &d) !=
+        0) {
+        fprintf(stderr, "shardd: SIGHUP: configuration not reloaded: %s\n",
+                d.msg);
+        notify("READY=1");
+        return;
+    }
+    conf_free(st->cfg);
+    *st->cfg = next;
+    svc_config_from(st->cfg, &scfg);
+    svc_reconfigure(st->svc, &scfg);
+    conf_keys_format(ch.applied, keys, sizeof(keys));
+    fprintf(stderr, "shardd: SIGHUP: configuration reloaded; changed: %s\n",
+            keys[0] ? keys : "nothing");
+    if (ch.restart != 0) {
+        conf_keys_format(ch.restart, keys, sizeof(keys));
+        fprintf(stderr, "shardd: SIGHUP: %s changed; restart to apply\n", keys);
+    }
+    notify("READY=1");
+}
+
+static const struct rpc_method methods[] = {
+    {"/shardd.v1.Planner/Plan", false, svc_plan, NULL},
+    {"/shardd.v1.Planner/Estimate", false, svc_estimate, NULL},
+    {"/grpc.health.v1.Health/Check", false, svc_health, NULL},
+    {"/shardd.v1.Admin/GetStatus", true, admin_status, NULL},
+    {"/shardd.v1.Admin/ListModels", true, admin_list_models, NULL},
+    {"/shardd.v1.Admin/ActivateModel", true, admin_activate, NULL},
+    {"/shardd.v1.Admin/Retrain", true, admin_retrain, NULL},
+    {"/shardd.v1.Admin/GetJob", true, admin_get_job, NULL},
+    {"/shardd.v1.Admin/WatchJob", true, NULL, admin_watch_job},
+    {"/shardd.v1.Admin/SetProfiler", true, admin_set_profiler, NULL},
 };
+
+/*
+ * The listen addresses, plus the admin socket data_dir/shardd.sock when no
+ * unix address is configured: Admin calls always have a way in on the host.
+ */
+static int listen_addresses(const struct sd_config *c, struct rpc_config *r,
+                            char *admin, size_t cap, struct sd_diag *d)
+{
+    bool have_unix = false;
+    size_t i;
+
+    for (i = 0; i < c->nlisten && i < RPC_LISTEN_MAX; i++) {
+        r->listen[r->nlisten++] = c->listen[i];
+        if (strncmp(c->listen[i], "unix:", 5) == 0)
+            have_unix = true;
+    }
+    if (have_unix || r->nlisten == RPC_LISTEN_MAX)
+        return 0;
+    if ((size_t)snprintf(admin, cap, "unix:%s/%s", c->data_dir, SOCKET_FILE) >=
+            cap ||
+        strlen(admin) - 5 >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return sd_diag_set(d, SD_ERANGE,
+                           "data_dir: %s is too long for the admin socket "
+                           "(%s); use a shorter path or listen on a unix: "
+                           "address",
+                           c->data_dir, SOCKET_FILE);
+    r->listen[r->nlisten++] = admin;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
     struct daemon_state st;
+    struct sd_config cfg;
     struct svc_config scfg;
     struct rpc_config rcfg;
     struct sd_diag d = {{0}};
-    struct opts o = {0};
     struct svc svc;
+    struct dmodel *m;
     uv_loop_t *loop;
+    char threads[24], admin[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+    char *pidpath = NULL;
     bool help = false;
-    char threads[24];
-    int rv;
+    size_t i;
+    int pidfd = -1, rv;
 
-    rv = parse_opts(argc, argv, &o, &help);
-    if (rv != 0)
-        return rv;
+    if (conf_resolve(argc, argv, environ, &cfg, &help, &d) != 0) {
+        fprintf(stderr, "shardd: %s\n", d.msg);
+        return EXIT_USAGE;
+    }
     if (help) {
-        fputs(usage_text, stdout);
+        fputs(conf_usage(), stdout);
+        return 0;
+    }
+    if (cfg.print_config) {
+        conf_print(stdout, &cfg);
+        conf_free(&cfg);
         return 0;
     }
     /* libuv sizes its threadpool from the environment on first use. */
-    if (o.threads > 0) {
-        snprintf(threads, sizeof(threads), "%ld", o.threads);
-        if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0) {
-            fprintf(stderr, "shardd: cannot set UV_THREADPOOL_SIZE: %s\n",
-                    strerror(errno));
-            return 1;
-        }
+    snprintf(threads, sizeof(threads), "%u", cfg.threads);
+    if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0) {
+        fprintf(stderr, "shardd: cannot set UV_THREADPOOL_SIZE: %s\n",
+                strerror(errno));
+        goto fail_config;
     }
     signal(SIGPIPE, SIG_IGN);
 
-    svc_config_default(&scfg);
+    memset(&rcfg, 0, sizeof(rcfg));
+    if (listen_addresses(&cfg, &rcfg, admin, sizeof(admin), &d) != 0 ||
+        make_data_dir(cfg.data_dir, &d) != 0) {
+        fprintf(stderr, "shardd: %s\n", d.msg);
+        goto fail_config;
+    }
+    pidpath = conf_data_path(&cfg, CONF_PID_FILE);
+    if (pidpath == NULL || pidfile_lock(pidpath, &pidfd, &d) != 0) {
+        fprintf(stderr, "shardd: %s\n", pidpath ? d.msg : "out of memory");
+        goto fail_config;
+    }
+    for (i = 0; i < rcfg.nlisten; i++)
+        if (check_socket_free(rcfg.listen[i], &d) != 0) {
+            fprintf(stderr, "shardd: %s\n", d.msg);
+            goto fail_pidfile;
+        }
+
+    svc_config_from(&cfg, &scfg);
     if (svc_init(&svc, &scfg, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
-        return 1;
-    }
-    if (o.pidfile != NULL && pidfile_create(o.pidfile, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
-        return 1;
-    }
-    if (check_socket_free(o.listen, &d) != 0) {
         fprintf(stderr, "shardd: %s\n", d.msg);
         goto fail_pidfile;
     }
 
     loop = uv_default_loop();
-    memset(&rcfg, 0, sizeof(rcfg));
-    rcfg.listen = o.listen;
-    rcfg.max_message_bytes = MAX_MESSAGE_BYTES;
-    rcfg.grace_ms = GRACE_MS;
-    rcfg.methods = planner_methods;
-    rcfg.nmethods = sizeof(planner_methods) / sizeof(planner_methods[0]);
+    rcfg.max_message_bytes = (size_t)cfg.max_message_mb << 20;
+    rcfg.grace_ms = (uint64_t)cfg.grace_s * 1000;
+    rcfg.methods = methods;
+    rcfg.nmethods = sizeof(methods) / sizeof(methods[0]);
     rcfg.svc = &svc;
     if (rpc_server_start(loop, &rcfg, &st.rpc, &d) != 0) {
         fprintf(stderr, "shardd: %s\n", d.msg);
-        goto fail_pidfile;
+        goto fail_svc;
     }
+    if (svc_start_workers(&svc, &d) != 0)
+        fprintf(stderr, "shardd: warning: %s\n", d.msg);
+    st.svc = &svc;
+    st.cfg = &cfg;
+    st.argc = argc;
+    st.argv = argv;
     uv_signal_init(loop, &st.sigint);
     uv_signal_init(loop, &st.sigterm);
-    st.sigint.data = st.sigterm.data = &st;
-    uv_signal_start(&st.sigint, on_signal, SIGINT);
-    uv_signal_start(&st.sigterm, on_signal, SIGTERM);
-    fprintf(stderr, "shardd: serving shardd.v1.Planner on %s (model %s)\n",
-            rpc_server_address(st.rpc), svc.net->profile);
+    uv_signal_init(loop, &st.sighup);
+    st.sigint.data = st.sigterm.data = st.sighup.data = &st;
+    uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&st.sighup, on_sighup, SIGHUP);
+    if (models_acquire(&svc, NULL, &m, &d) != 0)
+        m = NULL;
+    fprintf(stderr,
+            "shardd %s: serving on %s; model %s answers for %s; profiler "
+            "%s (profile %s); data in %s\n",
+            SHARDD_VERSION, rpc_server_address(st.rpc),
+            m != NULL ? m->version : "none", svc.default_profile,
+            profw_state(&svc) == SVC_PROFILER_DISABLED ? "off" : "on",
+            svc.profile[0] ? svc.profile : "none", cfg.data_dir);
+    dmodel_release(m);
+    notify("READY=1");
 
     uv_run(loop, UV_RUN_DEFAULT); /* returns once every handle is closed */
 
@@ -310,11 +379,21 @@ int main(int argc, char **argv)
     rv = uv_loop_close(loop);
     if (rv != 0)
         fprintf(stderr, "shardd: closing the loop: %s\n", uv_strerror(rv));
-    pidfile_remove(o.pidfile);
+    svc_free(&svc);
+    unlink(pidpath);
+    close(pidfd);
+    free(pidpath);
+    conf_free(&cfg);
     fprintf(stderr, "shardd: stopped\n");
     return 0;
 
+fail_svc:
+    svc_free(&svc);
 fail_pidfile:
-    pidfile_remove(o.pidfile);
+    unlink(pidpath);
+    close(pidfd);
+fail_config:
+    free(pidpath);
+    conf_free(&cfg);
     return 1;
 }

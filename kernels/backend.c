@@ -91,6 +91,7 @@ void kern_timing_opts_default(struct kern_timing_opts *o)
     o->warmup = 5;
     o->repeats = 10;
     o->flush = true;
+    o->abort = NULL;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -15,6 +15,7 @@
 #ifndef SHARDD_KERNELS_H
 #define SHARDD_KERNELS_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,6 +72,11 @@ struct kern_timing_opts {
     int warmup;  /* untimed steps first (default 5) */
     int repeats; /* timed steps (default 10) */
     bool flush;  /* flush the device cache before every timed step */
+    /* When not NULL and set (by another thread or a signal handler), the
+     * timing stops before its next step and returns SD_ECANCELED: how the
+     * daemon's profiler steps aside for a request within one step.  Default
+     * NULL. */
+    volatile sig_atomic_t *abort;
 };
 
 /* Result of timing: median and spread of the timed steps, in ms. */

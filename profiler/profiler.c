@@ -62,7 +62,7 @@ int prof_measure_shard(const struct kern_backend *be, int32_t device,
     if (rv != 0)
         return rv;
     rv = be->shard_time(s, o, out);
-    if (rv != 0)
+    if (rv != 0 && rv != SD_ECANCELED)
         sd_diag_set(d, rv, "%s device %d: timing failed: %s", be->name,
                     (int)device, sd_strerror(rv));
     be->shard_close(s);
@@ -208,6 +208,11 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         snprintf(s.device, sizeof(s.device), "%s", info.name);
         snprintf(s.source, sizeof(s.source), "random");
         rv = measure_sample(p, &sp, pool, have + res->added + pending, &s, d);
+        if (rv == SD_ECANCELED) { /* p->timing.abort: the sample is dropped */
+            rv = 0;
+            res->interrupted = true;
+            break;
+        }
         if (rv == 0 && pending == 0)
             rv = store_sample_batch_begin(st, d);
         if (rv == 0)

@@ -77,7 +77,8 @@ struct prof_run_result {
     int64_t profile_id;
     uint64_t existing; /* samples the profile had before */
     uint64_t added;    /* committed by this run */
-    bool interrupted;  /* stopped by *stop or max_seconds */
+    bool interrupted;  /* stopped by *stop, timing.abort (the sample being
+                          timed is dropped) or max_seconds */
 };
 
 /*

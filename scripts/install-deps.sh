@@ -5,7 +5,8 @@ set -eu
 
 PKGS="build-essential cmake pkg-config clang-format \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
-libuv1-dev libsqlite3-dev libjansson-dev libblas-dev python3"
+libuv1-dev libsqlite3-dev libjansson-dev libblas-dev python3 \
+python3-grpcio python3-grpc-tools python3-protobuf"
 
 missing=""
 for p in $PKGS; do

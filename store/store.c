@@ -1713,6 +1713,32 @@ out_rollback:
     return rv;
 }
 
+int store_model_deactivate(struct store *st, int64_t profile_id,
+                           enum store_kind kind, int64_t *previous,
+                           struct sd_diag *d)
+{
+    const char *k = store_kind_name(kind);
+    int64_t prev = 0;
+    int rv;
+
+    rv = check_no_batch(st, d);
+    if (rv == 0)
+        rv = tx_begin(st, d);
+    if (rv != 0)
+        return rv;
+    rv = model_key_stmt(st, STMT_MODEL_ACTIVE_ID, profile_id, k, &prev, d);
+    if (rv == 0)
+        rv = model_key_stmt(st, STMT_MODEL_DEACTIVATE, profile_id, k, NULL, d);
+    if (rv != 0) {
+        tx_rollback(st);
+        return rv;
+    }
+    rv = tx_commit(st, d);
+    if (rv == 0 && previous != NULL)
+        *previous = prev;
+    return rv;
+}
+
 int store_model_list(struct store *st, int64_t profile_id, size_t limit,
                      struct store_model_info **out, size_t *n,
                      struct sd_diag *d)

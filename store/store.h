@@ -321,6 +321,15 @@ int store_model_activate(struct store *st, int64_t id, int64_t *previous,
                          struct sd_diag *d);
 
 /*
+ * Leaves (profile, kind) with no active model (so that a built-in one
+ * answers again); sets *previous (may be NULL) to the version that was
+ * active, 0 if none.
+ */
+int store_model_deactivate(struct store *st, int64_t profile_id,
+                           enum store_kind kind, int64_t *previous,
+                           struct sd_diag *d);
+
+/*
  * Lists model versions, newest first: those of profile_id (0: every
  * profile), at most `limit` (0: all).  *out (NULL when *n is 0) is owned by
  * the caller: free() it.

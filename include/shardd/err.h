@@ -24,7 +24,11 @@
     XX(DEVICE, -9, "compute device error")                                     \
     XX(STORE, -10, "store error")                                              \
     XX(BUSY, -11, "resource busy")                                             \
-    XX(NEWER, -12, "made by a newer version")
+    XX(NEWER, -12, "made by a newer version")                                  \
+    XX(CANCELED, -13, "cancelled")                                             \
+    XX(STATE, -14, "not possible in the current state")                        \
+    XX(AUTH, -15, "not authorised")                                            \
+    XX(TIMEDOUT, -16, "deadline passed")
 
 enum sd_err {
     SD_OK = 0,

@@ -549,18 +549,29 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* The timed loop proper; the caller has pinned the thread. */
-static void time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
-                       double *samples)
+/* Whether the caller asked the timing to stop (kern_timing_opts.abort). */
+static bool aborted(const struct kern_timing_opts *o)
+{
+    return o->abort != NULL && *o->abort;
+}
+
+/* The timed loop proper; the caller has pinned the thread.  Returns 0 or
+ * SD_ECANCELED. */
+static int time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
+                      double *samples)
 {
     double t0;
     int r;
 
     for (r = 0; r < o->warmup; r++) {
+        if (aborted(o))
+            return SD_ECANCELED;
         forward(s, s->pooled);
         backward_sgd(s, s->grad);
     }
     for (r = 0; r < o->repeats; r++) {
+        if (aborted(o))
+            return SD_ECANCELED;
         if (o->flush)
             flush_caches(s);
         t0 = now_ms();
@@ -568,6 +579,7 @@ static void time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
         backward_sgd(s, s->grad);
         samples[r] = now_ms() - t0;
     }
+    return 0;
 }
 
 /*
@@ -583,7 +595,7 @@ static int cpu_shard_time(struct kern_shard *ks,
     struct kern_timing_opts def;
     cpu_set_t old, one;
     double *samples;
-    int restore;
+    int restore, rv;
 
     if (o == NULL) {
         kern_timing_opts_default(&def);
@@ -603,13 +615,14 @@ static int cpu_shard_time(struct kern_shard *ks,
     CPU_SET(s->core, &one);
     restore = pthread_getaffinity_np(pthread_self(), sizeof(old), &old) == 0;
     pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    time_steps(s, o, samples);
+    rv = time_steps(s, o, samples);
     if (restore)
         pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 
-    kern_timing_summarize(samples, o->repeats, out);
+    if (rv == 0)
+        kern_timing_summarize(samples, o->repeats, out);
     free(samples);
-    return 0;
+    return rv;
 }
 
 const struct kern_backend kern_backend_cpu = {

@@ -472,11 +472,13 @@ static int cuda_shard_time(struct kern_shard *ks,
     if (samples == NULL)
         return SD_ENOMEM;
     for (r = 0; r < o->warmup && rv == 0; r++)
-        rv = enqueue_step(s);
+        rv = o->abort != NULL && *o->abort ? SD_ECANCELED : enqueue_step(s);
     if (rv == 0)
         rv = CUDA_STATUS(&s->diag, cudaStreamSynchronize(s->stream));
     for (r = 0; r < o->repeats && rv == 0; r++)
-        rv = timed_step(s, o->flush, &samples[r]);
+        rv = o->abort != NULL && *o->abort
+                 ? SD_ECANCELED
+                 : timed_step(s, o->flush, &samples[r]);
     if (rv == 0)
         kern_timing_summarize(samples, o->repeats, out);
     free(samples);

@@ -56,14 +56,15 @@ static void sleep_ms(long ms)
         ;
 }
 
-/* Starts shardd with our socket and pidfile; returns its pid or -1. */
+/* Starts shardd on our socket and data directory (whose pidfile is
+ * shardd.pid); returns its pid or -1. */
 static pid_t start_daemon(const char *bin)
 {
     pid_t pid = fork();
 
     if (pid == 0) {
-        execl(bin, bin, "--listen", listen_addr, "--pidfile", pid_path,
-              "--threads", "2", (char *)NULL);
+        execl(bin, bin, "--listen", listen_addr, "--data-dir", dir, "--threads",
+              "2", "--profiler", "off", (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }
@@ -581,7 +582,7 @@ static void check_drain(struct client *c, pid_t pid)
     reply_free(&r);
 }
 
-/* A second daemon on the same pidfile refuses to start (exit 1). */
+/* A second daemon on the same data directory refuses to start (exit 1). */
 static void check_second_refused(const char *bin)
 {
     pid_t pid = start_daemon(bin);

@@ -1,0 +1,517 @@
+/*
+ * Retraining jobs.  One job thread runs them one at a time, in submission
+ * order, on its own store connection: it loads the profile's samples, holds
+ * every tenth out (the gate set: never trained or early-stopped on), trains
+ * a model (planner/train.c) reporting progress per epoch, stores it, and
+ * activates it when its error on the gate set is no worse than the active
+ * model's on the same samples (or the request forced it).
+ *
+ * The thread also schedules retrains: every retrain_every_samples new
+ * samples, or retrain_every_hours after the newest model when there are
+ * new samples.
+ *
+ * Jobs live in the store; the recent ones are mirrored in svc.jobs (mu) so
+ * that GetJob and WatchJob (polled on the loop thread) read memory.  A job
+ * cut off by shutdown ends CANCELLED; one cut off by a crash is marked
+ * CANCELLED at the next start (svc_init).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+
+#define JOBS_MIN_SAMPLES 20    /* fewer: nothing worth training */
+#define JOBS_GATE_EVERY  10    /* every 10th sample is held out */
+#define JOBS_SCHEDULE_MS 60000 /* how often the schedule is checked */
+
+/* ---------------------------------------------------------------------- */
+/* The in-memory mirror (mu held)                                          */
+
+static struct store_job *ring_find(struct svc *s, int64_t id)
+{
+    size_t i;
+
+    for (i = 0; i < s->njobs; i++)
+        if (s->jobs[i].id == id)
+            return &s->jobs[i];
+    return NULL;
+}
+
+static void ring_put(struct svc *s, const struct store_job *j)
+{
+    struct store_job *slot = ring_find(s, j->id);
+
+    if (slot == NULL) {
+        slot = &s->jobs[s->jobs_next];
+        s->jobs_next = (s->jobs_next + 1) % SVC_JOBS_KEPT;
+        if (s->njobs < SVC_JOBS_KEPT)
+            s->njobs++;
+    }
+    *slot = *j;
+}
+
+bool jobs_peek(struct svc *s, int64_t id, struct store_job *out)
+{
+    struct store_job *j;
+
+    pthread_mutex_lock(&s->mu);
+    j = ring_find(s, id);
+    if (j != NULL)
+        *out = *j;
+    pthread_mutex_unlock(&s->mu);
+    return j != NULL;
+}
+
+int jobs_get(struct svc *s, int64_t id, struct store_job *out,
+             struct sd_diag *d)
+{
+    int rv;
+
+    if (jobs_peek(s, id, out))
+        return 0;
+    pthread_mutex_lock(&s->store_mu);
+    rv = store_job_get(s->st, id, out, d);
+    pthread_mutex_unlock(&s->store_mu);
+    if (rv == SD_ENOENT)
+        return sd_diag_set(d, SD_ENOENT, "id: no job %lld", (long long)id);
+    return rv;
+}
+
+void jobs_counts(struct svc *s, uint32_t *queued, uint32_t *running)
+{
+    size_t i;
+
+    *queued = *running = 0;
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < s->njobs; i++) {
+        if (s->jobs[i].state == STORE_JOB_QUEUED)
+            (*queued)++;
+        else if (s->jobs[i].state == STORE_JOB_RUNNING)
+            (*running)++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Submitting                                                              */
+
+/* Samples the newest model of the profile was trained on (0: no model),
+ * and when it was made. */
+static int newest_model(struct store *st, int64_t profile_id, int64_t *samples,
+                        int64_t *created_ms, struct sd_diag *d)
+{
+    struct store_model_info *list = NULL;
+    size_t n = 0;
+    int rv;
+
+    *samples = 0;
+    *created_ms = 0;
+    rv = store_model_list(st, profile_id, 1, &list, &n, d);
+    if (rv == 0 && n > 0) {
+        *samples = list[0].metrics.train_samples + list[0].metrics.val_samples +
+                   list[0].metrics.test_samples;
+        *created_ms = list[0].created_ms;
+    }
+    free(list);
+    return rv;
+}
+
+/*
+ * jobs_retrain() on a given store connection (the caller serialises its
+ * use).
+ */
+static int submit(struct svc *s, struct store *st, const char *profile,
+                  bool force, struct store_job *out, struct sd_diag *d)
+{
+    struct store_profile prof;
+    struct store_job j;
+    int64_t id, trained_on, created;
+    uint64_t n = 0;
+    int rv;
+
+    if (profile == NULL || profile[0] == '\0') {
+        if (s->profile[0] == '\0')
+            return sd_diag_set(d, SD_ESTATE,
+                               "profile: this server measures nothing (no "
+                               "backend), so it has no profile of its own");
+        profile = s->profile;
+    }
+    rv = store_profile_get(st, profile, &prof, d);
+    if (rv == SD_ENOENT)
+        return sd_diag_set(d, SD_ESTATE,
+                           "profile: no samples of \"%.128s\" are stored",
+                           profile);
+    if (rv != 0)
+        return rv;
+    /* A retrain of the profile already queued or running is joined. */
+    rv = store_job_find_open(st, STORE_JOB_RETRAIN, prof.id, out, d);
+    if (rv != SD_ENOENT)
+        return rv;
+    rv = store_sample_count(st, prof.id, STORE_KIND_COMPUTE, 0, &n, d);
+    if (rv == 0)
+        rv = newest_model(st, prof.id, &trained_on, &created, d);
+    if (rv != 0)
+        return rv;
+    if (n < JOBS_MIN_SAMPLES)
+        return sd_diag_set(d, SD_ESTATE,
+                           "profile \"%.128s\" has %llu samples; training "
+                           "needs at least %d",
+                           profile, (unsigned long long)n, JOBS_MIN_SAMPLES);
+    if (!force && trained_on > 0 && (int64_t)n <= trained_on)
+        return sd_diag_set(d, SD_ESTATE,
+                           "no sample of \"%.128s\" is newer than its newest "
+                           "model (%llu samples); set force to retrain anyway",
+                           profile, (unsigned long long)n);
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN;
+    j.profile_id = prof.id;
+    snprintf(j.message, sizeof(j.message), "queued: %llu samples",
+             (unsigned long long)n);
+    snprintf(j.params, sizeof(j.params), "{\"force\": %s}",
+             force ? "true" : "false");
+    rv = store_job_create(st, &j, &id, d);
+    if (rv == 0)
+        rv = store_job_get(st, id, out, d);
+    if (rv != 0)
+        return rv;
+    pthread_mutex_lock(&s->mu);
+    ring_put(s, out);
+    pthread_cond_signal(&s->jobs_cv);
+    pthread_mutex_unlock(&s->mu);
+    fprintf(stderr, "shardd: job %lld: retrain %s queued%s\n", (long long)id,
+            profile, force ? " (forced)" : "");
+    return 0;
+}
+
+int jobs_retrain(struct svc *s, const char *profile, bool force,
+                 struct store_job *out, struct sd_diag *d)
+{
+    int rv;
+
+    pthread_mutex_lock(&s->store_mu);
+    rv = submit(s, s->st, profile, force, out, d);
+    pthread_mutex_unlock(&s->store_mu);
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Running                                                                 */
+
+struct run_ctx {
+    struct svc *s;
+    struct store *st;
+    int64_t id;
+    int64_t last_store_ms;
+};
+
+/* Moves the job in memory, and in the store at most once a second (and
+ * always for a state change). */
+static void job_update(struct run_ctx *rc, enum store_job_state state,
+                       double progress, const char *message, int64_t model)
+{
+    struct store_job *j;
+    struct sd_diag d;
+    bool changed;
+    int64_t now = svc_now_ms();
+
+    pthread_mutex_lock(&rc->s->mu);
+    j = ring_find(rc->s, rc->id);
+    changed = j == NULL || j->state != state;
+    if (j != NULL) {
+        if (j->state != state && state == STORE_JOB_RUNNING)
+            j->started_ms = svc_wall_ms();
+        if (store_job_state_is_terminal(state))
+            j->finished_ms = svc_wall_ms();
+        j->state = state;
+        j->progress = progress;
+        snprintf(j->message, sizeof(j->message), "%s", message);
+        if (model != 0)
+            j->result_model_id = model;
+    }
+    pthread_mutex_unlock(&rc->s->mu);
+    if (!changed && now - rc->last_store_ms < 1000)
+        return;
+    rc->last_store_ms = now;
+    if (store_job_update(rc->st, rc->id, state, progress, message, model, &d) !=
+        0)
+        fprintf(stderr, "shardd: job %lld: cannot store its state: %s\n",
+                (long long)rc->id, d.msg);
+}
+
+static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
+                    double train_loss, double val_mape)
+{
+    struct run_ctx *rc = ctx;
+    char msg[160];
+
+    (void)train_loss;
+    snprintf(msg, sizeof(msg),
+             "training: epoch %d of at most %d, "
+             "validation MAPE %.1f %%",
+             (int)epoch, (int)max_epochs, 100 * val_mape);
+    /* Training is most of the job; early stopping may end it sooner. */
+    job_update(rc, STORE_JOB_RUNNING, 0.05 + 0.9 * epoch / max_epochs, msg, 0);
+    return rc->s->job_cancel != 0;
+}
+
+/* Stores model m as a new inactive version of the profile; sets *id. */
+static int store_new_model(struct store *st, int64_t profile_id,
+                           const struct cost_net *m, int64_t *id,
+                           struct sd_diag *d)
+{
+    struct store_model sm;
+    void *img = NULL;
+    size_t len;
+    int rv;
+
+    if (net_serialize(m, &img, &len) != 0)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    memset(&sm, 0, sizeof(sm));
+    sm.info.profile_id = profile_id;
+    sm.info.kind = STORE_KIND_COMPUTE;
+    sm.info.format_version = NET_FORMAT_VERSION;
+    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.test_mape = m->metrics.test_mape;
+    sm.info.metrics.train_samples = m->metrics.train_samples;
+    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.test_samples = m->metrics.test_samples;
+    sm.info.weights_bytes = len;
+    sm.weights = img;
+    rv = store_model_put(st, &sm, id, d);
+    free(img);
+    return rv;
+}
+
+/* The retrain itself; returns the terminal state and fills msg / *model. */
+static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
+                                    bool force, char *msg, size_t cap,
+                                    int64_t *model)
+{
+    struct svc *s = rc->s;
+    struct store_profile prof;
+    struct store_sample *smp = NULL;
+    struct train_sample *fit = NULL, *gate = NULL;
+    struct store_model_info info;
+    struct train_params tp;
+    struct cost_net *m = NULL;
+    struct dmodel *active = NULL;
+    struct sd_diag d;
+    char previous[SVC_VERSION_MAX];
+    double new_mape, old_mape = INFINITY;
+    size_t n = 0, i, nfit = 0, ngate = 0;
+    enum store_job_state end = STORE_JOB_FAILED;
+    int rv;
+
+    rv = store_profile_get(rc->st, profile, &prof, &d);
+    if (rv == 0)
+        rv = store_samples_load(rc->st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp,
+                                &n, &d);
+    if (rv != 0) {
+        snprintf(msg, cap, "failed: loading samples: %.300s", d.msg);
+        return STORE_JOB_FAILED;
+    }
+    fit = calloc(n + 1, sizeof(*fit));
+    gate = calloc(n / JOBS_GATE_EVERY + 1, sizeof(*gate));
+    if (fit == NULL || gate == NULL) {
+        snprintf(msg, cap, "failed: out of memory");
+        goto out_samples;
+    }
+    for (i = 0; i < n; i++) {
+        struct train_sample t = {smp[i].tables, smp[i].ntables,
+                                 smp[i].measured_ms};
+
+        if (i % JOBS_GATE_EVERY == JOBS_GATE_EVERY - 1)
+            gate[ngate++] = t;
+        else
+            fit[nfit++] = t;
+    }
+    snprintf(msg, cap, "training on %zu samples (%zu held out)", nfit, ngate);
+    job_update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
+
+    train_params_default(&tp);
+    tp.progress = on_epoch;
+    tp.ctx = rc;
+    rv = net_train(&tp, fit, nfit, prof.name, prof.batch_size, &m, &d);
+    if (rv != 0) {
+        snprintf(msg, cap, "failed: training: %.300s", d.msg);
+        goto out_samples;
+    }
+    if (s->job_cancel) {
+        snprintf(msg, cap, "cancelled: the daemon is stopping");
+        end = STORE_JOB_CANCELLED;
+        goto out_model;
+    }
+    rv = store_new_model(rc->st, prof.id, m, model, &d);
+    if (rv != 0) {
+        snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
+        goto out_model;
+    }
+
+    /* The gate: both models on the same held-out samples. */
+    new_mape = net_mape(m, gate, ngate);
+    if (models_acquire(s, prof.name, &active, &d) == 0)
+        old_mape = net_mape(active->net, gate, ngate);
+    end = STORE_JOB_SUCCEEDED;
+    if (active != NULL && !force && new_mape > old_mape) {
+        snprintf(msg, cap,
+                 "model %lld not activated: held-out MAPE %.1f %% is worse "
+                 "than the active model %s's %.1f %%",
+                 (long long)*model, 100 * new_mape, active->version,
+                 100 * old_mape);
+        goto out_model;
+    }
+    rv = models_activate(s, *model, m, &info, previous, &d);
+    m = NULL; /* models_activate owns it now, success or not */
+    if (rv != 0) {
+        snprintf(msg, cap, "failed: activating model %lld: %.300s",
+                 (long long)*model, d.msg);
+        end = STORE_JOB_FAILED;
+    } else if (active != NULL) {
+        snprintf(msg, cap,
+                 "model %lld activated: held-out MAPE %.1f %% (model %s had "
+                 "%.1f %%)%s",
+                 (long long)*model, 100 * new_mape, active->version,
+                 100 * old_mape,
+                 force && new_mape > old_mape ? ", forced" : "");
+    } else {
+        snprintf(msg, cap, "model %lld activated: held-out MAPE %.1f %%",
+                 (long long)*model, 100 * new_mape);
+    }
+
+out_model:
+    dmodel_release(active);
+    free(m);
+out_samples:
+    free(gate);
+    free(fit);
+    store_samples_free(smp, n);
+    return end;
+}
+
+static void run_job(struct svc *s, struct store *st, struct store_job *j)
+{
+    struct run_ctx rc = {s, st, j->id, 0};
+    char msg[STORE_MESSAGE_MAX];
+    enum store_job_state end;
+    int64_t model = 0;
+
+    fprintf(stderr, "shardd: job %lld: retraining %s\n", (long long)j->id,
+            j->profile);
+    job_update(&rc, STORE_JOB_RUNNING, 0, "loading samples", 0);
+    end = retrain(&rc, j->profile, strstr(j->params, "true") != NULL, msg,
+                  sizeof(msg), &model);
+    job_update(&rc, end, end == STORE_JOB_SUCCEEDED ? 1.0 : j->progress, msg,
+               model);
+    fprintf(stderr, "shardd: job %lld: %s: %s\n", (long long)j->id,
+            store_job_state_name(end), msg);
+}
+
+/* Queues a retrain when the schedule says so. */
+static void check_schedule(struct svc *s, struct store *st)
+{
+    struct store_job j;
+    struct sd_diag d;
+    uint64_t every, n = 0;
+    double hours;
+    int64_t trained_on, created;
+    bool due = false;
+
+    pthread_mutex_lock(&s->mu);
+    every = s->cfg.retrain_every_samples;
+    hours = s->cfg.retrain_every_hours;
+    pthread_mutex_unlock(&s->mu);
+    if (s->profile_id == 0 || (every == 0 && hours <= 0))
+        return;
+    if (store_sample_count(st, s->profile_id, STORE_KIND_COMPUTE, 0, &n, &d) !=
+            0 ||
+        newest_model(st, s->profile_id, &trained_on, &created, &d) != 0)
+        return;
+    if (every > 0 && n >= (uint64_t)trained_on + every)
+        due = true;
+    if (hours > 0 && (int64_t)n > trained_on && trained_on > 0 &&
+        svc_wall_ms() - created >= (int64_t)(hours * 3600e3))
+        due = true;
+    if (due && submit(s, st, s->profile, false, &j, &d) != 0)
+        fprintf(stderr, "shardd: scheduled retrain not started: %s\n", d.msg);
+}
+
+static void *job_main(void *arg)
+{
+    struct svc *s = arg;
+    struct store *st = NULL;
+    struct store_job j;
+    struct timespec until;
+    struct sd_diag d;
+    int64_t next_check = svc_now_ms() + JOBS_SCHEDULE_MS;
+    size_t i;
+
+    if (store_open(s->db_path, 0, &st, &d) != 0) {
+        fprintf(stderr,
+                "shardd: the job thread cannot open the store: %s; "
+                "no retraining\n",
+                d.msg);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!s->jobs_stopping) {
+        size_t best = SIZE_MAX;
+
+        /* Oldest queued first: ids grow with submission. */
+        for (i = 0; i < s->njobs; i++)
+            if (s->jobs[i].state == STORE_JOB_QUEUED &&
+                (best == SIZE_MAX || s->jobs[i].id < s->jobs[best].id))
+                best = i;
+        if (best != SIZE_MAX) {
+            j = s->jobs[best];
+            pthread_mutex_unlock(&s->mu);
+            run_job(s, st, &j);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        if (svc_now_ms() >= next_check) {
+            pthread_mutex_unlock(&s->mu);
+            check_schedule(s, st);
+            next_check = svc_now_ms() + JOBS_SCHEDULE_MS;
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&s->jobs_cv, &s->mu, &until);
+    }
+    /* Queued jobs never ran: cancelled, in memory and in the store. */
+    for (i = 0; i < s->njobs; i++)
+        if (s->jobs[i].state == STORE_JOB_QUEUED) {
+            s->jobs[i].state = STORE_JOB_CANCELLED;
+            store_job_update(st, s->jobs[i].id, STORE_JOB_CANCELLED, 0,
+                             "cancelled: the daemon stopped", 0, &d);
+        }
+    pthread_mutex_unlock(&s->mu);
+    store_close(st);
+    return NULL;
+}
+
+int jobs_start(struct svc *s, struct sd_diag *d)
+{
+    if (pthread_create(&s->job_thread, NULL, job_main, s) != 0)
+        return sd_diag_set(d, SD_ENOMEM, "cannot start the job thread");
+    s->job_thread_started = true;
+    return 0;
+}
+
+void jobs_stop(struct svc *s)
+{
+    if (!s->job_thread_started)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->jobs_stopping = true;
+    s->job_cancel = 1;
+    pthread_cond_broadcast(&s->jobs_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->job_thread, NULL);
+    s->job_thread_started = false;
+}
