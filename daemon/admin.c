@@ -226,7 +226,7 @@ int admin_activate(struct svc *s, const struct svc_call *call,
         rv = models_activate_embedded(s, previous, d);
         if (rv != 0)
             goto out_request;
-        fprintf(stderr, "shardd: embedded model activated (was %s)\n",
+        svc_log(SVC_LOG_INFO, "embedded model activated (was %s)\n",
                 previous[0] ? previous : "none");
         fill_embedded(s, &mi);
         out.model = &mi;
@@ -240,7 +240,7 @@ int admin_activate(struct svc *s, const struct svc_call *call,
         rv = models_activate(s, id, NULL, &info, previous, d);
     if (rv != 0)
         goto out_request;
-    fprintf(stderr, "shardd: model %s activated for profile %s (was %s)\n",
+    svc_log(SVC_LOG_INFO, "model %s activated for profile %s (was %s)\n",
             rq->version, info.profile, previous[0] ? previous : "none");
     fill_model(&mi, &info, version, sizeof(version));
     out.model = &mi;

@@ -217,6 +217,22 @@ void svc_busy_end(struct svc *s);
 int svc_authorize(struct svc *s, bool unix_peer, const char *bearer,
                   struct sd_diag *d);
 
+/*
+ * Logging to stderr (the journal under systemd): "shardd: " then the
+ * message, "warning: " / "error: " before warnings and errors.  Messages
+ * above svc_log_level (numbered as config.h's enum conf_log_level) are
+ * dropped.  fmt ends with a newline.  Thread-safe.
+ */
+enum svc_log_level {
+    SVC_LOG_ERROR,
+    SVC_LOG_WARN,
+    SVC_LOG_INFO,
+    SVC_LOG_DEBUG,
+};
+extern atomic_int svc_log_level;
+void svc_log(enum svc_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Monotonic and wall clocks in ms. */
 int64_t svc_now_ms(void);
 int64_t svc_wall_ms(void);

@@ -182,7 +182,7 @@ static int submit(struct svc *s, struct store *st, const char *profile,
     ring_put(s, out);
     pthread_cond_signal(&s->jobs_cv);
     pthread_mutex_unlock(&s->mu);
-    fprintf(stderr, "shardd: job %lld: retrain %s queued%s\n", (long long)id,
+    svc_log(SVC_LOG_INFO, "job %lld: retrain %s queued%s\n", (long long)id,
             profile, force ? " (forced)" : "");
     return 0;
 }
@@ -238,7 +238,7 @@ static void job_update(struct run_ctx *rc, enum store_job_state state,
     rc->last_store_ms = now;
     if (store_job_update(rc->st, rc->id, state, progress, message, model, &d) !=
         0)
-        fprintf(stderr, "shardd: job %lld: cannot store its state: %s\n",
+        svc_log(SVC_LOG_WARN, "job %lld: cannot store its state: %s\n",
                 (long long)rc->id, d.msg);
 }
 
@@ -399,14 +399,14 @@ static void run_job(struct svc *s, struct store *st, struct store_job *j)
     enum store_job_state end;
     int64_t model = 0;
 
-    fprintf(stderr, "shardd: job %lld: retraining %s\n", (long long)j->id,
+    svc_log(SVC_LOG_INFO, "job %lld: retraining %s\n", (long long)j->id,
             j->profile);
     job_update(&rc, STORE_JOB_RUNNING, 0, "loading samples", 0);
     end = retrain(&rc, j->profile, strstr(j->params, "true") != NULL, msg,
                   sizeof(msg), &model);
     job_update(&rc, end, end == STORE_JOB_SUCCEEDED ? 1.0 : j->progress, msg,
                model);
-    fprintf(stderr, "shardd: job %lld: %s: %s\n", (long long)j->id,
+    svc_log(SVC_LOG_INFO, "job %lld: %s: %s\n", (long long)j->id,
             store_job_state_name(end), msg);
 }
 
@@ -436,7 +436,7 @@ static void check_schedule(struct svc *s, struct store *st)
         svc_wall_ms() - created >= (int64_t)(hours * 3600e3))
         due = true;
     if (due && submit(s, st, s->profile, false, &j, &d) != 0)
-        fprintf(stderr, "shardd: scheduled retrain not started: %s\n", d.msg);
+        svc_log(SVC_LOG_WARN, "scheduled retrain not started: %s\n", d.msg);
 }
 
 static void *job_main(void *arg)
@@ -450,8 +450,8 @@ static void *job_main(void *arg)
     size_t i;
 
     if (store_open(s->db_path, 0, &st, &d) != 0) {
-        fprintf(stderr,
-                "shardd: the job thread cannot open the store: %s; "
+        svc_log(SVC_LOG_ERROR,
+                "the job thread cannot open the store: %s; "
                 "no retraining\n",
                 d.msg);
         return NULL;

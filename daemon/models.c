@@ -164,8 +164,8 @@ int models_load(struct svc *s, struct sd_diag *d)
             store_model_free(sm);
         }
         if (rv != 0) {
-            fprintf(stderr,
-                    "shardd: warning: profile %s: active model not loaded: "
+            svc_log(SVC_LOG_WARN,
+                    "profile %s: active model not loaded: "
                     "%s\n",
                     profs[i].name, wd.msg);
             rv = 0;

@@ -64,7 +64,7 @@ int profw_set_paused(struct svc *s, bool paused, enum svc_profiler_state *now,
     pthread_cond_broadcast(&s->prof_cv);
     pthread_mutex_unlock(&s->mu);
     *now = paused ? SVC_PROFILER_PAUSED : SVC_PROFILER_RUNNING;
-    fprintf(stderr, "shardd: profiler %s\n", paused ? "paused" : "resumed");
+    svc_log(SVC_LOG_INFO, "profiler %s\n", paused ? "paused" : "resumed");
     return 0;
 }
 
@@ -200,8 +200,8 @@ static void *prof_main(void *arg)
      * on Linux). */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     if (store_open(s->db_path, 0, &st, &d) != 0) {
-        fprintf(stderr,
-                "shardd: the profiler cannot open the store: %s; "
+        svc_log(SVC_LOG_ERROR,
+                "the profiler cannot open the store: %s; "
                 "it is off\n",
                 d.msg);
         return NULL;
@@ -248,7 +248,7 @@ static void *prof_main(void *arg)
             rv = measure_random(s, st, target, &res, &d);
         }
         if (rv != 0 && rv != SD_ECANCELED)
-            fprintf(stderr, "shardd: profiler: %s\n", d.msg);
+            svc_log(SVC_LOG_ERROR, "profiler: %s\n", d.msg);
 
         pthread_mutex_lock(&s->mu);
         if (!have_proposal && rv == 0)
@@ -259,8 +259,8 @@ static void *prof_main(void *arg)
         if (rv != 0 && rv != SD_ECANCELED && !have_proposal) {
             /* A failing device is not retried in a tight loop. */
             s->prof_paused = true;
-            fprintf(stderr, "shardd: profiler paused after the error; "
-                            "resume it with SetProfiler\n");
+            svc_log(SVC_LOG_WARN, "profiler paused after the error; "
+                                  "resume it with SetProfiler\n");
         }
     }
     pthread_mutex_unlock(&s->mu);

@@ -94,6 +94,7 @@ struct rpc_call {
     bool md_sent;              /* initial metadata went out */
     int refs;
     int64_t deadline_ms; /* monotonic (svc_now_ms()); INT64_MAX: none */
+    int64_t started_ms;  /* when the call came (for the debug log) */
 
     /* Server streaming: polled by a timer on the loop. */
     uv_timer_t poll;
@@ -288,7 +289,7 @@ static void call_reply(struct rpc_call *c, grpc_status_code code,
     e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
     grpc_slice_unref(det); /* not retained past start_batch */
     if (e != GRPC_CALL_OK) {
-        fprintf(stderr, "shardd: cannot send a reply: %s\n",
+        svc_log(SVC_LOG_ERROR, "cannot send a reply: %s\n",
                 grpc_call_error_to_string(e));
         call_unref(c);
     }
@@ -347,11 +348,14 @@ static void work_after(uv_work_t *w, int status)
         call_abandon(c);
         return;
     }
+    svc_log(SVC_LOG_DEBUG, "%s: %s in %lld ms\n", c->slot->method->path,
+            c->err != 0 ? sd_err_name(c->err) : "OK",
+            (long long)(svc_now_ms() - c->started_ms));
     if (c->err != 0) {
         grpc_status_code code = status_of(c->err);
 
         if (code == GRPC_STATUS_INTERNAL)
-            fprintf(stderr, "shardd: %s: %s (%s)\n", c->slot->method->path,
+            svc_log(SVC_LOG_ERROR, "%s: %s (%s)\n", c->slot->method->path,
                     c->diag.msg, sd_err_name(c->err));
         free(c->resp);
         c->resp = NULL;
@@ -562,7 +566,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
 
     if (c->slot == NULL) {
         method = grpc_slice_to_c_string(c->details.method);
-        fprintf(stderr, "shardd: unknown method %s\n", method);
+        svc_log(SVC_LOG_INFO, "unknown method %s\n", method);
         gpr_free(method);
         call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
         return;
@@ -586,6 +590,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     c->deadline_ms = deadline_of(c->deadline);
+    c->started_ms = svc_now_ms();
 
     if (c->slot->method->stream != NULL) {
         stream_start(c);
@@ -605,7 +610,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     grpc_call_error e;
 
     if (c == NULL) {
-        fprintf(stderr, "shardd: out of memory; %s is no longer served\n",
+        svc_log(SVC_LOG_ERROR, "out of memory; %s is no longer served\n",
                 slot ? slot->method->path : "the catch-all");
         return;
     }
@@ -629,7 +634,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
                                      srv->cq, srv->cq, &c->t_new);
     }
     if (e != GRPC_CALL_OK) {
-        fprintf(stderr, "shardd: cannot request calls: %s\n",
+        svc_log(SVC_LOG_ERROR, "cannot request calls: %s\n",
                 grpc_call_error_to_string(e));
         call_unref(c);
     }
@@ -655,8 +660,8 @@ static void on_grace_over(uv_timer_t *h)
     struct rpc_server *srv = h->data;
 
     if (srv->server != NULL) {
-        fprintf(stderr, "shardd: grace period over: cancelling the calls "
-                        "still running\n");
+        svc_log(SVC_LOG_WARN, "grace period over: cancelling the calls "
+                              "still running\n");
         grpc_server_cancel_all_calls(srv->server);
     }
 }

@@ -9,6 +9,7 @@
  * are the planner's (`tables[3] "t3": dim 30 is not a multiple of 4 ...`).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,8 @@
 #define SVC_MAX_TABLES        65536
 #define SVC_MAX_BATCH         ((int64_t)1 << 30)
 #define SVC_BOTTLENECK_MAX    5
+/* Longest search one request may ask for: a worker is not a batch queue. */
+#define SVC_MAX_BUDGET_MS 600000
 /* A search stops this long before the client's deadline, to reply. */
 #define SVC_DEADLINE_MARGIN_MS 50
 /* Plan audit records are kept this long (pruned at start). */
@@ -51,6 +54,23 @@ void svc_config_default(struct svc_config *c)
     c->retrain_every_hours = 24;
     c->backend = "auto";
     c->data_dir = "shardd-data";
+}
+
+atomic_int svc_log_level = SVC_LOG_INFO;
+
+void svc_log(enum svc_log_level level, const char *fmt, ...)
+{
+    static const char *const prefix[] = {"error: ", "warning: ", "", ""};
+    char line[1024];
+    va_list ap;
+
+    if ((int)level > atomic_load(&svc_log_level))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    /* One write per line, so threads' lines do not interleave. */
+    fprintf(stderr, "shardd: %s%s", prefix[level], line);
 }
 
 int64_t svc_now_ms(void)
@@ -88,8 +108,8 @@ static void pick_backend(struct svc *s)
 
     s->be = kern_backend_get(s->cfg.backend, &d);
     if (s->be == NULL) {
-        fprintf(stderr,
-                "shardd: warning: backend %s: %s; the profiler is "
+        svc_log(SVC_LOG_WARN,
+                "backend %s: %s; the profiler is "
                 "off\n",
                 s->cfg.backend, d.msg);
         return;
@@ -97,8 +117,8 @@ static void pick_backend(struct svc *s)
     if (s->be->device_info(0, &info) != 0 ||
         prof_profile_name(s->be, 0, s->cfg.profiler_batch, s->profile,
                           sizeof(s->profile), &d) != 0) {
-        fprintf(stderr,
-                "shardd: warning: backend %s has no usable device; "
+        svc_log(SVC_LOG_WARN,
+                "backend %s has no usable device; "
                 "the profiler is off\n",
                 s->be->name);
         s->be = NULL;
@@ -160,15 +180,15 @@ int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
     if (rv != 0)
         goto fail_store;
     if (n > 0)
-        fprintf(stderr,
-                "shardd: %llu job(s) left unfinished by the last run marked "
+        svc_log(SVC_LOG_INFO,
+                "%llu job(s) left unfinished by the last run marked "
                 "cancelled\n",
                 (unsigned long long)n);
     if (store_plan_audit_prune(s->st, svc_wall_ms() - SVC_AUDIT_KEEP_MS, &n,
                                d) == 0 &&
         n > 0)
-        fprintf(stderr,
-                "shardd: pruned %llu plan audit records older than "
+        svc_log(SVC_LOG_INFO,
+                "pruned %llu plan audit records older than "
                 "30 days\n",
                 (unsigned long long)n);
     if (s->profile_id != 0)
@@ -835,6 +855,11 @@ static int conv_options(const struct svc_config *cfg,
             return sd_diag_set(d, SD_EINVAL, "options.algorithm: %s", why.msg);
     }
     o->column_splits = !in->whole_tables_only;
+    if (in->time_budget_ms > SVC_MAX_BUDGET_MS)
+        return sd_diag_set(d, SD_ERANGE,
+                           "options.time_budget_ms: %u is over this server's "
+                           "limit of %d",
+                           (unsigned)in->time_budget_ms, SVC_MAX_BUDGET_MS);
     if (in->time_budget_ms != 0)
         o->time_budget_ms = in->time_budget_ms;
     o->seed = in->seed;
@@ -911,7 +936,7 @@ static void audit_plan(struct svc *s, const struct plan *p,
     a.plan_json = json;
     pthread_mutex_lock(&s->store_mu);
     if (store_plan_audit_put(s->st, &a, NULL, &d) != 0)
-        fprintf(stderr, "shardd: warning: plan audit not stored: %s\n", d.msg);
+        svc_log(SVC_LOG_WARN, "plan audit not stored: %s\n", d.msg);
     pthread_mutex_unlock(&s->store_mu);
     free(json);
 }

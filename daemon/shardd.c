@@ -185,6 +185,12 @@ static void svc_config_from(const struct sd_config *c, struct svc_config *o)
     o->data_dir = c->data_dir;
 }
 
+static void set_log_level(const struct sd_config *c)
+{
+    /* The enums are numbered alike (config.h, daemon.h). */
+    atomic_store(&svc_log_level, (int)c->log_level);
+}
+
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     struct daemon_state *st = h->data;
@@ -225,6 +231,7 @@ static void on_sighup(uv_signal_t *h, int signum)
     *st->cfg = next;
     svc_config_from(st->cfg, &scfg);
     svc_reconfigure(st->svc, &scfg);
+    set_log_level(st->cfg);
     conf_keys_format(ch.applied, keys, sizeof(keys));
     fprintf(stderr, "shardd: SIGHUP: configuration reloaded; changed: %s\n",
             keys[0] ? keys : "nothing");
@@ -306,6 +313,7 @@ int main(int argc, char **argv)
         conf_free(&cfg);
         return 0;
     }
+    set_log_level(&cfg);
     /* libuv sizes its threadpool from the environment on first use. */
     snprintf(threads, sizeof(threads), "%u", cfg.threads);
     if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0) {
