@@ -435,6 +435,7 @@ struct rpc_config {
     size_t nlisten;
     size_t max_message_bytes; /* largest request accepted */
     uint64_t grace_ms;        /* shutdown: in-flight calls get this long */
+    size_t max_queued; /* unary calls in flight; more: RESOURCE_EXHAUSTED */
     const struct rpc_method *methods; /* borrowed; must outlive the server */
     size_t nmethods;
     struct svc *svc; /* borrowed; passed to every method */

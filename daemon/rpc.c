@@ -75,6 +75,7 @@ struct rpc_server {
     bool server_gone; /* its shutdown tag fired; server destroyed */
     bool cq_shut;     /* grpc_completion_queue_shutdown() was called */
     int live;         /* call objects not yet freed */
+    size_t queued;    /* unary calls with the threadpool */
 };
 
 /* One incoming call, registered (slot set) or unknown (slot NULL). */
@@ -341,6 +342,7 @@ static void work_after(uv_work_t *w, int status)
     struct rpc_call *c = w->data;
 
     c->queued = false;
+    c->srv->queued--;
     /* status is UV_ECANCELED when on_close() cancelled the work; then the
      * call is closed and cancelled, and abandoned here. */
     (void)status;
@@ -596,11 +598,22 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         stream_start(c);
         return;
     }
+    /* Past the queue limit a client is better told now than after a wait
+     * it did not plan for. */
+    if (srv->queued >= srv->cfg.max_queued) {
+        snprintf(c->diag.msg, sizeof(c->diag.msg),
+                 "the server is busy: %zu requests in flight; retry later",
+                 srv->queued);
+        call_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, c->diag.msg);
+        return;
+    }
     c->work.data = c;
-    if (uv_queue_work(srv->loop, &c->work, work_run, work_after) != 0)
+    if (uv_queue_work(srv->loop, &c->work, work_run, work_after) != 0) {
         call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
-    else
+    } else {
         c->queued = true;
+        srv->queued++;
+    }
 }
 
 /* Asks gRPC for the next call of one method (slot NULL: any other). */
@@ -714,8 +727,8 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     int port, rv;
 
     if (cfg->nlisten == 0 || cfg->nlisten > RPC_LISTEN_MAX ||
-        cfg->nmethods == 0 || cfg->max_message_bytes == 0 ||
-        cfg->max_message_bytes > INT32_MAX)
+        cfg->nmethods == 0 || cfg->max_queued == 0 ||
+        cfg->max_message_bytes == 0 || cfg->max_message_bytes > INT32_MAX)
         return sd_diag_set(d, SD_EINVAL, "rpc: bad server configuration");
     srv = calloc(1, sizeof(*srv));
     if (srv == NULL)

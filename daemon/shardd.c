@@ -36,6 +36,10 @@
 
 #define EXIT_USAGE  2
 #define SOCKET_FILE "shardd.sock" /* the admin socket in data_dir */
+/* Calls in flight (running or waiting for a worker) before the server
+ * answers RESOURCE_EXHAUSTED: a minute's work of quick plans, not a backlog
+ * that outlives its clients' deadlines. */
+#define MAX_QUEUED 1024
 
 extern char **environ;
 
@@ -349,6 +353,7 @@ int main(int argc, char **argv)
     loop = uv_default_loop();
     rcfg.max_message_bytes = (size_t)cfg.max_message_mb << 20;
     rcfg.grace_ms = (uint64_t)cfg.grace_s * 1000;
+    rcfg.max_queued = MAX_QUEUED;
     rcfg.methods = methods;
     rcfg.nmethods = sizeof(methods) / sizeof(methods[0]);
     rcfg.svc = &svc;
