@@ -79,8 +79,8 @@ static const struct opt opts[CONF_KEY_COUNT] = {
                                     "largest request in MiB, 1..1024"),
     [CONF_KEY_MAX_TABLES] = U32(max_tables, 1, 1000000, 65536, "N",
                                 "tables per request, 1..1000000"),
-    [CONF_KEY_DEFAULT_BATCH] = U32(default_batch, 1, 1u << 24, 65536, "N",
-                                   "batch size when a request gives 0"),
+    [CONF_KEY_DEFAULT_BATCH] = U32(default_batch, 0, 1u << 24, 0, "N",
+                                   "request batch 0: this; 0: the model's"),
     [CONF_KEY_DEFAULT_TIME_BUDGET_MS] =
         U32(default_time_budget_ms, 1, 600000, 10000, "MS",
             "search budget when a request "

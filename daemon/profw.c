@@ -178,6 +178,7 @@ static int measure_random(struct svc *s, struct store *st, uint64_t target,
     p.batch_size = s->cfg.profiler_batch;
     p.target_samples = target;
     p.shape.max_bytes = PROFW_MAX_BYTES;
+    p.commit_every = 1; /* a kill loses at most the sample being timed */
     p.stop = &s->prof_abort;
     p.timing.abort = &s->prof_abort;
     return prof_run(st, &p, res, d);

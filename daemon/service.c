@@ -42,7 +42,7 @@ void svc_config_default(struct svc_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->max_tables = SVC_MAX_TABLES;
-    c->default_batch = SVC_DEFAULT_BATCH;
+    c->default_batch = 0; /* the model's batch */
     c->default_budget_ms = SVC_DEFAULT_BUDGET_MS;
     c->search_threads = 0;
     c->cache_entries = 256;
@@ -409,6 +409,16 @@ static int conv_real(double in, double dflt, const char *field, double *out,
  * has one capacity for every device, so per-device capacities are taken only
  * when they are all equal.
  */
+/* A backstop (all was checked above), with the batch perhaps still 0. */
+static int topology_validate_or_unset(struct topology *t, struct sd_diag *d)
+{
+    struct topology probe = *t;
+
+    if (probe.batch_size == 0)
+        probe.batch_size = SVC_MAX_BATCH;
+    return topology_validate(&probe, d);
+}
+
 static int conv_topology(const struct svc_config *cfg,
                          const Shardd__V1__Topology *in, struct topology *out,
                          struct sd_diag *d)
@@ -467,8 +477,11 @@ static int conv_topology(const struct svc_config *cfg,
                            (int)in->devices_per_host, (int)in->num_devices);
     if (in->devices_per_host > 0)
         t.devices_per_host = in->devices_per_host;
+    /* 0 and no configured default: the answering model's batch, set by
+     * resolve_batch() once the model is known. */
     t.batch_size = in->batch_size != 0 ? in->batch_size : cfg->default_batch;
-    if (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH)
+    if (t.batch_size != 0 &&
+        (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH))
         return sd_diag_set(d, SD_EINVAL,
                            "topology.batch_size: %lld is not in "
                            "[num_devices, 2^30]",
@@ -485,7 +498,7 @@ static int conv_topology(const struct svc_config *cfg,
         rv = conv_real(in->device_mem_bw_bytes_per_ms, t.device_mem_bw,
                        "device_mem_bw_bytes_per_ms", &t.device_mem_bw, d);
     if (rv == 0)
-        rv = topology_validate(&t, d); /* a backstop: all checked above */
+        rv = topology_validate_or_unset(&t, d);
     if (rv != 0)
         return rv;
     *out = t;
@@ -550,6 +563,26 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
     sc->dm = NULL;
     sc->m = &cost_model_analytic;
     sc->profile = profile;
+    return 0;
+}
+
+/*
+ * A request without a batch size (and no default_batch configured) is
+ * costed at the batch the answering model was measured at, as `shardctl
+ * plan --offline` does: no scaling, and the same plan online and offline.
+ */
+static int resolve_batch(struct topology *t, const struct scorer *sc,
+                         struct sd_diag *d)
+{
+    if (t->batch_size != 0)
+        return 0;
+    t->batch_size =
+        sc->dm != NULL ? sc->dm->net->batch_size : SVC_DEFAULT_BATCH;
+    if (t->batch_size < t->ndevices)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.batch_size: the default (%lld, the "
+                           "model's) is below num_devices %d; give one",
+                           (long long)t->batch_size, (int)t->ndevices);
     return 0;
 }
 
@@ -1008,6 +1041,9 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_tables;
     po.net = sc.dm != NULL ? sc.dm->net : NULL;
+    rv = resolve_batch(&topo, &sc, d);
+    if (rv != 0)
+        goto out_scorer;
 
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
@@ -1227,6 +1263,8 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
         rv = conv_optimizer(rq->optimizer, "optimizer", &opt, d);
     if (rv == 0)
         rv = pick_scorer(s, rq->profile, false, "profile", &sc, d);
+    if (rv == 0)
+        rv = resolve_batch(&topo, &sc, d);
     if (rv == 0)
         rv = conv_placement(rq->placement, rq->n_placement, tables,
                             rq->n_tables, topo.ndevices, &p, d);

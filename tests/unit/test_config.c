@@ -101,7 +101,7 @@ static void test_defaults(void)
     CHECK(c.threads == 4);
     CHECK(c.max_message_mb == 64);
     CHECK(c.max_tables == 65536);
-    CHECK(c.default_batch == 65536);
+    CHECK(c.default_batch == 0);
     CHECK(c.default_time_budget_ms == 10000);
     CHECK(c.grace_s == 10);
     CHECK(c.plan_cache_entries == 256);
