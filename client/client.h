@@ -2,14 +2,83 @@
  * shardctl, the command-line client: what its files share.  The client owns
  * presentation (human tables); the planning library owns plans and formats
  * that programs read (JSON).
+ *
+ *  - shardctl.c: options, the offline commands and main().
+ *  - format.c:   human-readable plan reports, shared by offline and online.
+ *  - online.c:   the commands that ask a running shardd (plan, estimate,
+ *                status, models, activate, retrain, job, profiler, health):
+ *                options to protobuf-c requests, responses to the printers.
+ *  - rpc.c:      a small synchronous gRPC client; the only client file that
+ *                includes gRPC headers.
+ *
+ * Errors inside the client are negative SD_E* codes with a struct sd_diag
+ * line; commands return shardctl's exit status (0 success, 1 failure of the
+ * daemon, the connection or this machine, 2 bad input or usage), always with
+ * one "shardctl: ..." message on stderr when not 0.
  */
 #ifndef SHARDD_CLIENT_H
 #define SHARDD_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "planner.h"
+
+#define CTL_EXIT_USAGE 2 /* bad input or usage */
+#define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
+
+/* Every option of every command; zero / NULL when not given. */
+struct ctl_opts {
+    const char *tables;
+    const char *out;
+    const char *alg;
+    const char *optimizer;
+    const char *db;
+    const char *plan;
+    const char *backend;
+    const char *model;
+    const char *profile;
+    double seconds, time_budget_ms;
+    int64_t epochs;
+    bool activate;
+    bool no_splits, no_local_search;
+    int64_t samples, device, warmup, repeats;
+    bool no_flush;
+    int64_t count, seed, devices, per_host, batch, threads, task;
+    int64_t min_tables, max_tables;
+    double mem_gb, max_gb;
+    bool offline, json, torchrec;
+    /* online mode */
+    const char *addr;       /* --addr, else $SHARDD_ADDR, else the default */
+    const char *token;      /* --token, else $SHARDD_TOKEN */
+    const char *token_file; /* --token-file */
+    double timeout_s;       /* --timeout-s; 0: the command's default */
+    int64_t limit;          /* models --limit */
+    bool force, wait, watch;
+    /* The words that are not options: args[0] is the command. */
+    const char *args[CTL_MAX_ARGS + 1];
+    int nargs;
+};
+
+/* Prints "shardctl: MESSAGE" on stderr and returns code. */
+int ctl_fail(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The exit status for a planner error: 1 for SD_ENOMEM (ours), else 2
+ * (the user's input). */
+int ctl_exit_for(int err);
+
+/*
+ * Writes text and a newline to path, or to stdout when path is NULL.  A file
+ * is written to "path.tmp" and renamed, so a reader never sees half a file.
+ * Returns 0 or an exit code (the message printed).
+ */
+int ctl_write_output(const char *path, const char *text);
+
+/* ------------------------------------------------------------------------ */
+/* Human-readable reports (format.c)                                         */
 
 /*
  * Writes a plan as a table for people, in the spirit of TorchRec's planner
@@ -24,8 +93,115 @@ void format_plan_text(FILE *out, const struct plan *p,
 /*
  * The plan's explanation: the slowest device and the shards driving it, the
  * lower bound and the gap, and what the search did (when it searched).
+ * Figures a plan may lack (one that came from the daemon, whose API carries
+ * less than the planner knows) are marked, and left out of the text: a
+ * driver_ms that is negative, and stats.states < 0 (then only search_ms,
+ * greedy_runs, splits and budget_exhausted are known).
  */
 void format_explain(FILE *out, const struct plan *p,
                     const struct table *tables);
+
+/* ------------------------------------------------------------------------ */
+/* Online mode (online.c)                                                    */
+
+/*
+ * Runs an online command (o->args[0]: "plan" without --offline, "estimate",
+ * "status", "models", "activate", "retrain", "job", "profiler", "health")
+ * against the daemon at o->addr.  Returns the exit status; *handled is false
+ * (and nothing is done) for a command that is not an online one.
+ */
+int online_run(const struct ctl_opts *o, bool *handled);
+
+/* ------------------------------------------------------------------------ */
+/* gRPC client (rpc.c)                                                       */
+
+/*
+ * gRPC status codes, numbered as on the wire (and as grpc_status_code; rpc.c
+ * checks that at compile time), so that files without gRPC headers can name
+ * them.
+ */
+enum rpc_code {
+    RPC_OK = 0,
+    RPC_CANCELLED = 1,
+    RPC_UNKNOWN = 2,
+    RPC_INVALID_ARGUMENT = 3,
+    RPC_DEADLINE_EXCEEDED = 4,
+    RPC_NOT_FOUND = 5,
+    RPC_ALREADY_EXISTS = 6,
+    RPC_PERMISSION_DENIED = 7,
+    RPC_RESOURCE_EXHAUSTED = 8,
+    RPC_FAILED_PRECONDITION = 9,
+    RPC_ABORTED = 10,
+    RPC_OUT_OF_RANGE = 11,
+    RPC_UNIMPLEMENTED = 12,
+    RPC_INTERNAL = 13,
+    RPC_UNAVAILABLE = 14,
+    RPC_DATA_LOSS = 15,
+    RPC_UNAUTHENTICATED = 16,
+};
+
+/* "INVALID_ARGUMENT" for RPC_INVALID_ARGUMENT; "UNKNOWN" for others. */
+const char *rpc_code_name(int code);
+
+/*
+ * shardctl's exit status for a call's status, decided here once: 0 for OK;
+ * 2 (the user's input or credentials) for INVALID_ARGUMENT, NOT_FOUND,
+ * FAILED_PRECONDITION, RESOURCE_EXHAUSTED (e.g. the tables do not fit),
+ * UNAUTHENTICATED and PERMISSION_DENIED; 1 for everything else (the daemon
+ * is unreachable, too slow, or broken).
+ */
+int rpc_exit_code(int code);
+
+struct rpc_client; /* opaque: a channel to one daemon */
+
+/*
+ * Opens an insecure channel to addr ("unix:PATH" or "HOST:PORT"; borrowed,
+ * copied) that accepts responses up to 64 MiB.  token (borrowed, copied; NULL
+ * or "" for none) is sent with every call as "authorization: Bearer TOKEN".
+ * Nothing is connected yet: an unreachable daemon shows at the first call.
+ * *out is owned by the caller: rpc_client_close() it.  Returns 0, SD_EINVAL
+ * (an empty address, or a token a header cannot carry; d says which) or
+ * SD_ENOMEM.
+ */
+int rpc_client_open(const char *addr, const char *token,
+                    struct rpc_client **out, struct sd_diag *d);
+
+/* Closes the channel and releases gRPC.  NULL is fine. */
+void rpc_client_close(struct rpc_client *c);
+
+/*
+ * One unary call of method ("/shardd.v1.Planner/Plan") with the packed
+ * request req (len bytes, borrowed), waiting at most deadline_ms (<= 0: no
+ * deadline).  On success returns 0 and sets *resp to a new buffer of
+ * *resp_len bytes (the packed response; the caller free()s it; never NULL).
+ * Otherwise *resp is untouched and it returns a negative SD_E* code with d
+ * set to one line: the server's message, or for a daemon that cannot be
+ * reached "cannot reach shardd at ADDR: is it running? (...)".  *status
+ * always receives the call's gRPC status (enum rpc_code; a local failure
+ * such as SD_ENOMEM gives RPC_UNKNOWN), for rpc_exit_code().
+ */
+int rpc_client_call(struct rpc_client *c, const char *method,
+                    const uint8_t *req, size_t len, int64_t deadline_ms,
+                    uint8_t **resp, size_t *resp_len, int *status,
+                    struct sd_diag *d);
+
+/*
+ * Receives one message of a stream: msg (len bytes) is borrowed for the
+ * call only.  Returning non-zero (a negative SD_E* code) stops the stream:
+ * the call is cancelled and rpc_client_stream() returns that value with
+ * status RPC_CANCELLED and d untouched (fn's context says why).
+ */
+typedef int (*rpc_stream_fn)(void *ctx, const uint8_t *msg, size_t len);
+
+/*
+ * One server-streaming call ("/shardd.v1.Admin/WatchJob"): sends req, then
+ * calls fn for every message until the server ends the stream.  Returns 0
+ * when it ended with status OK; otherwise as rpc_client_call().  fn is never
+ * called after this function returned.
+ */
+int rpc_client_stream(struct rpc_client *c, const char *method,
+                      const uint8_t *req, size_t len, int64_t deadline_ms,
+                      rpc_stream_fn fn, void *ctx, int *status,
+                      struct sd_diag *d);
 
 #endif /* SHARDD_CLIENT_H */

@@ -96,11 +96,16 @@ void format_explain(FILE *out, const struct plan *p, const struct table *tables)
         if (s->col_width != t->dim)
             fprintf(out, "[%d:%d]", (int)s->col_offset,
                     (int)(s->col_offset + s->col_width));
-        fprintf(out, " (%.3f ms)", e->driver_ms[i]);
+        if (e->driver_ms[i] >= 0) /* negative: not known (client.h) */
+            fprintf(out, " (%.3f ms)", e->driver_ms[i]);
     }
     fprintf(out, "\nlower bound: %.3f ms; this plan is %.1f%% above it\n",
             e->lower_bound_ms, 100.0 * e->gap);
-    if (st->states > 0)
+    if (st->states < 0) /* a daemon's plan: fewer figures (client.h) */
+        fprintf(out, "search: %.1f ms, %lld greedy runs, %d column splits%s\n",
+                st->search_ms, (long long)st->greedy_runs, (int)st->splits,
+                st->budget_exhausted ? " (time budget reached)" : "");
+    else if (st->states > 0)
         fprintf(out,
                 "search: %.1f ms, %lld states, %lld greedy runs, %d beam "
                 "levels, %d column splits, %d local moves%s\n",

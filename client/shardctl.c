@@ -9,9 +9,12 @@
  * and the measuring side on this machine's devices and a store:
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
+ * Online mode asks a running shardd (online.c): plan without --offline,
+ * estimate, status, models, activate, retrain, job, profiler, health.
  * (shardctl --help lists every option.)
- * Exit codes: 0 success, 1 internal failure (out of memory, cannot write),
- * 2 bad input or usage, always with one message on stderr.
+ * Exit codes: 0 success, 1 internal failure (out of memory, cannot write,
+ * the daemon unreachable or failing), 2 bad input or usage, always with one
+ * message on stderr.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,7 +30,7 @@
 #include "client.h"
 #include "profiler.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE CTL_EXIT_USAGE
 
 static const char usage_text[] =
     "usage: shardctl COMMAND [OPTIONS]\n"
@@ -74,14 +77,36 @@ static const char usage_text[] =
     "  TIMING: [--warmup N] (default 5) [--repeats N] (default 10)\n"
     "          [--no-flush] (skip the cache flush before each timed step)\n"
     "\n"
+    "online commands (ask a running shardd):\n"
+    "  plan        --tables FILE --devices N --mem-gb G [plan options as\n"
+    "              above, without --model, --no-local-search, --threads]\n"
+    "      The daemon plans; the output is offline plan's, except figures\n"
+    "      its API does not carry (null in --json).\n"
+    "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
+    "              [--task K] [--batch-size B] [--devices-per-host L]\n"
+    "              [--optimizer NAME] [--profile NAME]\n"
+    "      Predicted per-device costs of a given plan (a --json plan file).\n"
+    "  status                       daemon version, devices, model, jobs\n"
+    "  models [--profile P] [--limit N]   stored cost models, newest first\n"
+    "  activate VERSION             make a stored model the active one\n"
+    "  retrain [--profile P] [--force] [--wait]   start a retraining job\n"
+    "  job ID [--watch]             a job's state; --watch follows it\n"
+    "  profiler pause|resume        the background profiler\n"
+    "  health [SERVICE]             grpc.health.v1 check; exit 0 if SERVING\n"
+    "  Options of every online command, before or after it:\n"
+    "    --addr ADDR      unix:PATH or HOST:PORT (default $SHARDD_ADDR, else\n"
+    "                     127.0.0.1:7411)\n"
+    "    --token T | --token-file F   admin token for Admin calls over TCP\n"
+    "                     (default $SHARDD_TOKEN)\n"
+    "    --timeout-s S    deadline of each call (default 60 for plan and\n"
+    "                     estimate, 10 for the others; none for watching)\n"
+    "    --json           the response as JSON instead of text\n"
+    "\n"
     "Output goes to stdout unless --out is given.  Exit status: 0 success,\n"
-    "1 internal failure, 2 bad input or usage.\n";
+    "1 internal failure (or the daemon unreachable or failing, or a job\n"
+    "that failed), 2 bad input or usage.\n";
 
-/* Prints "shardctl: MESSAGE" and returns the exit code. */
-static int fail(int code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int fail(int code, const char *fmt, ...)
+int ctl_fail(int code, const char *fmt, ...)
 {
     va_list ap;
 
@@ -93,8 +118,7 @@ static int fail(int code, const char *fmt, ...)
     return code;
 }
 
-/* Exit code for a planner error: the user's input, or our failure. */
-static int exit_for(int err)
+int ctl_exit_for(int err)
 {
     return err == SD_ENOMEM ? 1 : EXIT_USAGE;
 }
@@ -102,27 +126,6 @@ static int exit_for(int err)
 /* ---------------------------------------------------------------------- */
 /* Options                                                                 */
 
-struct opts {
-    const char *tables;
-    const char *out;
-    const char *alg;
-    const char *optimizer;
-    const char *db;
-    const char *plan;
-    const char *backend;
-    const char *model;
-    const char *profile;
-    double seconds, time_budget_ms;
-    int64_t epochs;
-    bool activate;
-    bool no_splits, no_local_search;
-    int64_t samples, device, warmup, repeats;
-    bool no_flush;
-    int64_t count, seed, devices, per_host, batch, threads, task;
-    int64_t min_tables, max_tables;
-    double mem_gb, max_gb;
-    bool offline, json, torchrec;
-};
 
 enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_REAL };
 
@@ -133,7 +136,7 @@ struct opt_def {
     double min, max; /* for numbers */
 };
 
-#define O(f) offsetof(struct opts, f)
+#define O(f) offsetof(struct ctl_opts, f)
 static const struct opt_def opt_defs[] = {
     {"--tables", OPT_STR, O(tables), 0, 0},
     {"--out", OPT_STR, O(out), 0, 0},
@@ -169,6 +172,14 @@ static const struct opt_def opt_defs[] = {
     {"--offline", OPT_FLAG, O(offline), 0, 0},
     {"--json", OPT_FLAG, O(json), 0, 0},
     {"--torchrec", OPT_FLAG, O(torchrec), 0, 0},
+    {"--addr", OPT_STR, O(addr), 0, 0},
+    {"--token", OPT_STR, O(token), 0, 0},
+    {"--token-file", OPT_STR, O(token_file), 0, 0},
+    {"--timeout-s", OPT_REAL, O(timeout_s), 1e-3, 1e7},
+    {"--limit", OPT_INT, O(limit), 1, 1e9},
+    {"--force", OPT_FLAG, O(force), 0, 0},
+    {"--wait", OPT_FLAG, O(wait), 0, 0},
+    {"--watch", OPT_FLAG, O(watch), 0, 0},
 };
 #undef O
 
@@ -183,24 +194,28 @@ static int parse_number(const struct opt_def *def, const char *s, void *dst)
 
         if (errno != 0 || end == s || *end != '\0' || v < def->min ||
             (double)v > def->max)
-            return fail(EXIT_USAGE,
-                        "%s: \"%s\" is not an integer in [%.0f, "
-                        "%.0f]",
-                        def->name, s, def->min, def->max);
+            return ctl_fail(EXIT_USAGE,
+                            "%s: \"%s\" is not an integer in [%.0f, "
+                            "%.0f]",
+                            def->name, s, def->min, def->max);
         *(int64_t *)dst = v;
         return 0;
     }
     x = strtod(s, &end);
     if (errno != 0 || end == s || *end != '\0' || !isfinite(x) ||
         x < def->min || x > def->max)
-        return fail(EXIT_USAGE, "%s: \"%s\" is not a positive number",
-                    def->name, s);
+        return ctl_fail(EXIT_USAGE, "%s: \"%s\" is not a positive number",
+                        def->name, s);
     *(double *)dst = x;
     return 0;
 }
 
-/* Parses argv[first..argc) into o; returns 0 or an exit code. */
-static int parse_opts(int argc, char **argv, int first, struct opts *o)
+/*
+ * Parses argv[first..argc) into o: options anywhere (global ones such as
+ * --addr may come before the command), every other word into o->args (the
+ * command first).  Returns 0 or an exit code.
+ */
+static int parse_opts(int argc, char **argv, int first, struct ctl_opts *o)
 {
     int i, rv;
     size_t k;
@@ -212,18 +227,24 @@ static int parse_opts(int argc, char **argv, int first, struct opts *o)
         for (k = 0; k < sizeof(opt_defs) / sizeof(opt_defs[0]); k++)
             if (strcmp(argv[i], opt_defs[k].name) == 0)
                 def = &opt_defs[k];
+        if (def == NULL && argv[i][0] != '-' && o->nargs <= CTL_MAX_ARGS) {
+            o->args[o->nargs++] = argv[i];
+            continue;
+        }
+        if (def == NULL && argv[i][0] != '-')
+            return ctl_fail(EXIT_USAGE, "unexpected argument \"%s\"", argv[i]);
         if (def == NULL)
-            return fail(EXIT_USAGE,
-                        "unknown option \"%s\" (see shardctl "
-                        "--help)",
-                        argv[i]);
+            return ctl_fail(EXIT_USAGE,
+                            "unknown option \"%s\" (see shardctl "
+                            "--help)",
+                            argv[i]);
         dst = (char *)o + def->offset;
         if (def->kind == OPT_FLAG) {
             *(bool *)dst = true;
             continue;
         }
         if (i + 1 >= argc)
-            return fail(EXIT_USAGE, "%s needs a value", def->name);
+            return ctl_fail(EXIT_USAGE, "%s needs a value", def->name);
         i++;
         if (def->kind == OPT_STR) {
             *(const char **)dst = argv[i];
@@ -239,11 +260,7 @@ static int parse_opts(int argc, char **argv, int first, struct opts *o)
 /* ---------------------------------------------------------------------- */
 /* Output                                                                  */
 
-/*
- * Writes text to path, or stdout when path is NULL.  A file is written to
- * "path.tmp" and renamed, so a reader never sees half a file.
- */
-static int write_output(const char *path, const char *text)
+int ctl_write_output(const char *path, const char *text)
 {
     char tmp[4096];
     FILE *f;
@@ -252,21 +269,21 @@ static int write_output(const char *path, const char *text)
     if (path == NULL) {
         if (fputs(text, stdout) < 0 || fputc('\n', stdout) < 0 ||
             fflush(stdout) != 0)
-            return fail(1, "cannot write to stdout: %s", strerror(errno));
+            return ctl_fail(1, "cannot write to stdout: %s", strerror(errno));
         return 0;
     }
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-        return fail(EXIT_USAGE, "--out: path is too long");
+        return ctl_fail(EXIT_USAGE, "--out: path is too long");
     f = fopen(tmp, "w");
     if (f == NULL)
-        return fail(EXIT_USAGE, "--out: %s: %s", tmp, strerror(errno));
+        return ctl_fail(EXIT_USAGE, "--out: %s: %s", tmp, strerror(errno));
     if (fputs(text, f) < 0 || fputc('\n', f) < 0)
-        rv = fail(1, "%s: %s", tmp, strerror(errno));
+        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
     if (fclose(f) != 0 && rv == 0)
-        rv = fail(1, "%s: %s", tmp, strerror(errno));
+        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
     if (rv == 0 && rename(tmp, path) != 0)
-        rv = fail(1, "--out: cannot rename %s to %s: %s", tmp, path,
-                  strerror(errno));
+        rv = ctl_fail(1, "--out: cannot rename %s to %s: %s", tmp, path,
+                      strerror(errno));
     if (rv != 0)
         unlink(tmp);
     return rv;
@@ -275,7 +292,7 @@ static int write_output(const char *path, const char *text)
 /* ---------------------------------------------------------------------- */
 /* Commands                                                                */
 
-static int cmd_gen_tables(const struct opts *o)
+static int cmd_gen_tables(const struct ctl_opts *o)
 {
     struct synth_params sp;
     struct table *tables;
@@ -284,7 +301,7 @@ static int cmd_gen_tables(const struct opts *o)
     int rv;
 
     if (o->count == 0)
-        return fail(EXIT_USAGE, "gen-tables: --count is required");
+        return ctl_fail(EXIT_USAGE, "gen-tables: --count is required");
     synth_params_default(&sp);
     sp.count = (size_t)o->count;
     sp.seed = (uint64_t)o->seed;
@@ -296,17 +313,17 @@ static int cmd_gen_tables(const struct opts *o)
                                  : (unsigned)(ncpu > 0 ? ncpu : 1),
                       &tables);
     if (rv != 0)
-        return fail(exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+        return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
     text = json_tables(tables, sp.count);
     free(tables);
     if (text == NULL)
-        return fail(1, "gen-tables: out of memory");
-    rv = write_output(o->out, text);
+        return ctl_fail(1, "gen-tables: out of memory");
+    rv = ctl_write_output(o->out, text);
     free(text);
     return rv;
 }
 
-static int cmd_gen_tasks(const struct opts *o)
+static int cmd_gen_tasks(const struct ctl_opts *o)
 {
     struct task_params tp;
     struct table *pool;
@@ -317,11 +334,11 @@ static int cmd_gen_tasks(const struct opts *o)
     int rv;
 
     if (o->count == 0 || o->tables == NULL)
-        return fail(EXIT_USAGE, "gen-tasks: --count and --tables are "
-                                "required");
+        return ctl_fail(EXIT_USAGE, "gen-tasks: --count and --tables are "
+                                    "required");
     rv = json_read_tables(o->tables, 0, &pool, &npool, &d);
     if (rv != 0)
-        return fail(exit_for(rv), "gen-tasks: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "gen-tasks: %s", d.msg);
     task_params_default(&tp);
     tp.count = (size_t)o->count;
     tp.seed = (uint64_t)o->seed;
@@ -334,14 +351,14 @@ static int cmd_gen_tasks(const struct opts *o)
     rv = task_generate(&tp, pool, npool, &tasks, &d);
     if (rv != 0) {
         free(pool);
-        return fail(exit_for(rv), "gen-tasks: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "gen-tasks: %s", d.msg);
     }
     text = json_tasks(tasks, tp.count);
     task_array_free(tasks, tp.count);
     free(pool);
     if (text == NULL)
-        return fail(1, "gen-tasks: out of memory");
-    rv = write_output(o->out, text);
+        return ctl_fail(1, "gen-tasks: out of memory");
+    rv = ctl_write_output(o->out, text);
     free(text);
     return rv;
 }
@@ -350,7 +367,7 @@ static int cmd_gen_tasks(const struct opts *o)
  * The cost model plans are searched with and scored by: --model FILE, else
  * the embedded default.  *owned is what the caller frees.
  */
-static int load_model(const struct opts *o, const char *cmd,
+static int load_model(const struct ctl_opts *o, const char *cmd,
                       const struct cost_net **net, struct cost_net **owned)
 {
     struct sd_diag d = {{0}};
@@ -360,17 +377,17 @@ static int load_model(const struct opts *o, const char *cmd,
     if (o->model != NULL) {
         rv = net_read_file(o->model, owned, &d);
         if (rv != 0)
-            return fail(exit_for(rv), "%s: --model: %s", cmd, d.msg);
+            return ctl_fail(ctl_exit_for(rv), "%s: --model: %s", cmd, d.msg);
         *net = *owned;
         return 0;
     }
     *net = net_embedded(&d);
     if (*net == NULL)
-        return fail(1, "%s: %s", cmd, d.msg);
+        return ctl_fail(1, "%s: %s", cmd, d.msg);
     return 0;
 }
 
-static int cmd_plan(const struct opts *o)
+static int cmd_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
     struct table *tables = NULL;
@@ -384,25 +401,22 @@ static int cmd_plan(const struct opts *o)
     char *text = NULL;
     int rv;
 
-    if (!o->offline)
-        return fail(EXIT_USAGE,
-                    "plan: only --offline planning is available "
-                    "in this version (the daemon is not built yet)");
     if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
-        return fail(EXIT_USAGE, "plan: --tables, --devices and --mem-gb are "
-                                "required");
+        return ctl_fail(EXIT_USAGE,
+                        "plan: --tables, --devices and --mem-gb are "
+                        "required");
     if (o->json && o->torchrec)
-        return fail(EXIT_USAGE, "plan: --json and --torchrec exclude each "
-                                "other");
+        return ctl_fail(EXIT_USAGE, "plan: --json and --torchrec exclude each "
+                                    "other");
     plan_options_default(&po);
     po.alg = PLAN_ALG_NEUROSHARD;
     if (o->alg != NULL && plan_alg_parse(o->alg, &po.alg, &d) != 0)
-        return fail(EXIT_USAGE, "plan: --alg: %s", d.msg);
+        return ctl_fail(EXIT_USAGE, "plan: --alg: %s", d.msg);
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po.optimizer))
-        return fail(EXIT_USAGE,
-                    "plan: --optimizer \"%s\" is unknown (sgd, "
-                    "adagrad, rowwise_adagrad, adam)",
-                    o->optimizer);
+        return ctl_fail(EXIT_USAGE,
+                        "plan: --optimizer \"%s\" is unknown (sgd, "
+                        "adagrad, rowwise_adagrad, adam)",
+                        o->optimizer);
     po.seed = (uint64_t)o->seed;
     po.time_budget_ms = o->time_budget_ms;
     po.column_splits = !o->no_splits;
@@ -415,7 +429,7 @@ static int cmd_plan(const struct opts *o)
     /* --profile: the plan must be for that hardware; a model of another
      * profile would answer for the wrong machine. */
     if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
-        rv = fail(EXIT_USAGE, "plan: --profile: %s", d.msg);
+        rv = ctl_fail(EXIT_USAGE, "plan: --profile: %s", d.msg);
         goto out_model;
     }
     po.net = net;
@@ -428,18 +442,18 @@ static int cmd_plan(const struct opts *o)
     if (o->per_host)
         topo.devices_per_host = (int32_t)o->per_host;
     if (topology_validate(&topo, &d) != 0) {
-        rv = fail(EXIT_USAGE, "plan: %s", d.msg);
+        rv = ctl_fail(EXIT_USAGE, "plan: %s", d.msg);
         goto out_model;
     }
 
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "plan: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_model;
     }
     rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "plan: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_tables;
     }
     if (topo.batch_size != net->batch_size) {
@@ -454,12 +468,13 @@ static int cmd_plan(const struct opts *o)
         text = json_plan_torchrec(&p, tables, &topo);
 
     if (o->json || o->torchrec) {
-        rv = text ? write_output(o->out, text) : fail(1, "plan: out of memory");
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "plan: out of memory");
     } else if (o->out != NULL) {
-        rv = fail(EXIT_USAGE, "plan: --out needs --json or --torchrec");
+        rv = ctl_fail(EXIT_USAGE, "plan: --out needs --json or --torchrec");
     } else {
         format_plan_text(stdout, &p, tables, n, &topo);
-        rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
     free(text);
     plan_destroy(&p);
@@ -518,7 +533,7 @@ static void show_progress(void *ctx, uint64_t done, uint64_t target,
 }
 
 /* The timing options shared by profile and eval. */
-static void timing_opts(const struct opts *o, struct kern_timing_opts *to)
+static void timing_opts(const struct ctl_opts *o, struct kern_timing_opts *to)
 {
     kern_timing_opts_default(to);
     if (o->warmup >= 0)
@@ -535,11 +550,11 @@ static const struct kern_backend *pick_backend(const char *name)
     const struct kern_backend *be = kern_backend_get(name, &d);
 
     if (be == NULL)
-        fail(EXIT_USAGE, "--backend: %s", d.msg);
+        ctl_fail(EXIT_USAGE, "--backend: %s", d.msg);
     return be;
 }
 
-static int cmd_profile(const struct opts *o)
+static int cmd_profile(const struct ctl_opts *o)
 {
     struct prof_run_params pp;
     struct prof_run_result res;
@@ -548,16 +563,17 @@ static int cmd_profile(const struct opts *o)
     int rv;
 
     if (o->db == NULL || o->samples == 0)
-        return fail(EXIT_USAGE, "profile: --db and --samples are required");
+        return ctl_fail(EXIT_USAGE, "profile: --db and --samples are required");
     prof_run_params_default(&pp);
     pp.be = pick_backend(o->backend);
     if (pp.be == NULL)
         return EXIT_USAGE;
     if (o->device >= pp.be->device_count())
-        return fail(EXIT_USAGE,
-                    "profile: --device %lld: the %s backend has "
-                    "%d devices",
-                    (long long)o->device, pp.be->name, pp.be->device_count());
+        return ctl_fail(EXIT_USAGE,
+                        "profile: --device %lld: the %s backend has "
+                        "%d devices",
+                        (long long)o->device, pp.be->name,
+                        pp.be->device_count());
     pp.device = (int32_t)o->device;
     if (o->batch)
         pp.batch_size = o->batch;
@@ -572,7 +588,7 @@ static int cmd_profile(const struct opts *o)
 
     rv = store_open(o->db, 0, &st, &d);
     if (rv != 0)
-        return fail(exit_for(rv), "profile: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "profile: %s", d.msg);
     catch_stop_signals();
     rv = prof_run(st, &pp, &res, &d);
     store_close(st);
@@ -580,8 +596,8 @@ static int cmd_profile(const struct opts *o)
             res.profile, (unsigned long long)res.added,
             (unsigned long long)(res.existing + res.added));
     if (rv != 0)
-        return fail(exit_for(rv), "profile: %s (committed samples are kept)",
-                    d.msg);
+        return ctl_fail(ctl_exit_for(rv),
+                        "profile: %s (committed samples are kept)", d.msg);
     if (res.interrupted) {
         fprintf(stderr, "profile: stopped early; every committed sample is "
                         "kept, and the same command resumes\n");
@@ -614,11 +630,12 @@ static int pick_profile(struct store *st, const char *name,
 
     if (name != NULL) {
         rv = store_profile_get(st, name, out, &d);
-        return rv ? fail(exit_for(rv), "train: --profile: %s", d.msg) : 0;
+        return rv ? ctl_fail(ctl_exit_for(rv), "train: --profile: %s", d.msg)
+                  : 0;
     }
     rv = store_profile_list(st, &all, &n, &d);
     if (rv != 0)
-        return fail(exit_for(rv), "train: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
     if (n == 1) {
         *out = all[0];
         free(all);
@@ -634,7 +651,7 @@ static int pick_profile(struct store *st, const char *name,
     return EXIT_USAGE;
 }
 
-static int cmd_train(const struct opts *o)
+static int cmd_train(const struct ctl_opts *o)
 {
     struct store *st = NULL;
     struct store_profile prof;
@@ -651,22 +668,22 @@ static int cmd_train(const struct opts *o)
     int rv;
 
     if (o->db == NULL)
-        return fail(EXIT_USAGE, "train: --db is required");
+        return ctl_fail(EXIT_USAGE, "train: --db is required");
     rv = store_open(o->db, 0, &st, &d);
     if (rv != 0)
-        return fail(exit_for(rv), "train: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
     rv = pick_profile(st, o->profile, &prof);
     if (rv != 0)
         goto out_store;
     rv =
         store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "train: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         goto out_store;
     }
     ts = calloc(n ? n : 1, sizeof(*ts));
     if (!ts) {
-        rv = fail(1, "train: out of memory");
+        rv = ctl_fail(1, "train: out of memory");
         goto out_samples;
     }
     for (i = 0; i < n; i++)
@@ -681,7 +698,7 @@ static int cmd_train(const struct opts *o)
     catch_stop_signals();
     rv = net_train(&tp, ts, n, prof.name, prof.batch_size, &m, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "train: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         goto out_samples;
     }
     if (stop_requested) {
@@ -691,7 +708,7 @@ static int cmd_train(const struct opts *o)
     }
     rv = net_serialize(m, &img, &len);
     if (rv != 0) {
-        rv = fail(1, "train: out of memory");
+        rv = ctl_fail(1, "train: out of memory");
         goto out_model;
     }
     memset(&sm, 0, sizeof(sm));
@@ -709,11 +726,11 @@ static int cmd_train(const struct opts *o)
     if (rv == 0 && o->activate)
         rv = store_model_activate(st, id, NULL, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "train: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         goto out_image;
     }
     if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0) {
-        rv = fail(exit_for(rv), "train: --out: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
         goto out_image;
     }
     printf("model %lld for profile %s%s\n"
@@ -727,7 +744,7 @@ static int cmd_train(const struct opts *o)
            100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
            (int)m->metrics.epochs, (int)m->metrics.best_epoch,
            (unsigned long long)m->metrics.seed);
-    rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+    rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 
 out_image:
     free(img);
@@ -750,7 +767,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* How well a model predicts the measured samples of a store: the held-out
  * check for samples measured after it was trained. */
-static int cmd_score(const struct opts *o)
+static int cmd_score(const struct ctl_opts *o)
 {
     struct store *st = NULL;
     struct store_profile prof;
@@ -763,36 +780,36 @@ static int cmd_score(const struct opts *o)
     int rv;
 
     if (o->db == NULL)
-        return fail(EXIT_USAGE, "score: --db is required");
+        return ctl_fail(EXIT_USAGE, "score: --db is required");
     rv = load_model(o, "score", &net, &owned);
     if (rv != 0)
         return rv;
     rv = store_open(o->db, STORE_OPEN_READONLY, &st, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "score: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_model;
     }
     rv = pick_profile(st, o->profile ? o->profile : net->profile, &prof);
     if (rv != 0)
         goto out_store;
     if (net_check_profile(net, prof.name, &d) != 0) {
-        rv = fail(EXIT_USAGE, "score: %s", d.msg);
+        rv = ctl_fail(EXIT_USAGE, "score: %s", d.msg);
         goto out_store;
     }
     rv =
         store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
     if (rv != 0) {
-        rv = fail(exit_for(rv), "score: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_store;
     }
     if (n == 0) {
-        rv = fail(EXIT_USAGE, "score: profile %s has no compute samples",
-                  prof.name);
+        rv = ctl_fail(EXIT_USAGE, "score: profile %s has no compute samples",
+                      prof.name);
         goto out_samples;
     }
     ape = malloc(n * sizeof(*ape));
     if (!ape) {
-        rv = fail(1, "score: out of memory");
+        rv = ctl_fail(1, "score: out of memory");
         goto out_samples;
     }
     for (i = 0; i < n; i++) {
@@ -807,7 +824,7 @@ static int cmd_score(const struct opts *o)
            o->model ? o->model : "(embedded)", n, prof.name,
            100 * sum / (double)n, 100 * ape[n / 2],
            100 * ape[(size_t)(0.9 * (double)(n - 1))]);
-    rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+    rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     free(ape);
 out_samples:
     store_samples_free(smp, n);
@@ -818,7 +835,7 @@ out_model:
     return rv;
 }
 
-static int cmd_eval(const struct opts *o)
+static int cmd_eval(const struct ctl_opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
     const struct kern_backend *be;
@@ -832,20 +849,20 @@ static int cmd_eval(const struct opts *o)
     int rv;
 
     if (o->tables == NULL || o->plan == NULL)
-        return fail(EXIT_USAGE, "eval: --tables and --plan are required");
+        return ctl_fail(EXIT_USAGE, "eval: --tables and --plan are required");
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
-        return fail(EXIT_USAGE, "eval: --optimizer \"%s\" is unknown",
-                    o->optimizer);
+        return ctl_fail(EXIT_USAGE, "eval: --optimizer \"%s\" is unknown",
+                        o->optimizer);
     be = pick_backend(o->backend);
     if (be == NULL)
         return EXIT_USAGE;
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
     if (rv != 0)
-        return fail(exit_for(rv), "eval: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
     rv = json_read_plan(o->plan, tables, n, &p, &d);
     if (rv != 0) {
         free(tables);
-        return fail(exit_for(rv), "eval: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
     }
     /* Without --mem-gb the plan is measured whatever memory it needs. */
     topology_default(&topo, p.ndevices,
@@ -869,11 +886,12 @@ static int cmd_eval(const struct opts *o)
     p.algorithm = "eval";
     if (o->json) {
         text = json_plan(&p, tables);
-        rv = text ? write_output(o->out, text) : fail(1, "eval: out of memory");
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "eval: out of memory");
         free(text);
     } else {
         format_plan_text(stdout, &p, tables, n, &topo);
-        rv = fflush(stdout) == 0 ? 0 : fail(1, "cannot write to stdout");
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
     plan_destroy(&p);
     free(tables);
@@ -882,12 +900,24 @@ static int cmd_eval(const struct opts *o)
 out_usage:
     plan_destroy(&p);
     free(tables);
-    return fail(exit_for(rv), "eval: %s", d.msg);
+    return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
 }
+
+/* The offline commands: run in this process, no daemon needed. */
+static const struct {
+    const char *name;
+    int (*run)(const struct ctl_opts *o);
+} offline_cmds[] = {
+    {"gen-tables", cmd_gen_tables}, {"gen-tasks", cmd_gen_tasks},
+    {"profile", cmd_profile},       {"train", cmd_train},
+    {"score", cmd_score},           {"eval", cmd_eval},
+};
 
 int main(int argc, char **argv)
 {
-    struct opts o;
+    struct ctl_opts o;
+    bool handled;
+    size_t k;
     int rv;
 
     memset(&o, 0, sizeof(o));
@@ -899,23 +929,28 @@ int main(int argc, char **argv)
         fputs(usage_text, stdout);
         return 0;
     }
-    rv = parse_opts(argc, argv, 2, &o);
+    rv = parse_opts(argc, argv, 1, &o);
     if (rv != 0)
         return rv;
-    if (strcmp(argv[1], "gen-tables") == 0)
-        return cmd_gen_tables(&o);
-    if (strcmp(argv[1], "gen-tasks") == 0)
-        return cmd_gen_tasks(&o);
-    if (strcmp(argv[1], "plan") == 0)
+    if (o.nargs == 0)
+        return ctl_fail(EXIT_USAGE, "no command (see shardctl --help)");
+    for (k = 0; k < sizeof(offline_cmds) / sizeof(offline_cmds[0]); k++) {
+        if (strcmp(o.args[0], offline_cmds[k].name) != 0)
+            continue;
+        if (o.nargs > 1)
+            return ctl_fail(EXIT_USAGE, "%s: unexpected argument \"%s\"",
+                            o.args[0], o.args[1]);
+        return offline_cmds[k].run(&o);
+    }
+    if (strcmp(o.args[0], "plan") == 0 && o.offline) {
+        if (o.nargs > 1)
+            return ctl_fail(EXIT_USAGE, "plan: unexpected argument \"%s\"",
+                            o.args[1]);
         return cmd_plan(&o);
-    if (strcmp(argv[1], "profile") == 0)
-        return cmd_profile(&o);
-    if (strcmp(argv[1], "train") == 0)
-        return cmd_train(&o);
-    if (strcmp(argv[1], "score") == 0)
-        return cmd_score(&o);
-    if (strcmp(argv[1], "eval") == 0)
-        return cmd_eval(&o);
-    return fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",
-                argv[1]);
+    }
+    rv = online_run(&o, &handled);
+    if (handled)
+        return rv;
+    return ctl_fail(EXIT_USAGE, "unknown command \"%s\" (see shardctl --help)",
+                    o.args[0]);
 }

@@ -1,0 +1,309 @@
+#!/bin/sh
+# shardctl's online mode against a real shardd on a private unix socket:
+# online plans equal offline ones (JSON, text and TorchRec formats), estimate
+# agrees with the plan it costs, and failures keep the exit-status contract
+# (2 for bad input, 1 for an unreachable daemon; one message on stderr,
+# nothing on stdout).  The Admin and health commands are checked when the
+# daemon serves them (its --help mentions --data-dir).
+# usage: test_online.sh PATH/TO/shardctl PATH/TO/shardd
+set -u
+CTL=$1
+SHARDD=$2
+DIR=$(mktemp -d)
+PID=
+cleanup() {
+    if [ -n "$PID" ]; then
+        kill "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+    fi
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+ADDR="unix:$DIR/shardd.sock"
+# Globals go before the command too; SHARDD_ADDR is the fallback.
+ctl() { "$CTL" --addr "$ADDR" "$@"; }
+
+# expect_fail CODE WORDS ARGS...: shardctl exits CODE, prints nothing on
+# stdout and one line on stderr that contains WORDS.
+expect_fail() {
+    code=$1 words=$2
+    shift 2
+    "$CTL" "$@" >"$DIR/out" 2>"$DIR/err"
+    rc=$?
+    if [ "$rc" -ne "$code" ]; then
+        bad "exit $rc, want $code: shardctl $* ($(cat "$DIR/err"))"
+    elif [ -s "$DIR/out" ]; then
+        bad "stdout not empty: shardctl $*"
+    elif [ "$(wc -l <"$DIR/err")" -ne 1 ]; then
+        bad "want one message: shardctl $*: $(cat "$DIR/err")"
+    elif ! grep -qF -- "$words" "$DIR/err"; then
+        bad "message lacks '$words': $(cat "$DIR/err")"
+    else
+        ok
+    fi
+}
+
+json_check() { # FILE PYTHON-EXPRESSION (on d)
+    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
+        ok
+    else
+        bad "json check failed on $1: $2"
+    fi
+}
+
+# --- start the daemon ---------------------------------------------------------
+ADMIN=no
+set -- --listen "$ADDR"
+"$SHARDD" --help >"$DIR/help" 2>&1
+if grep -q -- '--data-dir' "$DIR/help"; then
+    ADMIN=yes
+    mkdir -p "$DIR/data"
+    set -- "$@" --data-dir "$DIR/data"
+fi
+# The background profiler would take the test's two slow cores: it stays
+# on (pause and resume are tested) but never finds the devices idle.
+if grep -q -- '--profiler-idle-ms' "$DIR/help"; then
+    set -- "$@" --profiler-idle-ms 3600000
+fi
+"$SHARDD" "$@" >"$DIR/shardd.log" 2>&1 &
+PID=$!
+# Up when it answers health, or at least answers (an older daemon has no
+# health service: UNIMPLEMENTED still proves it is serving).
+up=no
+i=0
+while [ $i -lt 100 ]; do
+    if ctl health --timeout-s 2 >/dev/null 2>"$DIR/err" ||
+        ! grep -q 'cannot reach' "$DIR/err"; then
+        up=yes
+        break
+    fi
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.2
+    i=$((i + 1))
+done
+if [ "$up" != yes ]; then
+    echo "FAIL: shardd did not come up: $(cat "$DIR/err")" >&2
+    cat "$DIR/shardd.log" >&2
+    exit 1
+fi
+
+# --- plan: online equals offline ------------------------------------------------
+"$CTL" gen-tables --count 40 --seed 1 --batch-size 4096 --out "$DIR/t.json" &&
+    ok || bad "gen-tables"
+
+# same_plan OFFLINE ONLINE: the two plan JSONs are equal except the figures
+# the daemon's API does not carry (null online: the drivers' own costs, and
+# the search's states, beam levels and local moves) and the search time,
+# which is a measurement.  Everything else, costs included, is bit-equal:
+# the daemon runs the same planner with the same embedded model.
+same_plan() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:3])
+def strip(d, online):
+    s = d.get("search")
+    if s is not None:
+        for k in ("time_ms", "states", "beam_levels", "local_moves"):
+            v = s.pop(k)
+            assert (v is None) == (online and k != "time_ms"), (k, v)
+    for dr in d.get("explanation", {}).get("drivers", []):
+        v = dr.pop("cost_ms")
+        assert (v is None) == online, v
+    return d
+a, b = strip(off, False), strip(on, True)
+if a != b:
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            print("differs at", k, ":", json.dumps(a.get(k))[:300], "vs",
+                  json.dumps(b.get(k))[:300], file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+# The first case is the issue's contract word for word: no batch size, so
+# both sides plan at the cost model's own batch.
+P0="--tables $DIR/t.json --devices 4"
+for args in "--mem-gb 8" \
+    "--mem-gb 8 --batch-size 4096 --alg neuroshard" \
+    "--mem-gb 8 --batch-size 4096 --alg torchrec_greedy" \
+    "--mem-gb 8 --batch-size 65536 --alg size_greedy" \
+    "--mem-gb 24 --batch-size 4096 --alg random --seed 7 --no-splits --optimizer adam --devices-per-host 2" \
+    "--mem-gb 16 --batch-size 4096 --alg neuroshard --no-splits --optimizer rowwise_adagrad"; do
+    # shellcheck disable=SC2086 # word splitting of the option lists wanted
+    if "$CTL" plan --offline $P0 $args --json >"$DIR/off.json" 2>"$DIR/err" &&
+        ctl plan $P0 $args --json >"$DIR/on.json" 2>>"$DIR/err"; then
+        same_plan "$DIR/off.json" "$DIR/on.json" && ok ||
+            bad "online plan differs from offline: $args"
+    else
+        bad "plan $args: $(cat "$DIR/err")"
+    fi
+done
+json_check "$DIR/on.json" "d['algorithm'] == 'neuroshard' and d['search']['greedy_runs'] >= 1 and d['search']['column_splits'] == 0"
+P="$P0 --mem-gb 8 --batch-size 4096"
+
+# The human report: equal but for the lines with figures the API lacks.
+# shellcheck disable=SC2086
+"$CTL" plan --offline $P >"$DIR/off.txt" 2>"$DIR/err" &&
+    SHARDD_ADDR=$ADDR "$CTL" plan $P >"$DIR/on.txt" 2>>"$DIR/err" ||
+    bad "plan text: $(cat "$DIR/err")"
+grep -v '^search: \|^why: ' "$DIR/off.txt" >"$DIR/off.cut"
+grep -v '^search: \|^why: ' "$DIR/on.txt" >"$DIR/on.cut"
+cmp -s "$DIR/off.cut" "$DIR/on.cut" && ok ||
+    bad "plan text differs: $(diff "$DIR/off.cut" "$DIR/on.cut" | head -5)"
+grep -q '^why: device [0-9]* is the slowest; driven by table_' "$DIR/on.txt" &&
+    grep -q '^search: .* greedy runs, [0-9]* column splits' "$DIR/on.txt" &&
+    ok || bad "online text lacks why/search: $(tail -4 "$DIR/on.txt")"
+
+# TorchRec's format, through --out.
+# shellcheck disable=SC2086
+"$CTL" plan --offline $P --torchrec --out "$DIR/off.trec" &&
+    ctl plan $P --torchrec --out "$DIR/on.trec" &&
+    cmp -s "$DIR/off.trec" "$DIR/on.trec" && ok || bad "--torchrec differs"
+
+# --- estimate: costs the placement it is given ---------------------------------
+# shellcheck disable=SC2086
+"$CTL" plan --offline $P --alg size_greedy --json --out "$DIR/sg.json" || bad "sg"
+if ctl estimate --tables "$DIR/t.json" --plan "$DIR/sg.json" --mem-gb 8 \
+    --batch-size 4096 --json >"$DIR/est.json" 2>"$DIR/err"; then
+    ok
+    python3 - "$DIR/sg.json" "$DIR/est.json" <<'PY' && ok || bad "estimate disagrees with the plan"
+import json, sys
+plan, est = (json.load(open(p)) for p in sys.argv[1:3])
+assert est["fits_memory"] is True
+assert est["plan_cost_ms"] == plan["plan_cost_ms"], (est["plan_cost_ms"], plan["plan_cost_ms"])
+assert len(est["devices"]) == len(plan["devices"])
+for e, p in zip(est["devices"], plan["devices"]):
+    assert e["device"] == p["id"] and e["memory_bytes"] == p["memory_bytes"]
+    assert e["total_ms"] == p["cost_ms"]["total"]
+assert est["basis"]["comm_model"] == plan["comm_model"]
+PY
+else
+    bad "estimate: $(cat "$DIR/err")"
+fi
+ctl estimate --tables "$DIR/t.json" --plan "$DIR/sg.json" --mem-gb 8 \
+    --batch-size 4096 >"$DIR/est.txt" 2>"$DIR/err" &&
+    grep -q '^plan: estimate, 40 tables' "$DIR/est.txt" &&
+    grep -q '^memory: every device fits' "$DIR/est.txt" && ok ||
+    bad "estimate text: $(cat "$DIR/err" "$DIR/est.txt")"
+# Too little memory is costed, not refused, and said.
+ctl estimate --tables "$DIR/t.json" --plan "$DIR/sg.json" --mem-gb 1 \
+    --batch-size 4096 >"$DIR/est.txt" 2>"$DIR/err" &&
+    grep -q '^memory: over capacity on device 0' "$DIR/est.txt" && ok ||
+    bad "estimate over capacity: $(cat "$DIR/err" "$DIR/est.txt")"
+
+# --- failures keep the contract ------------------------------------------------
+B='[0.5,0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]'
+printf '{"tables":[{"name":"x","rows":9,"dim":8,"pooling_factor":1,"bins":%s},{"name":"y","rows":9,"dim":30,"pooling_factor":1,"bins":%s}]}' \
+    "$B" "$B" >"$DIR/bad.json"
+expect_fail 2 'tables[1] "y": dim 30 is not a multiple of 4' \
+    --addr "$ADDR" plan --tables "$DIR/bad.json" --devices 2 --mem-gb 1
+printf '{"tables":[{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":%s}]}' \
+    "$B" >"$DIR/huge.json"
+# Refused by the daemon (RESOURCE_EXHAUSTED): exit 2, its message.
+expect_fail 2 'table "huge": needs 51200000000 bytes' --addr "$ADDR" plan \
+    --tables "$DIR/huge.json" --devices 2 --mem-gb 1 --alg size_greedy
+expect_fail 2 'algorithm "best" is unknown' --addr "$ADDR" plan \
+    --tables "$DIR/t.json" --devices 2 --mem-gb 8 --alg best
+expect_fail 2 'devices_per_host' --addr "$ADDR" plan --tables "$DIR/t.json" \
+    --devices 4 --devices-per-host 3 --mem-gb 8
+expect_fail 2 '--model, --threads work only with --offline' --addr "$ADDR" \
+    plan --tables "$DIR/t.json" --devices 2 --mem-gb 8 --model m --threads 2
+expect_fail 2 'No such file' --addr "$ADDR" plan --tables "$DIR/missing.json" \
+    --devices 2 --mem-gb 1
+expect_fail 1 "cannot reach shardd at unix:$DIR/nope.sock: is it running?" \
+    --addr "unix:$DIR/nope.sock" plan --tables "$DIR/t.json" --devices 2 \
+    --mem-gb 8
+expect_fail 1 "cannot reach shardd at unix:$DIR/nope.sock: is it running?" \
+    status --addr "unix:$DIR/nope.sock"
+expect_fail 2 'missing argument' --addr "$ADDR" job
+expect_fail 2 'unexpected argument "x"' --addr "$ADDR" status x
+expect_fail 2 'neither pause nor resume' --addr "$ADDR" profiler stop
+expect_fail 2 '--token and --token-file' --addr "$ADDR" status --token a \
+    --token-file "$DIR/t.json"
+
+# --- admin and health (when the daemon serves them) -----------------------------
+if [ "$ADMIN" = yes ]; then
+    ctl health >"$DIR/out" 2>"$DIR/err" && grep -qx SERVING "$DIR/out" && ok ||
+        bad "health: $(cat "$DIR/err")"
+    ctl health shardd.v1.Planner --json >"$DIR/h.json" 2>"$DIR/err" && ok ||
+        bad "health Planner: $(cat "$DIR/err")"
+    json_check "$DIR/h.json" "d == {'status': 'SERVING'}"
+    expect_fail 2 '' --addr "$ADDR" health no.such.Service
+    ctl status --json >"$DIR/s.json" 2>"$DIR/err" && ok ||
+        bad "status: $(cat "$DIR/err")"
+    json_check "$DIR/s.json" "d['version'] != '' and d['backend'] in ('cpu', 'cuda') and d['profiler'].startswith('PROFILER_STATE_')"
+    ctl status >"$DIR/out" 2>"$DIR/err" && grep -q '^shardd .* up ' "$DIR/out" &&
+        ok || bad "status text: $(cat "$DIR/err" "$DIR/out")"
+    ctl models --json >"$DIR/m.json" 2>"$DIR/err" && ok ||
+        bad "models: $(cat "$DIR/err")"
+    json_check "$DIR/m.json" "isinstance(d['models'], list)"
+    ctl models --limit 1 >"$DIR/out" 2>"$DIR/err" && ok ||
+        bad "models text: $(cat "$DIR/err")"
+    expect_fail 2 '' --addr "$ADDR" job no-such-job
+    expect_fail 2 '' --addr "$ADDR" job no-such-job --watch
+    expect_fail 2 '' --addr "$ADDR" activate no-such-version
+    # Pausing works, or is refused because no profiler runs here.
+    ctl profiler pause >"$DIR/out" 2>"$DIR/err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^profiler: paused' "$DIR/out"; then
+        ctl profiler resume >"$DIR/out" 2>"$DIR/err" &&
+            grep -q '^profiler: running' "$DIR/out" && ok ||
+            bad "profiler resume: $(cat "$DIR/err" "$DIR/out")"
+    elif [ $rc -eq 2 ] && [ ! -s "$DIR/out" ]; then
+        ok
+    else
+        bad "profiler pause: exit $rc: $(cat "$DIR/err" "$DIR/out")"
+    fi
+    # A forced retrain: a job that ends; watched to its end.
+    ctl retrain --force --wait --json >"$DIR/j.json" 2>"$DIR/err"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        json_check "$DIR/j.json" "d['state'] == 'JOB_STATE_SUCCEEDED' and d['progress'] == 1"
+    elif [ $rc -eq 1 ] && grep -q "^shardctl: job .* failed: " "$DIR/err"; then
+        ok # no samples to train on: the job fails and says why
+    elif [ $rc -eq 2 ] && [ ! -s "$DIR/j.json" ]; then
+        ok # refused up front (e.g. nothing to train on)
+    else
+        bad "retrain --wait: exit $rc: $(cat "$DIR/err")"
+    fi
+    # With samples in the daemon's store (measured by offline profile, a
+    # few tiny shards on the cpu), a retrain runs: watch it, then activate
+    # the model it made.
+    if [ -f "$DIR/data/shardd.db" ] &&
+        "$CTL" profile --db "$DIR/data/shardd.db" --samples 25 --backend cpu \
+            --batch-size 4096 --max-gb 0.01 --warmup 0 --repeats 1 \
+            >/dev/null 2>"$DIR/prof.err"; then
+        PROF=$(sed -n 's/^profile \(.*\): [0-9]* samples added.*/\1/p' \
+            "$DIR/prof.err")
+        ctl retrain --profile "$PROF" --wait --json >"$DIR/j.json" \
+            2>"$DIR/err" && ok || bad "retrain $PROF: $(cat "$DIR/err")"
+        json_check "$DIR/j.json" "d['state'] == 'JOB_STATE_SUCCEEDED' and d['progress'] == 1 and d['result_model_version'] != '' and d['kind'] == 'JOB_KIND_RETRAIN'"
+        JOB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$DIR/j.json")
+        VER=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["result_model_version"])' "$DIR/j.json")
+        # Watching a finished job: its state, then the end (a log line).
+        ctl job "$JOB" --watch >"$DIR/out" 2>"$DIR/err" &&
+            grep -q "^job $JOB: retrain of profile .*, succeeded" "$DIR/out" &&
+            grep -q "^job $JOB: succeeded 100%" "$DIR/err" && ok ||
+            bad "job --watch: $(cat "$DIR/err" "$DIR/out")"
+        ctl job "$JOB" >"$DIR/out" 2>"$DIR/err" &&
+            grep -q "model: $VER" "$DIR/out" && ok ||
+            bad "job: $(cat "$DIR/err" "$DIR/out")"
+        ctl activate "$VER" >"$DIR/out" 2>"$DIR/err" &&
+            grep -q "^model $VER is active for profile $PROF" "$DIR/out" &&
+            ok || bad "activate: $(cat "$DIR/err" "$DIR/out")"
+        ctl models --profile "$PROF" --json >"$DIR/m.json" 2>"$DIR/err" ||
+            bad "models --profile: $(cat "$DIR/err")"
+        json_check "$DIR/m.json" "[m['version'] for m in d['models'] if m['active']] == ['$VER']"
+    else
+        bad "profile into the daemon's store: $(cat "$DIR/prof.err")"
+    fi
+fi
+
+echo "$pass passed, $fail failed (admin checks: $ADMIN)"
+[ "$fail" -eq 0 ]
