@@ -177,6 +177,8 @@ struct svc {
     pthread_cond_t prof_cv;
     bool prof_paused, prof_stopping;
     volatile sig_atomic_t prof_abort; /* a request arrived: step aside */
+    atomic_llong prof_abort_ms;       /* when it was first raised (mono) */
+    atomic_bool prof_measuring;       /* a measurement is under way */
     struct svc_proposal *proposals;   /* ring of SVC_PROPOSALS_MAX */
     size_t nproposals, proposals_next;
     uint64_t prof_measured;   /* samples this daemon measured */

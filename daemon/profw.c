@@ -166,16 +166,34 @@ static int measure_proposal(struct svc *s, struct store *st,
     return store_sample_add(st, &smp, NULL, d);
 }
 
-/* The next random samples of the profile (prof_run resumes its sequence). */
+/* The parameters of the random samples: those of `shardctl profile`. */
+static void random_params(struct svc *s, struct prof_run_params *p)
+{
+    prof_run_params_default(p);
+    p->be = s->be;
+    p->device = 0;
+    p->batch_size = s->cfg.profiler_batch;
+}
+
+/*
+ * The next random samples of the profile (prof_run resumes its sequence),
+ * drawn from *pool, made on first use and kept for the thread's life.
+ */
 static int measure_random(struct svc *s, struct store *st, uint64_t target,
-                          struct prof_run_result *res, struct sd_diag *d)
+                          struct table **pool, struct prof_run_result *res,
+                          struct sd_diag *d)
 {
     struct prof_run_params p;
+    int rv;
 
-    prof_run_params_default(&p);
-    p.be = s->be;
-    p.device = 0;
-    p.batch_size = s->cfg.profiler_batch;
+    random_params(s, &p);
+    if (*pool == NULL) {
+        rv = prof_make_pool(&p, pool);
+        if (rv != 0)
+            return sd_diag_set(d, rv, "making the table pool: %s",
+                               sd_strerror(rv));
+    }
+    p.pool = *pool;
     p.target_samples = target;
     p.shape.max_bytes = PROFW_MAX_BYTES;
     p.commit_every = 1; /* a kill loses at most the sample being timed */
@@ -191,10 +209,11 @@ static void *prof_main(void *arg)
     struct svc_proposal pr;
     struct prof_run_result res;
     struct kern_timing_opts topts;
+    struct table *pool = NULL;
     struct timespec until;
     struct sd_diag d;
     uint64_t target;
-    bool have_proposal;
+    bool have_proposal, enabled;
     int rv;
 
     /* Measuring must never slow a plan down: lowest priority (per thread
@@ -209,6 +228,18 @@ static void *prof_main(void *arg)
     }
     kern_timing_opts_default(&topts);
     topts.abort = &s->prof_abort;
+    /* The table pool (about a second of CPU, at nice 19) is made up front,
+     * not at the first idle moment where it could not step aside. */
+    pthread_mutex_lock(&s->mu);
+    enabled = s->cfg.profiler;
+    pthread_mutex_unlock(&s->mu);
+    if (enabled) {
+        struct prof_run_params p;
+
+        random_params(s, &p);
+        if (prof_make_pool(&p, &pool) != 0)
+            pool = NULL; /* measure_random() retries and reports */
+    }
     pthread_mutex_lock(&s->mu);
     while (!s->prof_stopping) {
         if (!may_measure(s)) {
@@ -241,13 +272,21 @@ static void *prof_main(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         memset(&res, 0, sizeof(res));
+        atomic_store(&s->prof_abort_ms, 0);
+        atomic_store(&s->prof_measuring, true);
         if (have_proposal) {
             rv = measure_proposal(s, st, &pr, &topts, &d);
             if (rv == 0)
                 res.added = 1;
         } else {
-            rv = measure_random(s, st, target, &res, &d);
+            rv = measure_random(s, st, target, &pool, &res, &d);
         }
+        atomic_store(&s->prof_measuring, false);
+        if (atomic_load(&s->prof_abort_ms) != 0)
+            svc_log(SVC_LOG_DEBUG,
+                    "profiler: stepped aside for a request "
+                    "in %lld ms\n",
+                    (long long)(svc_now_ms() - atomic_load(&s->prof_abort_ms)));
         if (rv != 0 && rv != SD_ECANCELED)
             svc_log(SVC_LOG_ERROR, "profiler: %s\n", d.msg);
 
@@ -265,6 +304,7 @@ static void *prof_main(void *arg)
         }
     }
     pthread_mutex_unlock(&s->mu);
+    free(pool);
     store_close(st);
     return NULL;
 }

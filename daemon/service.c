@@ -158,6 +158,8 @@ int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
     pthread_cond_init(&s->prof_cv, NULL);
     atomic_init(&s->inflight, 0);
     atomic_init(&s->last_request_ms, 0);
+    atomic_init(&s->prof_abort_ms, 0);
+    atomic_init(&s->prof_measuring, false);
     atomic_init(&s->draining, false);
 
     if ((size_t)snprintf(s->db_path, sizeof(s->db_path), "%s/shardd.db",
@@ -251,7 +253,11 @@ void svc_reconfigure(struct svc *s, const struct svc_config *cfg)
 void svc_busy_begin(struct svc *s)
 {
     atomic_fetch_add(&s->inflight, 1);
-    s->prof_abort = 1; /* the profiler drops its measurement */
+    /* The profiler drops its measurement; the time is kept to log how
+     * long it took to step aside. */
+    if (atomic_load(&s->prof_measuring) && !s->prof_abort)
+        atomic_store(&s->prof_abort_ms, svc_now_ms());
+    s->prof_abort = 1;
 }
 
 void svc_busy_end(struct svc *s)

@@ -120,15 +120,20 @@ static int measure_sample(const struct prof_run_params *p,
                            (unsigned long long)p->shape.max_bytes);
     memset(traces, 0, sizeof(traces));
     for (j = 0; j < k && rv == 0; j++) {
+        /* Making traces takes a while too: a stop is honoured here. */
+        if (p->stop != NULL && *p->stop) {
+            rv = SD_ECANCELED;
+            break;
+        }
         rv = synth_trace(sp, idx[j], &traces[j]);
         items[j].trace = &traces[j];
         items[j].cols = dims[j];
         s->tables[j] = pool[idx[j]];
         s->tables[j].dim = dims[j];
     }
-    if (rv != 0)
+    if (rv != 0 && rv != SD_ECANCELED)
         sd_diag_set(d, rv, "generating a trace: %s", sd_strerror(rv));
-    else
+    else if (rv == 0)
         rv = prof_measure_shard(p->be, p->device, items, k, &p->timing, &tm, d);
     for (j = 0; j < k; j++)
         trace_destroy(&traces[j]);
@@ -138,6 +143,25 @@ static int measure_sample(const struct prof_run_params *p,
     s->measured_ms = tm.median_ms;
     s->spread_ms = tm.p90_ms - tm.p10_ms;
     return 0;
+}
+
+/* The pool's features are computed at the profile's batch, so they
+ * describe the very lookups that are timed. */
+static void pool_params(const struct prof_run_params *p,
+                        struct synth_params *sp)
+{
+    synth_params_default(sp);
+    sp->count = p->pool_tables;
+    sp->seed = p->seed;
+    sp->batch_size = p->batch_size;
+}
+
+int prof_make_pool(const struct prof_run_params *p, struct table **out)
+{
+    struct synth_params sp;
+
+    pool_params(p, &sp);
+    return synth_tables(&sp, 1, out);
 }
 
 int prof_run(struct store *st, const struct prof_run_params *p,
@@ -181,13 +205,11 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     if (have >= p->target_samples)
         return 0;
 
-    /* The pool's features are computed at the profile's batch, so they
-     * describe the very lookups that are timed. */
-    synth_params_default(&sp);
-    sp.count = p->pool_tables;
-    sp.seed = p->seed;
-    sp.batch_size = p->batch_size;
-    rv = synth_tables(&sp, 1, &pool);
+    pool_params(p, &sp);
+    if (p->pool != NULL)
+        pool = (struct table *)p->pool; /* borrowed: not freed below */
+    else
+        rv = synth_tables(&sp, 1, &pool);
     shard = calloc(p->shape.max_tables, sizeof(*shard));
     if (rv != 0 || shard == NULL) {
         rv = sd_diag_set(d, rv ? rv : SD_ENOMEM, "making the table pool: %s",
@@ -245,7 +267,8 @@ int prof_run(struct store *st, const struct prof_run_params *p,
 
 out_free:
     free(shard);
-    free(pool);
+    if (p->pool == NULL)
+        free(pool);
     return rv;
 }
 

@@ -65,7 +65,18 @@ struct prof_run_params {
     volatile sig_atomic_t *stop;
     prof_progress_cb progress; /* may be NULL */
     void *progress_ctx;
+    /* The table pool shards are drawn from, made by prof_make_pool() with
+     * these same params (borrowed); NULL: prof_run() makes it each call
+     * (about a second of CPU for 856 tables). */
+    const struct table *pool;
 };
+
+/*
+ * The synthetic table pool of a run (pool_tables tables of `seed`, features
+ * at batch_size): *out is owned by the caller (free()).  For callers that
+ * run prof_run() repeatedly (the daemon's profiler).
+ */
+int prof_make_pool(const struct prof_run_params *p, struct table **out);
 
 /* Defaults: device 0, batch 4096, seed 0, 856 pool tables, 8 per commit,
  * shards of 1..15 tables within half the device's memory, timing

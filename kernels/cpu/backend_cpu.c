@@ -57,7 +57,16 @@ struct cpu_shard {
     float *grad;   /* nbags x width: fixed seeded timing gradient */
     int32_t device;
     bool arena; /* holds its device's arena */
+    /* While timing: kern_timing_opts.abort, checked between tables so a
+     * long step stops early (the sample is dropped); NULL otherwise. */
+    volatile sig_atomic_t *abort;
 };
+
+/* Whether the timing was asked to stop (see cpu_shard.abort). */
+static bool shard_aborted(const struct cpu_shard *s)
+{
+    return s->abort != NULL && *s->abort;
+}
 
 /*
  * Per device, for the life of the process: the weight arena of profiling
@@ -438,7 +447,7 @@ static void forward(const struct cpu_shard *s, float *pooled)
     size_t t;
     float *out;
 
-    for (t = 0; t < s->ntables; t++) {
+    for (t = 0; t < s->ntables && !shard_aborted(s); t++) {
         tb = &s->tables[t];
         for (b = 0; b < s->nbags; b++) {
             out = pooled + b * s->width + tb->col;
@@ -469,7 +478,7 @@ static void backward_sgd(const struct cpu_shard *s, const float *grad)
     int64_t b, i, end;
     size_t t;
 
-    for (t = 0; t < s->ntables; t++) {
+    for (t = 0; t < s->ntables && !shard_aborted(s); t++) {
         tb = &s->tables[t];
         for (b = 0; b < s->nbags; b++) {
             g = grad + b * s->width + tb->col;
@@ -579,7 +588,8 @@ static int time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
         backward_sgd(s, s->grad);
         samples[r] = now_ms() - t0;
     }
-    return 0;
+    /* A step cut short by the abort is not a measurement. */
+    return aborted(o) ? SD_ECANCELED : 0;
 }
 
 /*
@@ -615,7 +625,9 @@ static int cpu_shard_time(struct kern_shard *ks,
     CPU_SET(s->core, &one);
     restore = pthread_getaffinity_np(pthread_self(), sizeof(old), &old) == 0;
     pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    s->abort = o->abort;
     rv = time_steps(s, o, samples);
+    s->abort = NULL;
     if (restore)
         pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 
