@@ -258,10 +258,14 @@ static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
     return rc->s->job_cancel != 0;
 }
 
-/* Stores model m as a new inactive version of the profile; sets *id. */
+/*
+ * Stores model m as a new inactive version of the profile and sets *id.
+ * Its validation figures are the gate's (samples it never saw, not even
+ * for early stopping), which is what ListModels reports.
+ */
 static int store_new_model(struct store *st, int64_t profile_id,
-                           const struct cost_net *m, int64_t *id,
-                           struct sd_diag *d)
+                           const struct cost_net *m, double gate_mape,
+                           size_t ngate, int64_t *id, struct sd_diag *d)
 {
     struct store_model sm;
     void *img = NULL;
@@ -274,10 +278,11 @@ static int store_new_model(struct store *st, int64_t profile_id,
     sm.info.profile_id = profile_id;
     sm.info.kind = STORE_KIND_COMPUTE;
     sm.info.format_version = NET_FORMAT_VERSION;
-    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.val_mape = gate_mape;
     sm.info.metrics.test_mape = m->metrics.test_mape;
-    sm.info.metrics.train_samples = m->metrics.train_samples;
-    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.train_samples =
+        m->metrics.train_samples + m->metrics.val_samples;
+    sm.info.metrics.val_samples = (int64_t)ngate;
     sm.info.metrics.test_samples = m->metrics.test_samples;
     sm.info.weights_bytes = len;
     sm.weights = img;
@@ -345,14 +350,13 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         end = STORE_JOB_CANCELLED;
         goto out_model;
     }
-    rv = store_new_model(rc->st, prof.id, m, model, &d);
+    /* The gate: both models on the same held-out samples. */
+    new_mape = net_mape(m, gate, ngate);
+    rv = store_new_model(rc->st, prof.id, m, new_mape, ngate, model, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
         goto out_model;
     }
-
-    /* The gate: both models on the same held-out samples. */
-    new_mape = net_mape(m, gate, ngate);
     if (models_acquire(s, prof.name, &active, &d) == 0)
         old_mape = net_mape(active->net, gate, ngate);
     end = STORE_JOB_SUCCEEDED;
