@@ -47,6 +47,9 @@
 #include "store.h"
 
 #define SVC_VERSION_MAX 32 /* "embedded", or a store model id in decimal */
+/* The plan audit keeps 30 days and at most this many records (jobs.c). */
+#define SVC_AUDIT_KEEP_MS   (30LL * 24 * 3600 * 1000)
+#define SVC_AUDIT_KEEP_ROWS 100000
 
 /* ------------------------------------------------------------------------ */
 /* Configuration of the service                                              */

@@ -414,6 +414,28 @@ static void run_job(struct svc *s, struct store *st, struct store_job *j)
             store_job_state_name(end), msg);
 }
 
+/*
+ * Keeps the plan audit bounded: records older than SVC_AUDIT_KEEP_MS go, and
+ * past SVC_AUDIT_KEEP_ROWS the oldest go (a busy daemon plans thousands of
+ * small requests a second).
+ */
+static void maintain_store(struct store *st)
+{
+    struct sd_diag d;
+    uint64_t old = 0, over = 0;
+
+    if (store_plan_audit_prune(st, svc_wall_ms() - SVC_AUDIT_KEEP_MS, &old,
+                               &d) != 0 ||
+        store_plan_audit_trim(st, SVC_AUDIT_KEEP_ROWS, &over, &d) != 0)
+        svc_log(SVC_LOG_WARN, "pruning the plan audit: %s\n", d.msg);
+    else if (old + over > 0)
+        svc_log(SVC_LOG_INFO,
+                "plan audit: %llu records older than %lld days and %llu "
+                "past the newest %d pruned\n",
+                (unsigned long long)old, SVC_AUDIT_KEEP_MS / 86400000LL,
+                (unsigned long long)over, SVC_AUDIT_KEEP_ROWS);
+}
+
 /* Queues a retrain when the schedule says so. */
 static void check_schedule(struct svc *s, struct store *st)
 {
@@ -460,6 +482,7 @@ static void *job_main(void *arg)
                 d.msg);
         return NULL;
     }
+    maintain_store(st);
     pthread_mutex_lock(&s->mu);
     while (!s->jobs_stopping) {
         size_t best = SIZE_MAX;
@@ -478,6 +501,7 @@ static void *job_main(void *arg)
         }
         if (svc_now_ms() >= next_check) {
             pthread_mutex_unlock(&s->mu);
+            maintain_store(st);
             check_schedule(s, st);
             next_check = svc_now_ms() + JOBS_SCHEDULE_MS;
             pthread_mutex_lock(&s->mu);

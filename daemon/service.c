@@ -35,8 +35,6 @@
 #define SVC_MAX_BUDGET_MS 600000
 /* A search stops this long before the client's deadline, to reply. */
 #define SVC_DEADLINE_MARGIN_MS 50
-/* Plan audit records are kept this long (pruned at start). */
-#define SVC_AUDIT_KEEP_MS (30LL * 24 * 3600 * 1000)
 
 void svc_config_default(struct svc_config *c)
 {
@@ -185,13 +183,6 @@ int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
         svc_log(SVC_LOG_INFO,
                 "%llu job(s) left unfinished by the last run marked "
                 "cancelled\n",
-                (unsigned long long)n);
-    if (store_plan_audit_prune(s->st, svc_wall_ms() - SVC_AUDIT_KEEP_MS, &n,
-                               d) == 0 &&
-        n > 0)
-        svc_log(SVC_LOG_INFO,
-                "pruned %llu plan audit records older than "
-                "30 days\n",
                 (unsigned long long)n);
     if (s->profile_id != 0)
         store_sample_count(s->st, s->profile_id, STORE_KIND_COMPUTE, 0,

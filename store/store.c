@@ -150,6 +150,7 @@ enum stmt {
     STMT_AUDIT_INSERT,
     STMT_AUDIT_GET,
     STMT_AUDIT_PRUNE,
+    STMT_AUDIT_TRIM,
     STMT_COUNT
 };
 
@@ -239,6 +240,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
                        "ntables, ndevices, plan_cost_ms, created_ms, plan "
                        "FROM plan_audit WHERE id = ?1",
     [STMT_AUDIT_PRUNE] = "DELETE FROM plan_audit WHERE created_ms < ?1",
+    [STMT_AUDIT_TRIM] = "DELETE FROM plan_audit WHERE id <= (SELECT id FROM "
+                        "plan_audit ORDER BY id DESC LIMIT 1 OFFSET ?1)",
 };
 
 struct store {
@@ -2156,6 +2159,27 @@ int store_plan_audit_get(struct store *st, int64_t id,
     *out = a;
     rv = 0;
 out_reset:
+    stmt_done(s);
+    return rv;
+}
+
+int store_plan_audit_trim(struct store *st, uint64_t keep, uint64_t *n,
+                          struct sd_diag *d)
+{
+    sqlite3_stmt *s = NULL;
+    int rv;
+
+    if (keep > INT64_MAX)
+        return sd_diag_set(d, SD_EINVAL, "keep: too large");
+    rv = check_no_batch(st, d);
+    if (rv == 0)
+        rv = stmt_get(st, STMT_AUDIT_TRIM, &s, d);
+    if (rv != 0)
+        return rv;
+    rv = step(st, s, sqlite3_bind_int64(s, 1, (int64_t)keep) != SQLITE_OK,
+              "trimming plan records", d);
+    if (rv == 0 && n != NULL)
+        *n = (uint64_t)sqlite3_changes(st->db);
     stmt_done(s);
     return rv;
 }

@@ -454,6 +454,10 @@ int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
 int store_plan_audit_get(struct store *st, int64_t id,
                          struct store_plan_audit **out, struct sd_diag *d);
 
+/* Deletes all but the newest `keep` records; sets *n (may be NULL). */
+int store_plan_audit_trim(struct store *st, uint64_t keep, uint64_t *n,
+                          struct sd_diag *d);
+
 /* Deletes records created before before_ms; sets *n (may be NULL). */
 int store_plan_audit_prune(struct store *st, int64_t before_ms, uint64_t *n,
                            struct sd_diag *d);

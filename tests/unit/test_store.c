@@ -631,6 +631,21 @@ static void test_audit(void)
     CHECK(store_plan_audit_prune(st, INT64_MAX, &n, &d) == 0 && n == 1);
     got = NULL;
     CHECK(store_plan_audit_get(st, id, &got, &d) == SD_ENOENT && got == NULL);
+
+    /* Trimming keeps the newest records: 5 put, keep 2, the last 2 stay. */
+    a.model_id = 0;
+    for (n = 0; n < 5; n++)
+        CHECK(store_plan_audit_put(st, &a, &id, &d) == 0);
+    CHECK(store_plan_audit_trim(st, 10, &n, &d) == 0 && n == 0);
+    CHECK(store_plan_audit_trim(st, 2, &n, &d) == 0 && n == 3);
+    CHECK(store_plan_audit_get(st, id, &got, &d) == 0 && got != NULL);
+    free(got);
+    got = NULL;
+    CHECK(store_plan_audit_get(st, id - 1, &got, &d) == 0 && got != NULL);
+    free(got);
+    got = NULL;
+    CHECK(store_plan_audit_get(st, id - 2, &got, &d) == SD_ENOENT);
+    CHECK(store_plan_audit_trim(st, 0, &n, &d) == 0 && n == 2);
     store_close(st);
     teardown();
 }
