@@ -1,0 +1,259 @@
+/*
+ * Fuzz target: request decoding and validation in the daemon's Planner
+ * methods (daemon/service.c), called the way the rpc layer calls them:
+ * request bytes in, response bytes or an SD_E* code with a message out.
+ *
+ * The first byte picks the method, the rest is its protobuf request:
+ *   0 mod 3: svc_plan (PlanRequest)
+ *   1 mod 3: svc_estimate (EstimateRequest)
+ *   2 mod 3: svc_health (grpc.health.v1.HealthCheckRequest)
+ *
+ * One struct svc serves every input: a store in a private directory, the
+ * embedded model, no worker threads, one search thread, a 5 ms default
+ * search budget, 256 tables at most and a 4-entry plan cache; the plan
+ * audit records are dropped every PRUNE_EVERY inputs.  A client may
+ * ask for a budget of up to 2^32 ms, so each call gets a deadline 60 ms
+ * away: the daemon cuts the search to what is left after its 50 ms reply
+ * margin, and a slow input cannot stall the fuzzer.
+ *
+ * Invariants: a refusal is one of the codes daemon.h lists with a message;
+ * a success is a response that unpacks.  A plan answers the request: one
+ * device entry per device, finite costs, and for every requested table
+ * shards on existing devices covering its columns exactly once.  An
+ * estimate has one device entry per device and finite costs.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "daemon.h"
+#include "fuzz.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "shardd/v1/planner.pb-c.h"
+
+#define DEADLINE_MS 60 /* the daemon keeps 50 for its reply */
+/* Every plan is audited into the store; dropping the records every so
+ * often keeps a million-run store small. */
+#define PRUNE_EVERY 1024
+
+static struct svc svc;
+static char dir[256];
+
+/* Frees the service and removes its store (the database and its WAL). */
+static void cleanup(void)
+{
+    char path[600];
+    struct dirent *e;
+    DIR *dp;
+
+    svc_free(&svc);
+    dp = opendir(dir);
+    if (dp != NULL) {
+        while ((e = readdir(dp)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(dp);
+    }
+    rmdir(dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    const char *base = getenv("TMPDIR");
+    struct svc_config cfg;
+    struct sd_diag d;
+    int rv;
+
+    (void)argc;
+    (void)argv;
+    if (base == NULL || base[0] == '\0')
+        base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(dir, sizeof(dir), "%s/shardd-fuzz-svc-XXXXXX", base);
+    FUZZ_CHECK(mkdtemp(dir) != NULL);
+
+    svc_config_default(&cfg);
+    cfg.data_dir = dir;
+    cfg.backend = "cpu";
+    cfg.profiler = false;
+    cfg.retrain_every_samples = 0;
+    cfg.retrain_every_hours = 0;
+    cfg.cache_entries = 4;
+    cfg.default_budget_ms = 5;
+    cfg.max_tables = 256;
+    cfg.search_threads = 1;
+    d.msg[0] = '\0';
+    rv = svc_init(&svc, &cfg, &d);
+    if (rv != 0)
+        fprintf(stderr, "fuzz_plan_request: svc_init: %s\n", d.msg);
+    FUZZ_CHECK(rv == 0);
+    atexit(cleanup);
+    return 0;
+}
+
+/* The codes daemon.h says a method returns. */
+static void check_method_refusal(int rv, const struct sd_diag *d)
+{
+    fuzz_check_refusal(rv, d);
+    FUZZ_CHECK(rv == SD_EINVAL || rv == SD_EFORMAT || rv == SD_ENOENT ||
+               rv == SD_ESTATE || rv == SD_ENOSPACE || rv == SD_ERANGE ||
+               rv == SD_ENOMEM || rv == SD_EBUSY || rv == SD_ETIMEDOUT ||
+               rv == SD_EUNSUPPORTED);
+}
+
+static void check_devices(Shardd__V1__DeviceCost *const *devs, size_t n,
+                          int32_t ndevices, double plan_cost_ms)
+{
+    size_t r;
+
+    FUZZ_CHECK(n == (size_t)ndevices);
+    FUZZ_CHECK(isfinite(plan_cost_ms) && plan_cost_ms >= 0);
+    for (r = 0; r < n; r++) {
+        if (!isfinite(devs[r]->total_ms) || devs[r]->total_ms < 0 ||
+            devs[r]->total_ms > plan_cost_ms)
+            fprintf(stderr,
+                    "device %zu: compute %g fwd %g bwd %g total %g ms, "
+                    "plan %g ms\n",
+                    r, devs[r]->compute_ms, devs[r]->fwd_comm_ms,
+                    devs[r]->bwd_comm_ms, devs[r]->total_ms, plan_cost_ms);
+        FUZZ_CHECK(devs[r]->device == (int32_t)r);
+        FUZZ_CHECK(isfinite(devs[r]->total_ms) && devs[r]->total_ms >= 0);
+        FUZZ_CHECK(devs[r]->total_ms <= plan_cost_ms);
+    }
+}
+
+/* Every column of table t, in any shard order, is placed exactly once. */
+static void check_table_cover(const Shardd__V1__Table *t,
+                              const Shardd__V1__TablePlacement *tp,
+                              int32_t ndevices)
+{
+    uint8_t *seen = calloc((size_t)t->dim, 1);
+    size_t k;
+    int32_t c;
+
+    FUZZ_CHECK(seen != NULL);
+    for (k = 0; k < tp->n_shards; k++) {
+        const Shardd__V1__Shard *sh = tp->shards[k];
+
+        FUZZ_CHECK(sh->device >= 0 && sh->device < ndevices);
+        FUZZ_CHECK(sh->col_offset >= 0 && sh->col_width > 0 &&
+                   sh->col_offset <= t->dim - sh->col_width);
+        for (c = sh->col_offset; c < sh->col_offset + sh->col_width; c++) {
+            FUZZ_CHECK(!seen[c]);
+            seen[c] = 1;
+        }
+    }
+    for (c = 0; c < t->dim; c++)
+        FUZZ_CHECK(seen[c]);
+    free(seen);
+}
+
+static void check_plan(const uint8_t *req, size_t len, const uint8_t *resp,
+                       size_t resp_len)
+{
+    Shardd__V1__PlanRequest *rq;
+    Shardd__V1__PlanResponse *rs;
+    size_t i, k;
+
+    rq = shardd__v1__plan_request__unpack(NULL, len, req);
+    rs = shardd__v1__plan_response__unpack(NULL, resp_len, resp);
+    FUZZ_CHECK(rq != NULL && rq->topology != NULL);
+    FUZZ_CHECK(rs != NULL);
+    check_devices(rs->devices, rs->n_devices, rq->topology->num_devices,
+                  rs->plan_cost_ms);
+    FUZZ_CHECK(rs->request_hash != NULL && strlen(rs->request_hash) == 16);
+    FUZZ_CHECK(rs->algorithm != NULL && rs->algorithm[0] != '\0');
+    FUZZ_CHECK(rs->n_tables == rq->n_tables);
+    for (i = 0; i < rq->n_tables; i++) {
+        const Shardd__V1__TablePlacement *tp = NULL;
+
+        /* Names are unique (the daemon validated them). */
+        for (k = 0; k < rs->n_tables && tp == NULL; k++)
+            if (strcmp(rs->tables[k]->table, rq->tables[i]->name) == 0)
+                tp = rs->tables[k];
+        FUZZ_CHECK(tp != NULL);
+        check_table_cover(rq->tables[i], tp, rq->topology->num_devices);
+    }
+    shardd__v1__plan_response__free_unpacked(rs, NULL);
+    shardd__v1__plan_request__free_unpacked(rq, NULL);
+}
+
+static void check_estimate(const uint8_t *req, size_t len, const uint8_t *resp,
+                           size_t resp_len)
+{
+    Shardd__V1__EstimateRequest *rq;
+    Shardd__V1__EstimateResponse *rs;
+
+    rq = shardd__v1__estimate_request__unpack(NULL, len, req);
+    rs = shardd__v1__estimate_response__unpack(NULL, resp_len, resp);
+    FUZZ_CHECK(rq != NULL && rq->topology != NULL);
+    FUZZ_CHECK(rs != NULL);
+    check_devices(rs->devices, rs->n_devices, rq->topology->num_devices,
+                  rs->plan_cost_ms);
+    shardd__v1__estimate_response__free_unpacked(rs, NULL);
+    shardd__v1__estimate_request__free_unpacked(rq, NULL);
+}
+
+static void check_health(const uint8_t *resp, size_t resp_len)
+{
+    Grpc__Health__V1__HealthCheckResponse *rs;
+
+    rs = grpc__health__v1__health_check_response__unpack(NULL, resp_len, resp);
+    FUZZ_CHECK(rs != NULL);
+    FUZZ_CHECK(
+        rs->status ==
+        GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+    grpc__health__v1__health_check_response__free_unpacked(rs, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const svc_method_fn methods[3] = {svc_plan, svc_estimate,
+                                             svc_health};
+    static uint64_t runs;
+    struct svc_call call;
+    struct sd_diag d;
+    uint8_t *resp = NULL, *req;
+    size_t resp_len = 0, len;
+    int which, rv;
+
+    if (size == 0)
+        return 0;
+    if (++runs % PRUNE_EVERY == 0) {
+        uint64_t n;
+
+        pthread_mutex_lock(&svc.store_mu);
+        store_plan_audit_prune(svc.st, svc_wall_ms() + 1, &n, NULL);
+        pthread_mutex_unlock(&svc.store_mu);
+    }
+    which = data[0] % 3;
+    len = size - 1;
+    /* An exact-size copy, so that a read past the end is caught. */
+    req = malloc(len ? len : 1);
+    FUZZ_CHECK(req != NULL);
+    memcpy(req, data + 1, len);
+
+    call.deadline_ms = svc_now_ms() + DEADLINE_MS;
+    d.msg[0] = '\0';
+    rv = methods[which](&svc, &call, req, len, &resp, &resp_len, &d);
+    if (rv != 0) {
+        FUZZ_CHECK(resp == NULL);
+        check_method_refusal(rv, &d);
+    } else {
+        FUZZ_CHECK(resp != NULL);
+        if (which == 0)
+            check_plan(req, len, resp, resp_len);
+        else if (which == 1)
+            check_estimate(req, len, resp, resp_len);
+        else
+            check_health(resp, resp_len);
+        free(resp);
+    }
+    free(req);
+    return 0;
+}
