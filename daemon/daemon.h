@@ -429,6 +429,7 @@ void profw_propose(struct svc *s, const struct plan *p,
 struct rpc_method {
     const char *path; /* "/shardd.v1.Planner/Plan" */
     bool admin;       /* needs the unix socket or the admin token */
+    bool draining_ok; /* still served in the lame-duck period (health) */
     svc_method_fn fn;
     svc_stream_fn stream;
 };
@@ -440,6 +441,7 @@ struct rpc_config {
     size_t nlisten;
     size_t max_message_bytes; /* largest request accepted */
     uint64_t grace_ms;        /* shutdown: in-flight calls get this long */
+    uint64_t lame_duck_ms;    /* first: new calls UNAVAILABLE this long */
     size_t max_queued; /* unary calls in flight; more: RESOURCE_EXHAUSTED */
     const struct rpc_method *methods; /* borrowed; must outlive the server */
     size_t nmethods;
@@ -460,11 +462,11 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
                      struct rpc_server **out, struct sd_diag *d);
 
 /*
- * Graceful stop (loop thread; idempotent): stops listening (new calls get
- * UNAVAILABLE), ends streams, lets unary calls in flight finish, cancels
- * those still running after the grace period, then closes every handle the
- * server put on the loop, so that uv_run() returns once nothing else is
- * left on it.
+ * Graceful stop (loop thread; idempotent): for lame_duck_ms new calls get
+ * UNAVAILABLE and streams end, then it stops listening, lets unary calls in
+ * flight finish, cancels those still running after the grace period, and
+ * closes every handle the server put on the loop, so that uv_run() returns
+ * once nothing else is left on it.
  */
 void rpc_server_shutdown(struct rpc_server *s);
 

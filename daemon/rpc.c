@@ -85,7 +85,8 @@ struct rpc_server {
     uv_timer_t grace;
 
     struct rpc_tag shutdown_tag;
-    bool stopping;    /* rpc_server_shutdown() was called */
+    bool draining;    /* rpc_server_shutdown() was called: lame duck */
+    bool stopping;    /* the gRPC server is shutting down */
     bool server_gone; /* its shutdown tag fired; server destroyed */
     bool cq_shut;     /* grpc_completion_queue_shutdown() was called */
     int live;         /* call objects not yet freed */
@@ -490,7 +491,7 @@ static void stream_poll(struct rpc_call *c)
         call_abandon(c);
         return;
     }
-    if (srv->stopping) {
+    if (srv->draining) {
         stream_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
         return;
     }
@@ -585,6 +586,13 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         request_call(srv, c->slot); /* be ready for the next one */
     watch_close(c);
 
+    /* Lame duck: answered, so that the client retries elsewhere (gRPC
+     * itself would cancel a call that races its GOAWAY). */
+    if (srv->draining && (c->slot == NULL || !c->slot->method->draining_ok)) {
+        call_reply(c, GRPC_STATUS_UNAVAILABLE,
+                   "the server is stopping; retry on another");
+        return;
+    }
     if (c->slot == NULL) {
         method = grpc_slice_to_c_string(c->details.method);
         svc_log(SVC_LOG_INFO, "unknown method %s\n", method);
@@ -838,10 +846,9 @@ fail_server:
     return rv;
 }
 
-void rpc_server_shutdown(struct rpc_server *srv)
+/* The lame-duck period is over: the gRPC server itself shuts down. */
+static void begin_shutdown(struct rpc_server *srv)
 {
-    if (srv->stopping)
-        return;
     srv->stopping = true;
     /* Stops listening and fails the pending call requests (ok = false);
      * the tag fires once the calls in flight are done. */
@@ -851,6 +858,27 @@ void rpc_server_shutdown(struct rpc_server *srv)
         grpc_server_cancel_all_calls(srv->server);
     else
         uv_timer_start(&srv->grace, on_grace_over, srv->cfg.grace_ms, 0);
+}
+
+static void on_lame_duck_over(uv_timer_t *h)
+{
+    begin_shutdown(h->data);
+}
+
+void rpc_server_shutdown(struct rpc_server *srv)
+{
+    if (srv->draining)
+        return;
+    srv->draining = true;
+    /* First a lame duck: still accepting, answering new calls UNAVAILABLE
+     * (which clients retry) while health says NOT_SERVING and the calls
+     * in flight run on.  Shutting gRPC down at once would cancel calls
+     * that race its GOAWAY on open connections (CANCELLED: not retried). */
+    if (srv->cfg.lame_duck_ms == 0 || srv->cfg.grace_ms == 0)
+        begin_shutdown(srv);
+    else
+        uv_timer_start(&srv->grace, on_lame_duck_over, srv->cfg.lame_duck_ms,
+                       0);
 }
 
 const char *rpc_server_address(const struct rpc_server *srv)

@@ -387,25 +387,22 @@ fail_tables:
 }
 
 /* A Topology double: finite and >= 0; 0 takes the default. */
-static int conv_real(double in, double dflt, const char *field, double *out,
-                     struct sd_diag *d)
+/* A topology figure: 0 is the server default, else within [lo, hi]. */
+static int conv_real(double in, double dflt, const char *field, double lo,
+                     double hi, double *out, struct sd_diag *d)
 {
     if (!isfinite(in))
         return sd_diag_set(d, SD_EINVAL, "topology.%s: not a finite number",
                            field);
-    if (in < 0)
+    if (in != 0 && (in < lo || in > hi))
         return sd_diag_set(d, SD_EINVAL,
-                           "topology.%s: %g is negative (0 = server default)",
-                           field, in);
-    *out = in > 0 ? in : dflt;
+                           "topology.%s: %g is not in [%g, %g] (0 = server "
+                           "default)",
+                           field, in, lo, hi);
+    *out = in != 0 ? in : dflt;
     return 0;
 }
 
-/*
- * Fills *out from a Topology with the server defaults applied.  The planner
- * has one capacity for every device, so per-device capacities are taken only
- * when they are all equal.
- */
 /* A backstop (all was checked above), with the batch perhaps still 0. */
 static int topology_validate_or_unset(struct topology *t, struct sd_diag *d)
 {
@@ -416,6 +413,11 @@ static int topology_validate_or_unset(struct topology *t, struct sd_diag *d)
     return topology_validate(&probe, d);
 }
 
+/*
+ * Fills *out from a Topology with the server defaults applied.  The planner
+ * has one capacity for every device, so per-device capacities are taken only
+ * when they are all equal.
+ */
 static int conv_topology(const struct svc_config *cfg,
                          const Shardd__V1__Topology *in, struct topology *out,
                          struct sd_diag *d)
@@ -484,16 +486,20 @@ static int conv_topology(const struct svc_config *cfg,
                            "[num_devices, 2^30]",
                            (long long)t.batch_size);
     rv = conv_real(in->intra_host_bw_bytes_per_ms, t.intra_host_bw,
-                   "intra_host_bw_bytes_per_ms", &t.intra_host_bw, d);
+                   "intra_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                   &t.intra_host_bw, d);
     if (rv == 0)
         rv = conv_real(in->inter_host_bw_bytes_per_ms, t.inter_host_bw,
-                       "inter_host_bw_bytes_per_ms", &t.inter_host_bw, d);
+                       "inter_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                       &t.inter_host_bw, d);
     if (rv == 0)
-        rv = conv_real(in->link_latency_ms, t.link_latency_ms,
-                       "link_latency_ms", &t.link_latency_ms, d);
+        rv =
+            conv_real(in->link_latency_ms, t.link_latency_ms, "link_latency_ms",
+                      0, TOPO_LATENCY_MAX, &t.link_latency_ms, d);
     if (rv == 0)
         rv = conv_real(in->device_mem_bw_bytes_per_ms, t.device_mem_bw,
-                       "device_mem_bw_bytes_per_ms", &t.device_mem_bw, d);
+                       "device_mem_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                       &t.device_mem_bw, d);
     if (rv == 0)
         rv = topology_validate_or_unset(&t, d);
     if (rv != 0)

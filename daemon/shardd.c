@@ -40,6 +40,9 @@
  * answers RESOURCE_EXHAUSTED: a minute's work of quick plans, not a backlog
  * that outlives its clients' deadlines. */
 #define MAX_QUEUED 1024
+/* SIGTERM: this long answering new calls UNAVAILABLE (clients and load
+ * balancers move on) before the listeners close. */
+#define LAME_DUCK_MS 500
 
 extern char **environ;
 
@@ -247,16 +250,17 @@ static void on_sighup(uv_signal_t *h, int signum)
 }
 
 static const struct rpc_method methods[] = {
-    {"/shardd.v1.Planner/Plan", false, svc_plan, NULL},
-    {"/shardd.v1.Planner/Estimate", false, svc_estimate, NULL},
-    {"/grpc.health.v1.Health/Check", false, svc_health, NULL},
-    {"/shardd.v1.Admin/GetStatus", true, admin_status, NULL},
-    {"/shardd.v1.Admin/ListModels", true, admin_list_models, NULL},
-    {"/shardd.v1.Admin/ActivateModel", true, admin_activate, NULL},
-    {"/shardd.v1.Admin/Retrain", true, admin_retrain, NULL},
-    {"/shardd.v1.Admin/GetJob", true, admin_get_job, NULL},
-    {"/shardd.v1.Admin/WatchJob", true, NULL, admin_watch_job},
-    {"/shardd.v1.Admin/SetProfiler", true, admin_set_profiler, NULL},
+    /* path, admin, draining_ok, unary, stream */
+    {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL},
+    {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL},
+    {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL},
+    {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL},
+    {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL},
+    {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL},
+    {"/shardd.v1.Admin/Retrain", true, false, admin_retrain, NULL},
+    {"/shardd.v1.Admin/GetJob", true, false, admin_get_job, NULL},
+    {"/shardd.v1.Admin/WatchJob", true, false, NULL, admin_watch_job},
+    {"/shardd.v1.Admin/SetProfiler", true, false, admin_set_profiler, NULL},
 };
 
 /*
@@ -354,6 +358,7 @@ int main(int argc, char **argv)
     rcfg.max_message_bytes = (size_t)cfg.max_message_mb << 20;
     rcfg.grace_ms = (uint64_t)cfg.grace_s * 1000;
     rcfg.max_queued = MAX_QUEUED;
+    rcfg.lame_duck_ms = LAME_DUCK_MS;
     rcfg.methods = methods;
     rcfg.nmethods = sizeof(methods) / sizeof(methods[0]);
     rcfg.svc = &svc;

@@ -26,9 +26,10 @@ void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes)
     t->device_mem_bw = BW_DEVICE_MEM;
 }
 
-static bool positive_finite(double x)
+/* A bandwidth within [TOPO_BW_MIN, TOPO_BW_MAX] (NaN is not). */
+static bool sane_bw(double x)
 {
-    return isfinite(x) && x > 0;
+    return x >= TOPO_BW_MIN && x <= TOPO_BW_MAX;
 }
 
 int topology_validate(const struct topology *t, struct sd_diag *d)
@@ -50,18 +51,18 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
                            "topology: batch_size %lld is not in [devices, "
                            "2^30]",
                            (long long)t->batch_size);
-    if (!positive_finite(t->intra_host_bw))
+    if (!sane_bw(t->intra_host_bw) || !sane_bw(t->inter_host_bw) ||
+        !sane_bw(t->device_mem_bw))
         return sd_diag_set(d, SD_EINVAL,
-                           "topology: intra_host_bw must be positive");
-    if (!positive_finite(t->inter_host_bw))
+                           "topology: intra_host_bw %g, inter_host_bw %g, "
+                           "device_mem_bw %g: each must be in [%g, %g] "
+                           "bytes/ms",
+                           t->intra_host_bw, t->inter_host_bw, t->device_mem_bw,
+                           TOPO_BW_MIN, TOPO_BW_MAX);
+    if (!(t->link_latency_ms >= 0 && t->link_latency_ms <= TOPO_LATENCY_MAX))
         return sd_diag_set(d, SD_EINVAL,
-                           "topology: inter_host_bw must be positive");
-    if (!positive_finite(t->device_mem_bw))
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology: device_mem_bw must be positive");
-    if (!isfinite(t->link_latency_ms) || t->link_latency_ms < 0)
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology: link_latency_ms must be >= 0");
+                           "topology: link_latency_ms %g is not in [0, %g]",
+                           t->link_latency_ms, TOPO_LATENCY_MAX);
     return 0;
 }
 

@@ -261,6 +261,11 @@ int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
 /* Topology and options (plan.c)                                             */
 
 #define TOPO_DEVICES_MAX 4096
+/* Sane ranges of the link figures: outside them a cost overflows or means
+ * nothing (a subnormal bandwidth made comm costs inf, then NaN). */
+#define TOPO_BW_MIN      1.0  /* bytes per ms: 1 kB/s */
+#define TOPO_BW_MAX      1e15 /* bytes per ms: 1 EB/s */
+#define TOPO_LATENCY_MAX 1e6  /* ms */
 
 struct topology {
     int32_t ndevices;
