@@ -1,0 +1,308 @@
+"""Helpers for the shardd integration tests (tests/integration/test_rpc.py).
+
+Generates the Python protobuf modules of proto/ into a temporary directory,
+starts and stops the real shardd binary on a free TCP port and a private
+unix socket, and wraps gRPC calls by method path (so that unknown methods
+can be called too).
+
+Only the standard library, python3-grpcio, python3-grpc-tools and
+python3-protobuf (Debian packages) are used.
+"""
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Filled by load_protos(): the generated modules.
+types_pb2 = planner_pb2 = admin_pb2 = health_pb2 = None
+
+_PROTO_DIR = None
+
+
+def load_protos():
+    """Compiles proto/ into a temp dir and imports the modules.
+
+    proto/grpc/health/v1/health.proto is copied to healthcheck/health.proto
+    first: compiled in place it would make a Python package `grpc` that
+    shadows the real one.  Its proto package stays grpc.health.v1, so the
+    wire names are unchanged.
+    """
+    global types_pb2, planner_pb2, admin_pb2, health_pb2, _PROTO_DIR
+    if planner_pb2 is not None:
+        return
+    tmp = tempfile.mkdtemp(prefix="sdi-proto-")
+    _PROTO_DIR = tmp
+    src = os.path.join(tmp, "src")
+    out = os.path.join(tmp, "gen")
+    os.makedirs(out)
+    shutil.copytree(os.path.join(ROOT, "proto", "shardd"), os.path.join(src, "shardd"))
+    os.makedirs(os.path.join(src, "healthcheck"))
+    shutil.copy(os.path.join(ROOT, "proto", "grpc", "health", "v1", "health.proto"),
+                os.path.join(src, "healthcheck", "health.proto"))
+    files = ["shardd/v1/types.proto", "shardd/v1/planner.proto",
+             "shardd/v1/admin.proto", "healthcheck/health.proto"]
+    r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + src,
+                        "--python_out=" + out] + files,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("protoc failed: " + r.stderr)
+    sys.path.insert(0, out)
+    from shardd.v1 import types_pb2 as t, planner_pb2 as p, admin_pb2 as a
+    from healthcheck import health_pb2 as h
+    types_pb2, planner_pb2, admin_pb2, health_pb2 = t, p, a, h
+
+
+def cleanup_protos():
+    if _PROTO_DIR is not None:
+        shutil.rmtree(_PROTO_DIR, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Calls by path
+
+PLAN = "/shardd.v1.Planner/Plan"
+ESTIMATE = "/shardd.v1.Planner/Estimate"
+HEALTH = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+STATUS = "/shardd.v1.Admin/GetStatus"
+LIST_MODELS = "/shardd.v1.Admin/ListModels"
+ACTIVATE = "/shardd.v1.Admin/ActivateModel"
+RETRAIN = "/shardd.v1.Admin/Retrain"
+GET_JOB = "/shardd.v1.Admin/GetJob"
+WATCH_JOB = "/shardd.v1.Admin/WatchJob"
+SET_PROFILER = "/shardd.v1.Admin/SetProfiler"
+
+
+def _response_type(path):
+    return {
+        PLAN: lambda: planner_pb2.PlanResponse,
+        ESTIMATE: lambda: planner_pb2.EstimateResponse,
+        HEALTH: lambda: health_pb2.HealthCheckResponse,
+        HEALTH_WATCH: lambda: health_pb2.HealthCheckResponse,
+        STATUS: lambda: admin_pb2.GetStatusResponse,
+        LIST_MODELS: lambda: admin_pb2.ListModelsResponse,
+        ACTIVATE: lambda: admin_pb2.ActivateModelResponse,
+        RETRAIN: lambda: admin_pb2.Job,
+        GET_JOB: lambda: admin_pb2.Job,
+        WATCH_JOB: lambda: admin_pb2.Job,
+        SET_PROFILER: lambda: admin_pb2.SetProfilerResponse,
+    }.get(path, lambda: health_pb2.HealthCheckResponse)()
+
+
+def call(chan, path, req, metadata=None, timeout=60.0):
+    fn = chan.unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=_response_type(path).FromString)
+    return fn(req, metadata=metadata, timeout=timeout)
+
+
+def stream(chan, path, req, metadata=None, timeout=120.0):
+    fn = chan.unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                           response_deserializer=_response_type(path).FromString)
+    return fn(req, metadata=metadata, timeout=timeout)
+
+
+def bearer(token):
+    return (("authorization", "Bearer " + token),)
+
+
+# ---------------------------------------------------------------------------
+# Requests
+
+GIB = 1 << 30
+
+
+def make_tables(n, seed, prefix="t"):
+    """n plausible synthetic tables (deterministic for a seed)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        t = types_pb2.Table(name="%s%03d" % (prefix, i),
+                            rows=rng.randint(1000, 2000000),
+                            dim=rng.choice([16, 32, 64, 64, 128]),
+                            pooling_factor=round(rng.uniform(1.0, 40.0), 3))
+        w = [rng.random() ** 3 * (0.7 ** k) for k in range(17)]
+        total = sum(w)
+        frac = rng.uniform(0.5, 0.95)
+        t.bins.extend([x / total * frac for x in w])
+        out.append(t)
+    return out
+
+
+def topology(num_devices=4, mem=16 * GIB, **kw):
+    return types_pb2.Topology(num_devices=num_devices, mem_bytes_per_device=mem, **kw)
+
+
+def plan_request(tables, num_devices=4, mem=16 * GIB, budget_ms=2000, seed=0,
+                 algorithm=""):
+    req = planner_pb2.PlanRequest(topology=topology(num_devices, mem))
+    req.tables.extend(tables)
+    req.options.time_budget_ms = budget_ms
+    req.options.seed = seed
+    if algorithm:
+        req.options.algorithm = algorithm
+    return req
+
+
+def placement_key(resp):
+    return [(tp.table, [(s.device, s.col_offset, s.col_width) for s in tp.shards])
+            for tp in resp.tables]
+
+
+def rel_close(a, b, tol=1e-6):
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+def check_plan(tc, req, resp):
+    """Asserts the structural contract of a PlanResponse for `req`."""
+    nd = req.topology.num_devices
+    tc.assertEqual(len(resp.tables), len(req.tables))
+    per_dev_shards = [0] * nd
+    per_dev_dims = [0] * nd
+    for t, tp in zip(req.tables, resp.tables):
+        tc.assertEqual(tp.table, t.name, "tables are in request order")
+        tc.assertGreater(len(tp.shards), 0, "table %s placed" % t.name)
+        col = 0
+        for s in tp.shards:
+            tc.assertTrue(0 <= s.device < nd, "device of %s in range" % t.name)
+            tc.assertEqual(s.col_offset, col, "shards of %s contiguous, sorted" % t.name)
+            tc.assertGreater(s.col_width, 0)
+            tc.assertEqual(s.col_width % 4, 0)
+            col += s.col_width
+            per_dev_shards[s.device] += 1
+            per_dev_dims[s.device] += s.col_width
+        tc.assertEqual(col, t.dim, "shards of %s cover its %d columns" % (t.name, t.dim))
+    tc.assertEqual(len(resp.devices), nd)
+    for d, dc in enumerate(resp.devices):
+        tc.assertEqual(dc.device, d)
+        tc.assertTrue(rel_close(dc.total_ms, dc.compute_ms + dc.fwd_comm_ms + dc.bwd_comm_ms),
+                      "device %d total_ms = compute + fwd + bwd" % d)
+        for v in (dc.compute_ms, dc.fwd_comm_ms, dc.bwd_comm_ms, dc.total_ms):
+            tc.assertTrue(math.isfinite(v) and v >= 0.0)
+        tc.assertEqual(dc.num_shards, per_dev_shards[d], "device %d num_shards" % d)
+        tc.assertEqual(dc.dim_sum, per_dev_dims[d], "device %d dim_sum" % d)
+        tc.assertLessEqual(dc.memory_bytes, dc.memory_capacity_bytes)
+        tc.assertEqual(dc.memory_capacity_bytes, req.topology.mem_bytes_per_device)
+    tc.assertGreater(resp.plan_cost_ms, 0.0)
+    tc.assertTrue(rel_close(resp.plan_cost_ms, max(dc.total_ms for dc in resp.devices)),
+                  "plan_cost_ms %r == max total_ms %r"
+                  % (resp.plan_cost_ms, max(dc.total_ms for dc in resp.devices)))
+    tc.assertRegex(resp.request_hash, r"^[0-9a-f]+$")
+    tc.assertTrue(0 <= resp.explanation.bottleneck_device < nd)
+
+
+# ---------------------------------------------------------------------------
+# The daemon
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    """One shardd process on 127.0.0.1:<free port> and unix:<tmp>/s.sock."""
+
+    def __init__(self, binary, data_dir=None, admin_token=None, args=(),
+                 profiler_idle_ms=3600000, unix=True):
+        self.binary = binary
+        self.tmp = tempfile.mkdtemp(prefix="sdi-")
+        self.data_dir = data_dir or os.path.join(self.tmp, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.port = free_port()
+        self.tcp = "127.0.0.1:%d" % self.port
+        self.sock = os.path.join(self.tmp, "s.sock") if unix else None
+        self.unix = "unix:" + self.sock if unix else "unix:" + os.path.join(self.data_dir, "shardd.sock")
+        self.admin_token = admin_token
+        self.argv = [binary, "--listen", self.tcp]
+        if unix:
+            self.argv += ["--listen", self.unix]
+        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0"]
+        if profiler_idle_ms is not None:
+            self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
+        if admin_token is not None:
+            self.argv += ["--admin-token", admin_token]
+        self.argv += list(args)
+        self.log_path = os.path.join(self.tmp, "shardd.log")
+        self.proc = None
+        self._chans = []
+
+    def start(self, timeout=30.0):
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()  # setUpClass failed: no tearDownClass will
+            raise
+
+    def _start(self, timeout):
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        last = None
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError("shardd exited %d at start:\n%s"
+                                   % (self.proc.returncode, self.log()))
+            try:
+                with grpc.insecure_channel(self.unix) as ch:
+                    r = call(ch, HEALTH, health_pb2.HealthCheckRequest(), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    self.startup_s = time.monotonic() - t0
+                    return self
+            except grpc.RpcError as e:
+                last = e
+            time.sleep(0.1)
+        raise RuntimeError("shardd not SERVING after %.0f s (%r):\n%s" % (timeout, last, self.log()))
+
+    def channel(self, which="unix"):
+        ch = grpc.insecure_channel(self.unix if which == "unix" else self.tcp)
+        self._chans.append(ch)
+        return ch
+
+    def log(self):
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def signal(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout=20.0):
+        """SIGTERM and wait; returns the exit status (None if it had to be killed)."""
+        for ch in self._chans:
+            ch.close()
+        self._chans = []
+        rc = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        elif self.proc is not None:
+            rc = self.proc.returncode
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
+        return rc
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,750 @@
+#!/usr/bin/python3
+"""shardd's gRPC contract, end to end, against the real daemon binary.
+
+usage: /usr/bin/python3 tests/integration/test_rpc.py PATH/TO/shardd [unittest args]
+
+Starts shardd on a free TCP port and a private unix socket (a fresh data
+directory per class) and checks: health, Planner.Plan/Estimate over TCP and
+unix (placement invariants, the plan cache, Estimate agreeing with Plan),
+input errors naming the field and leaving the store alone, Admin
+authentication, every Admin method, the retrain path end to end with a hot
+model swap under concurrent plans, the profiler stepping aside for a plan,
+SIGTERM draining, the data-directory lock and a restart keeping the active
+model.  Prints what each test measured.
+
+Exits 77 (ctest: skipped) when /usr/bin/python3 lacks grpc or grpc_tools.
+"""
+import os
+import sys
+import time
+import unittest
+
+try:
+    import grpc  # noqa: F401
+    import grpc_tools  # noqa: F401
+    import google.protobuf  # noqa: F401
+except ImportError as e:  # pragma: no cover
+    print("SKIP: python3 lacks %s (install python3-grpcio python3-grpc-tools "
+          "python3-protobuf)" % e.name, file=sys.stderr)
+    sys.exit(77)
+
+import math
+import signal
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shardd_harness as H  # noqa: E402
+
+SHARDD = None
+SC = grpc.StatusCode
+
+
+def note(fmt, *args):
+    print("    [measured] " + (fmt % args if args else fmt), file=sys.stderr, flush=True)
+
+
+class Base(unittest.TestCase):
+    def expect(self, code, fn, *words):
+        """fn() fails with `code` and a message containing every word."""
+        with self.assertRaises(grpc.RpcError) as cm:
+            r = fn()
+            if hasattr(r, "__iter__") and not hasattr(r, "ListFields"):
+                list(r)  # a stream: the status comes while reading
+        e = cm.exception
+        self.assertEqual(e.code(), code, "details: %r" % e.details())
+        for w in words:
+            self.assertIn(w, e.details() or "")
+        return e
+
+
+# ---------------------------------------------------------------------------
+# 1-5: one daemon with an admin token; the profiler on but never idle long
+# enough to measure.
+
+TOKEN = "s3cret-token-for-tests"
+
+
+class ServingTest(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = H.Daemon(SHARDD, admin_token=TOKEN).start()
+        note("shardd started in %.2f s", cls.d.startup_s)
+        cls.tcp = cls.d.channel("tcp")
+        cls.unix = cls.d.channel("unix")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        cls.d.cleanup()
+        if rc != 0:
+            raise AssertionError("shardd exited %r after SIGTERM" % rc)
+
+    def status(self):
+        return H.call(self.unix, H.STATUS, H.admin_pb2.GetStatusRequest())
+
+    def models(self):
+        return H.call(self.unix, H.LIST_MODELS, H.admin_pb2.ListModelsRequest())
+
+    # 1 -------------------------------------------------------------------
+    def test_1_health(self):
+        HC = H.health_pb2.HealthCheckResponse
+        for name, ch in (("tcp", self.tcp), ("unix", self.unix)):
+            for svc in ("", "shardd.v1.Planner", "shardd.v1.Admin"):
+                r = H.call(ch, H.HEALTH, H.health_pb2.HealthCheckRequest(service=svc))
+                self.assertEqual(r.status, HC.SERVING, "%s %r" % (name, svc))
+            self.expect(SC.NOT_FOUND, lambda: H.call(
+                ch, H.HEALTH, H.health_pb2.HealthCheckRequest(service="no.such.Service")))
+        # Watch is documented as not served.
+        self.expect(SC.UNIMPLEMENTED, lambda: H.stream(
+            self.unix, H.HEALTH_WATCH, H.health_pb2.HealthCheckRequest(), timeout=10))
+
+    # 2 -------------------------------------------------------------------
+    def _plan_twice(self, ch, which, seed):
+        tables = H.make_tables(20, seed=seed)
+        req = H.plan_request(tables, num_devices=4, seed=seed)
+        t0 = time.monotonic()
+        r1 = H.call(ch, H.PLAN, req)
+        t1 = time.monotonic()
+        H.check_plan(self, req, r1)
+        self.assertFalse(r1.cache_hit, "first plan is not a cache hit")
+        self.assertEqual(r1.algorithm, "neuroshard")
+        self.assertEqual(r1.basis.model_version, "embedded")
+        self.assertTrue(r1.basis.profile)
+        r2 = H.call(ch, H.PLAN, req)
+        t2 = time.monotonic()
+        self.assertTrue(r2.cache_hit, "identical request is served from the cache")
+        self.assertEqual(r2.request_hash, r1.request_hash)
+        self.assertEqual(H.placement_key(r2), H.placement_key(r1))
+        self.assertEqual(r2.plan_cost_ms, r1.plan_cost_ms)
+        note("%s: plan of 20 tables on 4 devices %.0f ms (search %.0f ms, cost %.4f ms, "
+             "shards %d); cached %.1f ms; hash %s", which, (t1 - t0) * 1e3,
+             r1.search.search_time_ms, r1.plan_cost_ms,
+             sum(len(t.shards) for t in r1.tables), (t2 - t1) * 1e3, r1.request_hash)
+
+        est = H.planner_pb2.EstimateRequest(topology=req.topology)
+        est.tables.extend(tables)
+        est.placement.extend(r1.tables)
+        e = H.call(ch, H.ESTIMATE, est)
+        self.assertTrue(H.rel_close(e.plan_cost_ms, r1.plan_cost_ms),
+                        "estimate %r vs plan %r" % (e.plan_cost_ms, r1.plan_cost_ms))
+        self.assertTrue(e.fits_memory)
+        self.assertEqual(len(e.devices), 4)
+        for a, b in zip(e.devices, r1.devices):
+            self.assertTrue(H.rel_close(a.total_ms, b.total_ms))
+            self.assertEqual(a.memory_bytes, b.memory_bytes)
+        self.assertEqual(e.basis.model_version, r1.basis.model_version)
+        # The placement in another order costs the same.
+        est2 = H.planner_pb2.EstimateRequest(topology=req.topology)
+        est2.tables.extend(tables)
+        est2.placement.extend(reversed(r1.tables))
+        self.assertTrue(H.rel_close(H.call(ch, H.ESTIMATE, est2).plan_cost_ms, r1.plan_cost_ms))
+        return req, r1
+
+    def test_2_plan_tcp_and_unix(self):
+        req_t, r_t = self._plan_twice(self.tcp, "tcp", seed=11)
+        self._plan_twice(self.unix, "unix", seed=12)
+        # Same request over the other transport: same hash, a cache hit.
+        r = H.call(self.unix, H.PLAN, req_t)
+        self.assertEqual(r.request_hash, r_t.request_hash)
+        self.assertTrue(r.cache_hit)
+        self.assertEqual(H.placement_key(r), H.placement_key(r_t))
+        # A different seed is a different request.
+        req_s = H.plan_request(H.make_tables(20, seed=11), seed=99)
+        self.assertNotEqual(H.call(self.tcp, H.PLAN, req_s).request_hash, r_t.request_hash)
+        # A baseline answers too.
+        req_b = H.plan_request(H.make_tables(20, seed=11), algorithm="size_greedy")
+        rb = H.call(self.tcp, H.PLAN, req_b)
+        H.check_plan(self, req_b, rb)
+        self.assertEqual(rb.algorithm, "size_greedy")
+
+    # 3 -------------------------------------------------------------------
+    def test_3_bad_input(self):
+        before = (self.status(), self.models())
+        good = H.make_tables(6, seed=3)
+
+        def bad(code, fn, *words):
+            e = self.expect(code, fn, *words)
+            note("%s: %s", code.name, e.details())
+            return e
+
+        def plan_with(mutate, tables=None):
+            req = H.plan_request(list(tables or good), budget_ms=500)
+            mutate(req)
+            return lambda: H.call(self.tcp, H.PLAN, req)
+
+        def set_nd(r):
+            r.topology.num_devices = 0
+        bad(SC.INVALID_ARGUMENT, plan_with(set_nd), "topology.num_devices")
+
+        def bad_dim(r):
+            r.tables[3].dim = 30
+        bad(SC.INVALID_ARGUMENT, plan_with(bad_dim), "tables[3]", "dim")
+
+        def dup(r):
+            r.tables[4].name = r.tables[1].name
+        e = bad(SC.INVALID_ARGUMENT, plan_with(dup), good[1].name)
+        self.assertIn("tables[", e.details())
+
+        def nan_pf(r):
+            r.tables[2].pooling_factor = math.nan
+        bad(SC.INVALID_ARGUMENT, plan_with(nan_pf), "tables[2]", "pooling_factor")
+
+        def short_bins(r):
+            del r.tables[5].bins[-1]
+        bad(SC.INVALID_ARGUMENT, plan_with(short_bins), "tables[5]", "bins")
+
+        def long_bins(r):
+            r.tables[0].bins.append(0.0)
+        bad(SC.INVALID_ARGUMENT, plan_with(long_bins), "tables[0]", "bins")
+
+        def no_tables(r):
+            del r.tables[:]
+        bad(SC.INVALID_ARGUMENT, plan_with(no_tables), "tables")
+
+        def bad_alg(r):
+            r.options.algorithm = "quantum_annealing"
+        bad(SC.INVALID_ARGUMENT, plan_with(bad_alg), "algorithm", "size_greedy")
+
+        # The same errors through Estimate: a placement missing columns.
+        req = H.plan_request(good)
+        r = H.call(self.tcp, H.PLAN, req)
+        est = H.planner_pb2.EstimateRequest(topology=req.topology)
+        est.tables.extend(good)
+        est.placement.extend(r.tables)
+        t = next(i for i, tp in enumerate(est.placement) if est.placement[i].shards[-1].col_width > 4)
+        est.placement[t].shards[-1].col_width -= 4
+        bad(SC.INVALID_ARGUMENT, lambda: H.call(self.tcp, H.ESTIMATE, est),
+                    est.placement[t].table)
+
+        # Tables that cannot fit: RESOURCE_EXHAUSTED naming the table.
+        big = H.make_tables(4, seed=5)
+        big[2].rows = 1 << 33
+        big[2].dim = 128
+        req = H.plan_request(big, mem=8 * H.GIB, budget_ms=500)
+        bad(SC.RESOURCE_EXHAUSTED, lambda: H.call(self.tcp, H.PLAN, req), big[2].name)
+
+        # Unknown methods.
+        bad(SC.UNIMPLEMENTED, lambda: H.call(
+            self.tcp, "/shardd.v1.Planner/Replan", H.planner_pb2.PlanRequest()))
+        bad(SC.UNIMPLEMENTED, lambda: H.call(
+            self.unix, "/no.such.Service/Method", H.planner_pb2.PlanRequest()))
+
+        # Nothing changed in the store; planning still works.
+        after = (self.status(), self.models())
+        for f in ("compute_samples", "comm_samples", "jobs_queued", "jobs_running",
+                  "active_model_version", "profile"):
+            self.assertEqual(getattr(after[0], f), getattr(before[0], f), f)
+        self.assertEqual(after[1], before[1])
+        req = H.plan_request(H.make_tables(8, seed=31), budget_ms=500)
+        H.check_plan(self, req, H.call(self.tcp, H.PLAN, req))
+
+    # 4 -------------------------------------------------------------------
+    def test_4_admin_auth(self):
+        req = H.admin_pb2.GetStatusRequest()
+        e = self.expect(SC.UNAUTHENTICATED, lambda: H.call(self.tcp, H.STATUS, req))
+        note("no token over TCP: %s", e.details())
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.STATUS, req, metadata=H.bearer("wrong-token")))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.STATUS, req, metadata=(("authorization", TOKEN),)))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.STATUS, req, metadata=H.bearer(TOKEN + "x")))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.STATUS, req, metadata=H.bearer(TOKEN[:-1])))
+        # Every Admin method is guarded, not only GetStatus.
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.SET_PROFILER, H.admin_pb2.SetProfilerRequest(paused=True)))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            self.tcp, H.ACTIVATE, H.admin_pb2.ActivateModelRequest(version="1")))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.stream(
+            self.tcp, H.WATCH_JOB, H.admin_pb2.WatchJobRequest(id="1"), timeout=10))
+        self.assertEqual(self.status().profiler, H.admin_pb2.PROFILER_STATE_RUNNING,
+                         "the unauthenticated SetProfiler did nothing")
+        r = H.call(self.tcp, H.STATUS, req, metadata=H.bearer(TOKEN))
+        self.assertTrue(r.version)
+        r = H.call(self.tcp, H.LIST_MODELS, H.admin_pb2.ListModelsRequest(),
+                   metadata=H.bearer(TOKEN))
+        self.assertTrue(any(m.version == "embedded" for m in r.models))
+        self.assertTrue(H.call(self.unix, H.STATUS, req).version)
+        # Planner and health need no token.
+        H.call(self.tcp, H.HEALTH, H.health_pb2.HealthCheckRequest())
+
+    # 5 -------------------------------------------------------------------
+    def test_5_admin_methods(self):
+        A = H.admin_pb2
+        st = self.status()
+        note("status: version %s backend %s profile %r active %r profiler %s samples %d/%d "
+             "devices %s", st.version, st.backend, st.profile, st.active_model_version,
+             A.ProfilerState.Name(st.profiler), st.compute_samples, st.comm_samples,
+             [d.name for d in st.devices])
+        self.assertRegex(st.version, r"^\d+\.\d+\.\d+")
+        self.assertIn(st.backend, ("cpu", "cuda"))
+        self.assertTrue(st.profile)
+        self.assertEqual(st.active_model_version, "embedded")
+        self.assertEqual(st.profiler, A.PROFILER_STATE_RUNNING)
+        self.assertEqual(st.compute_samples, 0)
+        self.assertEqual((st.jobs_queued, st.jobs_running), (0, 0))
+        self.assertGreaterEqual(len(st.devices), 1)
+
+        ms = self.models().models
+        emb = [m for m in ms if m.version == "embedded"]
+        self.assertEqual(len(emb), 1, "the embedded model is listed once")
+        self.assertTrue(emb[0].active)
+        self.assertEqual(emb[0].profile, st.profile)
+        lim = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest(limit=1)).models
+        self.assertEqual(len(lim), 1)
+        byp = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest(profile=st.profile)).models
+        self.assertIn("embedded", [m.version for m in byp])
+
+        self.expect(SC.NOT_FOUND, lambda: H.call(
+            self.unix, H.ACTIVATE, A.ActivateModelRequest(version="987654")), "987654")
+        self.expect(SC.NOT_FOUND, lambda: H.call(
+            self.unix, H.ACTIVATE, A.ActivateModelRequest(version="no-such-model")))
+        self.expect(SC.NOT_FOUND, lambda: H.call(
+            self.unix, H.GET_JOB, A.GetJobRequest(id="424242")), "424242")
+        self.expect(SC.NOT_FOUND, lambda: H.stream(
+            self.unix, H.WATCH_JOB, A.WatchJobRequest(id="424242"), timeout=10))
+
+        r = H.call(self.unix, H.SET_PROFILER, A.SetProfilerRequest(paused=True))
+        self.assertEqual(r.profiler, A.PROFILER_STATE_PAUSED)
+        self.assertEqual(self.status().profiler, A.PROFILER_STATE_PAUSED)
+        r = H.call(self.unix, H.SET_PROFILER, A.SetProfilerRequest(paused=True))
+        self.assertEqual(r.profiler, A.PROFILER_STATE_PAUSED, "pausing twice is idempotent")
+        r = H.call(self.unix, H.SET_PROFILER, A.SetProfilerRequest(paused=False))
+        self.assertEqual(r.profiler, A.PROFILER_STATE_RUNNING)
+        self.assertEqual(self.status().profiler, A.PROFILER_STATE_RUNNING)
+
+        e = self.expect(SC.FAILED_PRECONDITION, lambda: H.call(
+            self.unix, H.RETRAIN, A.RetrainRequest()))
+        note("Retrain with no samples: %s", e.details())
+        self.expect(SC.FAILED_PRECONDITION, lambda: H.call(
+            self.unix, H.RETRAIN, A.RetrainRequest(force=True)))
+        st2 = self.status()
+        self.assertEqual((st2.jobs_queued, st2.jobs_running), (0, 0))
+
+
+# ---------------------------------------------------------------------------
+# 6, 7, 9: the profiler fills the store, a retrain makes a model, it is
+# activated while plans run, and a restart keeps it.
+
+# The profiler thread runs at the lowest CPU priority: on a loaded 2-core
+# machine 40 samples take 70 to 150 s.  SHARDD_IT_SAMPLES (>= 20, what a
+# retrain needs) makes it shorter.
+MAX_SAMPLES = max(20, int(os.environ.get("SHARDD_IT_SAMPLES", "40")))
+SAMPLES_WAIT_S = 240
+
+
+class RetrainTest(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.data = H.tempfile.mkdtemp(prefix="sdi-data-")
+        cls.d = H.Daemon(SHARDD, data_dir=cls.data, profiler_idle_ms=200,
+                         args=["--profiler-max-samples", str(MAX_SAMPLES),
+                               "--retrain-every-samples", "0"]).start()
+        cls.unix = cls.d.channel("unix")
+        cls.tcp = cls.d.channel("tcp")
+        cls.t_start = time.monotonic()
+        cls.version = None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.cleanup()
+        H.shutil.rmtree(cls.data, ignore_errors=True)
+
+    def status(self):
+        return H.call(self.unix, H.STATUS, H.admin_pb2.GetStatusRequest())
+
+    def test_a_second_daemon_refused(self):
+        other = H.Daemon(SHARDD, data_dir=self.data)
+        try:
+            t0 = time.monotonic()
+            p = subprocess.run(other.argv, capture_output=True, text=True, timeout=30)
+            note("second daemon on the same data dir: exit %d in %.2f s: %s",
+                 p.returncode, time.monotonic() - t0, p.stderr.strip()[-300:])
+            self.assertEqual(p.returncode, 1)
+            self.assertTrue(p.stderr.strip(), "it says why")
+            self.assertIn(self.data, p.stderr)
+        finally:
+            other.cleanup()
+        # The first one is unharmed.
+        self.assertEqual(self.status().profile != "", True)
+
+    def test_b_profiler_steps_aside(self):
+        # Wait until the profiler is measuring (the sample count moves).
+        t0 = time.monotonic()
+        first = self.status().compute_samples
+        while True:
+            n = self.status().compute_samples
+            if n > first:
+                break
+            self.assertLess(time.monotonic() - t0, SAMPLES_WAIT_S,
+                            "the profiler measured nothing in %d s" % SAMPLES_WAIT_S)
+            time.sleep(0.05)
+        note("profiler: first samples after %.1f s (count %d)", time.monotonic() - self.t_start, n)
+        self.assertLess(n, MAX_SAMPLES, "still measuring")
+        req = H.plan_request(H.make_tables(20, seed=71), budget_ms=2000)
+        t1 = time.monotonic()
+        r = H.call(self.tcp, H.PLAN, req, timeout=60)
+        lat = time.monotonic() - t1
+        H.check_plan(self, req, r)
+        note("plan while the profiler measures: %.0f ms (search %.0f ms)", lat * 1e3,
+             r.search.search_time_ms)
+        self.assertLess(lat, 30.0)
+
+    def test_c_retrain_and_hot_swap(self):
+        A = H.admin_pb2
+        t0 = time.monotonic()
+        while True:
+            st = self.status()
+            if st.compute_samples >= MAX_SAMPLES:
+                break
+            self.assertLess(time.monotonic() - t0, SAMPLES_WAIT_S, "only %d samples after "
+                            "%d s" % (st.compute_samples, SAMPLES_WAIT_S))
+            time.sleep(0.5)
+        note("%d compute / %d comm samples %.1f s after start", st.compute_samples,
+             st.comm_samples, time.monotonic() - self.t_start)
+        time.sleep(1.5)
+        n_final = self.status().compute_samples
+        note("profiler stopped at %d samples (max %d)", n_final, MAX_SAMPLES)
+        self.assertLessEqual(n_final, MAX_SAMPLES + 8, "the profiler stops near its maximum")
+        self.assertEqual(st.active_model_version, "embedded")
+
+        # Plans from 3 threads during the retrain and the activation.
+        stop = threading.Event()
+        lock = threading.Lock()
+        results = []  # (ok, model_version or code: details, when it was sent)
+
+        def worker(k):
+            ch = H.grpc.insecure_channel(self.d.tcp)
+            i = 0
+            try:
+                while not stop.is_set():
+                    i += 1
+                    req = H.plan_request(H.make_tables(10, seed=1000 * k + i),
+                                         budget_ms=300, seed=k)
+                    t_b = time.monotonic()
+                    try:
+                        r = H.call(ch, H.PLAN, req, timeout=60)
+                        with lock:
+                            results.append((len(r.tables) == 10, r.basis.model_version, t_b))
+                    except H.grpc.RpcError as e:
+                        with lock:
+                            results.append((False, "%s: %s" % (e.code(), e.details()), t_b))
+            finally:
+                ch.close()
+
+        pool = ThreadPoolExecutor(3)
+        futs = [pool.submit(worker, k) for k in range(3)]
+        try:
+            t_r = time.monotonic()
+            job = H.call(self.unix, H.RETRAIN, A.RetrainRequest())
+            self.assertTrue(job.id)
+            self.assertEqual(job.kind, A.JOB_KIND_RETRAIN)
+            self.assertIn(job.state, (A.JOB_STATE_QUEUED, A.JOB_STATE_RUNNING))
+            # Joining: a second Retrain returns the same job.
+            job2 = H.call(self.unix, H.RETRAIN, A.RetrainRequest(force=True))
+            self.assertEqual(job2.id, job.id, "a retrain already queued/running is joined")
+            msgs = list(H.stream(self.unix, H.WATCH_JOB, A.WatchJobRequest(id=job.id),
+                                 timeout=90))
+            t_done = time.monotonic()
+            self.assertGreaterEqual(len(msgs), 1)
+            progress = [m.progress for m in msgs]
+            note("retrain job %s: %.1f s, %d WatchJob messages, progress %s, last %r",
+                 job.id, t_done - t_r, len(msgs),
+                 ["%.2f" % p for p in progress[:6]] + (["..."] if len(msgs) > 6 else []),
+                 msgs[-1].message)
+            for m in msgs:
+                self.assertEqual(m.id, job.id)
+                self.assertTrue(0.0 <= m.progress <= 1.0)
+            self.assertEqual(progress, sorted(progress), "progress never goes back")
+            for m in msgs[:-1]:
+                self.assertNotIn(m.state, (A.JOB_STATE_SUCCEEDED, A.JOB_STATE_FAILED,
+                                           A.JOB_STATE_CANCELLED), "only the last is terminal")
+            last = msgs[-1]
+            self.assertEqual(last.state, A.JOB_STATE_SUCCEEDED,
+                             "job failed: %r" % last.message)
+            self.assertEqual(last.progress, 1.0)
+            self.assertTrue(last.result_model_version)
+            type(self).version = last.result_model_version
+            self.assertGreater(last.finished_unix_ms, 0)
+            self.assertGreaterEqual(last.finished_unix_ms, last.started_unix_ms)
+            self.assertGreaterEqual(last.started_unix_ms, last.created_unix_ms)
+            v = last.result_model_version
+            g = H.call(self.unix, H.GET_JOB, A.GetJobRequest(id=job.id))
+            self.assertEqual(g.state, A.JOB_STATE_SUCCEEDED)
+            self.assertEqual(g.result_model_version, v)
+            # Watching a finished job: one message, then OK.
+            again = list(H.stream(self.unix, H.WATCH_JOB, A.WatchJobRequest(id=job.id),
+                                  timeout=10))
+            self.assertEqual(len(again), 1)
+            self.assertEqual(again[0].state, A.JOB_STATE_SUCCEEDED)
+
+            models = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
+            mine = [m for m in models if m.version == v]
+            self.assertEqual(len(mine), 1, "ListModels shows %s: %r" % (v, models))
+            self.assertEqual(models[0].version, v, "newest first")
+            self.assertEqual(mine[0].profile, st.profile)
+            self.assertGreater(mine[0].train_samples, 0)
+            self.assertGreater(mine[0].validation_samples, 0)
+            self.assertLessEqual(mine[0].train_samples + mine[0].validation_samples, n_final)
+            self.assertTrue(math.isfinite(mine[0].validation_mape)
+                            and mine[0].validation_mape >= 0)
+            note("model %s: validation_mape %.3f, %d train / %d validation samples, "
+                 "auto-activated %s", v, mine[0].validation_mape, mine[0].train_samples,
+                 mine[0].validation_samples, mine[0].active)
+
+            active_before = self.status().active_model_version
+            self.assertEqual(active_before, v if mine[0].active else "embedded")
+            # A second model (forced: no new sample), so that the activations
+            # below swap between two stored versions whatever the
+            # validations chose.
+            job2 = H.call(self.unix, H.RETRAIN, A.RetrainRequest(force=True))
+            self.assertNotEqual(job2.id, job.id)
+            m2 = list(H.stream(self.unix, H.WATCH_JOB, A.WatchJobRequest(id=job2.id),
+                               timeout=90))[-1]
+            self.assertEqual(m2.state, A.JOB_STATE_SUCCEEDED, m2.message)
+            v2 = m2.result_model_version
+            self.assertNotIn(v2, ("", v))
+            cur = self.status().active_model_version
+            self.assertIn(cur, ("embedded", v, v2))
+            mine2 = [m for m in H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
+                     if m.version == v2][0]
+            note("forced retrain job %s: model %s, %r", job2.id, v2, m2.message)
+            first = v2 if cur != v2 else v
+            final = v if first == v2 else v2
+            prev = cur
+            for target in (first, final):
+                a = H.call(self.unix, H.ACTIVATE, A.ActivateModelRequest(version=target))
+                t_act = time.monotonic()
+                self.assertEqual(a.model.version, target)
+                self.assertTrue(a.model.active)
+                self.assertEqual(a.model.profile, st.profile)
+                self.assertEqual(a.previous_version, prev)
+                self.assertEqual(self.status().active_model_version, target)
+                models = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
+                self.assertEqual([m.version for m in models if m.active], [target],
+                                 "exactly one active model of the profile")
+                note("ActivateModel %s: previous_version %r", target, a.previous_version)
+                prev = target
+            # Activating the active model again changes nothing.
+            a = H.call(self.unix, H.ACTIVATE, A.ActivateModelRequest(version=final))
+            note("ActivateModel %s again: previous_version %r", final, a.previous_version)
+            self.assertIn(a.previous_version, ("", final))
+            self.assertEqual(self.status().active_model_version, final)
+            time.sleep(1.0)  # some more plans on the new model
+        finally:
+            stop.set()
+            for f in futs:
+                f.result(timeout=120)
+            pool.shutdown()
+
+        bad = [r for r in results if not r[0]]
+        seen = sorted(set(r[1] for r in results if r[0]))
+        note("%d concurrent plans during retrain + activate, %d failed; model versions seen %s",
+             len(results), len(bad), seen)
+        self.assertEqual(bad, [], "every concurrent plan succeeded")
+        self.assertGreater(len(results), 3)
+        self.assertTrue(set(seen) <= {"embedded", v, v2}, seen)
+        late = [r for r in results if r[2] > t_act]
+        self.assertGreater(len(late), 0)
+        self.assertEqual(set(r[1] for r in late), {final},
+                         "plans sent after the activation use %s" % final)
+
+        # Plan's basis follows the active model; a cached plan of the old
+        # model is not served for the new one.
+        req = H.plan_request(H.make_tables(20, seed=71), budget_ms=2000)
+        r = H.call(self.tcp, H.PLAN, req)
+        H.check_plan(self, req, r)
+        self.assertEqual(r.basis.model_version, final)
+        self.assertFalse(r.cache_hit, "the plan cached under the embedded model is not reused")
+        self.assertEqual(H.call(self.tcp, H.PLAN, req).basis.model_version, final)
+        est = H.planner_pb2.EstimateRequest(topology=req.topology)
+        est.tables.extend(req.tables)
+        est.placement.extend(r.tables)
+        self.assertEqual(H.call(self.tcp, H.ESTIMATE, est).basis.model_version, final)
+        note("retrain path total %.1f s", time.monotonic() - self.t_start)
+        # Without force and no sample stored since the model: FAILED_PRECONDITION.
+        with self.subTest("Retrain without force and no new sample"):
+            self.assertEqual(self.status().compute_samples, n_final, "no new sample")
+            try:
+                j = H.call(self.unix, H.RETRAIN, A.RetrainRequest())
+                self.fail("Retrain without force and no new sample (%d samples, newest "
+                          "model %s trained on %d + %d validation) started job %s: %r"
+                          % (n_final, v2, mine2.train_samples, mine2.validation_samples,
+                             j.id, j.message))
+            except H.grpc.RpcError as e:
+                self.assertEqual(e.code(), SC.FAILED_PRECONDITION, e.details())
+        # force trains without new samples and activates the result whatever
+        # its gate error (admin.proto RetrainRequest.force): the operator's
+        # override of the validation gate.
+        with self.subTest("a forced retrain activates its model"):
+            self.assertEqual(cur, v2, "forced model %s not activated: %r"
+                             % (v2, m2.message))
+
+    def test_d_restart_keeps_model(self):
+        v = type(self).version
+        if v is None:
+            self.skipTest("needs test_c's model")
+        # A job still running (test_c's last Retrain, if the daemon took it)
+        # may change the active model: let it end first.
+        t0 = time.monotonic()
+        while True:
+            st = H.call(self.unix, H.STATUS, H.admin_pb2.GetStatusRequest())
+            if st.jobs_queued + st.jobs_running == 0 or time.monotonic() - t0 > 30:
+                break
+            time.sleep(0.2)
+        v = st.active_model_version
+        self.assertNotEqual(v, "embedded")
+        rc = self.d.stop()
+        self.assertEqual(rc, 0)
+        d2 = H.Daemon(SHARDD, data_dir=self.data, args=["--profiler", "off"]).start()
+        try:
+            ch = d2.channel("unix")
+            st = H.call(ch, H.STATUS, H.admin_pb2.GetStatusRequest())
+            self.assertEqual(st.active_model_version, v)
+            self.assertEqual(st.profiler, H.admin_pb2.PROFILER_STATE_DISABLED)
+            self.expect(SC.FAILED_PRECONDITION, lambda: H.call(
+                ch, H.SET_PROFILER, H.admin_pb2.SetProfilerRequest(paused=True)))
+            ms = H.call(ch, H.LIST_MODELS, H.admin_pb2.ListModelsRequest()).models
+            self.assertEqual([m.version for m in ms if m.active], [v])
+            req = H.plan_request(H.make_tables(12, seed=5), budget_ms=1000)
+            r = H.call(ch, H.PLAN, req)
+            self.assertEqual(r.basis.model_version, v)
+            note("restarted in %.2f s; model %s still active; %d samples kept",
+                 d2.startup_s, v, st.compute_samples)
+            self.assertGreaterEqual(st.compute_samples, MAX_SAMPLES)
+        finally:
+            self.assertEqual(d2.stop(), 0)
+            d2.cleanup()
+
+
+# ---------------------------------------------------------------------------
+# 8 (and Admin over TCP on a daemon with no token): SIGTERM drains.
+
+GRACE_S = 10
+DRAIN_TABLES = 16000
+DRAIN_DEVICES = 512
+
+
+class DrainTest(Base):
+    @classmethod
+    def setUpClass(cls):
+        # Only TCP: the admin socket is then DATA_DIR/shardd.sock.
+        cls.d = H.Daemon(SHARDD, unix=False,
+                         args=["--profiler", "off", "--grace-s", str(GRACE_S)]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.cleanup()
+
+    def test_a_admin_without_configured_token(self):
+        ch = self.d.channel("tcp")
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            ch, H.STATUS, H.admin_pb2.GetStatusRequest(), metadata=H.bearer("")))
+        self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+            ch, H.STATUS, H.admin_pb2.GetStatusRequest(), metadata=H.bearer("anything")))
+        # The admin socket in the data dir serves Admin without a token.
+        self.assertTrue(os.path.exists(os.path.join(self.d.data_dir, "shardd.sock")))
+        st = H.call(self.d.channel("unix"), H.STATUS, H.admin_pb2.GetStatusRequest())
+        self.assertEqual(st.profiler, H.admin_pb2.PROFILER_STATE_DISABLED)
+
+    def test_b_sigterm_drains(self):
+        # 300 tables on 16 devices plan in ~0.1 s here: this one runs into
+        # its 3 s budget, so the call is surely in flight at the signal.
+        tables = H.make_tables(DRAIN_TABLES, seed=8)
+        req = H.plan_request(tables, num_devices=DRAIN_DEVICES, mem=64 * H.GIB,
+                             budget_ms=3000)
+        box = {}
+
+        def run():
+            ch = H.grpc.insecure_channel(self.d.tcp)
+            t0 = time.monotonic()
+            try:
+                box["resp"] = H.call(ch, H.PLAN, req, timeout=60)
+            except H.grpc.RpcError as e:
+                box["err"] = e
+            box["t"] = time.monotonic() - t0
+            ch.close()
+
+        # A client connected before the signal (a long-lived channel).
+        pre = H.grpc.insecure_channel(self.d.tcp)
+        H.call(pre, H.HEALTH, H.health_pb2.HealthCheckRequest())
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(1.0)  # the call is in flight (the search takes ~3 s)
+        small = H.plan_request(tables[:5], budget_ms=100)
+
+        def try_call(ch):
+            try:
+                H.call(ch, H.PLAN, small, timeout=5)
+                return ("OK", "")
+            except H.grpc.RpcError as e:
+                return (e.code(), e.details())
+
+        t_sig = time.monotonic()
+        self.d.signal(signal.SIGTERM)
+        # At once, on the connection made before: the call may still beat
+        # the signal (OK) or come after it (UNAVAILABLE), never CANCELLED.
+        first = try_call(pre)
+        time.sleep(0.3)
+        alive = self.d.proc.poll() is None and th.is_alive()
+        # A new call after SIGTERM: UNAVAILABLE, over TCP and the unix socket.
+        late = {}
+        for which in ("tcp", "unix", "tcp, connected before SIGTERM"):
+            ch = (pre if which.startswith("tcp,") else
+                  H.grpc.insecure_channel(self.d.tcp if which == "tcp" else self.d.unix))
+            late[which] = try_call(ch)
+            if ch is not pre:
+                ch.close()
+        pre.close()
+        th.join(timeout=GRACE_S + 30)
+        self.assertFalse(th.is_alive())
+        rc = self.d.wait(timeout=GRACE_S + 5)
+        t_exit = time.monotonic() - t_sig
+        note("call on a connected channel right after SIGTERM: %s %s", *first)
+        note("new calls 0.3 s after SIGTERM (in-flight plan still running: %s): %s", alive,
+             {k: "%s %s" % v for k, v in late.items()})
+        if "err" in box:
+            self.fail("the plan in flight failed: %s %s" % (box["err"].code(),
+                                                           box["err"].details()))
+        r = box["resp"]
+        H.check_plan(self, req, r)
+        note("SIGTERM drain: in-flight plan of %d tables on %d devices answered OK after "
+             "%.2f s (search %.0f ms, budget exhausted %s); exit %d %.2f s after SIGTERM",
+             DRAIN_TABLES, DRAIN_DEVICES, box["t"], r.search.search_time_ms,
+             r.search.time_budget_exhausted, rc, t_exit)
+        self.assertEqual(rc, 0)
+        self.assertLess(t_exit, GRACE_S + 2)
+        self.assertTrue(alive, "the plan was still in flight at the new calls")
+        for which, (code, details) in late.items():
+            self.assertEqual(code, SC.UNAVAILABLE, "new %s call after SIGTERM: %s %s"
+                             % (which, code, details))
+        self.assertIn(first[0], ("OK", SC.UNAVAILABLE),
+                      "a call on a connected channel right after SIGTERM: %s %s "
+                      "(docs/api.md: UNAVAILABLE while shutting down, so clients retry)"
+                      % first)
+
+
+def main():
+    global SHARDD
+    args = sys.argv[1:]
+    if args and not args[0].startswith("-"):
+        SHARDD = os.path.abspath(args.pop(0))
+    else:
+        SHARDD = os.environ.get("SHARDD_BIN")
+    if not SHARDD or not os.access(SHARDD, os.X_OK):
+        print("usage: test_rpc.py PATH/TO/shardd [unittest args]", file=sys.stderr)
+        return 2
+    H.load_protos()
+    try:
+        prog = unittest.main(argv=[sys.argv[0]] + args, exit=False, verbosity=2)
+    finally:
+        H.cleanup_protos()
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
