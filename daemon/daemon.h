@@ -443,6 +443,7 @@ struct rpc_config {
     uint64_t grace_ms;        /* shutdown: in-flight calls get this long */
     uint64_t lame_duck_ms;    /* first: new calls UNAVAILABLE this long */
     size_t max_queued; /* unary calls in flight; more: RESOURCE_EXHAUSTED */
+    size_t max_queued_bytes; /* and their request bytes (>= a message) */
     const struct rpc_method *methods; /* borrowed; must outlive the server */
     size_t nmethods;
     struct svc *svc; /* borrowed; passed to every method */

@@ -85,12 +85,13 @@ struct rpc_server {
     uv_timer_t grace;
 
     struct rpc_tag shutdown_tag;
-    bool draining;    /* rpc_server_shutdown() was called: lame duck */
-    bool stopping;    /* the gRPC server is shutting down */
-    bool server_gone; /* its shutdown tag fired; server destroyed */
-    bool cq_shut;     /* grpc_completion_queue_shutdown() was called */
-    int live;         /* call objects not yet freed */
-    size_t queued;    /* unary calls with the threadpool */
+    bool draining;       /* rpc_server_shutdown() was called: lame duck */
+    bool stopping;       /* the gRPC server is shutting down */
+    bool server_gone;    /* its shutdown tag fired; server destroyed */
+    bool cq_shut;        /* grpc_completion_queue_shutdown() was called */
+    int live;            /* call objects not yet freed */
+    size_t queued;       /* unary calls with the threadpool */
+    size_t queued_bytes; /* and the bytes of their requests */
 };
 
 /* One incoming call, registered (slot set) or unknown (slot NULL). */
@@ -361,6 +362,7 @@ static void work_after(uv_work_t *w, int status)
 
     c->queued = false;
     c->srv->queued--;
+    c->srv->queued_bytes -= GRPC_SLICE_LENGTH(c->req);
     /* status is UV_ECANCELED when on_close() cancelled the work; then the
      * call is closed and cancelled, and abandoned here. */
     (void)status;
@@ -627,10 +629,13 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     }
     /* Past the queue limit a client is better told now than after a wait
      * it did not plan for. */
-    if (srv->queued >= srv->cfg.max_queued) {
+    if (srv->queued >= srv->cfg.max_queued ||
+        srv->queued_bytes + GRPC_SLICE_LENGTH(c->req) >
+            srv->cfg.max_queued_bytes) {
         snprintf(c->diag.msg, sizeof(c->diag.msg),
-                 "the server is busy: %zu requests in flight; retry later",
-                 srv->queued);
+                 "the server is busy: %zu requests (%zu MiB) in flight; "
+                 "retry later",
+                 srv->queued, srv->queued_bytes >> 20);
         call_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, c->diag.msg);
         return;
     }
@@ -640,6 +645,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     } else {
         c->queued = true;
         srv->queued++;
+        srv->queued_bytes += GRPC_SLICE_LENGTH(c->req);
     }
 }
 
@@ -756,6 +762,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
 
     if (cfg->nlisten == 0 || cfg->nlisten > RPC_LISTEN_MAX ||
         cfg->nmethods == 0 || cfg->max_queued == 0 ||
+        cfg->max_queued_bytes < cfg->max_message_bytes ||
         cfg->max_message_bytes == 0 || cfg->max_message_bytes > INT32_MAX)
         return sd_diag_set(d, SD_EINVAL, "rpc: bad server configuration");
     srv = calloc(1, sizeof(*srv));

@@ -40,6 +40,9 @@
  * answers RESOURCE_EXHAUSTED: a minute's work of quick plans, not a backlog
  * that outlives its clients' deadlines. */
 #define MAX_QUEUED 1024
+/* ... and at most this many request bytes waiting: 1,024 requests of 64
+ * MiB would be 64 GiB of memory before any work started. */
+#define MAX_QUEUED_BYTES ((size_t)1 << 30)
 /* SIGTERM: this long answering new calls UNAVAILABLE (clients and load
  * balancers move on) before the listeners close. */
 #define LAME_DUCK_MS 500
@@ -358,6 +361,9 @@ int main(int argc, char **argv)
     rcfg.max_message_bytes = (size_t)cfg.max_message_mb << 20;
     rcfg.grace_ms = (uint64_t)cfg.grace_s * 1000;
     rcfg.max_queued = MAX_QUEUED;
+    rcfg.max_queued_bytes = rcfg.max_message_bytes > MAX_QUEUED_BYTES
+                                ? rcfg.max_message_bytes
+                                : MAX_QUEUED_BYTES;
     rcfg.lame_duck_ms = LAME_DUCK_MS;
     rcfg.methods = methods;
     rcfg.nmethods = sizeof(methods) / sizeof(methods[0]);
