@@ -10,7 +10,7 @@
  * profiler_max_samples.  A request arriving sets svc.prof_abort
  * (svc_busy_begin): the timing loop stops before its next step and the
  * sample being timed is dropped, so the worker steps aside within one step
- * (measured: see docs/daemon.md).  What was committed stays committed.
+ * (measured in docs/daemon.md).  What was committed stays committed.
  */
 #define _GNU_SOURCE /* syscall(SYS_gettid): per-thread priority */
 #include <stdio.h>
