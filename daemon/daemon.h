@@ -292,6 +292,11 @@ int svc_estimate(struct svc *s, const struct svc_call *call, const uint8_t *req,
                  struct sd_diag *d);
 int svc_health(struct svc *s, const struct svc_call *call, const uint8_t *req,
                size_t len, uint8_t **resp, size_t *resp_len, struct sd_diag *d);
+/* grpc.health.v1.Health/Watch: the status now, then each change, until the
+ * server stops. */
+int svc_health_watch(struct svc *s, const uint8_t *req, size_t len,
+                     void **state, uint8_t **msg, size_t *msg_len, bool *last,
+                     struct sd_diag *d);
 
 /* Admin (admin.c). */
 int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,

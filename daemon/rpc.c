@@ -493,7 +493,9 @@ static void stream_poll(struct rpc_call *c)
         call_abandon(c);
         return;
     }
-    if (srv->draining) {
+    /* Streams end with the lame duck, but those still served then (health
+     * Watch, which reports NOT_SERVING) end when the listeners close. */
+    if (srv->stopping || (srv->draining && !c->slot->method->draining_ok)) {
         stream_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
         return;
     }

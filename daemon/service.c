@@ -1365,3 +1365,45 @@ out_request:
     grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
     return rv;
 }
+
+/* What a health Watch last sent. */
+struct health_watch {
+    int sent; /* the ServingStatus sent, -1 before the first */
+};
+
+int svc_health_watch(struct svc *s, const uint8_t *req, size_t len,
+                     void **state, uint8_t **msg, size_t *msg_len, bool *last,
+                     struct sd_diag *d)
+{
+    Grpc__Health__V1__HealthCheckResponse out =
+        GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    struct health_watch *w = *state;
+    int now;
+
+    *msg = NULL;
+    *last = false;
+    if (w == NULL) {
+        /* The request is checked like Check's; its answer is the first. */
+        uint8_t *first;
+        size_t n;
+        int rv = svc_health(s, NULL, req, len, &first, &n, d);
+
+        if (rv != 0)
+            return rv;
+        free(first);
+        w = malloc(sizeof(*w));
+        if (w == NULL)
+            return sd_diag_set(d, SD_ENOMEM, "out of memory");
+        w->sent = -1;
+        *state = w;
+    }
+    now =
+        atomic_load(&s->draining)
+            ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    if (now == w->sent)
+        return 0; /* nothing new */
+    out.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)now;
+    w->sent = now;
+    return svc_pack(&out.base, msg, msg_len, d);
+}

@@ -257,6 +257,7 @@ static const struct rpc_method methods[] = {
     {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL},
     {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL},
     {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL},
+    {"/grpc.health.v1.Health/Watch", false, true, NULL, svc_health_watch},
     {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL},
     {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL},
     {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL},

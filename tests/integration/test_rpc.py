@@ -97,9 +97,14 @@ class ServingTest(Base):
                 self.assertEqual(r.status, HC.SERVING, "%s %r" % (name, svc))
             self.expect(SC.NOT_FOUND, lambda: H.call(
                 ch, H.HEALTH, H.health_pb2.HealthCheckRequest(service="no.such.Service")))
-        # Watch is documented as not served.
-        self.expect(SC.UNIMPLEMENTED, lambda: H.stream(
-            self.unix, H.HEALTH_WATCH, H.health_pb2.HealthCheckRequest(), timeout=10))
+        # Watch: the status now first; the stream stays open until cancelled.
+        it = H.stream(self.unix, H.HEALTH_WATCH, H.health_pb2.HealthCheckRequest(),
+                      timeout=10)
+        self.assertEqual(next(it).status, HC.SERVING)
+        it.cancel()
+        self.expect(SC.NOT_FOUND, lambda: next(H.stream(
+            self.unix, H.HEALTH_WATCH,
+            H.health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)))
 
     # 2 -------------------------------------------------------------------
     def _plan_twice(self, ch, which, seed):
@@ -669,9 +674,13 @@ class DrainTest(Base):
             box["t"] = time.monotonic() - t0
             ch.close()
 
-        # A client connected before the signal (a long-lived channel).
+        # A client connected before the signal (a long-lived channel), and a
+        # health watcher.
         pre = H.grpc.insecure_channel(self.d.tcp)
         H.call(pre, H.HEALTH, H.health_pb2.HealthCheckRequest())
+        watch = H.stream(pre, H.HEALTH_WATCH, H.health_pb2.HealthCheckRequest(),
+                         timeout=GRACE_S + 30)
+        self.assertEqual(next(watch).status, H.health_pb2.HealthCheckResponse.SERVING)
         th = threading.Thread(target=run)
         th.start()
         time.sleep(1.0)  # the call is in flight (the search takes ~3 s)
@@ -689,6 +698,9 @@ class DrainTest(Base):
         # At once, on the connection made before: the call may still beat
         # the signal (OK) or come after it (UNAVAILABLE), never CANCELLED.
         first = try_call(pre)
+        # The watcher hears NOT_SERVING before its stream ends.
+        self.assertEqual(next(watch).status,
+                         H.health_pb2.HealthCheckResponse.NOT_SERVING)
         time.sleep(0.3)
         alive = self.d.proc.poll() is None and th.is_alive()
         # A new call after SIGTERM: UNAVAILABLE, over TCP and the unix socket.
