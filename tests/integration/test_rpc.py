@@ -740,6 +740,57 @@ class DrainTest(Base):
                       % first)
 
 
+# ---------------------------------------------------------------------------
+# SIGHUP: the configuration file is read again; the admin token and the
+# other reloadable keys apply at once, restart-only keys are logged.
+
+class ReloadTest(Base):
+    def test_sighup_reloads_token(self):
+        tmp = __import__("tempfile").mkdtemp(prefix="sdi-conf-")
+        conf = os.path.join(tmp, "shardd.conf")
+
+        def write(token, threads):
+            # The token is a secret: the file must not be readable by others.
+            with open(conf, "w") as f:
+                f.write('# test\nadmin_token = "%s"\nthreads = %d\n'
+                        'plan_cache_entries = 16\n' % (token, threads))
+            os.chmod(conf, 0o600)
+
+        write("first-token", 2)
+        d = H.Daemon(SHARDD, args=["--config", conf, "--profiler", "off"]).start()
+        try:
+            ch = d.channel("tcp")
+            status = H.admin_pb2.GetStatusRequest()
+            H.call(ch, H.STATUS, status, metadata=H.bearer("first-token"))
+            write("second-token", 3)
+            d.signal(signal.SIGHUP)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 10:
+                try:
+                    H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
+                    break
+                except grpc.RpcError:
+                    time.sleep(0.1)
+            note("SIGHUP: the new token works after %.2f s", time.monotonic() - t0)
+            H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
+            self.expect(SC.UNAUTHENTICATED, lambda: H.call(
+                ch, H.STATUS, status, metadata=H.bearer("first-token")))
+            # A file that no longer parses changes nothing.
+            with open(conf, "w") as f:
+                f.write("threads = many\n")
+            d.signal(signal.SIGHUP)
+            time.sleep(0.5)
+            H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
+            log = d.log()
+            self.assertIn("threads changed; restart to apply", log)
+            self.assertIn("configuration not reloaded", log)
+            self.assertIn("threads", log)
+        finally:
+            self.assertEqual(d.stop(), 0)
+            d.cleanup()
+            __import__("shutil").rmtree(tmp, ignore_errors=True)
+
+
 def main():
     global SHARDD
     args = sys.argv[1:]
