@@ -1115,8 +1115,9 @@ static int plan_request(struct svc *s, const struct svc_call *call,
         if (!(clamped && p.stats.budget_exhausted))
             cache_put(s, key, sc.dm != NULL ? sc.dm->id : -1, *resp, *resp_len);
         audit_plan(s, &p, tables, n, &sc, hash, plan_alg_name(po.alg));
-        if (sc.dm != NULL && strcmp(sc.profile, s->profile) == 0)
-            profw_propose(s, &p, tables, topo.batch_size);
+        /* Its shards are worth measuring whichever model planned them; the
+         * profiler takes them when the batch is the one it measures at. */
+        profw_propose(s, &p, tables, topo.batch_size);
     }
 
 out_reply:

@@ -741,6 +741,31 @@ class DrainTest(Base):
 
 
 # ---------------------------------------------------------------------------
+# The profiler measures the shards plans propose, not only random ones.
+
+class ProposalTest(Base):
+    def test_planned_shards_are_measured(self):
+        d = H.Daemon(SHARDD, profiler_idle_ms=100).start()
+        try:
+            req = H.plan_request(H.make_tables(12, seed=21), num_devices=2,
+                                 budget_ms=500)
+            req.topology.batch_size = 4096  # the batch the profiler measures at
+            H.call(d.channel("unix"), H.PLAN, req)
+            db = os.path.join(d.data_dir, "shardd.db")
+            t0, n = time.monotonic(), 0
+            while time.monotonic() - t0 < 60 and n == 0:
+                time.sleep(0.5)
+                con = __import__("sqlite3").connect(db, timeout=10)
+                n = con.execute("SELECT count(*) FROM samples WHERE source = "
+                                "'plan'").fetchone()[0]
+                con.close()
+            note("a planned shard measured %.1f s after the plan", time.monotonic() - t0)
+            self.assertGreater(n, 0, "no sample of a planned shard")
+        finally:
+            d.cleanup()
+
+
+# ---------------------------------------------------------------------------
 # SIGHUP: the configuration file is read again; the admin token and the
 # other reloadable keys apply at once, restart-only keys are logged.
 
