@@ -78,7 +78,8 @@ enum conf_key {
 #define CONF_RESTART_KEYS                                                      \
     (CONF_BIT(CONF_KEY_LISTEN) | CONF_BIT(CONF_KEY_DATA_DIR) |                 \
      CONF_BIT(CONF_KEY_CONFIG) | CONF_BIT(CONF_KEY_THREADS) |                  \
-     CONF_BIT(CONF_KEY_MAX_MESSAGE_MB) | CONF_BIT(CONF_KEY_BACKEND))
+     CONF_BIT(CONF_KEY_MAX_MESSAGE_MB) | CONF_BIT(CONF_KEY_BACKEND) |          \
+     CONF_BIT(CONF_KEY_PROFILER_BATCH))
 
 enum conf_backend {
     CONF_BACKEND_AUTO, /* cuda when a GPU answers, else cpu */

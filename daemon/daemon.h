@@ -476,6 +476,9 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
  */
 void rpc_server_shutdown(struct rpc_server *s);
 
+/* A new grace period for a later shutdown (SIGHUP; loop thread). */
+void rpc_server_set_grace(struct rpc_server *s, uint64_t grace_ms);
+
 /* The bound addresses, e.g. "unix:/tmp/shardd.sock, 127.0.0.1:7411". */
 const char *rpc_server_address(const struct rpc_server *s);
 

@@ -890,6 +890,11 @@ void rpc_server_shutdown(struct rpc_server *srv)
                        0);
 }
 
+void rpc_server_set_grace(struct rpc_server *srv, uint64_t grace_ms)
+{
+    srv->cfg.grace_ms = grace_ms;
+}
+
 const char *rpc_server_address(const struct rpc_server *srv)
 {
     return srv->address;

@@ -241,6 +241,7 @@ static void on_sighup(uv_signal_t *h, int signum)
     *st->cfg = next;
     svc_config_from(st->cfg, &scfg);
     svc_reconfigure(st->svc, &scfg);
+    rpc_server_set_grace(st->rpc, (uint64_t)st->cfg->grace_s * 1000);
     set_log_level(st->cfg);
     conf_keys_format(ch.applied, keys, sizeof(keys));
     fprintf(stderr, "shardd: SIGHUP: configuration reloaded; changed: %s\n",
