@@ -55,12 +55,13 @@ static char *mstr(const char *s)
 /* ---------------------------------------------------------------------- */
 /* Calls                                                                   */
 
-/* Reads a token file: its first line, trailing white space dropped. */
+/* Reads a token file: its first line, white space around it dropped (as
+ * the daemon reads its admin_token_file). */
 static int read_token_file(const char *path, char *buf, size_t cap,
                            struct sd_diag *d)
 {
     FILE *f = fopen(path, "r");
-    size_t n;
+    size_t n, lead;
 
     if (f == NULL)
         return sd_diag_set(d, SD_EIO, "--token-file: %s: %s", path,
@@ -72,7 +73,9 @@ static int read_token_file(const char *path, char *buf, size_t cap,
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
                      buf[n - 1] == ' ' || buf[n - 1] == '\t'))
         buf[--n] = '\0';
-    if (n == 0)
+    lead = strspn(buf, " \t");
+    memmove(buf, buf + lead, n - lead + 1);
+    if (n == lead)
         return sd_diag_set(d, SD_EINVAL, "--token-file: %s: no token in it",
                            path);
     return 0;
