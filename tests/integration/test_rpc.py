@@ -346,6 +346,18 @@ class RetrainTest(Base):
     @classmethod
     def setUpClass(cls):
         cls.data = H.tempfile.mkdtemp(prefix="sdi-data-")
+        # All but the last few samples come from `shardctl profile` (small
+        # shards, few steps: seconds), so that the test does not wait minutes
+        # on a profiler at nice 19 sharing two cores with other tests; the
+        # daemon's profiler measures the rest and stops at the maximum.
+        ctl = os.path.join(os.path.dirname(SHARDD), "shardctl")
+        p = subprocess.run([ctl, "profile", "--db",
+                            os.path.join(cls.data, "shardd.db"), "--samples",
+                            str(MAX_SAMPLES - 8), "--max-gb", "0.05", "--warmup", "1",
+                            "--repeats", "3", "--no-flush"],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("shardctl profile: " + p.stderr)
         cls.d = H.Daemon(SHARDD, data_dir=cls.data, profiler_idle_ms=200,
                          args=["--profiler-max-samples", str(MAX_SAMPLES),
                                "--retrain-every-samples", "0"]).start()
