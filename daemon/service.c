@@ -934,20 +934,24 @@ static int conv_options(const struct svc_config *cfg,
                        "supported yet");
 }
 
-/* A cached response, marked as such (it was stored with cache_hit false). */
+/*
+ * A cached response, marked as such.  It was stored with cache_hit false,
+ * which proto3 leaves out of the bytes; a protobuf parser merges repeated
+ * top-level fields (the last scalar wins), so appending the field
+ * (PlanResponse.cache_hit = 9, varint: key 9 << 3 = 0x48, value 1) marks it
+ * without unpacking and repacking a response that may hold 65,536 tables.
+ */
 static int mark_cache_hit(uint8_t **resp, size_t *len, struct sd_diag *d)
 {
-    Shardd__V1__PlanResponse *r;
-    int rv;
+    uint8_t *grown = realloc(*resp, *len + 2);
 
-    r = shardd__v1__plan_response__unpack(NULL, *len, *resp);
-    if (r == NULL)
+    if (grown == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    free(*resp);
-    r->cache_hit = true;
-    rv = svc_pack(&r->base, resp, len, d);
-    shardd__v1__plan_response__free_unpacked(r, NULL);
-    return rv;
+    grown[*len] = 9 << 3;
+    grown[*len + 1] = 1;
+    *resp = grown;
+    *len += 2;
+    return 0;
 }
 
 /* Records the plan handed out (best effort: a full disk fails no plan). */
