@@ -377,7 +377,7 @@ static Shardd__V1__PlanResponse *check_plan(struct client *c)
     return pr;
 }
 
-/* The same request again: the same plan (deterministic for a seed). */
+/* The same request again: the same plan, now from the cache. */
 static void check_deterministic(struct client *c,
                                 const Shardd__V1__PlanResponse *first)
 {
@@ -392,6 +392,10 @@ static void check_deterministic(struct client *c,
     pr = (Shardd__V1__PlanResponse *)r.msg;
     CHECK(strcmp(pr->request_hash, first->request_hash) == 0);
     CHECK(pr->plan_cost_ms == first->plan_cost_ms);
+    /* From the plan cache, marked so (protobuf-c reads the appended field);
+     * the first was not. */
+    CHECK(!first->cache_hit && pr->cache_hit);
+    CHECK(pr->n_tables == first->n_tables && pr->n_devices == first->n_devices);
     reply_free(&r);
 }
 
