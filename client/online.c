@@ -998,6 +998,12 @@ static int online_status(struct online *on)
     }
     printf("profile: %s, active model: %s\n", r->profile,
            r->active_model_version[0] ? r->active_model_version : "none");
+    if (strcmp(r->serving_profile, r->profile) != 0)
+        printf("serving: model %s of profile %s (requests naming no "
+               "profile)\n",
+               r->serving_model_version[0] ? r->serving_model_version
+                                           : "none",
+               r->serving_profile);
     printf("profiler: %s; samples: %llu compute, %llu comm\n",
            enum_word(&shardd__v1__profiler_state__descriptor, (int)r->profiler,
                      word, sizeof(word)),

@@ -46,7 +46,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     Shardd__V1__GetStatusResponse out = SHARDD__V1__GET_STATUS_RESPONSE__INIT;
     Shardd__V1__DeviceInfo dev = SHARDD__V1__DEVICE_INFO__INIT, *devs[1];
     struct kern_device_info info;
-    struct dmodel *m = NULL;
+    struct dmodel *m = NULL, *serving = NULL;
     struct sd_diag why;
     uint64_t n = 0;
     int rv;
@@ -70,10 +70,13 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
         out.n_devices = 1;
     }
     out.profile = msg_str(s->profile);
+    out.active_model_version = msg_str("");
     if (s->profile[0] != '\0' && models_acquire(s, s->profile, &m, &why) == 0)
         out.active_model_version = msg_str(m->version);
-    else
-        out.active_model_version = msg_str("");
+    if (models_acquire(s, NULL, &serving, &why) == 0) {
+        out.serving_profile = msg_str(serving->net->profile);
+        out.serving_model_version = serving->version;
+    }
     out.profiler = (Shardd__V1__ProfilerState)profw_state(s);
     if (s->profile_id != 0) {
         pthread_mutex_lock(&s->store_mu);
@@ -89,6 +92,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     }
     jobs_counts(s, &out.jobs_queued, &out.jobs_running);
     rv = svc_pack(&out.base, resp, resp_len, d);
+    dmodel_release(serving);
     dmodel_release(m);
     return rv;
 }

@@ -361,8 +361,10 @@ int models_activate(struct svc *s, int64_t id, struct cost_net *net,
                     char previous[SVC_VERSION_MAX], struct sd_diag *d);
 
 /*
- * Makes the embedded model active again for its profile (the rollback from
- * a retrained model): no stored model of the profile stays active.
+ * Makes the embedded model answer by default again (the rollback from a
+ * retrained model): no stored model of its profile stays active, nor of the
+ * server's own profile where that is another (a model measured here would
+ * answer by default).  *previous: the version that answered by default.
  */
 int models_activate_embedded(struct svc *s, char previous[SVC_VERSION_MAX],
                              struct sd_diag *d);

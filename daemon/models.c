@@ -273,38 +273,82 @@ out_stored:
     return rv;
 }
 
-int models_activate_embedded(struct svc *s, char previous[SVC_VERSION_MAX],
-                             struct sd_diag *d)
+/* Deactivates the stored compute model of `profile` (store_mu held);
+ * a profile never measured has none. */
+static int store_deactivate(struct svc *s, const char *profile,
+                            struct sd_diag *d)
 {
-    const char *profile = s->embedded->net->profile;
     struct store_profile prof;
-    struct dmodel *old;
     int64_t prev_id = 0;
     int rv;
 
-    /* In the store: the profile has no active model, so the embedded one
-     * answers for it again after a restart too. */
-    pthread_mutex_lock(&s->store_mu);
     rv = store_profile_get(s->st, profile, &prof, d);
+    if (rv == SD_ENOENT)
+        return 0;
     if (rv == 0)
         rv = store_model_deactivate(s->st, prof.id, STORE_KIND_COMPUTE,
                                     &prev_id, d);
-    else if (rv == SD_ENOENT)
-        rv = 0; /* never measured: nothing stored to deactivate */
+    return rv;
+}
+
+/* Removes the slot of `profile` (mu held) and returns the model it held
+ * (its reference now the caller's), or NULL. */
+static struct dmodel *slot_clear(struct svc *s, const char *profile)
+{
+    struct dmodel_slot *sl = slot_find(s, profile);
+    struct dmodel *m;
+
+    if (sl == NULL)
+        return NULL;
+    m = sl->m;
+    *sl = s->slots[--s->nslots];
+    return m;
+}
+
+int models_activate_embedded(struct svc *s, char previous[SVC_VERSION_MAX],
+                             struct sd_diag *d)
+{
+    const char *emb = s->embedded->net->profile;
+    /* On other hardware the server's own profile answers by default once it
+     * has a model: it gives that up too. */
+    bool own = s->profile[0] != '\0' && strcmp(s->profile, emb) != 0;
+    struct dmodel *old, *own_old = NULL, *served = NULL;
+    struct dmodel_slot *sl;
+    int rv;
+
+    /* In the store first, so that a restart serves the same. */
+    pthread_mutex_lock(&s->store_mu);
+    rv = store_deactivate(s, emb, d);
+    if (rv == 0 && own)
+        rv = store_deactivate(s, s->profile, d);
     pthread_mutex_unlock(&s->store_mu);
     if (rv != 0)
         return rv;
     pthread_mutex_lock(&s->mu);
+    sl = slot_find(s, s->default_profile);
+    if (sl != NULL) {
+        served = sl->m;
+        atomic_fetch_add(&served->refs, 1);
+    }
     atomic_fetch_add(&s->embedded->refs, 1); /* the slot's */
     rv = slot_set(s, s->embedded, &old);
-    if (rv != 0)
+    if (rv != 0) {
         atomic_fetch_sub(&s->embedded->refs, 1);
+    } else {
+        if (own)
+            own_old = slot_clear(s, s->profile);
+        snprintf(s->default_profile, sizeof(s->default_profile), "%s", emb);
+    }
     pthread_mutex_unlock(&s->mu);
-    if (rv != 0)
-        return sd_diag_set(d, rv, "out of memory");
-    snprintf(previous, SVC_VERSION_MAX, "%s", old != NULL ? old->version : "");
+    if (rv == 0)
+        snprintf(previous, SVC_VERSION_MAX, "%s",
+                 served != NULL ? served->version : "");
+    else
+        rv = sd_diag_set(d, rv, "out of memory");
+    dmodel_release(served);
     dmodel_release(old);
-    return 0;
+    dmodel_release(own_old);
+    return rv;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -238,6 +238,10 @@ if [ "$ADMIN" = yes ]; then
     ctl status --json >"$DIR/s.json" 2>"$DIR/err" && ok ||
         bad "status: $(cat "$DIR/err")"
     json_check "$DIR/s.json" "d['version'] != '' and d['backend'] in ('cpu', 'cuda') and d['profiler'].startswith('PROFILER_STATE_')"
+    # A fresh store: the embedded model answers requests naming no profile,
+    # and is the active model of the server's own profile only where this
+    # machine is the one it was measured on.
+    json_check "$DIR/s.json" "d['serving_model_version'] == 'embedded' and d['serving_profile'] != '' and d['active_model_version'] == ('embedded' if d['profile'] == d['serving_profile'] else '')"
     ctl status >"$DIR/out" 2>"$DIR/err" && grep -q '^shardd .* up ' "$DIR/out" &&
         ok || bad "status text: $(cat "$DIR/err" "$DIR/out")"
     ctl models --json >"$DIR/m.json" 2>"$DIR/err" && ok ||

@@ -288,7 +288,13 @@ class ServingTest(Base):
         self.assertRegex(st.version, r"^\d+\.\d+\.\d+")
         self.assertIn(st.backend, ("cpu", "cuda"))
         self.assertTrue(st.profile)
-        self.assertEqual(st.active_model_version, "embedded")
+        # The embedded model answers requests naming no profile; it is the
+        # active model of the server's own profile only on the cpu model it
+        # was measured on.
+        self.assertEqual(st.serving_model_version, "embedded")
+        self.assertTrue(st.serving_profile)
+        self.assertEqual(st.active_model_version,
+                         "embedded" if st.profile == st.serving_profile else "")
         self.assertEqual(st.profiler, A.PROFILER_STATE_RUNNING)
         self.assertEqual(st.compute_samples, 0)
         self.assertEqual((st.jobs_queued, st.jobs_running), (0, 0))
@@ -298,10 +304,10 @@ class ServingTest(Base):
         emb = [m for m in ms if m.version == "embedded"]
         self.assertEqual(len(emb), 1, "the embedded model is listed once")
         self.assertTrue(emb[0].active)
-        self.assertEqual(emb[0].profile, st.profile)
+        self.assertEqual(emb[0].profile, st.serving_profile)
         lim = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest(limit=1)).models
         self.assertEqual(len(lim), 1)
-        byp = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest(profile=st.profile)).models
+        byp = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest(profile=st.serving_profile)).models
         self.assertIn("embedded", [m.version for m in byp])
 
         self.expect(SC.NOT_FOUND, lambda: H.call(
@@ -427,7 +433,7 @@ class RetrainTest(Base):
         n_final = self.status().compute_samples
         note("profiler stopped at %d samples (max %d)", n_final, MAX_SAMPLES)
         self.assertLessEqual(n_final, MAX_SAMPLES + 8, "the profiler stops near its maximum")
-        self.assertEqual(st.active_model_version, "embedded")
+        self.assertEqual(st.serving_model_version, "embedded")
 
         # Plans from 3 threads during the retrain and the activation.
         stop = threading.Event()
@@ -513,8 +519,14 @@ class RetrainTest(Base):
                  "auto-activated %s", v, mine[0].validation_mape, mine[0].train_samples,
                  mine[0].validation_samples, mine[0].active)
 
-            active_before = self.status().active_model_version
-            self.assertEqual(active_before, v if mine[0].active else "embedded")
+            st_v = self.status()
+            self.assertEqual(st_v.active_model_version, v if mine[0].active else
+                             "embedded" if st.profile == st.serving_profile else "")
+            self.assertEqual(st_v.serving_model_version,
+                             v if mine[0].active else "embedded")
+            if mine[0].active:
+                self.assertEqual(st_v.serving_profile, st.profile,
+                                 "a model of the server's own profile answers by default")
             # A second model (forced: no new sample), so that the activations
             # below swap between two stored versions whatever the
             # validations chose.
@@ -525,7 +537,7 @@ class RetrainTest(Base):
             self.assertEqual(m2.state, A.JOB_STATE_SUCCEEDED, m2.message)
             v2 = m2.result_model_version
             self.assertNotIn(v2, ("", v))
-            cur = self.status().active_model_version
+            cur = self.status().serving_model_version
             self.assertIn(cur, ("embedded", v, v2))
             mine2 = [m for m in H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
                      if m.version == v2][0]
@@ -542,7 +554,8 @@ class RetrainTest(Base):
                 self.assertEqual(a.previous_version, prev)
                 self.assertEqual(self.status().active_model_version, target)
                 models = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
-                self.assertEqual([m.version for m in models if m.active], [target],
+                self.assertEqual([m.version for m in models
+                                  if m.active and m.profile == st.profile], [target],
                                  "exactly one active model of the profile")
                 note("ActivateModel %s: previous_version %r", target, a.previous_version)
                 prev = target
@@ -600,6 +613,25 @@ class RetrainTest(Base):
         with self.subTest("a forced retrain activates its model"):
             self.assertEqual(cur, v2, "forced model %s not activated: %r"
                              % (v2, m2.message))
+        # The rollback: "embedded" answers by default again (on another cpu
+        # model too, where the retrained models are of the server's own
+        # profile), then the stored model comes back.
+        with self.subTest("ActivateModel embedded rolls back"):
+            a = H.call(self.unix, H.ACTIVATE, A.ActivateModelRequest(version="embedded"))
+            self.assertEqual((a.model.version, a.model.active), ("embedded", True))
+            self.assertEqual(a.previous_version, final)
+            st_e = self.status()
+            self.assertEqual(st_e.serving_model_version, "embedded")
+            self.assertEqual(st_e.active_model_version,
+                             "embedded" if st_e.profile == st_e.serving_profile else "")
+            ms = H.call(self.unix, H.LIST_MODELS, A.ListModelsRequest()).models
+            self.assertEqual([m.version for m in ms if m.active], ["embedded"])
+            self.assertEqual(H.call(self.tcp, H.PLAN, req).basis.model_version, "embedded")
+            a = H.call(self.unix, H.ACTIVATE, A.ActivateModelRequest(version=final))
+            self.assertEqual(a.previous_version,
+                             "embedded" if st_e.profile == st_e.serving_profile else "")
+            self.assertEqual(self.status().serving_model_version, final)
+            self.assertEqual(H.call(self.tcp, H.PLAN, req).basis.model_version, final)
 
     def test_d_restart_keeps_model(self):
         v = type(self).version
@@ -626,7 +658,8 @@ class RetrainTest(Base):
             self.expect(SC.FAILED_PRECONDITION, lambda: H.call(
                 ch, H.SET_PROFILER, H.admin_pb2.SetProfilerRequest(paused=True)))
             ms = H.call(ch, H.LIST_MODELS, H.admin_pb2.ListModelsRequest()).models
-            self.assertEqual([m.version for m in ms if m.active], [v])
+            self.assertEqual([m.version for m in ms if m.active and m.profile == st.profile],
+                             [v])
             req = H.plan_request(H.make_tables(12, seed=5), budget_ms=1000)
             r = H.call(ch, H.PLAN, req)
             self.assertEqual(r.basis.model_version, v)
