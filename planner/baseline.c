@@ -15,7 +15,7 @@ static int no_room(const struct table *tb, uint64_t need, const uint64_t *used,
     int32_t r;
 
     for (r = 0; r < t->ndevices; r++) {
-        uint64_t free_bytes = t->mem_bytes - used[r];
+        uint64_t free_bytes = topology_mem(t, r) - used[r];
 
         if (free_bytes > best)
             best = free_bytes;
@@ -47,40 +47,75 @@ static int cmp_lpt_desc(const void *a, const void *b)
     return x->index > y->index ? -1 : x->index < y->index;
 }
 
+/*
+ * Puts the pinned tables on their devices (their bytes into used[], their
+ * cost, when cost is not NULL, into load[]).  plan_check_pins() has checked
+ * that they fit.
+ */
+static int place_pins(const struct table *tables, size_t ntables,
+                      const int32_t *pins, const double *cost,
+                      enum optimizer opt, uint64_t *used, double *load,
+                      struct plan *p)
+{
+    size_t i;
+    int rv;
+
+    for (i = 0; pins != NULL && i < ntables; i++) {
+        if (pins[i] < 0)
+            continue;
+        used[pins[i]] += shard_bytes(&tables[i], tables[i].dim, opt);
+        if (cost != NULL)
+            load[pins[i]] += cost[i];
+        rv = plan_add(p, (uint32_t)i, pins[i], 0, tables[i].dim);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
 int plan_greedy_lpt(const struct table *tables, size_t ntables,
-                    const double *cost, const struct topology *t,
-                    enum optimizer opt, struct plan *out, struct sd_diag *d)
+                    const double *cost, const int32_t *pins,
+                    const struct topology *t, enum optimizer opt,
+                    struct plan *out, struct sd_diag *d)
 {
     struct lpt_item *items = NULL;
     uint64_t *used = NULL;
     double *load = NULL;
     struct plan p;
-    size_t i;
+    size_t i, nitems = 0;
     int rv;
 
     rv = plan_init(&p, t->ndevices);
     if (rv != 0)
         return sd_diag_set(d, rv, "out of memory");
-    items = malloc(ntables * sizeof(*items));
+    items = malloc((ntables ? ntables : 1) * sizeof(*items));
     used = calloc((size_t)t->ndevices, sizeof(*used));
     load = calloc((size_t)t->ndevices, sizeof(*load));
     if (items == NULL || used == NULL || load == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free;
     }
-    for (i = 0; i < ntables; i++) {
-        items[i].cost = cost[i];
-        items[i].size = shard_bytes(&tables[i], tables[i].dim, opt);
-        items[i].index = (uint32_t)i;
+    rv = place_pins(tables, ntables, pins, cost, opt, used, load, &p);
+    if (rv != 0) {
+        sd_diag_set(d, rv, "out of memory");
+        goto out_free;
     }
-    qsort(items, ntables, sizeof(*items), cmp_lpt_desc);
-
     for (i = 0; i < ntables; i++) {
+        if (pins != NULL && pins[i] >= 0)
+            continue;
+        items[nitems].cost = cost[i];
+        items[nitems].size = shard_bytes(&tables[i], tables[i].dim, opt);
+        items[nitems].index = (uint32_t)i;
+        nitems++;
+    }
+    qsort(items, nitems, sizeof(*items), cmp_lpt_desc);
+
+    for (i = 0; i < nitems; i++) {
         const struct lpt_item *it = &items[i];
         int32_t r, best = -1;
 
         for (r = 0; r < t->ndevices; r++) {
-            if (used[r] + it->size > t->mem_bytes)
+            if (used[r] + it->size > topology_mem(t, r))
                 continue;
             if (best < 0 || load[r] < load[best] ||
                 (load[r] == load[best] && used[r] < used[best]))
@@ -132,13 +167,21 @@ static int plan_random(const struct table *tables, size_t ntables,
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free;
     }
+    rv = place_pins(tables, ntables, o->pins, NULL, o->optimizer, used, NULL,
+                    &p);
+    if (rv != 0) {
+        sd_diag_set(d, rv, "out of memory");
+        goto out_free;
+    }
     rng_seed(&g, o->seed);
     for (i = 0; i < ntables; i++) {
         uint64_t need = shard_bytes(&tables[i], tables[i].dim, o->optimizer);
         int32_t r, nfit = 0, pick;
 
+        if (o->pins != NULL && o->pins[i] >= 0)
+            continue;
         for (r = 0; r < t->ndevices; r++)
-            if (used[r] + need <= t->mem_bytes)
+            if (used[r] + need <= topology_mem(t, r))
                 fits[nfit++] = r;
         if (nfit == 0) {
             rv = no_room(&tables[i], need, used, t, d);
@@ -197,7 +240,8 @@ int plan_baseline(const struct table *tables, size_t ntables,
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     for (i = 0; i < ntables; i++)
         cost[i] = greedy_cost(o->alg, &tables[i]);
-    rv = plan_greedy_lpt(tables, ntables, cost, t, o->optimizer, out, d);
+    rv = plan_greedy_lpt(tables, ntables, cost, o->pins, t, o->optimizer, out,
+                         d);
     free(cost);
     return rv;
 }

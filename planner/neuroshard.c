@@ -21,6 +21,9 @@
  *  - the children of a beam level are scored on worker threads, each with
  *    its own scratch, and merged in their generation order: the result does
  *    not depend on the thread count.
+ * Pinned tables (plan_options.pins) are pieces at level 0 that every greedy
+ * run finds already on their devices (the base devices), that are never
+ * split and that the local search never moves.
  */
 #include <math.h>
 #include <pthread.h>
@@ -110,7 +113,10 @@ struct ns {
     int32_t n;
     size_t cap; /* pieces a state can have */
     double dim_mean;
-    struct ns_table *tl;        /* levels are filled on the main thread only */
+    const int32_t *pins; /* per table: its device or -1; NULL: none */
+    size_t npinned;
+    struct ns_devs base; /* the pinned tables placed, nothing else */
+    struct ns_table *tl; /* levels are filled on the main thread only */
     struct ns_sort *root_order; /* the whole tables, in greedy order */
     size_t nroot;
     struct ns_work work[NS_THREADS_MAX];
@@ -131,10 +137,24 @@ static double elapsed_ms(const struct timespec *t0)
            (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* The caller no longer wants the plan. */
+static bool cancelled(const struct ns *s)
+{
+    return s->o->cancel != NULL && atomic_load(s->o->cancel);
+}
+
+/* The budget ran out, or the search was cancelled. */
 static bool out_of_time(struct ns *s)
 {
-    return s->o->time_budget_ms > 0 &&
-           elapsed_ms(&s->t0) > s->o->time_budget_ms;
+    return cancelled(s) || (s->o->time_budget_ms > 0 &&
+                            elapsed_ms(&s->t0) > s->o->time_budget_ms);
+}
+
+/* Piece i of a state is a pinned table: pieces [0, ntables) are the
+ * tables, and a pinned one is never split, so it stays at its index. */
+static bool piece_pinned(const struct ns *s, size_t i)
+{
+    return s->pins != NULL && i < s->ntables && s->pins[i] >= 0;
 }
 
 /* The cached level of a piece, made on first use (main thread only). */
@@ -364,9 +384,9 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
 }
 
 /*
- * One greedy placement of the sorted pieces under a dim cap of cap_scale x
- * the mean (0: no cap): each piece goes to the least loaded device with room
- * (neuroshard.md 6.3).  With `resume`, starts from the snapshot the previous
+ * One greedy placement of the sorted free pieces under a dim cap of
+ * cap_scale x the mean (0: no cap), starting from the base devices: each
+ * piece goes to the least loaded device with room (neuroshard.md 6.3).  With `resume`, starts from the snapshot the previous
  * (tighter) run took at its first refusal: up to there this run is the same.
  * Writes w->assign; returns the plan cost or INFINITY.  *next_cap is the
  * smallest dim cap at which any refused device would have been accepted
@@ -376,7 +396,7 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
                         double cap_scale, bool resume, double *next_cap)
 {
     double dim_cap = cap_scale > 0 ? cap_scale * s->dim_mean : INFINITY;
-    uint64_t mem_cap = s->t->mem_bytes;
+    const struct topology *t = s->t;
     struct ns_devs *d = &w->dv;
     size_t k = 0;
 
@@ -385,7 +405,7 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
         devs_copy(s, d, &w->snap);
         k = w->snap_k;
     } else {
-        devs_reset(s, d);
+        devs_copy(s, d, &s->base);
     }
     w->snap_taken = false;
     w->greedy_runs++;
@@ -398,7 +418,10 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
          * can take none of the pieces left leaves the heap for good, so a
          * full device is not popped again for every piece. */
         while (d->len > 0) {
+            uint64_t mem_cap;
+
             r = d->heap[0];
+            mem_cap = topology_mem(t, r);
             if (d->mem[r] + w->sfx_bytes[k] > mem_cap ||
                 (double)(d->dim[r] + w->sfx_cols[k]) > dim_cap) {
                 if (d->mem[r] + w->sfx_bytes[k] <= mem_cap)
@@ -439,28 +462,30 @@ static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
 }
 
 /*
- * w->order: st's pieces in greedy order.  Pieces [0, ntables) are the
- * tables, at level 0 unless split; the root order (all at level 0) is sorted
- * once, and a state merges its unsplit tables, in that order, with its few
- * split pieces, sorted: O(pieces) instead of a sort.
+ * w->order: st's free (not pinned) pieces in greedy order; returns their
+ * count.  Pieces [0, ntables) are the tables, at level 0 unless split; the
+ * root order (all at level 0) is sorted once, and a state merges its unsplit
+ * tables, in that order, with its few split pieces, sorted: O(pieces)
+ * instead of a sort.
  */
-static void ns_order(const struct ns *s, struct ns_work *w,
-                     const struct ns_state *st)
+static size_t ns_order(const struct ns *s, struct ns_work *w,
+                       const struct ns_state *st)
 {
     struct ns_sort *few = w->few;
-    size_t nfew = 0, k, i = 0, j = 0;
+    size_t nfew = 0, nfree = st->np - s->npinned, k, i = 0, j = 0;
 
     if (!s->root_order) {
-        for (k = 0; k < st->np; k++)
-            w->order[k] = sort_key(s, st, k);
-        qsort(w->order, st->np, sizeof(*w->order), sort_cmp);
-        return;
+        for (k = 0, j = 0; k < st->np; k++)
+            if (!piece_pinned(s, k))
+                w->order[j++] = sort_key(s, st, k);
+        qsort(w->order, nfree, sizeof(*w->order), sort_cmp);
+        return nfree;
     }
     for (k = 0; k < st->np; k++)
         if (k >= s->ntables || st->pc[k].level != 0)
             few[nfew++] = sort_key(s, st, k);
     qsort(few, nfew, sizeof(*few), sort_cmp);
-    for (k = 0; k < st->np; k++) {
+    for (k = 0; k < nfree; k++) {
         while (i < s->nroot && st->pc[s->root_order[i].idx].level != 0)
             i++;
         if (i < s->nroot &&
@@ -469,6 +494,7 @@ static void ns_order(const struct ns *s, struct ns_work *w,
         else
             w->order[k] = few[j++];
     }
+    return nfree;
 }
 
 /* Table-wise greedy grid search of one state: st->cost and st->assign. */
@@ -476,14 +502,13 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
                           struct ns_state *st)
 {
     double next_cap = INFINITY;
-    size_t k;
+    size_t nfree = ns_order(s, w, st), k;
     int step;
 
-    ns_order(s, w, st);
-    for (k = st->np; k-- > 0;) {
+    for (k = nfree; k-- > 0;) {
         const struct ns_level *lv =
             &s->tl[w->order[k].table].lv[w->order[k].level];
-        bool last = k + 1 == st->np;
+        bool last = k + 1 == nfree;
 
         w->sfx_cols[k] = last || lv->cols < w->sfx_cols[k + 1]
                              ? lv->cols
@@ -496,7 +521,7 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
     st->cost = INFINITY;
     for (step = 0; step < NS_GRID_STEPS;) {
         double c =
-            ns_greedy(s, w, st->np, 1.0 + 0.05 * step, step > 0, &next_cap);
+            ns_greedy(s, w, nfree, 1.0 + 0.05 * step, step > 0, &next_cap);
 
         if (c < st->cost) {
             st->cost = c;
@@ -510,7 +535,7 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
     }
     /* Where every capped run failed, the uncapped greedy may still fit. */
     if (st->cost == INFINITY && next_cap < INFINITY) {
-        double c = ns_greedy(s, w, st->np, 0, true, &next_cap);
+        double c = ns_greedy(s, w, nfree, 0, true, &next_cap);
 
         if (c < INFINITY) {
             st->cost = c;
@@ -594,7 +619,8 @@ static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
                 const struct ns_piece *p = &st->pc[i];
                 const struct ns_level *lv, *bl;
 
-                if (pick[i] || p->level + 1 >= s->tl[p->table].nlevels)
+                if (pick[i] || p->level + 1 >= s->tl[p->table].nlevels ||
+                    piece_pinned(s, i))
                     continue;
                 if (round == 2 && st->assign[i] != crit)
                     continue;
@@ -816,13 +842,13 @@ static void ns_local(struct ns *s, struct ns_state *st)
 {
     struct ns_work *w = &s->work[0];
     struct ns_devs *d = &w->dv;
-    uint64_t cap = s->t->mem_bytes;
+    const struct topology *t = s->t;
     int iter;
 
     if (st->cost == INFINITY)
         return;
     devs_load(s, w, st);
-    for (iter = 0; iter < 256; iter++) {
+    for (iter = 0; iter < 256 && !cancelled(s); iter++) {
         int32_t crit = critical_device(s, w), tg[NS_TARGETS], ntg = 0, r, q;
         /* Steps must gain 0.01 %: a long tail of tinier ones costs more
          * search time than it saves training time. */
@@ -854,12 +880,12 @@ static void ns_local(struct ns *s, struct ns_state *st)
         for (i = 0; i < st->np; i++) {
             const struct ns_level *li = piece_level(s, &st->pc[i]);
 
-            if (st->assign[i] != crit)
+            if (st->assign[i] != crit || piece_pinned(s, i))
                 continue;
             for (q = 0; q < ntg; q++) {
                 double c;
 
-                if (d->mem[tg[q]] + li->bytes > cap)
+                if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]))
                     continue;
                 c = try_step(s, w, li, crit, tg[q], NULL);
                 if (c < best) {
@@ -873,9 +899,11 @@ static void ns_local(struct ns *s, struct ns_state *st)
                 const struct ns_level *lj = piece_level(s, &st->pc[j]);
                 double c;
 
-                if (st->assign[j] != tg[0] ||
-                    d->mem[tg[0]] - lj->bytes + li->bytes > cap ||
-                    d->mem[crit] - li->bytes + lj->bytes > cap)
+                if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
+                    d->mem[tg[0]] - lj->bytes + li->bytes >
+                        topology_mem(t, tg[0]) ||
+                    d->mem[crit] - li->bytes + lj->bytes >
+                        topology_mem(t, crit))
                     continue;
                 c = try_step(s, w, li, crit, tg[0], lj);
                 if (c < best) {
@@ -906,30 +934,34 @@ static void ns_local(struct ns *s, struct ns_state *st)
 /* ------------------------------------------------------------------------ */
 /* Set-up and the entry point                                                */
 
-/* Why nothing fits: the table whose narrowest piece exceeds a device, else
- * the totals. */
+/* Why nothing fits: the table whose narrowest piece exceeds every device,
+ * else the totals. */
 static int no_fit(struct ns *s, struct sd_diag *d)
 {
-    uint64_t total = 0;
+    uint64_t total = 0, cap = 0, largest = topology_mem_max(s->t);
     size_t i;
+    int32_t r;
 
     for (i = 0; i < s->ntables; i++) {
-        struct ns_level *lv = ns_level(s, (uint32_t)i, s->tl[i].nlevels - 1);
+        int32_t narrowest = piece_pinned(s, i) ? 0 : s->tl[i].nlevels - 1;
+        struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest);
 
-        if (lv->bytes > s->t->mem_bytes)
+        if (lv->bytes > largest)
             return sd_diag_set(
                 d, SD_ENOSPACE,
                 "table \"%s\": even at %d columns it needs "
                 "%llu bytes, %llu more than a device has",
                 s->tables[i].name, (int)lv->cols, (unsigned long long)lv->bytes,
-                (unsigned long long)(lv->bytes - s->t->mem_bytes));
+                (unsigned long long)(lv->bytes - largest));
         total += ns_level(s, (uint32_t)i, 0)->bytes;
     }
+    for (r = 0; r < s->n; r++)
+        cap += topology_mem(s->t, r);
     return sd_diag_set(d, SD_ENOSPACE,
-                       "no placement fits: the tables need %llu bytes, %d "
-                       "devices have %llu each",
+                       "no placement fits: the tables need %llu bytes, the "
+                       "%d devices have %llu in all",
                        (unsigned long long)total, (int)s->n,
-                       (unsigned long long)s->t->mem_bytes);
+                       (unsigned long long)cap);
 }
 
 static int devs_alloc(struct ns_devs *d, size_t n)
@@ -998,10 +1030,13 @@ static void work_free(struct ns_work *w)
 static int32_t forced_level(const struct ns *s, size_t i)
 {
     const struct table *tb = &s->tables[i];
+    uint64_t largest = topology_mem_max(s->t);
     int32_t lv = 0;
 
+    if (piece_pinned(s, i))
+        return 0;
     while (lv + 1 < s->tl[i].nlevels &&
-           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > s->t->mem_bytes)
+           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > largest)
         lv++;
     return lv;
 }
@@ -1025,8 +1060,9 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->scale = (double)t->batch_size / (double)o->net->batch_size;
     s->n = t->ndevices;
     s->st = st;
+    s->pins = o->pins;
     s->tl = calloc(ntables ? ntables : 1, sizeof(*s->tl));
-    if (!s->tl)
+    if (!s->tl || devs_alloc(&s->base, (size_t)s->n) != 0)
         return SD_ENOMEM;
     for (i = 0; i < ntables; i++) {
         int32_t lv = table_split_levels(tables[i].dim);
@@ -1045,6 +1081,19 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     for (k = 0; k < s->nthreads; k++)
         if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
+    /* The base devices: the pinned tables placed (plan_check_pins() has
+     * checked that they fit), then the heap made anew. */
+    devs_reset(s, &s->base);
+    for (i = 0; i < ntables; i++) {
+        if (!piece_pinned(s, i))
+            continue;
+        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
+        for (k = 0; k < s->nthreads; k++)
+            s->work[k].assign[i] = s->pins[i]; /* greedy runs keep it */
+        s->npinned++;
+    }
+    for (k = s->n / 2; k-- > 0;)
+        heap_down(&s->base, k);
     return 0;
 }
 
@@ -1054,6 +1103,7 @@ static void ns_free(struct ns *s)
 
     for (k = 0; k < NS_THREADS_MAX; k++)
         work_free(&s->work[k]);
+    devs_free(&s->base);
     free(s->tl);
     free(s->root_order);
     free(s->seen);

@@ -44,8 +44,17 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
                            "topology: devices_per_host %d does not divide "
                            "devices %d",
                            (int)t->devices_per_host, (int)t->ndevices);
-    if (t->mem_bytes == 0)
+    if (t->mem_by_device != NULL) {
+        int32_t r;
+
+        for (r = 0; r < t->ndevices; r++)
+            if (t->mem_by_device[r] == 0)
+                return sd_diag_set(d, SD_EINVAL,
+                                   "topology: device %d: mem_bytes is 0",
+                                   (int)r);
+    } else if (t->mem_bytes == 0) {
         return sd_diag_set(d, SD_EINVAL, "topology: mem_bytes is 0");
+    }
     if (t->batch_size < t->ndevices || t->batch_size > (int64_t)1 << 30)
         return sd_diag_set(d, SD_EINVAL,
                            "topology: batch_size %lld is not in [devices, "
@@ -64,6 +73,19 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
                            "topology: link_latency_ms %g is not in [0, %g]",
                            t->link_latency_ms, TOPO_LATENCY_MAX);
     return 0;
+}
+
+uint64_t topology_mem_max(const struct topology *t)
+{
+    uint64_t m = 0;
+    int32_t r;
+
+    if (t->mem_by_device == NULL)
+        return t->mem_bytes;
+    for (r = 0; r < t->ndevices; r++)
+        if (t->mem_by_device[r] > m)
+            m = t->mem_by_device[r];
+    return m;
 }
 
 static const char *const optimizer_names[] = {
@@ -259,16 +281,18 @@ int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
     for (k = 0; k < p->nshards; k++) {
         const struct shard *s = &p->shards[k];
 
+        uint64_t cap = topology_mem(t, s->device);
+
         used[s->device] += shard_bytes(&tables[s->table], s->col_width, opt);
-        if (used[s->device] > t->mem_bytes) {
-            rv = sd_diag_set(
-                d, SD_ENOSPACE,
-                "plan: device %d: %llu bytes placed, capacity "
-                "%llu (over by %llu at table \"%s\")",
-                (int)s->device, (unsigned long long)used[s->device],
-                (unsigned long long)t->mem_bytes,
-                (unsigned long long)(used[s->device] - t->mem_bytes),
-                tables[s->table].name);
+        if (used[s->device] > cap) {
+            rv = sd_diag_set(d, SD_ENOSPACE,
+                             "plan: device %d: %llu bytes placed, capacity "
+                             "%llu (over by %llu at table \"%s\")",
+                             (int)s->device,
+                             (unsigned long long)used[s->device],
+                             (unsigned long long)cap,
+                             (unsigned long long)(used[s->device] - cap),
+                             tables[s->table].name);
             break;
         }
     }
@@ -338,6 +362,67 @@ int plan_check_inputs(const struct table *tables, size_t ntables,
     return 0;
 }
 
+int plan_check_pins(const struct table *tables, size_t ntables,
+                    const struct topology *t, const int32_t *pins,
+                    enum optimizer opt, struct sd_diag *d)
+{
+    uint64_t *used;
+    size_t i;
+    int rv = 0;
+
+    if (pins == NULL)
+        return 0;
+    used = calloc((size_t)t->ndevices, sizeof(*used));
+    if (used == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < ntables && rv == 0; i++) {
+        int32_t r = pins[i];
+        uint64_t cap;
+
+        if (r == -1)
+            continue;
+        if (r < 0 || r >= t->ndevices) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "pins: table \"%s\": device %d is not in "
+                             "[0, %d)",
+                             tables[i].name, (int)r, (int)t->ndevices);
+            break;
+        }
+        cap = topology_mem(t, r);
+        used[r] += shard_bytes(&tables[i], tables[i].dim, opt);
+        if (used[r] > cap)
+            rv = sd_diag_set(d, SD_ENOSPACE,
+                             "pins: device %d: the tables pinned to it need "
+                             "%llu bytes up to table \"%s\", %llu more than "
+                             "its capacity of %llu",
+                             (int)r, (unsigned long long)used[r],
+                             tables[i].name,
+                             (unsigned long long)(used[r] - cap),
+                             (unsigned long long)cap);
+    }
+    free(used);
+    return rv;
+}
+
+/* Whether every pinned table is one whole shard on its device (p sorted). */
+static bool pins_kept(const struct plan *p, const struct table *tables,
+                      const int32_t *pins)
+{
+    size_t k;
+
+    if (pins == NULL)
+        return true;
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+
+        if (pins[s->table] >= 0 &&
+            (s->device != pins[s->table] || s->col_offset != 0 ||
+             s->col_width != tables[s->table].dim))
+            return false;
+    }
+    return true;
+}
+
 int plan_run(const struct table *tables, size_t ntables,
              const struct topology *t, const struct plan_options *o,
              const struct cost_model *m, struct plan *out, struct sd_diag *d)
@@ -346,12 +431,15 @@ int plan_run(const struct table *tables, size_t ntables,
     int rv;
 
     rv = plan_check_inputs(tables, ntables, t, d);
+    if (rv == 0)
+        rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
     if (rv != 0)
         return rv;
 
     switch (o->alg) {
     case PLAN_ALG_TORCHREC_GREEDY:
-        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, &p, d);
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
+                                  &p, d);
         break;
     case PLAN_ALG_RANDOM:
     case PLAN_ALG_DIM_GREEDY:
@@ -374,6 +462,9 @@ int plan_run(const struct table *tables, size_t ntables,
     /* Every algorithm's output is checked before anyone sees it: a plan
      * that drops a column or overfills a device is a bug, not a result. */
     rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
+    if (rv == 0 && !pins_kept(&p, tables, o->pins))
+        rv = sd_diag_set(d, SD_EINVAL, "%s: a pinned table was moved or split",
+                         p.algorithm);
     if (rv == 0)
         rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);
     if (rv == 0)

@@ -15,6 +15,7 @@
 #ifndef SHARDD_PLANNER_H
 #define SHARDD_PLANNER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,6 +272,10 @@ struct topology {
     int32_t ndevices;
     int32_t devices_per_host; /* local world size; ndevices if one host */
     uint64_t mem_bytes;       /* capacity of each device */
+    /* Devices of different capacities: NULL, or ndevices capacities (each
+     * > 0) that replace mem_bytes.  Borrowed: the caller keeps it alive as
+     * long as the topology is used. */
+    const uint64_t *mem_by_device;
     int64_t batch_size;       /* global batch of one training step */
     double intra_host_bw;     /* bytes per ms between devices of a host */
     double inter_host_bw;     /* bytes per ms between hosts */
@@ -287,6 +292,13 @@ void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes);
 
 /* Checks the topology; SD_EINVAL with d naming the field. */
 int topology_validate(const struct topology *t, struct sd_diag *d);
+
+/* The memory capacity of device r, and the largest of any device. */
+static inline uint64_t topology_mem(const struct topology *t, int32_t r)
+{
+    return t->mem_by_device != NULL ? t->mem_by_device[r] : t->mem_bytes;
+}
+uint64_t topology_mem_max(const struct topology *t);
 
 enum optimizer {
     OPTIMIZER_SGD = 0,         /* no state */
@@ -396,7 +408,7 @@ void plan_sort(struct plan *p);
  * Checks a plan against its tables and topology: every shard names an
  * existing table and device, widths are positive multiples of 4, every
  * column of every table is placed exactly once, and each device's bytes
- * (shard_bytes()) are within t->mem_bytes.  Returns 0, or SD_EINVAL (a
+ * (shard_bytes()) are within its capacity.  Returns 0, or SD_EINVAL (a
  * malformed plan) or SD_ENOSPACE (memory) with d naming table, device and
  * bytes.  Sorts the plan.
  */
@@ -556,6 +568,18 @@ struct plan_options {
     int32_t beam_depth;    /* 10 */
     int32_t candidates;    /* top-k by size and by cost to split; 10 */
     int32_t threads;       /* neuroshard: scoring threads; 0: one per CPU */
+    /*
+     * Pins (borrowed; NULL: none): pins[i] is the device table i must go
+     * to whole, or -1 where it may go anywhere.  Every algorithm places
+     * the pinned tables first and never splits them.
+     */
+    const int32_t *pins;
+    /*
+     * When not NULL and set (by another thread), the search stops as if
+     * its time budget ran out: the caller no longer wants the plan.  The
+     * baselines finish (they take microseconds).
+     */
+    const atomic_bool *cancel;
 };
 
 /* alg size_lookup_greedy, sgd, seed 0, neuroshard defaults as above. */
@@ -567,6 +591,16 @@ void plan_options_default(struct plan_options *o);
  */
 int plan_check_inputs(const struct table *tables, size_t ntables,
                       const struct topology *t, struct sd_diag *d);
+
+/*
+ * Checks pins (ntables entries, -1 for none) against the topology: every
+ * device in range, and each device's pinned tables, whole, within its
+ * capacity.  SD_EINVAL (a bad device) or SD_ENOSPACE naming the device, its
+ * pinned bytes and the first table over.  NULL pins pass.
+ */
+int plan_check_pins(const struct table *tables, size_t ntables,
+                    const struct topology *t, const int32_t *pins,
+                    enum optimizer opt, struct sd_diag *d);
 
 /*
  * Places tables on the topology's devices with one algorithm and fills *out
@@ -591,14 +625,16 @@ int plan_baseline(const struct table *tables, size_t ntables,
                   struct plan *out, struct sd_diag *d);
 
 /*
- * LPT placement used by the greedy baselines (neuroshard.md 7): tables in
+ * LPT placement used by the greedy baselines (neuroshard.md 7): the pinned
+ * tables (pins may be NULL) onto their devices, then the others in
  * descending (cost, size, index) order, each onto the device with the least
  * accumulated cost among those with room (ties: less memory, lower id).
  * Exposed for tests.  Same returns as plan_run(); *out is initialised here.
  */
 int plan_greedy_lpt(const struct table *tables, size_t ntables,
-                    const double *cost, const struct topology *t,
-                    enum optimizer opt, struct plan *out, struct sd_diag *d);
+                    const double *cost, const int32_t *pins,
+                    const struct topology *t, enum optimizer opt,
+                    struct plan *out, struct sd_diag *d);
 
 /*
  * NeuroShard's search (neuroshard.md 6.3-6.4) with o->net: a beam search
@@ -622,11 +658,14 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
  * column-wise options (torchrec_planner.md 1.2-1.4): proposals all-TW,
  * all-CW and per-table best, each partitioned largest-storage first onto the
  * device heap ordered by (perf, rank % local, rank); the best rated plan
- * (max rank total perf) wins.  *out is initialised here.
+ * (max rank total perf) wins.  Pinned tables (pins may be NULL) are
+ * table-wise in every proposal and go to their devices first, as a
+ * TorchRec user would place them by hand.  *out is initialised here.
  */
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
-                         struct plan *out, struct sd_diag *d);
+                         const int32_t *pins, struct plan *out,
+                         struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* Neural compute cost model (net.c, train.c)                                */

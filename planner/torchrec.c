@@ -321,6 +321,7 @@ struct misfit {
     uint32_t table;
     uint64_t need;
     uint64_t largest_free;
+    int32_t pinned_to; /* the device of a pinned table, else -1 */
 };
 
 struct group {
@@ -336,9 +337,15 @@ struct greedy {
     struct device *devices;
     struct group *groups;
     size_t *first;   /* per table: index of its first shard */
-    int32_t *heap;   /* ndevices ranks */
-    int32_t *popped; /* ndevices ranks */
+    int32_t *heap;       /* ndevices ranks */
+    int32_t *popped;     /* ndevices ranks */
+    const int32_t *pins; /* per table: its device or -1; NULL: none */
 };
+
+static bool pinned(const struct greedy *g, size_t i)
+{
+    return g->pins != NULL && g->pins[i] >= 0;
+}
 
 /* The options of a table (1.2): TW one shard, CW shards of trec_cw_block. */
 static void options_init(const struct table *tb, const struct topology *t,
@@ -465,6 +472,18 @@ static const struct option *chosen(const struct greedy *g,
  * when a shard fits nowhere.  Returns true when the proposal is
  * partitionable.
  */
+/* Charges one shard of option o to device b. */
+static void charge(struct device *b, const struct option *o)
+{
+    b->free_bytes -= o->storage;
+    b->fwd_compute += o->perf.fwd_compute;
+    b->fwd_comms += o->perf.fwd_comms;
+    b->bwd_compute += o->perf.bwd_compute;
+    b->bwd_comms += o->perf.bwd_comms;
+    b->total =
+        perf_total(b->fwd_compute, b->fwd_comms, b->bwd_compute, b->bwd_comms);
+}
+
 static bool partition(const struct greedy *g, const uint8_t *choice,
                       int32_t *assign, double *rating, struct misfit *miss)
 {
@@ -472,23 +491,44 @@ static bool partition(const struct greedy *g, const uint8_t *choice,
     struct device *dv = g->devices;
     struct heap h = {g->heap, 0, t->devices_per_host};
     int32_t *popped = g->popped;
-    size_t i, n;
+    size_t i, n, ngroups = 0;
     int32_t r, k, npopped;
 
     for (r = 0; r < t->ndevices; r++) {
         memset(&dv[r], 0, sizeof(dv[r]));
-        dv[r].free_bytes = t->mem_bytes;
-        heap_push(&h, dv, r);
+        dv[r].free_bytes = topology_mem(t, r);
     }
+    /* Pinned tables first, whole (their options are table-wise only). */
     for (i = 0; i < g->ntables; i++) {
         const struct option *o = chosen(g, choice, i);
 
-        g->groups[i].storage_sum = o->storage * (uint64_t)o->nshards;
-        g->groups[i].table = (uint32_t)i;
+        if (!pinned(g, i))
+            continue;
+        r = g->pins[i];
+        if (dv[r].free_bytes < o->storage) {
+            miss->table = (uint32_t)i;
+            miss->need = o->storage;
+            miss->largest_free = dv[r].free_bytes;
+            miss->pinned_to = r;
+            return false;
+        }
+        charge(&dv[r], o);
+        assign[g->first[i]] = r;
     }
-    qsort(g->groups, g->ntables, sizeof(*g->groups), cmp_group);
+    for (r = 0; r < t->ndevices; r++)
+        heap_push(&h, dv, r);
+    for (i = 0; i < g->ntables; i++) {
+        const struct option *o = chosen(g, choice, i);
 
-    for (n = 0; n < g->ntables; n++) {
+        if (pinned(g, i))
+            continue;
+        g->groups[ngroups].storage_sum = o->storage * (uint64_t)o->nshards;
+        g->groups[ngroups].table = (uint32_t)i;
+        ngroups++;
+    }
+    qsort(g->groups, ngroups, sizeof(*g->groups), cmp_group);
+
+    for (n = 0; n < ngroups; n++) {
         uint32_t ti = g->groups[n].table;
         const struct option *o = chosen(g, choice, ti);
 
@@ -508,19 +548,14 @@ static bool partition(const struct greedy *g, const uint8_t *choice,
                 miss->table = ti;
                 miss->need = o->storage;
                 miss->largest_free = 0;
+                miss->pinned_to = -1;
                 for (r = 0; r < t->ndevices; r++) {
                     if (dv[r].free_bytes > miss->largest_free)
                         miss->largest_free = dv[r].free_bytes;
                 }
                 return false;
             }
-            b->free_bytes -= o->storage;
-            b->fwd_compute += o->perf.fwd_compute;
-            b->fwd_comms += o->perf.fwd_comms;
-            b->bwd_compute += o->perf.bwd_compute;
-            b->bwd_comms += o->perf.bwd_comms;
-            b->total = perf_total(b->fwd_compute, b->fwd_comms, b->bwd_compute,
-                                  b->bwd_comms);
+            charge(b, o);
             assign[g->first[ti] + (size_t)k] = h.rank[0];
             heap_sift_down(&h, dv, 0); /* its key only grew */
             while (npopped > 0)
@@ -613,12 +648,13 @@ static int build_plan(const struct greedy *g, const uint8_t *choice,
 
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
-                         struct plan *out, struct sd_diag *d)
+                         const int32_t *pins, struct plan *out,
+                         struct sd_diag *d)
 {
     struct greedy g;
     uint8_t *choice[NPROPS] = {NULL};
     int32_t *assign = NULL, *best_assign = NULL;
-    struct misfit miss, first_miss = {0, 0, 0};
+    struct misfit miss, first_miss = {0, 0, 0, -1};
     uint64_t miss_storage = 0;
     bool have_miss = false;
     double rating, best_rating = 0;
@@ -631,9 +667,14 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
 
+    rv = plan_check_pins(tables, ntables, t, pins, opt, d);
+    if (rv != 0)
+        return rv;
+
     memset(&g, 0, sizeof(g));
     g.ntables = ntables;
     g.t = t;
+    g.pins = pins;
     g.opts = calloc(ntables, sizeof(*g.opts));
     g.devices = calloc((size_t)t->ndevices, sizeof(*g.devices));
     g.groups = calloc(ntables, sizeof(*g.groups));
@@ -652,6 +693,8 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
     /* Shard slots: column-wise has the most shards (TW has one). */
     for (i = 0; i < ntables; i++) {
         options_init(&tables[i], t, opt, g.opts[i]);
+        if (pinned(&g, i))
+            g.opts[i][OPT_CW] = g.opts[i][OPT_TW];
         g.first[i] = nslots;
         nslots += (size_t)g.opts[i][OPT_CW].nshards;
     }
@@ -684,6 +727,17 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
             miss_storage = proposal_storage(&g, choice[k]);
             first_miss = miss;
         }
+    }
+    if (best < 0 && first_miss.pinned_to >= 0) {
+        rv = sd_diag_set(
+            d, SD_ENOSPACE,
+            "table \"%s\": pinned to device %d, it needs %llu bytes with "
+            "TorchRec's buffers but %llu are free there (short by %llu bytes)",
+            tables[first_miss.table].name, (int)first_miss.pinned_to,
+            (unsigned long long)first_miss.need,
+            (unsigned long long)first_miss.largest_free,
+            (unsigned long long)(first_miss.need - first_miss.largest_free));
+        goto out;
     }
     if (best < 0) {
         rv = sd_diag_set(

@@ -338,7 +338,7 @@ static void test_greedy_equal(void)
         tb[i] = mk(name, 100000, 64, 2.0);
     }
     topology_default(&t, 2, 1ull << 30);
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 4);
     CHECK(strcmp(p.algorithm, "torchrec_greedy") == 0);
     CHECK(device_of(&p, 0, 0) == 0);
@@ -352,7 +352,7 @@ static void test_greedy_equal(void)
      * the load: ranks 0, 2, then 1, 3. */
     topology_default(&t, 4, 1ull << 30);
     t.devices_per_host = 2;
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 1, 0) == 2);
     CHECK(device_of(&p, 2, 0) == 1);
@@ -384,7 +384,7 @@ static void test_greedy_order(void)
           trec_bytes(&tb[0], &t, 32, TREC_TABLE_WISE));
     CHECK(trec_bytes(&tb[0], &t, 32, TREC_TABLE_WISE) >
           trec_bytes(&tb[3], &t, 32, TREC_TABLE_WISE));
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(device_of(&p, 1, 0) == 0);
     CHECK(device_of(&p, 2, 0) == 1);
     CHECK(device_of(&p, 0, 0) == 0);
@@ -408,7 +408,7 @@ static void test_greedy_memory(void)
     a = trec_bytes(&tb[0], &t, 64, TREC_TABLE_WISE);
     c = trec_bytes(&tb[2], &t, 64, TREC_TABLE_WISE);
     t.mem_bytes = a + c - 1;
-    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 1, 0) == 1);
     CHECK(device_of(&p, 2, 0) == 1);
@@ -417,7 +417,7 @@ static void test_greedy_memory(void)
 
     /* One byte more and it does. */
     t.mem_bytes = a + c;
-    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(device_of(&p, 2, 0) == 0);
     plan_destroy(&p);
 }
@@ -440,7 +440,7 @@ static void test_greedy_nospace(void)
     memset(&p, 0x5a, sizeof(p));
     memcpy(&before, &p, sizeof(p));
     memset(&d, 0, sizeof(d));
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, &p, &d) ==
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
           SD_ENOSPACE);
     snprintf(want, sizeof(want),
              "table \"huge\": needs %llu bytes but the largest free space on "
@@ -458,7 +458,7 @@ static void test_greedy_nospace(void)
     topology_default(&t, 2, mem);
     need = trec_bytes(&tb[1], &t, 512, TREC_TABLE_WISE);
     CHECK(trec_bytes(&tb[1], &t, 128, TREC_COLUMN_WISE) > mem);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, &p, &d) ==
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
           SD_ENOSPACE);
     snprintf(want, sizeof(want),
              "table \"wide\": needs %llu bytes but the largest free space on "
@@ -470,16 +470,16 @@ static void test_greedy_nospace(void)
     /* With Adam the optimizer state counts too. */
     tb[1] = mk("huge", 10000, 64, 1.0);
     topology_default(&t, 1, 1000ull * 64 * 4 * 3 + 10000ull * 64 * 4);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_ADAM, &p, &d) ==
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_ADAM, NULL, &p, &d) ==
           SD_ENOSPACE);
     CHECK(strstr(d.msg, "table \"huge\"") != NULL);
     CHECK(strstr(d.msg, "short by") != NULL);
 
     /* Bad input is refused before any planning. */
     topology_default(&t, 0, mem);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, &p, &d) == SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) == SD_EINVAL);
     topology_default(&t, 2, mem);
-    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, &p, &d) == SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, NULL, &p, &d) == SD_EINVAL);
     CHECK(memcmp(&p, &before, sizeof(p)) == 0);
 }
 
@@ -502,7 +502,7 @@ static void test_greedy_cw(void)
 
     /* Room for one 128-wide shard per device only: TW cannot fit. */
     t.mem_bytes = 2 * s128 - 1;
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 4);
     for (k = 0; k < 4 && (size_t)k < p.nshards; k++) {
         CHECK(p.shards[k].col_offset == 128 * k);
@@ -516,7 +516,7 @@ static void test_greedy_cw(void)
 
     /* Plenty of room: CW still wins on perf and spreads in heap order. */
     t.mem_bytes = 1ull << 34;
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 4);
     for (k = 0; k < 4; k++)
         CHECK(device_of(&p, 0, 128 * k) == k);
@@ -524,7 +524,7 @@ static void test_greedy_cw(void)
 
     /* Two devices: two shards each, kept apart, columns once each. */
     topology_default(&t, 2, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 4);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 0, 128) == 1);
@@ -535,14 +535,14 @@ static void test_greedy_cw(void)
 
     /* One device: four CW shards read the ids four times; TW is better. */
     topology_default(&t, 1, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 1 && p.shards[0].col_width == 512);
     plan_destroy(&p);
 
     /* dim 200 has no block: one shard. */
     tb[0] = mk("odd", 200000, 200, 4.0);
     topology_default(&t, 4, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
     CHECK(p.nshards == 1 && p.shards[0].col_width == 200);
     plan_destroy(&p);
 }
@@ -569,9 +569,9 @@ static void test_greedy_deterministic(void)
     }
     topology_default(&t, 8, 4ull << 30);
     t.devices_per_host = 4;
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, &a, &d) ==
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &a, &d) ==
           0);
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, &b, &d) ==
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &b, &d) ==
           0);
     CHECK(a.nshards == b.nshards && a.nshards >= 60);
     CHECK(a.nshards == b.nshards &&
