@@ -28,6 +28,7 @@
 
 #define CTL_EXIT_USAGE 2 /* bad input or usage */
 #define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
+#define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
 
 /* Every option of every command; zero / NULL when not given. */
 struct ctl_opts {
@@ -48,7 +49,15 @@ struct ctl_opts {
     bool no_flush;
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
-    double mem_gb, max_gb;
+    double max_gb;
+    /* --mem-gb G, or G0,G1,... for devices of different capacities:
+     * mem_gb is the first, mem_gbs[0 .. n_mem_gb) all of them. */
+    double mem_gb;
+    double mem_gbs[TOPO_DEVICES_MAX];
+    int32_t n_mem_gb;
+    /* --pin TABLE=DEVICE, repeatable: the words as given. */
+    const char *pins[CTL_MAX_PINS];
+    int32_t npins;
     bool offline, json, torchrec;
     /* online mode */
     const char *addr;       /* --addr, else $SHARDD_ADDR, else the default */
@@ -76,6 +85,25 @@ int ctl_exit_for(int err);
  * Returns 0 or an exit code (the message printed).
  */
 int ctl_write_output(const char *path, const char *text);
+
+/*
+ * The device capacities of --mem-gb for a topology of t->ndevices devices:
+ * t->mem_bytes, and with one capacity per device *caps (owned by the
+ * caller, who keeps it while t is used; NULL otherwise) as
+ * t->mem_by_device.  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_capacities(const struct ctl_opts *o, const char *cmd,
+                   struct topology *t, uint64_t **caps);
+
+/*
+ * The --pin options resolved against the tables: *pins (owned by the
+ * caller; NULL when there is none) has the device of every pinned table and
+ * -1 for the others.  Returns 0 or an exit code (a pin naming no table, a
+ * table twice, a device not in [0, ndevices), a word without "=").
+ */
+int ctl_pins(const struct ctl_opts *o, const char *cmd,
+             const struct table *tables, size_t n, int32_t ndevices,
+             int32_t **pins);
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */

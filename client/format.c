@@ -64,12 +64,12 @@ void format_plan_text(FILE *out, const struct plan *p,
             if (p->shards[k].device == r)
                 append_label(line, sizeof(line), &tables[p->shards[k].table],
                              &p->shards[k], &full);
-        if (t->mem_bytes >= UINT64_MAX / 4) /* no capacity given */
+        if (topology_mem(t, r) >= UINT64_MAX / 4) /* no capacity given */
             snprintf(mem, sizeof(mem), "%.3f", (double)dv->mem_bytes / GIB);
         else
-            snprintf(mem, sizeof(mem), "%.3f (%.1f%%)",
-                     (double)dv->mem_bytes / GIB,
-                     100.0 * (double)dv->mem_bytes / (double)t->mem_bytes);
+            snprintf(
+                mem, sizeof(mem), "%.3f (%.1f%%)", (double)dv->mem_bytes / GIB,
+                100.0 * (double)dv->mem_bytes / (double)topology_mem(t, r));
         fprintf(out, "%6d  %-17s %9.3f %9.3f %9.3f %9.3f %6d  %s\n", (int)r,
                 mem, dv->compute_ms, dv->fwd_comm_ms, dv->bwd_comm_ms,
                 dv->total_ms, (int)dv->nshards, line);

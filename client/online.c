@@ -396,15 +396,93 @@ static int tables_msg(const struct table *tables, size_t n,
     return 0;
 }
 
-/* The topology options shared by plan and estimate. */
-static void topology_msg(const struct ctl_opts *o, int32_t ndevices,
-                         Shardd__V1__Topology *t)
+/*
+ * The topology options shared by plan and estimate.  Devices of different
+ * capacities put *caps (owned by the caller, NULL otherwise) in the
+ * message.  Returns 0 or an exit code.
+ */
+static int topology_msg(const struct ctl_opts *o, const char *cmd,
+                        int32_t ndevices, Shardd__V1__Topology *t,
+                        uint64_t **caps)
 {
+    struct topology topo;
+    int rv;
+
+    topology_default(&topo, ndevices, 0);
+    rv = ctl_capacities(o, cmd, &topo, caps);
+    if (rv != 0)
+        return rv;
     shardd__v1__topology__init(t);
     t->num_devices = ndevices;
     t->devices_per_host = (int32_t)o->per_host;
-    t->mem_bytes_per_device = (uint64_t)(o->mem_gb * GIB);
+    t->mem_bytes_per_device = topo.mem_bytes;
+    if (*caps != NULL) {
+        t->n_mem_bytes_by_device = (size_t)ndevices;
+        t->mem_bytes_by_device = *caps;
+    }
     t->batch_size = o->batch; /* 0: the server's default */
+    return 0;
+}
+
+/*
+ * The printers' topology for a response's devices: their capacities (into
+ * *caps, owned by the caller) and the command line's hosts.
+ */
+static int topology_of(const struct ctl_opts *o, Shardd__V1__DeviceCost **devs,
+                       int32_t ndevices, struct topology *t, uint64_t **caps)
+{
+    int32_t r;
+
+    *caps = malloc((size_t)ndevices * sizeof(**caps));
+    if (*caps == NULL)
+        return SD_ENOMEM;
+    for (r = 0; r < ndevices; r++)
+        (*caps)[r] =
+            devs[r]->memory_capacity_bytes > 0
+                ? devs[r]->memory_capacity_bytes
+                : (uint64_t)(o->mem_gbs[o->n_mem_gb > r ? r : 0] * GIB);
+    topology_default(t, ndevices, (*caps)[0]);
+    t->mem_by_device = *caps;
+    if (o->per_host)
+        t->devices_per_host = (int32_t)o->per_host;
+    return 0;
+}
+
+/* Pins as Constraints: every message points into *pins (owned by the
+ * caller: pins_msg_free()). */
+struct pins_msg {
+    Shardd__V1__Constraints cons;
+    Shardd__V1__Pin *pins, **ptrs;
+};
+
+static void pins_msg_free(struct pins_msg *m)
+{
+    free(m->pins);
+    free(m->ptrs);
+}
+
+static int pins_msg(const int32_t *pins, const struct table *tables, size_t n,
+                    struct pins_msg *m)
+{
+    size_t i;
+
+    shardd__v1__constraints__init(&m->cons);
+    m->pins = calloc(n ? n : 1, sizeof(*m->pins));
+    m->ptrs = calloc(n ? n : 1, sizeof(*m->ptrs));
+    if (m->pins == NULL || m->ptrs == NULL)
+        return SD_ENOMEM;
+    m->cons.pins = m->ptrs;
+    for (i = 0; i < n; i++) {
+        Shardd__V1__Pin *pin = &m->pins[m->cons.n_pins];
+
+        if (pins[i] < 0)
+            continue;
+        shardd__v1__pin__init(pin);
+        pin->table = mstr(tables[i].name);
+        pin->device = pins[i];
+        m->ptrs[m->cons.n_pins++] = pin;
+    }
+    return 0;
 }
 
 /* The per-device figures of a response into p->devices. */
@@ -671,10 +749,13 @@ static int online_plan(struct online *on)
     Shardd__V1__PlanOptions po;
     Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
     Shardd__V1__PlanResponse *resp = NULL;
+    struct pins_msg pm = {0};
     struct table *tables = NULL;
     struct topology topo;
     struct sd_diag d;
     struct plan p;
+    uint64_t *caps = NULL, *shown = NULL;
+    int32_t *pins = NULL;
     size_t n;
     int rv;
 
@@ -696,11 +777,18 @@ static int online_plan(struct online *on)
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
-    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0) {
-        rv = ctl_fail(1, "plan: out of memory");
+    rv = ctl_pins(o, "plan", tables, n, (int32_t)o->devices, &pins);
+    if (rv == 0)
+        rv = topology_msg(o, "plan", (int32_t)o->devices, &tm, &caps);
+    if (rv != 0)
         goto out_tables;
+    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0 ||
+        (pins != NULL && pins_msg(pins, tables, n, &pm) != 0)) {
+        rv = ctl_fail(1, "plan: out of memory");
+        goto out_request;
     }
-    topology_msg(o, (int32_t)o->devices, &tm);
+    if (pins != NULL)
+        po.constraints = &pm.cons;
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
@@ -716,21 +804,22 @@ static int online_plan(struct online *on)
         rv = ctl_fail(1, "plan: %s", d.msg); /* the daemon's fault */
         goto out_response;
     }
-    /* The printers take the capacity and hosts from a topology. */
-    topology_default(&topo, (int32_t)o->devices,
-                     resp->devices[0]->memory_capacity_bytes > 0
-                         ? resp->devices[0]->memory_capacity_bytes
-                         : (uint64_t)(o->mem_gb * GIB));
-    if (o->per_host)
-        topo.devices_per_host = (int32_t)o->per_host;
-    rv = print_plan(o, &p, tables, n, &topo);
+    /* The printers take the capacities and hosts from a topology. */
+    if (topology_of(o, resp->devices, (int32_t)o->devices, &topo, &shown) != 0)
+        rv = ctl_fail(1, "plan: out of memory");
+    else
+        rv = print_plan(o, &p, tables, n, &topo);
+    free(shown);
     plan_destroy(&p);
 out_response:
     shardd__v1__plan_response__free_unpacked(resp, NULL);
 out_request:
+    pins_msg_free(&pm);
     free(tmsgs);
     free(tptrs);
 out_tables:
+    free(caps);
+    free(pins);
     free(tables);
     return rv;
 }
@@ -838,7 +927,7 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     }
     printf("memory: over capacity on device");
     for (dev = 0; dev < p->ndevices; dev++) {
-        if (p->devices[dev].mem_bytes <= topo->mem_bytes)
+        if (p->devices[dev].mem_bytes <= topology_mem(topo, dev))
             continue;
         printf("%s %d", first ? "" : ",", (int)dev);
         first = false;
@@ -860,6 +949,7 @@ static int online_estimate(struct online *on)
     struct topology topo;
     struct sd_diag d;
     struct plan p;
+    uint64_t *caps = NULL, *shown = NULL;
     int32_t ndev = 0;
     size_t n;
     int rv;
@@ -883,7 +973,9 @@ static int online_estimate(struct online *on)
         rv = ctl_fail(1, "estimate: out of memory");
         goto out_request;
     }
-    topology_msg(o, ndev, &tm);
+    rv = topology_msg(o, "estimate", ndev, &tm, &caps);
+    if (rv != 0)
+        goto out_request;
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
@@ -902,14 +994,15 @@ static int online_estimate(struct online *on)
                       resp->n_devices, (int)ndev);
     } else if (o->json) {
         rv = print_json(&resp->base);
+    } else if (topology_of(o, resp->devices, ndev, &topo, &shown) != 0) {
+        rv = ctl_fail(1, "estimate: out of memory");
     } else {
-        topology_default(&topo, ndev, (uint64_t)(o->mem_gb * GIB));
-        if (o->per_host)
-            topo.devices_per_host = (int32_t)o->per_host;
         rv = print_estimate(resp, &p, tables, n, &topo);
     }
+    free(shown);
     shardd__v1__estimate_response__free_unpacked(resp, NULL);
 out_request:
+    free(caps);
     placement_msg_free(&pm);
     free(tmsgs);
     free(tptrs);
@@ -1001,8 +1094,7 @@ static int online_status(struct online *on)
     if (strcmp(r->serving_profile, r->profile) != 0)
         printf("serving: model %s of profile %s (requests naming no "
                "profile)\n",
-               r->serving_model_version[0] ? r->serving_model_version
-                                           : "none",
+               r->serving_model_version[0] ? r->serving_model_version : "none",
                r->serving_profile);
     printf("profiler: %s; samples: %llu compute, %llu comm\n",
            enum_word(&shardd__v1__profiler_state__descriptor, (int)r->profiler,

@@ -43,13 +43,16 @@ static const char usage_text[] =
     "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
-    "  plan        --offline --tables FILE --devices N --mem-gb G\n"
-    "              [--alg NAME] [--task K] [--optimizer NAME]\n"
+    "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
+    "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
+    "              [--optimizer NAME]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
     "              [--no-splits] [--no-local-search] [--threads T]\n"
     "              [--json | --torchrec]\n"
-    "      Plan the tables (or task K of a tasks file) on N devices of G GiB.\n"
+    "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
+    "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
+    "      device.\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -127,7 +130,9 @@ int ctl_exit_for(int err)
 /* Options                                                                 */
 
 
-enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_REAL };
+/* OPT_GB: a positive number, or a comma-separated list of them; OPT_PIN:
+ * a word added to a list at each use. */
+enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_REAL, OPT_GB, OPT_PIN };
 
 struct opt_def {
     const char *name;
@@ -151,7 +156,8 @@ static const struct opt_def opt_defs[] = {
     {"--task", OPT_INT, O(task), 0, 1e9},
     {"--min-tables", OPT_INT, O(min_tables), 1, 1e6},
     {"--max-tables", OPT_INT, O(max_tables), 1, 1e6},
-    {"--mem-gb", OPT_REAL, O(mem_gb), 1e-9, 1e9},
+    {"--mem-gb", OPT_GB, O(mem_gb), 1e-9, 1e9},
+    {"--pin", OPT_PIN, O(pins), 0, 0},
     {"--max-gb", OPT_REAL, O(max_gb), 1e-9, 1e9},
     {"--db", OPT_STR, O(db), 0, 0},
     {"--plan", OPT_STR, O(plan), 0, 0},
@@ -210,6 +216,36 @@ static int parse_number(const struct opt_def *def, const char *s, void *dst)
     return 0;
 }
 
+/* --mem-gb: "G" or "G0,G1,...", each a number in the option's range. */
+static int parse_gb_list(const struct opt_def *def, const char *s,
+                         struct ctl_opts *o)
+{
+    const char *p = s;
+    char *end;
+    double x;
+
+    o->n_mem_gb = 0;
+    for (;;) {
+        errno = 0;
+        x = strtod(p, &end);
+        if (errno != 0 || end == p || (*end != '\0' && *end != ',') ||
+            !isfinite(x) || x < def->min || x > def->max)
+            return ctl_fail(EXIT_USAGE,
+                            "%s: \"%s\" is not a positive number or a "
+                            "comma-separated list of them (one per device)",
+                            def->name, s);
+        if (o->n_mem_gb == TOPO_DEVICES_MAX)
+            return ctl_fail(EXIT_USAGE, "%s: more than %d capacities",
+                            def->name, TOPO_DEVICES_MAX);
+        o->mem_gbs[o->n_mem_gb++] = x;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    o->mem_gb = o->mem_gbs[0];
+    return 0;
+}
+
 /*
  * Parses argv[first..argc) into o: options anywhere (global ones such as
  * --addr may come before the command), every other word into o->args (the
@@ -250,10 +286,107 @@ static int parse_opts(int argc, char **argv, int first, struct ctl_opts *o)
             *(const char **)dst = argv[i];
             continue;
         }
-        rv = parse_number(def, argv[i], dst);
+        if (def->kind == OPT_PIN) {
+            if (o->npins == CTL_MAX_PINS)
+                return ctl_fail(EXIT_USAGE, "%s: more than %d", def->name,
+                                CTL_MAX_PINS);
+            o->pins[o->npins++] = argv[i];
+            continue;
+        }
+        rv = def->kind == OPT_GB ? parse_gb_list(def, argv[i], o)
+                                 : parse_number(def, argv[i], dst);
         if (rv != 0)
             return rv;
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Constraints: capacities and pins                                        */
+
+int ctl_capacities(const struct ctl_opts *o, const char *cmd,
+                   struct topology *t, uint64_t **caps)
+{
+    uint64_t *c;
+    bool same = true;
+    int32_t r;
+
+    *caps = NULL;
+    t->mem_bytes = (uint64_t)(o->mem_gb * (double)(1ull << 30));
+    t->mem_by_device = NULL;
+    if (o->n_mem_gb <= 1)
+        return 0;
+    if (o->n_mem_gb != t->ndevices)
+        return ctl_fail(EXIT_USAGE,
+                        "%s: --mem-gb: %d capacities for %d devices (give "
+                        "one, or one per device)",
+                        cmd, (int)o->n_mem_gb, (int)t->ndevices);
+    c = malloc((size_t)t->ndevices * sizeof(*c));
+    if (c == NULL)
+        return ctl_fail(1, "%s: out of memory", cmd);
+    for (r = 0; r < t->ndevices; r++) {
+        c[r] = (uint64_t)(o->mem_gbs[r] * (double)(1ull << 30));
+        same = same && c[r] == c[0];
+    }
+    if (same) {
+        free(c);
+        return 0;
+    }
+    t->mem_by_device = c;
+    *caps = c;
+    return 0;
+}
+
+int ctl_pins(const struct ctl_opts *o, const char *cmd,
+             const struct table *tables, size_t n, int32_t ndevices,
+             int32_t **pins)
+{
+    int32_t *pin, k;
+    int rv = 0;
+
+    *pins = NULL;
+    if (o->npins == 0)
+        return 0;
+    pin = malloc((n ? n : 1) * sizeof(*pin));
+    if (pin == NULL)
+        return ctl_fail(1, "%s: out of memory", cmd);
+    memset(pin, 0xff, (n ? n : 1) * sizeof(*pin)); /* -1: not pinned */
+    for (k = 0; k < o->npins && rv == 0; k++) {
+        const char *w = o->pins[k], *eq = strrchr(w, '=');
+        size_t len = eq != NULL ? (size_t)(eq - w) : 0, i;
+        char *end = NULL;
+        long dev = -1;
+
+        if (eq == NULL || len == 0) {
+            rv = ctl_fail(EXIT_USAGE, "%s: --pin \"%s\": TABLE=DEVICE expected",
+                          cmd, w);
+            break;
+        }
+        dev = strtol(eq + 1, &end, 10);
+        if (end == eq + 1 || *end != '\0' || dev < 0 || dev >= ndevices) {
+            rv = ctl_fail(EXIT_USAGE,
+                          "%s: --pin \"%s\": device \"%s\" is not in [0, %d)",
+                          cmd, w, eq + 1, (int)ndevices);
+            break;
+        }
+        for (i = 0; i < n; i++)
+            if (strlen(tables[i].name) == len &&
+                memcmp(tables[i].name, w, len) == 0)
+                break;
+        if (i == n)
+            rv = ctl_fail(EXIT_USAGE, "%s: --pin \"%s\": no table \"%.*s\"",
+                          cmd, w, (int)len, w);
+        else if (pin[i] >= 0)
+            rv = ctl_fail(EXIT_USAGE, "%s: --pin \"%s\": %s is pinned twice",
+                          cmd, w, tables[i].name);
+        else
+            pin[i] = (int32_t)dev;
+    }
+    if (rv != 0) {
+        free(pin);
+        return rv;
+    }
+    *pins = pin;
     return 0;
 }
 
@@ -397,6 +530,8 @@ static int cmd_plan(const struct ctl_opts *o)
     const struct cost_net *net;
     struct cost_net *owned;
     struct net_cost_model ncm;
+    uint64_t *caps = NULL;
+    int32_t *pins = NULL;
     size_t n;
     char *text = NULL;
     int rv;
@@ -435,8 +570,10 @@ static int cmd_plan(const struct ctl_opts *o)
     po.net = net;
     net_cost_model_init(&ncm, net);
 
-    topology_default(&topo, (int32_t)o->devices,
-                     (uint64_t)(o->mem_gb * (double)(1ull << 30)));
+    topology_default(&topo, (int32_t)o->devices, 0);
+    rv = ctl_capacities(o, "plan", &topo, &caps);
+    if (rv != 0)
+        goto out_model;
     /* Costs are the model's, at its profile's batch unless asked. */
     topo.batch_size = o->batch ? o->batch : net->batch_size;
     if (o->per_host)
@@ -451,6 +588,10 @@ static int cmd_plan(const struct ctl_opts *o)
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_model;
     }
+    rv = ctl_pins(o, "plan", tables, n, topo.ndevices, &pins);
+    if (rv != 0)
+        goto out_tables;
+    po.pins = pins;
     rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
@@ -479,8 +620,10 @@ static int cmd_plan(const struct ctl_opts *o)
     free(text);
     plan_destroy(&p);
 out_tables:
+    free(pins);
     free(tables);
 out_model:
+    free(caps);
     free(owned);
     return rv;
 }
@@ -844,6 +987,7 @@ static int cmd_eval(const struct ctl_opts *o)
     struct topology topo;
     struct sd_diag d;
     struct plan p;
+    uint64_t *caps = NULL;
     size_t n;
     char *text;
     int rv;
@@ -865,10 +1009,9 @@ static int cmd_eval(const struct ctl_opts *o)
         return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
     }
     /* Without --mem-gb the plan is measured whatever memory it needs. */
-    topology_default(&topo, p.ndevices,
-                     o->mem_gb > 0
-                         ? (uint64_t)(o->mem_gb * (double)(1ull << 30))
-                         : UINT64_MAX / 2);
+    topology_default(&topo, p.ndevices, UINT64_MAX / 2);
+    if (o->mem_gb > 0 && (rv = ctl_capacities(o, "eval", &topo, &caps)) != 0)
+        goto out_plan;
     if (o->per_host)
         topo.devices_per_host = (int32_t)o->per_host;
     if (o->batch)
@@ -876,13 +1019,15 @@ static int cmd_eval(const struct ctl_opts *o)
     rv = topology_validate(&topo, &d);
     if (rv == 0)
         rv = plan_validate(&p, tables, n, &topo, opt, &d);
-    if (rv != 0)
-        goto out_usage;
-    timing_opts(o, &to);
-    rv = prof_eval_plan(be, &p, tables, n, &topo, opt, &to, (uint64_t)o->seed,
-                        NULL, &d);
-    if (rv != 0)
-        goto out_usage;
+    if (rv == 0) {
+        timing_opts(o, &to);
+        rv = prof_eval_plan(be, &p, tables, n, &topo, opt, &to,
+                            (uint64_t)o->seed, NULL, &d);
+    }
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
+        goto out_plan;
+    }
     p.algorithm = "eval";
     if (o->json) {
         text = json_plan(&p, tables);
@@ -893,14 +1038,11 @@ static int cmd_eval(const struct ctl_opts *o)
         format_plan_text(stdout, &p, tables, n, &topo);
         rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
+out_plan:
     plan_destroy(&p);
+    free(caps);
     free(tables);
     return rv;
-
-out_usage:
-    plan_destroy(&p);
-    free(tables);
-    return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
 }
 
 /* The offline commands: run in this process, no daemon needed. */

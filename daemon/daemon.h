@@ -248,6 +248,10 @@ int64_t svc_wall_ms(void);
 /* What the rpc layer tells a method about its call. */
 struct svc_call {
     int64_t deadline_ms; /* monotonic (svc_now_ms()); INT64_MAX: none */
+    /* Set (by the loop thread) when the client cancels the call or its
+     * deadline passes while a method works on it; NULL where nothing can
+     * cancel.  A search stops at it and the method returns SD_ECANCELED. */
+    const atomic_bool *cancel;
 };
 
 /*
@@ -265,6 +269,7 @@ struct svc_call {
  *                             a server limit, SD_ENOMEM, SD_EBUSY
  *                             (RESOURCE_EXHAUSTED)
  *   SD_ETIMEDOUT              the deadline passed (DEADLINE_EXCEEDED)
+ *   SD_ECANCELED              the client left (CANCELLED; never sent)
  *   SD_EUNSUPPORTED           a feature this build lacks (UNIMPLEMENTED)
  * Thread-safe: runs on a uv threadpool worker.
  */

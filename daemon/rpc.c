@@ -107,6 +107,7 @@ struct rpc_call {
     grpc_byte_buffer *out;     /* the reply, while its batch is in flight */
     int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
     bool closed;               /* RECV_CLOSE_ON_SERVER completed */
+    atomic_bool gone;          /* closed and cancelled, for the worker */
     bool queued;               /* the work item is with the threadpool */
     bool md_sent;              /* initial metadata went out */
     int refs;
@@ -154,6 +155,8 @@ static grpc_status_code status_of(int err)
         return GRPC_STATUS_DEADLINE_EXCEEDED;
     case SD_EUNSUPPORTED:
         return GRPC_STATUS_UNIMPLEMENTED;
+    case SD_ECANCELED:
+        return GRPC_STATUS_CANCELLED;
     default:
         return GRPC_STATUS_INTERNAL;
     }
@@ -329,10 +332,12 @@ static void on_close(struct rpc_tag *t, bool ok)
     (void)ok; /* RECV_CLOSE_ON_SERVER always succeeds */
     c->closed = true;
     /* The client is gone (cancelled, deadline, or the grace period ran
-     * out): a search not yet started is skipped.  One already running
-     * cannot be stopped; uv_cancel() then fails and changes nothing. */
-    if (c->cancelled && c->queued)
+     * out): a search not yet started is skipped, and one running sees the
+     * flag and stops (uv_cancel() then fails and changes nothing). */
+    if (c->cancelled && c->queued) {
+        atomic_store(&c->gone, true);
         uv_cancel((uv_req_t *)&c->work);
+    }
     call_unref(c);
 }
 
@@ -341,7 +346,7 @@ static void work_run(uv_work_t *w)
 {
     struct rpc_call *c = w->data;
 
-    struct svc_call call = {c->deadline_ms};
+    struct svc_call call = {c->deadline_ms, &c->gone};
 
     /* A call whose deadline passed while it waited for a worker is not
      * worked on: its client has given up. */
@@ -665,6 +670,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     c->srv = srv;
     c->slot = slot;
     c->refs = 1;
+    atomic_init(&c->gone, false);
     c->t_new.done = on_new_call;
     c->t_send.done = on_send_done;
     c->t_close.done = on_close;

@@ -414,17 +414,60 @@ static int topology_validate_or_unset(struct topology *t, struct sd_diag *d)
 }
 
 /*
- * Fills *out from a Topology with the server defaults applied.  The planner
- * has one capacity for every device, so per-device capacities are taken only
- * when they are all equal.
+ * Per-device capacities (entry 0: mem_bytes_per_device) into *caps, a new
+ * array owned by the caller, or NULL when every device has the same, whose
+ * capacity *mem then is.
+ */
+static int conv_capacities(const Shardd__V1__Topology *in, uint64_t *mem,
+                           uint64_t **caps, struct sd_diag *d)
+{
+    uint64_t *c;
+    bool same = true;
+    size_t i;
+
+    *caps = NULL;
+    *mem = in->mem_bytes_per_device;
+    if (in->n_mem_bytes_by_device == 0)
+        return 0;
+    if (in->n_mem_bytes_by_device != (size_t)in->num_devices)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.mem_bytes_by_device: %zu entries, "
+                           "num_devices is %d",
+                           in->n_mem_bytes_by_device, (int)in->num_devices);
+    c = malloc(in->n_mem_bytes_by_device * sizeof(*c));
+    if (c == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < in->n_mem_bytes_by_device; i++) {
+        c[i] = in->mem_bytes_by_device[i] != 0 ? in->mem_bytes_by_device[i]
+                                               : in->mem_bytes_per_device;
+        if (c[i] == 0) {
+            free(c);
+            return sd_diag_set(d, SD_EINVAL,
+                               "topology.mem_bytes_by_device[%zu]: 0 and "
+                               "mem_bytes_per_device is 0",
+                               i);
+        }
+        same = same && c[i] == c[0];
+    }
+    *mem = c[0];
+    if (same)
+        free(c); /* the uniform case: one capacity, one request hash */
+    else
+        *caps = c;
+    return 0;
+}
+
+/*
+ * Fills *out from a Topology with the server defaults applied.  Devices of
+ * different capacities get *caps (owned by the caller, which keeps it as
+ * long as *out is used; NULL otherwise).
  */
 static int conv_topology(const struct svc_config *cfg,
                          const Shardd__V1__Topology *in, struct topology *out,
-                         struct sd_diag *d)
+                         uint64_t **caps, struct sd_diag *d)
 {
     struct topology t;
     uint64_t mem;
-    size_t i;
     int rv;
 
     if (in == NULL)
@@ -433,61 +476,37 @@ static int conv_topology(const struct svc_config *cfg,
         return sd_diag_set(d, SD_EINVAL,
                            "topology.num_devices: %d is not in [1, %d]",
                            (int)in->num_devices, TOPO_DEVICES_MAX);
-    mem = in->mem_bytes_per_device;
-    if (in->n_mem_bytes_by_device != 0) {
-        uint64_t first = 0;
-
-        if (in->n_mem_bytes_by_device != (size_t)in->num_devices)
-            return sd_diag_set(d, SD_EINVAL,
-                               "topology.mem_bytes_by_device: %zu entries, "
-                               "num_devices is %d",
-                               in->n_mem_bytes_by_device, (int)in->num_devices);
-        for (i = 0; i < in->n_mem_bytes_by_device; i++) {
-            uint64_t m = in->mem_bytes_by_device[i] != 0
-                             ? in->mem_bytes_by_device[i]
-                             : in->mem_bytes_per_device;
-
-            if (m == 0)
-                return sd_diag_set(d, SD_EINVAL,
-                                   "topology.mem_bytes_by_device[%zu]: 0 and "
-                                   "mem_bytes_per_device is 0",
-                                   i);
-            if (i == 0)
-                first = m;
-            else if (m != first)
-                return sd_diag_set(d, SD_EUNSUPPORTED,
-                                   "topology.mem_bytes_by_device: devices "
-                                   "of different capacities are not "
-                                   "supported yet");
-        }
-        mem = first;
-    }
+    rv = conv_capacities(in, &mem, caps, d);
+    if (rv != 0)
+        return rv;
     if (mem == 0)
         return sd_diag_set(d, SD_EINVAL,
                            "topology.mem_bytes_per_device: required (> 0)");
 
     topology_default(&t, in->num_devices, mem);
+    t.mem_by_device = *caps;
     if (in->devices_per_host < 0 ||
         (in->devices_per_host > 0 &&
          in->num_devices % in->devices_per_host != 0))
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.devices_per_host: %d does not divide "
-                           "num_devices %d",
-                           (int)in->devices_per_host, (int)in->num_devices);
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "topology.devices_per_host: %d does not divide "
+                         "num_devices %d",
+                         (int)in->devices_per_host, (int)in->num_devices);
     if (in->devices_per_host > 0)
         t.devices_per_host = in->devices_per_host;
     /* 0 and no configured default: the answering model's batch, set by
      * resolve_batch() once the model is known. */
     t.batch_size = in->batch_size != 0 ? in->batch_size : cfg->default_batch;
-    if (t.batch_size != 0 &&
+    if (rv == 0 && t.batch_size != 0 &&
         (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH))
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.batch_size: %lld is not in "
-                           "[num_devices, 2^30]",
-                           (long long)t.batch_size);
-    rv = conv_real(in->intra_host_bw_bytes_per_ms, t.intra_host_bw,
-                   "intra_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
-                   &t.intra_host_bw, d);
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "topology.batch_size: %lld is not in "
+                         "[num_devices, 2^30]",
+                         (long long)t.batch_size);
+    if (rv == 0)
+        rv = conv_real(in->intra_host_bw_bytes_per_ms, t.intra_host_bw,
+                       "intra_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                       &t.intra_host_bw, d);
     if (rv == 0)
         rv = conv_real(in->inter_host_bw_bytes_per_ms, t.inter_host_bw,
                        "inter_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
@@ -502,8 +521,11 @@ static int conv_topology(const struct svc_config *cfg,
                        &t.device_mem_bw, d);
     if (rv == 0)
         rv = topology_validate_or_unset(&t, d);
-    if (rv != 0)
+    if (rv != 0) {
+        free(*caps);
+        *caps = NULL;
         return rv;
+    }
     *out = t;
     return 0;
 }
@@ -673,6 +695,18 @@ static uint64_t request_hash(const struct table *tables, size_t n,
     hash_u64(&hs, o->seed);
     hash_u64(&hs, (uint64_t)o->optimizer);
     hash_str(&hs, profile);
+    /* Constraints only where given, so that the hash of a request without
+     * them is what it always was. */
+    if (t->mem_by_device != NULL) {
+        hash_str(&hs, "mem_by_device");
+        for (k = 0; k < t->ndevices; k++)
+            hash_u64(&hs, t->mem_by_device[k]);
+    }
+    if (o->pins != NULL) {
+        hash_str(&hs, "pins");
+        for (i = 0; i < n; i++)
+            hash_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
+    }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;
 }
@@ -690,7 +724,7 @@ static char *msg_str(const char *s)
  * The per-device costs of an evaluated plan: arrays *msgs and *ptrs owned
  * by the caller (free()).
  */
-static int build_devices(const struct plan *p, uint64_t capacity,
+static int build_devices(const struct plan *p, const struct topology *t,
                          Shardd__V1__DeviceCost **msgs,
                          Shardd__V1__DeviceCost ***ptrs)
 {
@@ -710,7 +744,7 @@ static int build_devices(const struct plan *p, uint64_t capacity,
         shardd__v1__device_cost__init(m);
         m->device = (int32_t)r;
         m->memory_bytes = dv->mem_bytes;
-        m->memory_capacity_bytes = capacity;
+        m->memory_capacity_bytes = topology_mem(t, (int32_t)r);
         m->compute_ms = dv->compute_ms;
         m->fwd_comm_ms = dv->fwd_comm_ms;
         m->bwd_comm_ms = dv->bwd_comm_ms;
@@ -866,17 +900,76 @@ static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
     return hit != NULL ? (int64_t)hit->idx : -1;
 }
 
-/* PlanOptions (may be NULL) to plan_options; see planner.proto. */
+/*
+ * Constraints.pins to one device (or -1) per table: *out, owned by the
+ * caller, stays NULL when nothing is pinned.
+ */
+static int conv_pins(const Shardd__V1__Constraints *in,
+                     const struct table *tables, size_t ntables,
+                     const struct topology *t, int32_t **out, struct sd_diag *d)
+{
+    struct name_idx *index;
+    int32_t *pins;
+    size_t i;
+    int rv = 0;
+
+    *out = NULL;
+    if (in == NULL || in->n_pins == 0)
+        return 0;
+    index = name_index(tables, ntables);
+    pins = malloc((ntables ? ntables : 1) * sizeof(*pins));
+    if (index == NULL || pins == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++)
+        pins[i] = -1;
+    for (i = 0; i < in->n_pins && rv == 0; i++) {
+        const Shardd__V1__Pin *pin = in->pins[i];
+        const char *name = str_or_empty(pin->table);
+        int64_t k = find_table(index, ntables, name);
+
+        if (k < 0)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "options.constraints.pins[%zu]: table "
+                             "\"%.200s\" is not in tables",
+                             i, name);
+        else if (pins[k] >= 0)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "options.constraints.pins[%zu]: table \"%s\" "
+                             "is pinned twice",
+                             i, name);
+        else if (pin->device < 0 || pin->device >= t->ndevices)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "options.constraints.pins[%zu]: device %d is "
+                             "not in [0, %d)",
+                             i, (int)pin->device, (int)t->ndevices);
+        else
+            pins[k] = pin->device;
+    }
+    if (rv == 0) {
+        *out = pins;
+        pins = NULL;
+    }
+out_free:
+    free(pins);
+    free(index);
+    return rv;
+}
+
+/*
+ * PlanOptions (may be NULL) to plan_options; see planner.proto.  Pins go
+ * to *pins (owned by the caller, NULL when none; o->pins points at it).
+ */
 static int conv_options(const struct svc_config *cfg,
                         const Shardd__V1__PlanOptions *in,
                         const struct table *tables, size_t ntables,
                         const struct topology *t, struct plan_options *o,
-                        struct sd_diag *d)
+                        int32_t **pins, struct sd_diag *d)
 {
-    struct name_idx *index;
-    size_t i;
     int rv;
 
+    *pins = NULL;
     plan_options_default(o);
     o->alg = PLAN_ALG_NEUROSHARD;
     o->threads = cfg->search_threads;
@@ -900,38 +993,10 @@ static int conv_options(const struct svc_config *cfg,
         o->time_budget_ms = in->time_budget_ms;
     o->seed = in->seed;
     rv = conv_optimizer(in->optimizer, "options.optimizer", &o->optimizer, d);
-    if (rv != 0)
-        return rv;
-    if (in->constraints == NULL || in->constraints->n_pins == 0)
-        return 0;
-    /* Pins are checked, so a bad one is the client's error; placing them is
-     * not in the planner yet. */
-    index = name_index(tables, ntables);
-    if (index == NULL)
-        return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < in->constraints->n_pins; i++) {
-        const Shardd__V1__Pin *pin = in->constraints->pins[i];
-        const char *name = str_or_empty(pin->table);
-
-        if (find_table(index, ntables, name) < 0)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "options.constraints.pins[%zu]: table "
-                             "\"%.200s\" is not in tables",
-                             i, name);
-        else if (pin->device < 0 || pin->device >= t->ndevices)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "options.constraints.pins[%zu]: device %d is "
-                             "not in [0, %d)",
-                             i, (int)pin->device, (int)t->ndevices);
-        if (rv != 0)
-            break;
-    }
-    free(index);
-    if (rv != 0)
-        return rv;
-    return sd_diag_set(d, SD_EUNSUPPORTED,
-                       "options.constraints.pins: pinning tables is not "
-                       "supported yet");
+    if (rv == 0)
+        rv = conv_pins(in->constraints, tables, ntables, t, pins, d);
+    o->pins = *pins;
+    return rv;
 }
 
 /*
@@ -1021,6 +1086,8 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     struct table *tables = NULL;
     struct scorer sc = {0};
     struct plan p;
+    uint64_t *caps = NULL;
+    int32_t *pins = NULL;
     char hash[17], cm_name[sizeof(p.cost_model) + 48];
     const char *profile;
     uint64_t key;
@@ -1037,9 +1104,9 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_request;
     n = rq->n_tables;
-    rv = conv_topology(&cfg, rq->topology, &topo, d);
+    rv = conv_topology(&cfg, rq->topology, &topo, &caps, d);
     if (rv == 0)
-        rv = conv_options(&cfg, rq->options, tables, n, &topo, &po, d);
+        rv = conv_options(&cfg, rq->options, tables, n, &topo, &po, &pins, d);
     if (rv != 0)
         goto out_tables;
     profile = rq->options != NULL ? rq->options->profile : NULL;
@@ -1064,16 +1131,29 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_scorer;
 
+    po.cancel = call != NULL ? call->cancel : NULL;
     t0 = now_ms();
     rv = plan_run(tables, n, &topo, &po, sc.m, &p, d);
     elapsed = now_ms() - t0;
-    if (rv != 0)
+    if (rv != 0) {
+        /* The planner says "pins: ..."; the client sent the field below. */
+        if (strncmp(d->msg, "pins: ", 6) == 0) {
+            struct sd_diag why = *d;
+
+            sd_diag_set(d, rv, "options.constraints.pins: %s", why.msg + 6);
+        }
         goto out_scorer;
+    }
+    /* Stopped because the client left: nobody takes this plan, and it is
+     * not the request's answer, for the cache or the audit. */
+    if (po.cancel != NULL && atomic_load(po.cancel)) {
+        rv = sd_diag_set(d, SD_ECANCELED, "the client cancelled the call");
+        goto out_reply;
+    }
 
     rv = build_placements(&p, tables, n, &reply, &out);
     if (rv == 0)
-        rv = build_devices(&p, topo.mem_bytes, &reply.devices,
-                           &reply.device_ptrs);
+        rv = build_devices(&p, &topo, &reply.devices, &reply.device_ptrs);
     if (rv != 0) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_reply;
@@ -1130,6 +1210,8 @@ out_reply:
 out_scorer:
     scorer_release(&sc);
 out_tables:
+    free(pins);
+    free(caps);
     free(tables);
 out_request:
     shardd__v1__plan_request__free_unpacked(rq, NULL);
@@ -1254,6 +1336,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     struct svc_config cfg;
     struct scorer sc = {0};
     struct plan p;
+    uint64_t *caps = NULL;
     char cm_name[sizeof(p.cost_model) + 48];
     int32_t r;
     int rv;
@@ -1266,7 +1349,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     rv = conv_tables(&cfg, rq->tables, rq->n_tables, &tables, d);
     if (rv != 0)
         goto out_request;
-    rv = conv_topology(&cfg, rq->topology, &topo, d);
+    rv = conv_topology(&cfg, rq->topology, &topo, &caps, d);
     if (rv == 0)
         rv = conv_optimizer(rq->optimizer, "optimizer", &opt, d);
     if (rv == 0)
@@ -1283,6 +1366,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
      * the columns are checked against an unbounded capacity. */
     unbounded = topo;
     unbounded.mem_bytes = UINT64_MAX;
+    unbounded.mem_by_device = NULL;
     rv = plan_validate(&p, tables, rq->n_tables, &unbounded, opt, d);
     if (rv != 0) {
         /* The planner says "plan: ..."; the client sent "placement". */
@@ -1295,7 +1379,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     }
     rv = plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m);
     if (rv == 0)
-        rv = build_devices(&p, topo.mem_bytes, &devs, &dev_ptrs);
+        rv = build_devices(&p, &topo, &devs, &dev_ptrs);
     if (rv != 0) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_plan;
@@ -1308,7 +1392,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     out.basis = &basis;
     out.fits_memory = true;
     for (r = 0; r < p.ndevices; r++)
-        if (p.devices[r].mem_bytes > topo.mem_bytes)
+        if (p.devices[r].mem_bytes > topology_mem(&topo, r))
             out.fits_memory = false;
     rv = svc_pack(&out.base, resp, resp_len, d);
     free(devs);
@@ -1318,6 +1402,7 @@ out_plan:
     plan_destroy(&p);
 out_tables:
     scorer_release(&sc);
+    free(caps);
     free(tables);
 out_request:
     shardd__v1__estimate_request__free_unpacked(rq, NULL);

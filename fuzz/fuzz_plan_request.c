@@ -178,7 +178,22 @@ static void check_plan(const uint8_t *req, size_t len, const uint8_t *resp,
                 tp = rs->tables[k];
         FUZZ_CHECK(tp != NULL);
         check_table_cover(rq->tables[i], tp, rq->topology->num_devices);
+        /* A pinned table is one whole shard on its device. */
+        if (rq->options != NULL && rq->options->constraints != NULL)
+            for (k = 0; k < rq->options->constraints->n_pins; k++) {
+                const Shardd__V1__Pin *pin = rq->options->constraints->pins[k];
+
+                if (strcmp(pin->table, rq->tables[i]->name) != 0)
+                    continue;
+                FUZZ_CHECK(tp->n_shards == 1);
+                FUZZ_CHECK(tp->shards[0]->device == pin->device);
+                FUZZ_CHECK(tp->shards[0]->col_width == rq->tables[i]->dim);
+            }
     }
+    /* Every device within its own capacity. */
+    for (i = 0; i < rs->n_devices; i++)
+        FUZZ_CHECK(rs->devices[i]->memory_bytes <=
+                   rs->devices[i]->memory_capacity_bytes);
     shardd__v1__plan_response__free_unpacked(rs, NULL);
     shardd__v1__plan_request__free_unpacked(rq, NULL);
 }
@@ -216,7 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const svc_method_fn methods[3] = {svc_plan, svc_estimate,
                                              svc_health};
     static uint64_t runs;
-    struct svc_call call;
+    struct svc_call call = {0, NULL};
     struct sd_diag d;
     uint8_t *resp = NULL, *req;
     size_t resp_len = 0, len;

@@ -404,6 +404,7 @@ static void gen_requests(void)
     Shardd__V1__PlanOptions opt = SHARDD__V1__PLAN_OPTIONS__INIT;
     Shardd__V1__Constraints cons = SHARDD__V1__CONSTRAINTS__INIT;
     Shardd__V1__Pin pin = SHARDD__V1__PIN__INIT, *pins[1] = {&pin};
+    uint64_t caps[4] = {(uint64_t)1 << 30, 0, (uint64_t)64 << 30, 4096};
     Shardd__V1__TablePlacement tp[8], *tpp[8];
     Shardd__V1__Shard sh[8], *shp[8];
     Grpc__Health__V1__HealthCheckRequest hc =
@@ -450,7 +451,24 @@ static void gen_requests(void)
     cons.pins = pins;
     opt.constraints = &cons;
     put_msg("plan-pinned", 0, &rq.base);
+    opt.algorithm = (char *)"neuroshard";
+    opt.whole_tables_only = false;
+    put_msg("plan-pinned-neuroshard", 0, &rq.base);
+    pin.device = 7;
+    put_msg("plan-pinned-bad-device", 0, &rq.base);
+    pin.device = 1;
     opt.constraints = NULL;
+    /* Devices of different capacities (0: mem_bytes_per_device); one too
+     * small for anything. */
+    topo.n_mem_bytes_by_device = 4;
+    topo.mem_bytes_by_device = caps;
+    put_msg("plan-capacities", 0, &rq.base);
+    topo.n_mem_bytes_by_device = 3;
+    put_msg("plan-capacities-short", 0, &rq.base);
+    topo.n_mem_bytes_by_device = 0;
+    topo.mem_bytes_by_device = NULL;
+    opt.algorithm = (char *)"size_greedy";
+    opt.whole_tables_only = true;
 
     topo.mem_bytes_per_device = 1024;
     put_msg("plan-no-room", 0, &rq.base);

@@ -134,6 +134,8 @@ for args in "--mem-gb 8" \
     "--mem-gb 8 --batch-size 4096 --alg torchrec_greedy" \
     "--mem-gb 8 --batch-size 65536 --alg size_greedy" \
     "--mem-gb 24 --batch-size 4096 --alg random --seed 7 --no-splits --optimizer adam --devices-per-host 2" \
+    "--mem-gb 8,8,2,4 --pin table_0003=3 --pin table_0000=0" \
+    "--mem-gb 8,8,2,4 --pin table_0003=2 --alg torchrec_greedy" \
     "--mem-gb 16 --batch-size 4096 --alg neuroshard --no-splits --optimizer rowwise_adagrad"; do
     # shellcheck disable=SC2086 # word splitting of the option lists wanted
     if "$CTL" plan --offline $P0 $args --json >"$DIR/off.json" 2>"$DIR/err" &&
@@ -145,6 +147,12 @@ for args in "--mem-gb 8" \
     fi
 done
 json_check "$DIR/on.json" "d['algorithm'] == 'neuroshard' and d['search']['greedy_runs'] >= 1 and d['search']['column_splits'] == 0"
+# The pins and capacities reached the daemon (not only equal to offline).
+ctl plan $P0 --mem-gb 8,8,2,4 --pin table_0003=2 --json >"$DIR/on.json" &&
+    ok || bad "plan --pin online"
+json_check "$DIR/on.json" "[[(s['device'], s['col_offset']) for s in t['shards']] for t in d['tables'] if t['name'] == 'table_0003'] == [[(2, 0)]] and all(dv['memory_bytes'] <= g * 2**30 for dv, g in zip(d['devices'], (8, 8, 2, 4)))"
+expect_fail 2 'options.constraints.pins: device 2' --addr "$ADDR" plan $P0 \
+    --mem-gb 8,8,0.01,4 --pin table_0003=2
 P="$P0 --mem-gb 8 --batch-size 4096"
 
 # The human report: equal but for the lines with figures the API lacks.

@@ -240,6 +240,37 @@ expect_fail 2 'No such file' plan --offline --tables "$DIR/missing.json" \
     --devices 2 --mem-gb 1
 expect_fail 2 'task 9 requested' plan --offline --tables "$DIR/k.json" \
     --task 9 --devices 2 --mem-gb 8
+# --- constraints: pins and devices of different capacities ------------------
+# Task 2 on 4 devices: its first two tables pinned to device 3, capacities
+# 8, 8, 2 and 4 GiB; every algorithm keeps both.
+T0=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tasks"][2]["tables"][0]["name"])' "$DIR/k.json")
+T1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tasks"][2]["tables"][1]["name"])' "$DIR/k.json")
+for alg in random size_greedy torchrec_greedy neuroshard; do
+    if "$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+        --mem-gb 8,8,2,4 --pin "$T0=3" --pin "$T1=3" --alg "$alg" --json \
+        >"$DIR/pin.json" 2>"$DIR/err"; then
+        ok
+        json_check "$DIR/pin.json" "[[(s['device'], s['col_offset']) for s in t['shards']] for t in d['tables'] if t['name'] in ('$T0', '$T1')] == [[(3, 0)], [(3, 0)]] and all(dv['memory_bytes'] <= g * 2**30 for dv, g in zip(d['devices'], (8, 8, 2, 4)))"
+    else
+        bad "plan --pin --mem-gb list, $alg: $(cat "$DIR/err")"
+    fi
+done
+"$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+    --mem-gb 8,8,2,4 >"$DIR/human.txt" && grep -qE '^ +2  [0-9.]+ \([0-9.]+%\)' \
+    "$DIR/human.txt" && ok || bad "plan with capacities (human table)"
+expect_fail 2 '3 capacities for 4 devices' plan --offline --tables \
+    "$DIR/k.json" --devices 4 --mem-gb 8,8,2
+expect_fail 2 'comma-separated' plan --offline --tables "$DIR/k.json" \
+    --devices 2 --mem-gb 8,,2
+expect_fail 2 'no table "nope"' plan --offline --tables "$DIR/k.json" \
+    --devices 2 --mem-gb 8 --pin nope=1
+expect_fail 2 'is not in [0, 2)' plan --offline --tables "$DIR/k.json" \
+    --devices 2 --mem-gb 8 --pin "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tasks"][0]["tables"][0]["name"])' "$DIR/k.json")=2"
+expect_fail 2 'TABLE=DEVICE' plan --offline --tables "$DIR/k.json" \
+    --devices 2 --mem-gb 8 --pin justaname
+expect_fail 2 'pins: device 0' plan --offline --tables "$DIR/k.json" \
+    --task 2 --devices 2 --mem-gb 0.001,8 --pin "$T0=0"
+
 expect_fail 2 'unknown option "--bogus"' plan --bogus
 expect_fail 2 'unknown command' frobnicate
 expect_fail 2 '--count' gen-tables --count 0

@@ -191,13 +191,27 @@ def check_plan(tc, req, resp):
         tc.assertEqual(dc.num_shards, per_dev_shards[d], "device %d num_shards" % d)
         tc.assertEqual(dc.dim_sum, per_dev_dims[d], "device %d dim_sum" % d)
         tc.assertLessEqual(dc.memory_bytes, dc.memory_capacity_bytes)
-        tc.assertEqual(dc.memory_capacity_bytes, req.topology.mem_bytes_per_device)
+        tc.assertEqual(dc.memory_capacity_bytes, capacity(req.topology, d))
     tc.assertGreater(resp.plan_cost_ms, 0.0)
     tc.assertTrue(rel_close(resp.plan_cost_ms, max(dc.total_ms for dc in resp.devices)),
                   "plan_cost_ms %r == max total_ms %r"
                   % (resp.plan_cost_ms, max(dc.total_ms for dc in resp.devices)))
     tc.assertRegex(resp.request_hash, r"^[0-9a-f]+$")
     tc.assertTrue(0 <= resp.explanation.bottleneck_device < nd)
+    # A pinned table is one whole shard on its device.
+    placed = {tp.table: tp for tp in resp.tables}
+    for pin in req.options.constraints.pins:
+        shards = [(s.device, s.col_offset, s.col_width) for s in placed[pin.table].shards]
+        dim = next(t.dim for t in req.tables if t.name == pin.table)
+        tc.assertEqual(shards, [(pin.device, 0, dim)], "pinned table %s" % pin.table)
+
+
+def capacity(topo, d):
+    """Device d's capacity under a Topology (mem_bytes_by_device entry 0:
+    mem_bytes_per_device)."""
+    if topo.mem_bytes_by_device and topo.mem_bytes_by_device[d]:
+        return topo.mem_bytes_by_device[d]
+    return topo.mem_bytes_per_device
 
 
 # ---------------------------------------------------------------------------

@@ -336,6 +336,117 @@ class ServingTest(Base):
         st2 = self.status()
         self.assertEqual((st2.jobs_queued, st2.jobs_running), (0, 0))
 
+    # 6 -------------------------------------------------------------------
+    def test_6_pins_and_capacities(self):
+        """Pinned tables and devices of different capacities, for every
+        algorithm; the cache tells them apart; bad ones name the field."""
+        tables = H.make_tables(30, seed=41)
+        for t in tables[:6]:  # a few large tables, so capacities matter
+            t.rows = 6000000
+            t.dim = 128
+        caps = [3 * H.GIB, 0, 5 * H.GIB, 12 * H.GIB]  # 0: mem_bytes_per_device
+
+        def request(algorithm="", pins=((3, 2), (7, 0), (8, 0))):
+            req = H.plan_request(tables, mem=10 * H.GIB, budget_ms=2000,
+                                 algorithm=algorithm)
+            req.topology.mem_bytes_by_device.extend(caps)
+            for t, dev in pins:
+                req.options.constraints.pins.add(table=tables[t].name, device=dev)
+            return req
+
+        for alg in ("", "random", "dim_greedy", "size_greedy", "lookup_greedy",
+                    "size_lookup_greedy", "torchrec_greedy"):
+            req = request(alg)
+            r = H.call(self.tcp, H.PLAN, req)
+            H.check_plan(self, req, r)  # pins whole, each device in its capacity
+            self.assertEqual([d.memory_capacity_bytes for d in r.devices],
+                             [3 * H.GIB, 10 * H.GIB, 5 * H.GIB, 12 * H.GIB])
+        note("pins and 4 capacities: every algorithm keeps both; neuroshard "
+             "plan cost %.3f ms", H.call(self.tcp, H.PLAN, request()).plan_cost_ms)
+
+        # The cache keys on pins and capacities.
+        r1 = H.call(self.tcp, H.PLAN, request())
+        self.assertTrue(r1.cache_hit)
+        r2 = H.call(self.tcp, H.PLAN, request(pins=((3, 1),)))
+        self.assertNotEqual(r2.request_hash, r1.request_hash)
+        plain = request(pins=())
+        del plain.topology.mem_bytes_by_device[:]
+        self.assertNotEqual(H.call(self.tcp, H.PLAN, plain).request_hash, r1.request_hash)
+        # Capacities all equal are the uniform topology: the same request.
+        same = request(pins=())
+        del same.topology.mem_bytes_by_device[:]
+        same.topology.mem_bytes_by_device.extend([10 * H.GIB, 0, 0, 10 * H.GIB])
+        self.assertEqual(H.call(self.tcp, H.PLAN, same).request_hash,
+                         H.call(self.tcp, H.PLAN, plain).request_hash)
+
+        def bad(code, req, *words):
+            e = self.expect(code, lambda: H.call(self.tcp, H.PLAN, req), *words)
+            note("%s: %s", code.name, e.details())
+
+        req = request()
+        req.options.constraints.pins[1].table = "no_such_table"
+        bad(SC.INVALID_ARGUMENT, req, "options.constraints.pins[1]", "no_such_table")
+        req = request(pins=((3, 2), (3, 1)))
+        bad(SC.INVALID_ARGUMENT, req, "options.constraints.pins[1]", "pinned twice")
+        req = request(pins=((3, 4),))
+        bad(SC.INVALID_ARGUMENT, req, "options.constraints.pins[0]", "device 4")
+        # Three large tables pinned to the 3 GiB device cannot fit there.
+        req = request(pins=((0, 0), (1, 0), (2, 0)))
+        bad(SC.RESOURCE_EXHAUSTED, req, "options.constraints.pins", "device 0")
+        req = request()
+        del req.topology.mem_bytes_by_device[-1]
+        bad(SC.INVALID_ARGUMENT, req, "topology.mem_bytes_by_device", "3 entries")
+
+        # Estimate: each device against its own capacity.
+        r = H.call(self.tcp, H.PLAN, request())
+        est = H.planner_pb2.EstimateRequest(topology=request().topology)
+        est.tables.extend(tables)
+        est.placement.extend(r.tables)
+        e = H.call(self.tcp, H.ESTIMATE, est)
+        self.assertTrue(e.fits_memory)
+        self.assertEqual([d.memory_capacity_bytes for d in e.devices],
+                         [d.memory_capacity_bytes for d in r.devices])
+        # The same placement where device 3 has less room than it uses.
+        del est.topology.mem_bytes_by_device[:]
+        est.topology.mem_bytes_by_device.extend(
+            caps[:3] + [r.devices[3].memory_bytes - 1])
+        e = H.call(self.tcp, H.ESTIMATE, est)
+        self.assertFalse(e.fits_memory)
+
+
+# ---------------------------------------------------------------------------
+# A client that leaves stops the search it started.
+
+class CancelTest(Base):
+    def test_cancelled_search_frees_its_worker(self):
+        # One worker: a search still running would hold up the next call
+        # for the rest of its budget.
+        d = H.Daemon(SHARDD, args=["--threads", "1", "--profiler", "off",
+                                   "--plan-cache-entries", "0"]).start()
+        try:
+            ch = d.channel("unix")
+            # About 30 s of search on this project's 2-core machine.
+            big = H.plan_request(H.make_tables(20000, seed=7), num_devices=2048,
+                                 mem=64 * H.GIB, budget_ms=120000)
+            t0 = time.monotonic()
+            stub = ch.unary_unary(H.PLAN, request_serializer=lambda m: m.SerializeToString(),
+                                  response_deserializer=H.planner_pb2.PlanResponse.FromString)
+            fut = stub.future(big)  # no deadline: only the cancel can stop it
+            time.sleep(1.5)
+            self.assertFalse(fut.done(), "the big search ended in 1.5 s: no search to cancel")
+            fut.cancel()
+            small = H.plan_request(H.make_tables(8, seed=8), budget_ms=500)
+            t1 = time.monotonic()
+            H.check_plan(self, small, H.call(ch, H.PLAN, small, timeout=60))
+            waited = time.monotonic() - t1
+            note("a cancelled 20000-table search (budget 120 s) freed the only worker: "
+                 "the next plan answered in %.2f s (%.1f s after the big call started)",
+                 waited, time.monotonic() - t0)
+            self.assertLess(waited, 10.0, "the cancelled search kept its worker")
+        finally:
+            self.assertEqual(d.stop(), 0)
+            d.cleanup()
+
 
 # ---------------------------------------------------------------------------
 # 6, 7, 9: the profiler fills the store, a retrain makes a model, it is
