@@ -12,6 +12,8 @@
  *  - jobs.c: retraining jobs on their own thread, scheduled or asked for.
  *  - profw.c: the profiler worker: measures samples while the daemon is
  *    idle, steps aside when a request arrives.
+ *  - reflect.c: server reflection (the API's descriptors for generic
+ *    clients such as grpcurl).
  *  - rpc.c: the gRPC C-core server, the only file that includes gRPC
  *    headers.  A completion-queue thread hands every finished operation to
  *    the libuv loop; each unary call runs on the uv threadpool; it checks
@@ -186,6 +188,8 @@ struct svc {
     size_t nproposals, proposals_next;
     uint64_t prof_measured;   /* samples this daemon measured */
     uint64_t compute_samples; /* of the profile, as last counted */
+
+    struct reflect *reflect; /* read-only after svc_init() */
 };
 
 /*
@@ -288,6 +292,19 @@ typedef int (*svc_method_fn)(struct svc *s, const struct svc_call *call,
 typedef int (*svc_stream_fn)(struct svc *s, const uint8_t *req, size_t len,
                              void **state, uint8_t **msg, size_t *msg_len,
                              bool *last, struct sd_diag *d);
+
+/*
+ * A bidirectional-streaming method that answers each request message with
+ * one response message, on the loop thread (it must be quick and must not
+ * block).  Returns 0 with *resp set (owned by the caller), or an SD_E* code
+ * that ends the call with that status.
+ */
+typedef int (*svc_bidi_fn)(struct svc *s, const uint8_t *req, size_t len,
+                           uint8_t **resp, size_t *resp_len, struct sd_diag *d);
+
+/* grpc.reflection.v1alpha|v1.ServerReflection/ServerReflectionInfo. */
+int svc_reflect(struct svc *s, const uint8_t *req, size_t len, uint8_t **resp,
+                size_t *resp_len, struct sd_diag *d);
 
 /* Planner and health (service.c). */
 int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
@@ -434,16 +451,42 @@ void profw_propose(struct svc *s, const struct plan *p,
                    const struct table *tables, int64_t batch);
 
 /* ------------------------------------------------------------------------ */
+/* Server reflection (reflect.c)                                              */
+
+/* The serialized FileDescriptorSet of every service served (generated at
+ * build time, proto/CMakeLists.txt). */
+extern const unsigned char sd_api_descriptors[];
+extern const size_t sd_api_descriptors_len;
+
+struct reflect; /* the descriptors, indexed */
+
+/* Parses sd_api_descriptors into *out (reflect_close() it).  SD_EFORMAT or
+ * SD_ENOMEM. */
+int reflect_open(struct reflect **out, struct sd_diag *d);
+void reflect_close(struct reflect *r); /* NULL-safe */
+
+/*
+ * Answers one ServerReflectionRequest (packed): list_services, or
+ * file_by_filename / file_containing_symbol with the file and every file
+ * it imports; an unknown name or an extension query gets an
+ * error_response.  *resp is owned by the caller.  SD_EFORMAT for bytes
+ * that are no request, SD_ENOMEM.  Thread-safe (r is read only).
+ */
+int reflect_answer(const struct reflect *r, const uint8_t *req, size_t len,
+                   uint8_t **resp, size_t *resp_len, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
 /* gRPC server on a libuv loop (rpc.c)                                        */
 
 /* One method: its full path, whether it is an Admin one, and its function
- * (exactly one of fn and stream). */
+ * (exactly one of fn, stream and bidi). */
 struct rpc_method {
     const char *path; /* "/shardd.v1.Planner/Plan" */
     bool admin;       /* needs the unix socket or the admin token */
     bool draining_ok; /* still served in the lame-duck period (health) */
     svc_method_fn fn;
     svc_stream_fn stream;
+    svc_bidi_fn bidi;
 };
 
 #define RPC_LISTEN_MAX 8

@@ -96,7 +96,7 @@ struct rpc_server {
 
 /* One incoming call, registered (slot set) or unknown (slot NULL). */
 struct rpc_call {
-    struct rpc_tag t_new, t_send, t_close, t_msg;
+    struct rpc_tag t_new, t_send, t_close, t_msg, t_recv;
     struct rpc_server *srv;
     const struct rpc_slot *slot;
     grpc_call *call;
@@ -105,6 +105,7 @@ struct rpc_call {
     grpc_call_details details; /* unknown methods only */
     grpc_byte_buffer *payload; /* the request, until read */
     grpc_byte_buffer *out;     /* the reply, while its batch is in flight */
+    grpc_byte_buffer *in;      /* bidi: the message being received */
     int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
     bool closed;               /* RECV_CLOSE_ON_SERVER completed */
     atomic_bool gone;          /* closed and cancelled, for the worker */
@@ -255,6 +256,8 @@ static void call_unref(struct rpc_call *c)
         grpc_byte_buffer_destroy(c->payload);
     if (c->out != NULL)
         grpc_byte_buffer_destroy(c->out);
+    if (c->in != NULL)
+        grpc_byte_buffer_destroy(c->in);
     grpc_slice_unref(c->req);
     free(c->resp);
     free(c->sstate);
@@ -432,6 +435,8 @@ static void stream_finish(struct rpc_call *c, grpc_status_code code,
     call_reply(c, code, details);
 }
 
+static void bidi_recv(struct rpc_call *c);
+
 static void on_msg_sent(struct rpc_tag *t, bool ok)
 {
     struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_msg);
@@ -448,6 +453,8 @@ static void on_msg_sent(struct rpc_tag *t, bool ok)
         }
     } else if (c->finish_after && !c->ended) {
         stream_finish(c, GRPC_STATUS_OK, NULL);
+    } else if (c->slot->method->bidi != NULL && !c->ended) {
+        bidi_recv(c); /* answered: the next request */
     }
     call_unref(c); /* the batch's reference */
 }
@@ -535,6 +542,64 @@ static void stream_start(struct rpc_call *c)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Bidirectional streams: receive a request, send its answer, again        */
+
+static void on_bidi_recv(struct rpc_tag *t, bool ok)
+{
+    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_recv);
+    grpc_byte_buffer_reader rd;
+    grpc_slice req;
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    int rv;
+
+    if (!ok || (c->closed && c->cancelled)) { /* the client is gone */
+        if (!c->ended) {
+            c->ended = true;
+            call_abandon(c);
+        }
+    } else if (c->in == NULL) { /* the client half-closed: all answered */
+        call_reply(c, GRPC_STATUS_OK, NULL);
+    } else if (!grpc_byte_buffer_reader_init(&rd, c->in)) {
+        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT,
+                   "cannot decompress the request");
+    } else {
+        req = grpc_byte_buffer_reader_readall(&rd);
+        grpc_byte_buffer_reader_destroy(&rd);
+        rv =
+            c->slot->method->bidi(c->srv->cfg.svc, GRPC_SLICE_START_PTR(req),
+                                  GRPC_SLICE_LENGTH(req), &msg, &len, &c->diag);
+        grpc_slice_unref(req);
+        if (rv != 0)
+            call_reply(c, status_of(rv), c->diag.msg);
+        else
+            stream_send(c, msg, len);
+    }
+    if (c->in != NULL) {
+        grpc_byte_buffer_destroy(c->in);
+        c->in = NULL;
+    }
+    call_unref(c); /* the batch's reference */
+}
+
+/* Waits for the next request message of a bidi call. */
+static void bidi_recv(struct rpc_call *c)
+{
+    grpc_op op;
+
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->in;
+    c->refs++;
+    TAG_HANDOFF(&c->t_recv);
+    if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) !=
+        GRPC_CALL_OK) {
+        c->refs--;
+        call_reply(c, GRPC_STATUS_INTERNAL, "cannot receive");
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* New calls                                                               */
 
 /* The client's deadline on our monotonic clock (INT64_MAX: none). */
@@ -613,6 +678,11 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
         return;
     }
+    c->started_ms = svc_now_ms();
+    if (c->slot->method->bidi != NULL) {
+        bidi_recv(c);
+        return;
+    }
     if (c->payload == NULL) {
         call_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "no request message");
         return;
@@ -628,7 +698,6 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     c->deadline_ms = deadline_of(c->deadline);
-    c->started_ms = svc_now_ms();
 
     if (c->slot->method->stream != NULL) {
         stream_start(c);
@@ -675,14 +744,17 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     c->t_send.done = on_send_done;
     c->t_close.done = on_close;
     c->t_msg.done = on_msg_sent;
+    c->t_recv.done = on_bidi_recv;
     c->req = grpc_empty_slice();
     grpc_metadata_array_init(&c->md);
     srv->live++;
     TAG_HANDOFF(&c->t_new);
     if (slot != NULL) {
+        /* A bidi method reads its messages itself: no payload here. */
         e = grpc_server_request_registered_call(
             srv->server, slot->handle, &c->call, &c->deadline, &c->md,
-            &c->payload, srv->cq, srv->cq, &c->t_new);
+            slot->method->bidi != NULL ? NULL : &c->payload, srv->cq, srv->cq,
+            &c->t_new);
     } else {
         grpc_call_details_init(&c->details);
         e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md,
@@ -813,9 +885,13 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
     for (i = 0; i < cfg->nmethods; i++) {
         srv->slots[i].method = &cfg->methods[i];
+        /* A bidi call's messages are read one by one (bidi_recv()). */
         srv->slots[i].handle = grpc_server_register_method(
             srv->server, cfg->methods[i].path, NULL,
-            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+            cfg->methods[i].bidi != NULL
+                ? GRPC_SRM_PAYLOAD_NONE
+                : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
         if (srv->slots[i].handle == NULL) {
             rv = sd_diag_set(d, SD_EINVAL, "rpc: cannot register %s",
                              cfg->methods[i].path);

@@ -175,6 +175,8 @@ int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
     if (rv == 0)
         rv = models_load(s, d);
     if (rv == 0)
+        rv = reflect_open(&s->reflect, d);
+    if (rv == 0)
         rv = store_job_cancel_unfinished(
             s->st, "cancelled: the daemon stopped while it ran", &n, d);
     if (rv != 0)
@@ -190,6 +192,7 @@ int svc_init(struct svc *s, const struct svc_config *cfg, struct sd_diag *d)
     return 0;
 
 fail_store:
+    reflect_close(s->reflect);
     models_free(s);
     store_close(s->st);
 fail_locks:
@@ -213,6 +216,7 @@ void svc_free(struct svc *s)
 {
     profw_stop(s);
     jobs_stop(s);
+    reflect_close(s->reflect);
     models_free(s);
     store_close(s->st);
     free(s->proposals);
@@ -1496,4 +1500,13 @@ int svc_health_watch(struct svc *s, const uint8_t *req, size_t len,
     out.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)now;
     w->sent = now;
     return svc_pack(&out.base, msg, msg_len, d);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Reflection                                                              */
+
+int svc_reflect(struct svc *s, const uint8_t *req, size_t len, uint8_t **resp,
+                size_t *resp_len, struct sd_diag *d)
+{
+    return reflect_answer(s->reflect, req, len, resp, resp_len, d);
 }

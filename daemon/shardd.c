@@ -254,18 +254,23 @@ static void on_sighup(uv_signal_t *h, int signum)
 }
 
 static const struct rpc_method methods[] = {
-    /* path, admin, draining_ok, unary, stream */
-    {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL},
-    {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL},
-    {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL},
-    {"/grpc.health.v1.Health/Watch", false, true, NULL, svc_health_watch},
-    {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL},
-    {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL},
-    {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL},
-    {"/shardd.v1.Admin/Retrain", true, false, admin_retrain, NULL},
-    {"/shardd.v1.Admin/GetJob", true, false, admin_get_job, NULL},
-    {"/shardd.v1.Admin/WatchJob", true, false, NULL, admin_watch_job},
-    {"/shardd.v1.Admin/SetProfiler", true, false, admin_set_profiler, NULL},
+    /* path, admin, draining_ok, unary, stream, bidi */
+    {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL, NULL},
+    {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL, NULL},
+    {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL, NULL},
+    {"/grpc.health.v1.Health/Watch", false, true, NULL, svc_health_watch, NULL},
+    {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL, NULL},
+    {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL, NULL},
+    {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL, NULL},
+    {"/shardd.v1.Admin/Retrain", true, false, admin_retrain, NULL, NULL},
+    {"/shardd.v1.Admin/GetJob", true, false, admin_get_job, NULL, NULL},
+    {"/shardd.v1.Admin/WatchJob", true, false, NULL, admin_watch_job, NULL},
+    {"/shardd.v1.Admin/SetProfiler", true, false, admin_set_profiler, NULL,
+     NULL},
+    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", false,
+     false, NULL, NULL, svc_reflect},
+    {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", false, false,
+     NULL, NULL, svc_reflect},
 };
 
 /*

@@ -24,7 +24,10 @@ import grpc
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Filled by load_protos(): the generated modules.
-types_pb2 = planner_pb2 = admin_pb2 = health_pb2 = None
+types_pb2 = planner_pb2 = admin_pb2 = health_pb2 = reflection_pb2 = None
+
+# Server reflection's messages (Debian's grpc-proto).
+REFLECTION_PROTO = "/usr/share/grpc-proto/grpc/reflection/v1alpha/reflection.proto"
 
 _PROTO_DIR = None
 
@@ -33,11 +36,11 @@ def load_protos():
     """Compiles proto/ into a temp dir and imports the modules.
 
     proto/grpc/health/v1/health.proto is copied to healthcheck/health.proto
-    first: compiled in place it would make a Python package `grpc` that
-    shadows the real one.  Its proto package stays grpc.health.v1, so the
-    wire names are unchanged.
+    first (and reflection.proto to reflection/): compiled in place it would
+    make a Python package `grpc` that shadows the real one.  Its proto
+    package stays grpc.health.v1, so the wire names are unchanged.
     """
-    global types_pb2, planner_pb2, admin_pb2, health_pb2, _PROTO_DIR
+    global types_pb2, planner_pb2, admin_pb2, health_pb2, reflection_pb2, _PROTO_DIR
     if planner_pb2 is not None:
         return
     tmp = tempfile.mkdtemp(prefix="sdi-proto-")
@@ -49,8 +52,11 @@ def load_protos():
     os.makedirs(os.path.join(src, "healthcheck"))
     shutil.copy(os.path.join(ROOT, "proto", "grpc", "health", "v1", "health.proto"),
                 os.path.join(src, "healthcheck", "health.proto"))
+    os.makedirs(os.path.join(src, "reflection"))
+    shutil.copy(REFLECTION_PROTO, os.path.join(src, "reflection", "reflection.proto"))
     files = ["shardd/v1/types.proto", "shardd/v1/planner.proto",
-             "shardd/v1/admin.proto", "healthcheck/health.proto"]
+             "shardd/v1/admin.proto", "healthcheck/health.proto",
+             "reflection/reflection.proto"]
     r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + src,
                         "--python_out=" + out] + files,
                        capture_output=True, text=True)
@@ -59,7 +65,8 @@ def load_protos():
     sys.path.insert(0, out)
     from shardd.v1 import types_pb2 as t, planner_pb2 as p, admin_pb2 as a
     from healthcheck import health_pb2 as h
-    types_pb2, planner_pb2, admin_pb2, health_pb2 = t, p, a, h
+    from reflection import reflection_pb2 as r
+    types_pb2, planner_pb2, admin_pb2, health_pb2, reflection_pb2 = t, p, a, h, r
 
 
 def cleanup_protos():
@@ -81,6 +88,8 @@ RETRAIN = "/shardd.v1.Admin/Retrain"
 GET_JOB = "/shardd.v1.Admin/GetJob"
 WATCH_JOB = "/shardd.v1.Admin/WatchJob"
 SET_PROFILER = "/shardd.v1.Admin/SetProfiler"
+REFLECT_V1ALPHA = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+REFLECT_V1 = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
 
 
 def _response_type(path):

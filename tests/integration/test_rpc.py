@@ -336,6 +336,57 @@ class ServingTest(Base):
         st2 = self.status()
         self.assertEqual((st2.jobs_queued, st2.jobs_running), (0, 0))
 
+    # 7 -------------------------------------------------------------------
+    def test_7_reflection(self):
+        """Server reflection, v1alpha and v1, several questions on one
+        stream, as grpcurl asks them."""
+        from google.protobuf import descriptor_pb2
+        R = H.reflection_pb2
+        reqs = [R.ServerReflectionRequest(host="h", list_services=""),
+                R.ServerReflectionRequest(file_containing_symbol="shardd.v1.Planner"),
+                R.ServerReflectionRequest(file_containing_symbol="shardd.v1.Admin.WatchJob"),
+                R.ServerReflectionRequest(file_containing_symbol="shardd.v1.Optimizer"),
+                R.ServerReflectionRequest(file_by_filename="shardd/v1/types.proto"),
+                R.ServerReflectionRequest(file_containing_symbol="no.such.Thing"),
+                R.ServerReflectionRequest(all_extension_numbers_of_type="shardd.v1.Table")]
+        for path, ch in ((H.REFLECT_V1ALPHA, self.tcp), (H.REFLECT_V1, self.unix)):
+            fn = ch.stream_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                  response_deserializer=R.ServerReflectionResponse.FromString)
+            out = list(fn(iter(reqs), timeout=10))
+            self.assertEqual(len(out), len(reqs), path)
+            for q, a in zip(reqs, out):
+                self.assertEqual(a.original_request, q)
+            self.assertEqual(out[0].valid_host, "h")
+            self.assertEqual(sorted(s.name for s in out[0].list_services_response.service),
+                             ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                              "grpc.reflection.v1alpha.ServerReflection", "shardd.v1.Admin",
+                              "shardd.v1.Planner"])
+
+            def files(a):
+                return [descriptor_pb2.FileDescriptorProto.FromString(b)
+                        for b in a.file_descriptor_response.file_descriptor_proto]
+            planner = files(out[1])
+            self.assertEqual([f.name for f in planner],
+                             ["shardd/v1/planner.proto", "shardd/v1/types.proto"],
+                             "the file and what it imports")
+            self.assertEqual([m.name for m in planner[0].service[0].method], ["Plan", "Estimate"])
+            admin = files(out[2])
+            self.assertEqual(admin[0].name, "shardd/v1/admin.proto")
+            self.assertIn("WatchJob", [m.name for m in admin[0].service[0].method])
+            self.assertEqual(files(out[3])[0].name, "shardd/v1/types.proto")
+            self.assertEqual([f.name for f in files(out[4])], ["shardd/v1/types.proto"])
+            self.assertEqual(out[5].error_response.error_code, SC.NOT_FOUND.value[0])
+            self.assertIn("no.such.Thing", out[5].error_response.error_message)
+            self.assertEqual(out[6].error_response.error_code, SC.UNIMPLEMENTED.value[0])
+        note("reflection: %d services, Planner's file with its import, errors for "
+             "unknown symbols and extensions, on v1alpha and v1",
+             len(out[0].list_services_response.service))
+        # Bytes that are no request end the stream with INVALID_ARGUMENT.
+        fn = self.tcp.stream_stream(H.REFLECT_V1ALPHA, request_serializer=lambda b: b,
+                                    response_deserializer=R.ServerReflectionResponse.FromString)
+        self.expect(SC.INVALID_ARGUMENT, lambda: fn(iter([b"\xff\xff"]), timeout=10),
+                    "ServerReflectionRequest")
+
     # 6 -------------------------------------------------------------------
     def test_6_pins_and_capacities(self):
         """Pinned tables and devices of different capacities, for every
