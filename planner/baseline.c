@@ -233,6 +233,9 @@ int plan_baseline(const struct table *tables, size_t ntables,
     size_t i;
     int rv;
 
+    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
+    if (rv != 0)
+        return rv;
     if (o->alg == PLAN_ALG_RANDOM)
         return plan_random(tables, ntables, t, o, out, d);
     cost = malloc(ntables * sizeof(*cost));

@@ -115,8 +115,8 @@ struct ns {
     double dim_mean;
     const int32_t *pins; /* per table: its device or -1; NULL: none */
     size_t npinned;
-    struct ns_devs base; /* the pinned tables placed, nothing else */
-    struct ns_table *tl; /* levels are filled on the main thread only */
+    struct ns_devs base;        /* the pinned tables placed, nothing else */
+    struct ns_table *tl;        /* levels are filled on the main thread only */
     struct ns_sort *root_order; /* the whole tables, in greedy order */
     size_t nroot;
     struct ns_work work[NS_THREADS_MAX];
@@ -386,11 +386,12 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
 /*
  * One greedy placement of the sorted free pieces under a dim cap of
  * cap_scale x the mean (0: no cap), starting from the base devices: each
- * piece goes to the least loaded device with room (neuroshard.md 6.3).  With `resume`, starts from the snapshot the previous
- * (tighter) run took at its first refusal: up to there this run is the same.
- * Writes w->assign; returns the plan cost or INFINITY.  *next_cap is the
- * smallest dim cap at which any refused device would have been accepted
- * (INFINITY: the cap refused none); every cap below it replays this run.
+ * piece goes to the least loaded device with room (neuroshard.md 6.3).  With
+ * `resume`, starts from the snapshot the previous (tighter) run took at its
+ * first refusal: up to there this run is the same. Writes w->assign; returns
+ * the plan cost or INFINITY.  *next_cap is the smallest dim cap at which any
+ * refused device would have been accepted (INFINITY: the cap refused none);
+ * every cap below it replays this run.
  */
 static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
                         double cap_scale, bool resume, double *next_cap)
@@ -947,12 +948,12 @@ static int no_fit(struct ns *s, struct sd_diag *d)
         struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest);
 
         if (lv->bytes > largest)
-            return sd_diag_set(
-                d, SD_ENOSPACE,
-                "table \"%s\": even at %d columns it needs "
-                "%llu bytes, %llu more than a device has",
-                s->tables[i].name, (int)lv->cols, (unsigned long long)lv->bytes,
-                (unsigned long long)(lv->bytes - largest));
+            return sd_diag_set(d, SD_ENOSPACE,
+                               "table \"%s\": even at %d columns it needs "
+                               "%llu bytes, %llu more than a device has",
+                               s->tables[i].name, (int)lv->cols,
+                               (unsigned long long)lv->bytes,
+                               (unsigned long long)(lv->bytes - largest));
         total += ns_level(s, (uint32_t)i, 0)->bytes;
     }
     for (r = 0; r < s->n; r++)
@@ -1177,6 +1178,9 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
         return sd_diag_set(d, SD_EINVAL,
                            "neuroshard: beam width and candidates must be "
                            ">= 1, depth, threads and time budget >= 0");
+    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
+    if (rv != 0)
+        return rv;
     rv = ns_init(&s, tables, ntables, t, o, &st);
     if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
         goto out_free;

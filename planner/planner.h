@@ -276,11 +276,11 @@ struct topology {
      * > 0) that replace mem_bytes.  Borrowed: the caller keeps it alive as
      * long as the topology is used. */
     const uint64_t *mem_by_device;
-    int64_t batch_size;       /* global batch of one training step */
-    double intra_host_bw;     /* bytes per ms between devices of a host */
-    double inter_host_bw;     /* bytes per ms between hosts */
-    double link_latency_ms;   /* per message, all-to-all alpha term */
-    double device_mem_bw;     /* bytes per ms of a device's memory */
+    int64_t batch_size;     /* global batch of one training step */
+    double intra_host_bw;   /* bytes per ms between devices of a host */
+    double inter_host_bw;   /* bytes per ms between hosts */
+    double link_latency_ms; /* per message, all-to-all alpha term */
+    double device_mem_bw;   /* bytes per ms of a device's memory */
 };
 
 /*
@@ -596,7 +596,8 @@ int plan_check_inputs(const struct table *tables, size_t ntables,
  * Checks pins (ntables entries, -1 for none) against the topology: every
  * device in range, and each device's pinned tables, whole, within its
  * capacity.  SD_EINVAL (a bad device) or SD_ENOSPACE naming the device, its
- * pinned bytes and the first table over.  NULL pins pass.
+ * pinned bytes and the first table over.  NULL pins pass.  Every algorithm
+ * that takes pins calls it first.
  */
 int plan_check_pins(const struct table *tables, size_t ntables,
                     const struct topology *t, const int32_t *pins,

@@ -336,7 +336,7 @@ struct greedy {
     struct option (*opts)[NOPTS]; /* per table */
     struct device *devices;
     struct group *groups;
-    size_t *first;   /* per table: index of its first shard */
+    size_t *first;       /* per table: index of its first shard */
     int32_t *heap;       /* ndevices ranks */
     int32_t *popped;     /* ndevices ranks */
     const int32_t *pins; /* per table: its device or -1; NULL: none */

@@ -163,6 +163,17 @@ static void test_bad_pins(void)
         CHECK(strstr(d.msg, "device 2") && strstr(d.msg, "\"t2\""));
         pins[2] = -1;
     }
+
+    /* The algorithms' own entry points check pins too. */
+    pins[1] = 99;
+    plan_options_default(&o);
+    o.net = net;
+    o.pins = pins;
+    CHECK(plan_neuroshard(tb, NT, &topo, &o, &p, &d) == SD_EINVAL);
+    o.alg = PLAN_ALG_SIZE_GREEDY;
+    CHECK(plan_baseline(tb, NT, &topo, &o, &p, &d) == SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, NT, &topo, OPTIMIZER_SGD, pins, &p, &d) ==
+          SD_EINVAL);
 }
 
 /* Devices of different capacities: the small ones get what fits them, the
@@ -218,8 +229,9 @@ static void test_capacities(void)
     /* A plan that fits the large devices but not a small one. */
     CHECK(plan_init(&p, 4) == 0);
     for (i = 0; i < NT; i++)
-        CHECK(plan_add(&p, (uint32_t)i, i == 0 ? 0 : 1 + (int32_t)(i % 3) / 2 * 2,
-                       0, tb[i].dim) == 0);
+        CHECK(plan_add(&p, (uint32_t)i,
+                       i == 0 ? 0 : 1 + (int32_t)(i % 3) / 2 * 2, 0,
+                       tb[i].dim) == 0);
     CHECK(plan_validate(&p, tb, NT, &topo, OPTIMIZER_SGD, &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "device 0") != NULL);
     plan_destroy(&p);

@@ -477,9 +477,11 @@ static void test_greedy_nospace(void)
 
     /* Bad input is refused before any planning. */
     topology_default(&t, 0, mem);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) == SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
+          SD_EINVAL);
     topology_default(&t, 2, mem);
-    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, NULL, &p, &d) == SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
+          SD_EINVAL);
     CHECK(memcmp(&p, &before, sizeof(p)) == 0);
 }
 
@@ -569,10 +571,10 @@ static void test_greedy_deterministic(void)
     }
     topology_default(&t, 8, 4ull << 30);
     t.devices_per_host = 4;
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &a, &d) ==
-          0);
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &b, &d) ==
-          0);
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &a,
+                               &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &b,
+                               &d) == 0);
     CHECK(a.nshards == b.nshards && a.nshards >= 60);
     CHECK(a.nshards == b.nshards &&
           memcmp(a.shards, b.shards, a.nshards * sizeof(*a.shards)) == 0);
