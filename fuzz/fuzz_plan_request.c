@@ -4,9 +4,10 @@
  * request bytes in, response bytes or an SD_E* code with a message out.
  *
  * The first byte picks the method, the rest is its protobuf request:
- *   0 mod 3: svc_plan (PlanRequest)
- *   1 mod 3: svc_estimate (EstimateRequest)
- *   2 mod 3: svc_health (grpc.health.v1.HealthCheckRequest)
+ *   0 mod 4: svc_plan (PlanRequest)
+ *   1 mod 4: svc_estimate (EstimateRequest)
+ *   2 mod 4: svc_health (grpc.health.v1.HealthCheckRequest)
+ *   3 mod 4: svc_reflect (one ServerReflectionRequest of the stream)
  *
  * One struct svc serves every input: a store in a private directory, the
  * embedded model, no worker threads, one search thread, a 5 ms default
@@ -20,7 +21,8 @@
  * a success is a response that unpacks.  A plan answers the request: one
  * device entry per device, finite costs, and for every requested table
  * shards on existing devices covering its columns exactly once.  An
- * estimate has one device entry per device and finite costs.
+ * estimate has one device entry per device and finite costs.  A reflection
+ * answer echoes the request and carries exactly one kind of answer.
  */
 #include <dirent.h>
 #include <math.h>
@@ -32,6 +34,7 @@
 #include "daemon.h"
 #include "fuzz.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "shardd/v1/planner.pb-c.h"
 
 #define DEADLINE_MS 60 /* the daemon keeps 50 for its reply */
@@ -226,10 +229,34 @@ static void check_health(const uint8_t *resp, size_t resp_len)
     grpc__health__v1__health_check_response__free_unpacked(rs, NULL);
 }
 
+static void check_reflection(const uint8_t *resp, size_t resp_len)
+{
+    Grpc__Reflection__V1alpha__ServerReflectionResponse *rs =
+        grpc__reflection__v1alpha__server_reflection_response__unpack(
+            NULL, resp_len, resp);
+
+    FUZZ_CHECK(rs != NULL);
+    FUZZ_CHECK(rs->original_request != NULL);
+    FUZZ_CHECK(
+        rs->message_response_case !=
+        GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE__NOT_SET);
+    grpc__reflection__v1alpha__server_reflection_response__free_unpacked(rs,
+                                                                         NULL);
+}
+
+/* Reflection is a bidi method; one message of it, as a unary one. */
+static int reflect_one(struct svc *s, const struct svc_call *call,
+                       const uint8_t *req, size_t len, uint8_t **resp,
+                       size_t *resp_len, struct sd_diag *d)
+{
+    (void)call;
+    return svc_reflect(s, req, len, resp, resp_len, d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const svc_method_fn methods[3] = {svc_plan, svc_estimate,
-                                             svc_health};
+    static const svc_method_fn methods[4] = {svc_plan, svc_estimate, svc_health,
+                                             reflect_one};
     static uint64_t runs;
     struct svc_call call = {0, NULL};
     struct sd_diag d;
@@ -246,7 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         store_plan_audit_prune(svc.st, svc_wall_ms() + 1, &n, NULL);
         pthread_mutex_unlock(&svc.store_mu);
     }
-    which = data[0] % 3;
+    which = data[0] % 4;
     len = size - 1;
     /* An exact-size copy, so that a read past the end is caught. */
     req = malloc(len ? len : 1);
@@ -265,8 +292,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_plan(req, len, resp, resp_len);
         else if (which == 1)
             check_estimate(req, len, resp, resp_len);
-        else
+        else if (which == 2)
             check_health(resp, resp_len);
+        else
+            check_reflection(resp, resp_len);
         free(resp);
     }
     free(req);

@@ -19,6 +19,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "planner.h"
 #include "shardd/v1/planner.pb-c.h"
 
@@ -523,6 +524,29 @@ static void gen_requests(void)
     free(t);
 }
 
+/* One request of each kind a reflection stream carries (method 3). */
+static void gen_reflection(void)
+{
+    Grpc__Reflection__V1alpha__ServerReflectionRequest rq =
+        GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_REQUEST__INIT;
+
+    rq.host = (char *)"localhost";
+    rq.message_request_case =
+        GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES;
+    rq.list_services = (char *)"";
+    put_msg("reflect-list", 3, &rq.base);
+    rq.message_request_case =
+        GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_SYMBOL;
+    rq.file_containing_symbol = (char *)"shardd.v1.Admin.WatchJob";
+    put_msg("reflect-symbol", 3, &rq.base);
+    rq.file_containing_symbol = (char *)"no.such.Symbol";
+    put_msg("reflect-no-symbol", 3, &rq.base);
+    rq.message_request_case =
+        GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME;
+    rq.file_by_filename = (char *)"shardd/v1/planner.proto";
+    put_msg("reflect-file", 3, &rq.base);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -537,5 +561,6 @@ int main(int argc, char **argv)
     gen_traces();
     gen_models();
     gen_requests();
+    gen_reflection();
     return 0;
 }
