@@ -395,6 +395,18 @@ static void work_after(uv_work_t *w, int status)
     call_reply(c, GRPC_STATUS_OK, NULL);
 }
 
+/* Starts a batch of one op whose completion runs t; the batch holds a
+ * reference.  False when gRPC refused it. */
+static bool start_one(struct rpc_call *c, grpc_op *op, struct rpc_tag *t)
+{
+    c->refs++;
+    TAG_HANDOFF(t);
+    if (grpc_call_start_batch(c->call, op, 1, t, NULL) == GRPC_CALL_OK)
+        return true;
+    c->refs--;
+    return false;
+}
+
 /* Watches for cancellation and deadline while the call is worked on. */
 static void watch_close(struct rpc_call *c)
 {
@@ -403,11 +415,7 @@ static void watch_close(struct rpc_call *c)
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
-    c->refs++;
-    TAG_HANDOFF(&c->t_close);
-    if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) !=
-        GRPC_CALL_OK)
-        c->refs--;
+    start_one(c, &op, &c->t_close);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -590,13 +598,8 @@ static void bidi_recv(struct rpc_call *c)
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->in;
-    c->refs++;
-    TAG_HANDOFF(&c->t_recv);
-    if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) !=
-        GRPC_CALL_OK) {
-        c->refs--;
+    if (!start_one(c, &op, &c->t_recv))
         call_reply(c, GRPC_STATUS_INTERNAL, "cannot receive");
-    }
 }
 
 /* ---------------------------------------------------------------------- */
