@@ -43,6 +43,7 @@ struct ctl_opts {
     const char *profile;
     double seconds, time_budget_ms;
     int64_t epochs;
+    double weight_decay; /* train --weight-decay; < 0: the default */
     bool activate;
     bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;

@@ -65,7 +65,7 @@ static const char usage_text[] =
     "      default 4) into the store (resumable; Ctrl-C keeps every\n"
     "      committed sample).\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
-    "              [--activate] [--out FILE]\n"
+    "              [--weight-decay W] [--activate] [--out FILE]\n"
     "      Train a compute cost model on the profile's samples (the store's\n"
     "      only profile by default), store it as a new model version with\n"
     "      its MAPE, and write the model file with --out.\n"
@@ -168,6 +168,7 @@ static const struct opt_def opt_defs[] = {
     {"--no-splits", OPT_FLAG, O(no_splits), 0, 0},
     {"--no-local-search", OPT_FLAG, O(no_local_search), 0, 0},
     {"--epochs", OPT_INT, O(epochs), 1, 1e6},
+    {"--weight-decay", OPT_REAL, O(weight_decay), 0, 100},
     {"--activate", OPT_FLAG, O(activate), 0, 0},
     {"--samples", OPT_INT, O(samples), 1, 1e9},
     {"--device", OPT_INT, O(device), 0, 1e6},
@@ -836,6 +837,8 @@ static int cmd_train(const struct ctl_opts *o)
     tp.seed = (uint64_t)o->seed;
     if (o->epochs)
         tp.max_epochs = (int32_t)o->epochs;
+    if (o->weight_decay >= 0)
+        tp.weight_decay = o->weight_decay;
     tp.progress = train_progress;
     fprintf(stderr, "train: %zu samples of profile %s\n", n, prof.name);
     catch_stop_signals();
@@ -1063,7 +1066,8 @@ int main(int argc, char **argv)
     int rv;
 
     memset(&o, 0, sizeof(o));
-    o.warmup = -1; /* unset: 0 is a valid count */
+    o.warmup = -1;       /* unset: 0 is a valid count */
+    o.weight_decay = -1; /* unset: 0 is plain Adam */
     if (argc < 2)
         return fputs(usage_text, stderr), EXIT_USAGE;
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0 ||

@@ -140,6 +140,13 @@ grep -q "^model 1 for profile cpu/.*/64 (active)" "$DIR/train.txt" &&
     ok || bad "train report: $(cat "$DIR/train.txt")"
 "$CTL" train --db "$DIR/p.db" --epochs 5 >"$DIR/train.txt" 2>"$DIR/err" &&
     grep -q "^model 2 " "$DIR/train.txt" && ok || bad "train: a second version"
+# The same training with a much stronger weight decay fits otherwise.
+"$CTL" train --db "$DIR/p.db" --epochs 5 --weight-decay 50 >"$DIR/wd.txt" \
+    2>"$DIR/err" && grep -q "^model 3 " "$DIR/wd.txt" && ok ||
+    bad "train --weight-decay: $(cat "$DIR/err")"
+[ "$(grep '^MAPE' "$DIR/wd.txt")" != "$(grep '^MAPE' "$DIR/train.txt")" ] &&
+    ok || bad "train --weight-decay 50 changed nothing"
+expect_fail 2 '--weight-decay' train --db "$DIR/p.db" --weight-decay -1
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
     --model "$DIR/m.sdcn" --json --out "$DIR/mp.json" && ok ||
     bad "plan --model"
