@@ -42,6 +42,14 @@ static void make_tables(struct table *t)
     t[0].pooling_factor = 150;
 }
 
+/* The tables on 4 devices of mem bytes, at the model's batch. */
+static void setup(struct table *tb, struct topology *topo, uint64_t mem)
+{
+    make_tables(tb);
+    topology_default(topo, 4, mem);
+    topo->batch_size = net->batch_size;
+}
+
 static int run(const struct table *tb, const struct topology *topo,
                struct plan_options *o, struct plan *p, struct sd_diag *d)
 {
@@ -83,9 +91,7 @@ static void test_pins(void)
     int a;
     size_t i;
 
-    make_tables(tb);
-    topology_default(&topo, 4, 16ull << 30);
-    topo.batch_size = net->batch_size;
+    setup(tb, &topo, 16ull << 30);
     /* Pins that move what neuroshard would place otherwise: table 0 off
      * its device, with table 5 beside it, and table 7 onto that device. */
     plan_options_default(&o);
@@ -148,8 +154,7 @@ static void test_bad_pins(void)
         pins[i] = -1;
     two = shard_bytes(&tb[1], tb[1].dim, OPTIMIZER_SGD) +
           shard_bytes(&tb[2], tb[2].dim, OPTIMIZER_SGD);
-    topology_default(&topo, 4, two - 1);
-    topo.batch_size = net->batch_size;
+    setup(tb, &topo, two - 1);
     for (a = 0; a < PLAN_ALG_COUNT; a++) {
         plan_options_default(&o);
         o.alg = (enum plan_alg)a;
@@ -252,9 +257,7 @@ static void test_cancel(void)
     struct sd_diag d = {{0}};
     atomic_bool stop;
 
-    make_tables(tb);
-    topology_default(&topo, 4, 16ull << 30);
-    topo.batch_size = net->batch_size;
+    setup(tb, &topo, 16ull << 30);
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
     atomic_init(&stop, true);
