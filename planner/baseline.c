@@ -85,6 +85,9 @@ int plan_greedy_lpt(const struct table *tables, size_t ntables,
     size_t i, nitems = 0;
     int rv;
 
+    rv = plan_check_pins(tables, ntables, t, pins, opt, d);
+    if (rv != 0)
+        return rv;
     rv = plan_init(&p, t->ndevices);
     if (rv != 0)
         return sd_diag_set(d, rv, "out of memory");
@@ -158,6 +161,9 @@ static int plan_random(const struct table *tables, size_t ntables,
     size_t i;
     int rv;
 
+    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
+    if (rv != 0)
+        return rv;
     rv = plan_init(&p, t->ndevices);
     if (rv != 0)
         return sd_diag_set(d, rv, "out of memory");
@@ -233,9 +239,6 @@ int plan_baseline(const struct table *tables, size_t ntables,
     size_t i;
     int rv;
 
-    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
-    if (rv != 0)
-        return rv;
     if (o->alg == PLAN_ALG_RANDOM)
         return plan_random(tables, ntables, t, o, out, d);
     cost = malloc(ntables * sizeof(*cost));
