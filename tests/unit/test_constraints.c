@@ -179,6 +179,12 @@ static void test_bad_pins(void)
     CHECK(plan_baseline(tb, NT, &topo, &o, &p, &d) == SD_EINVAL);
     CHECK(plan_torchrec_greedy(tb, NT, &topo, OPTIMIZER_SGD, pins, &p, &d) ==
           SD_EINVAL);
+    {
+        double cost[NT] = {0};
+
+        CHECK(plan_greedy_lpt(tb, NT, cost, pins, &topo, OPTIMIZER_SGD, &p,
+                              &d) == SD_EINVAL);
+    }
 }
 
 /* Devices of different capacities: the small ones get what fits them, the
