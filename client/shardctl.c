@@ -912,7 +912,9 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* How well a model predicts the measured samples of a store: the held-out
- * check for samples measured after it was trained. */
+ * check for samples measured after it was trained.  The signed median says
+ * whether the error is a drift of the whole machine (most samples off the
+ * same way) rather than scatter. */
 static int cmd_score(const struct ctl_opts *o)
 {
     struct store *st = NULL;
@@ -921,7 +923,7 @@ static int cmd_score(const struct ctl_opts *o)
     const struct cost_net *net;
     struct cost_net *owned = NULL;
     struct sd_diag d;
-    double *ape = NULL, sum = 0;
+    double *ape = NULL, *err, sum = 0;
     size_t n = 0, i;
     int rv;
 
@@ -953,23 +955,29 @@ static int cmd_score(const struct ctl_opts *o)
                       prof.name);
         goto out_samples;
     }
-    ape = malloc(n * sizeof(*ape));
+    /* ape[0 .. n): absolute errors; err = ape + n: signed ones. */
+    ape = malloc(2 * n * sizeof(*ape));
     if (!ape) {
         rv = ctl_fail(1, "score: out of memory");
         goto out_samples;
     }
+    err = ape + n;
     for (i = 0; i < n; i++) {
-        ape[i] = fabs(net_tables_ms(net, smp[i].tables, smp[i].ntables) -
-                      smp[i].measured_ms) /
+        err[i] = (net_tables_ms(net, smp[i].tables, smp[i].ntables) -
+                  smp[i].measured_ms) /
                  smp[i].measured_ms;
+        ape[i] = fabs(err[i]);
         sum += ape[i];
     }
     qsort(ape, n, sizeof(*ape), cmp_double);
+    qsort(err, n, sizeof(*err), cmp_double);
     printf("model %s on %zu samples of %s\n"
-           "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n",
+           "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n"
+           "signed median %+.2f%% (> 0: the model predicts more than was "
+           "measured)\n",
            o->model ? o->model : "(embedded)", n, prof.name,
            100 * sum / (double)n, 100 * ape[n / 2],
-           100 * ape[(size_t)(0.9 * (double)(n - 1))]);
+           100 * ape[(size_t)(0.9 * (double)(n - 1))], 100 * err[n / 2]);
     rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     free(ape);
 out_samples:

@@ -167,6 +167,7 @@ expect_fail 2 'not "cuda/H100/65536"' plan --offline --tables \
     --profile cuda/H100/65536
 "$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" >"$DIR/score.txt" \
     2>"$DIR/err" && grep -q "^MAPE [0-9.]*%, median [0-9.]*%, p90" \
+    "$DIR/score.txt" && grep -q "^signed median [+-][0-9.]*%" \
     "$DIR/score.txt" && ok || bad "score: $(cat "$DIR/err")"
 expect_fail 2 'no such profile' score --db "$DIR/p.db"
 expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
