@@ -44,6 +44,7 @@ struct ctl_opts {
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */
+    int64_t newest;      /* train, score --newest: 0: every sample */
     bool activate;
     bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;

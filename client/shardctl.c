@@ -65,13 +65,15 @@ static const char usage_text[] =
     "      default 4) into the store (resumable; Ctrl-C keeps every\n"
     "      committed sample).\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
-    "              [--weight-decay W] [--activate] [--out FILE]\n"
+    "              [--weight-decay W] [--newest N] [--activate]\n"
+    "              [--out FILE]\n"
     "      Train a compute cost model on the profile's samples (the store's\n"
-    "      only profile by default), store it as a new model version with\n"
-    "      its MAPE, and write the model file with --out.\n"
-    "  score       --db FILE [--model FILE] [--profile NAME]\n"
-    "      A model's error (MAPE, median, p90) on a store's measured\n"
-    "      samples: the held-out check for samples it never saw.\n"
+    "      only profile by default; --newest: its newest N), store it as a\n"
+    "      new model version with its MAPE, and write the model file with\n"
+    "      --out.\n"
+    "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
+    "      A model's error (MAPE, median, p90, signed median) on a store's\n"
+    "      measured samples: the held-out check for samples it never saw.\n"
     "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
@@ -170,6 +172,7 @@ static const struct opt_def opt_defs[] = {
     {"--epochs", OPT_INT, O(epochs), 1, 1e6},
     {"--weight-decay", OPT_REAL, O(weight_decay), 0, 100},
     {"--activate", OPT_FLAG, O(activate), 0, 0},
+    {"--newest", OPT_INT, O(newest), 1, 1e9},
     {"--samples", OPT_INT, O(samples), 1, 1e9},
     {"--device", OPT_INT, O(device), 0, 1e6},
     {"--seconds", OPT_REAL, O(seconds), 1e-3, 1e9},
@@ -795,6 +798,22 @@ static int pick_profile(struct store *st, const char *name,
     return EXIT_USAGE;
 }
 
+/* The profile's compute samples in id order: all, or the newest `newest`
+ * (0: all).  Store errors are returned with d set. */
+static int load_samples(struct store *st, int64_t profile_id, int64_t newest,
+                        struct store_sample **out, size_t *n, struct sd_diag *d)
+{
+    int64_t after = 0;
+    int rv;
+
+    rv = store_samples_newest_after(st, profile_id, STORE_KIND_COMPUTE,
+                                    (size_t)newest, &after, d);
+    if (rv == 0)
+        rv = store_samples_load(st, profile_id, STORE_KIND_COMPUTE, after, 0,
+                                out, n, d);
+    return rv;
+}
+
 static int cmd_train(const struct ctl_opts *o)
 {
     struct store *st = NULL;
@@ -819,8 +838,7 @@ static int cmd_train(const struct ctl_opts *o)
     rv = pick_profile(st, o->profile, &prof);
     if (rv != 0)
         goto out_store;
-    rv =
-        store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
+    rv = load_samples(st, prof.id, o->newest, &smp, &n, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         goto out_store;
@@ -944,8 +962,7 @@ static int cmd_score(const struct ctl_opts *o)
         rv = ctl_fail(EXIT_USAGE, "score: %s", d.msg);
         goto out_store;
     }
-    rv =
-        store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp, &n, &d);
+    rv = load_samples(st, prof.id, o->newest, &smp, &n, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_store;

@@ -108,6 +108,9 @@ static const struct opt opts[CONF_KEY_COUNT] = {
             "0: off"),
     [CONF_KEY_RETRAIN_EVERY_HOURS] = U32(retrain_every_hours, 0, 8760, 24, "H",
                                          "retrain every H hours; 0: off"),
+    [CONF_KEY_RETRAIN_WINDOW_SAMPLES] =
+        U32(retrain_window_samples, 0, 10000000, 10000, "N",
+            "retrain on the newest N samples; 0: all"),
     [CONF_KEY_LOG_LEVEL] = {"log_level", T_LOG, 0, 0, 0, 0, false,
                             "error|warn|info|debug", "log verbosity"},
 };

@@ -67,6 +67,7 @@ enum conf_key {
     CONF_KEY_PROFILER_BATCH,
     CONF_KEY_RETRAIN_EVERY_SAMPLES,
     CONF_KEY_RETRAIN_EVERY_HOURS,
+    CONF_KEY_RETRAIN_WINDOW_SAMPLES,
     CONF_KEY_LOG_LEVEL,
     CONF_KEY_COUNT
 };
@@ -133,6 +134,7 @@ struct sd_config {
     uint32_t profiler_batch;        /* batch size of its measurements */
     uint32_t retrain_every_samples; /* retrain after this many new; 0: off */
     uint32_t retrain_every_hours;   /* retrain this often; 0: off */
+    uint32_t retrain_window_samples; /* train on the newest N; 0: all */
     enum conf_log_level log_level;
 
     bool print_config; /* --print-config was given: a mode, not a key */

@@ -73,8 +73,9 @@ struct svc_config {
     uint64_t profiler_max_samples; /* (reload) stop at this many */
     int64_t profiler_batch;        /* batch of the measured profile */
 
-    uint64_t retrain_every_samples; /* (reload) 0: off */
-    double retrain_every_hours;     /* (reload) 0: off */
+    uint64_t retrain_every_samples;  /* (reload) 0: off */
+    double retrain_every_hours;      /* (reload) 0: off */
+    uint64_t retrain_window_samples; /* (reload) newest N trained on; 0: all */
 
     const char *backend;  /* "auto", "cpu", "cuda"; borrowed */
     const char *data_dir; /* store and pidfile; borrowed */

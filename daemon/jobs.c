@@ -99,24 +99,30 @@ void jobs_counts(struct svc *s, uint32_t *queued, uint32_t *running)
 /* ---------------------------------------------------------------------- */
 /* Submitting                                                              */
 
-/* Samples the newest model of the profile was trained on (0: no model),
- * and when it was made. */
-static int newest_model(struct store *st, int64_t profile_id, int64_t *samples,
-                        int64_t *created_ms, struct sd_diag *d)
+/* The profile's compute samples: *total, *fresh of them measured after its
+ * newest stored model was made (all when it has none), and when that model
+ * was made (*model_ms, 0: none).  Counting by time, not by the model's
+ * sample counts, stays right when a model is trained on a window (samples
+ * measured while it trained count as old: the next retrain takes them). */
+static int new_samples(struct store *st, int64_t profile_id, uint64_t *total,
+                       uint64_t *fresh, int64_t *model_ms, struct sd_diag *d)
 {
     struct store_model_info *list = NULL;
     size_t n = 0;
     int rv;
 
-    *samples = 0;
-    *created_ms = 0;
-    rv = store_model_list(st, profile_id, 1, &list, &n, d);
-    if (rv == 0 && n > 0) {
-        *samples = list[0].metrics.train_samples + list[0].metrics.val_samples +
-                   list[0].metrics.test_samples;
-        *created_ms = list[0].created_ms;
-    }
+    *model_ms = 0;
+    rv = store_sample_count(st, profile_id, STORE_KIND_COMPUTE, 0, total, d);
+    if (rv == 0)
+        rv = store_model_list(st, profile_id, 1, &list, &n, d);
+    if (rv == 0 && n > 0)
+        *model_ms = list[0].created_ms;
     free(list);
+    if (rv == 0 && *model_ms == 0)
+        *fresh = *total;
+    else if (rv == 0)
+        rv = store_sample_count(st, profile_id, STORE_KIND_COMPUTE, *model_ms,
+                                fresh, d);
     return rv;
 }
 
@@ -129,8 +135,8 @@ static int submit(struct svc *s, struct store *st, const char *profile,
 {
     struct store_profile prof;
     struct store_job j;
-    int64_t id, trained_on, created;
-    uint64_t n = 0;
+    int64_t id, model_ms;
+    uint64_t n = 0, fresh = 0;
     int rv;
 
     if (profile == NULL || profile[0] == '\0') {
@@ -151,9 +157,7 @@ static int submit(struct svc *s, struct store *st, const char *profile,
     rv = store_job_find_open(st, STORE_JOB_RETRAIN, prof.id, out, d);
     if (rv != SD_ENOENT)
         return rv;
-    rv = store_sample_count(st, prof.id, STORE_KIND_COMPUTE, 0, &n, d);
-    if (rv == 0)
-        rv = newest_model(st, prof.id, &trained_on, &created, d);
+    rv = new_samples(st, prof.id, &n, &fresh, &model_ms, d);
     if (rv != 0)
         return rv;
     if (n < JOBS_MIN_SAMPLES)
@@ -161,7 +165,7 @@ static int submit(struct svc *s, struct store *st, const char *profile,
                            "profile \"%.128s\" has %llu samples; training "
                            "needs at least %d",
                            profile, (unsigned long long)n, JOBS_MIN_SAMPLES);
-    if (!force && trained_on > 0 && (int64_t)n <= trained_on)
+    if (!force && model_ms > 0 && fresh == 0)
         return sd_diag_set(d, SD_ESTATE,
                            "no sample of \"%.128s\" is newer than its newest "
                            "model (%llu samples); set force to retrain anyway",
@@ -307,14 +311,25 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
     struct sd_diag d;
     char previous[SVC_VERSION_MAX];
     double new_mape, old_mape = INFINITY;
-    size_t n = 0, i, nfit = 0, ngate = 0;
+    size_t n = 0, i, nfit = 0, ngate = 0, window;
+    int64_t after = 0;
     enum store_job_state end = STORE_JOB_FAILED;
     int rv;
 
+    /* The newest samples only: a machine drifts, and a model of what it
+     * was is worse than one of what it is (docs/models.md). */
+    pthread_mutex_lock(&s->mu);
+    window = (size_t)s->cfg.retrain_window_samples;
+    pthread_mutex_unlock(&s->mu);
+    if (window > 0 && window < JOBS_MIN_SAMPLES)
+        window = JOBS_MIN_SAMPLES;
     rv = store_profile_get(rc->st, profile, &prof, &d);
     if (rv == 0)
-        rv = store_samples_load(rc->st, prof.id, STORE_KIND_COMPUTE, 0, 0, &smp,
-                                &n, &d);
+        rv = store_samples_newest_after(rc->st, prof.id, STORE_KIND_COMPUTE,
+                                        window, &after, &d);
+    if (rv == 0)
+        rv = store_samples_load(rc->st, prof.id, STORE_KIND_COMPUTE, after, 0,
+                                &smp, &n, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: loading samples: %.300s", d.msg);
         return STORE_JOB_FAILED;
@@ -334,7 +349,8 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         else
             fit[nfit++] = t;
     }
-    snprintf(msg, cap, "training on %zu samples (%zu held out)", nfit, ngate);
+    snprintf(msg, cap, "training on the %s%zu samples (%zu held out)",
+             after > 0 ? "newest " : "", nfit + ngate, ngate);
     job_update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
 
     train_params_default(&tp);
@@ -441,9 +457,9 @@ static void check_schedule(struct svc *s, struct store *st)
 {
     struct store_job j;
     struct sd_diag d;
-    uint64_t every, n = 0;
+    uint64_t every, n = 0, fresh = 0;
     double hours;
-    int64_t trained_on, created;
+    int64_t model_ms;
     bool due = false;
 
     pthread_mutex_lock(&s->mu);
@@ -452,14 +468,12 @@ static void check_schedule(struct svc *s, struct store *st)
     pthread_mutex_unlock(&s->mu);
     if (s->profile_id == 0 || (every == 0 && hours <= 0))
         return;
-    if (store_sample_count(st, s->profile_id, STORE_KIND_COMPUTE, 0, &n, &d) !=
-            0 ||
-        newest_model(st, s->profile_id, &trained_on, &created, &d) != 0)
+    if (new_samples(st, s->profile_id, &n, &fresh, &model_ms, &d) != 0)
         return;
-    if (every > 0 && n >= (uint64_t)trained_on + every)
+    if (every > 0 && fresh >= every)
         due = true;
-    if (hours > 0 && (int64_t)n > trained_on && trained_on > 0 &&
-        svc_wall_ms() - created >= (int64_t)(hours * 3600e3))
+    if (hours > 0 && fresh > 0 && model_ms > 0 &&
+        svc_wall_ms() - model_ms >= (int64_t)(hours * 3600e3))
         due = true;
     if (due && submit(s, st, s->profile, false, &j, &d) != 0)
         svc_log(SVC_LOG_WARN, "scheduled retrain not started: %s\n", d.msg);

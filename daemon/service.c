@@ -50,6 +50,7 @@ void svc_config_default(struct svc_config *c)
     c->profiler_batch = 4096;
     c->retrain_every_samples = 1000;
     c->retrain_every_hours = 24;
+    c->retrain_window_samples = 10000;
     c->backend = "auto";
     c->data_dir = "shardd-data";
 }
@@ -239,6 +240,7 @@ void svc_reconfigure(struct svc *s, const struct svc_config *cfg)
     s->cfg.profiler_max_samples = cfg->profiler_max_samples;
     s->cfg.retrain_every_samples = cfg->retrain_every_samples;
     s->cfg.retrain_every_hours = cfg->retrain_every_hours;
+    s->cfg.retrain_window_samples = cfg->retrain_window_samples;
     pthread_cond_broadcast(&s->prof_cv);
     pthread_cond_broadcast(&s->jobs_cv);
     pthread_mutex_unlock(&s->mu);

@@ -191,6 +191,7 @@ static void svc_config_from(const struct sd_config *c, struct svc_config *o)
     o->profiler_batch = c->profiler_batch;
     o->retrain_every_samples = c->retrain_every_samples;
     o->retrain_every_hours = c->retrain_every_hours;
+    o->retrain_window_samples = c->retrain_window_samples;
     o->backend = conf_backend_name(c->backend);
     o->data_dir = c->data_dir;
 }

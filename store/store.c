@@ -131,6 +131,7 @@ enum stmt {
     STMT_SAMPLE_INSERT,
     STMT_SAMPLE_COUNT,
     STMT_SAMPLE_LOAD,
+    STMT_SAMPLE_NEWEST,
     STMT_MODEL_INSERT,
     STMT_MODEL_GET,
     STMT_MODEL_GET_ACTIVE,
@@ -190,6 +191,9 @@ static const char *const stmt_sql[STMT_COUNT] = {
                          "measured_ms, spread_ms, device, source, created_ms "
                          "FROM samples WHERE profile_id = ?1 AND kind = ?2 "
                          "AND id > ?3 ORDER BY id LIMIT ?4",
+    /* The id just before the newest ?3 samples (samples_by_profile). */
+    [STMT_SAMPLE_NEWEST] = "SELECT id FROM samples WHERE profile_id = ?1 "
+                           "AND kind = ?2 ORDER BY id DESC LIMIT 1 OFFSET ?3",
     [STMT_MODEL_INSERT] = "INSERT INTO models (profile_id, kind, "
                           "format_version, weights, norm, val_mape, "
                           "test_mape, train_samples, val_samples, "
@@ -1422,6 +1426,35 @@ int store_samples_load(struct store *st, int64_t profile_id,
     *out = arr;
     *n = len;
     return 0;
+}
+
+int store_samples_newest_after(struct store *st, int64_t profile_id,
+                               enum store_kind kind, size_t newest,
+                               int64_t *after_id, struct sd_diag *d)
+{
+    sqlite3_stmt *s = NULL;
+    bool bad = false;
+    int rv;
+
+    if (!kind_is_valid(kind))
+        return sd_diag_set(d, SD_EINVAL, "samples: kind %d unknown", (int)kind);
+    *after_id = 0;
+    if (newest == 0)
+        return 0;
+    rv = stmt_get(st, STMT_SAMPLE_NEWEST, &s, d);
+    if (rv != 0)
+        return rv;
+    bad |= sqlite3_bind_int64(s, 1, profile_id);
+    bad |= sqlite3_bind_text(s, 2, store_kind_name(kind), -1, SQLITE_STATIC);
+    bad |= sqlite3_bind_int64(
+        s, 3, newest > (size_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)newest);
+    rv = step(st, s, bad, "finding the newest samples", d);
+    if (rv == 1) {
+        *after_id = sqlite3_column_int64(s, 0);
+        rv = 0;
+    }
+    stmt_done(s);
+    return rv;
 }
 
 void store_samples_free(struct store_sample *s, size_t n)

@@ -246,6 +246,17 @@ int store_samples_load(struct store *st, int64_t profile_id,
                        enum store_kind kind, int64_t after_id, size_t limit,
                        struct store_sample **out, size_t *n, struct sd_diag *d);
 
+/*
+ * The after_id from which store_samples_load() loads only the newest `newest`
+ * samples of (profile, kind): the id of the one just before them, or 0 when
+ * there are no more than `newest` (or `newest` is 0: all).  A model trained on
+ * a recent window follows a machine that drifted (docs/models.md).  Returns 0,
+ * SD_EINVAL, SD_EBUSY or SD_ESTORE.
+ */
+int store_samples_newest_after(struct store *st, int64_t profile_id,
+                               enum store_kind kind, size_t newest,
+                               int64_t *after_id, struct sd_diag *d);
+
 /* Releases an array from store_samples_load().  NULL-safe. */
 void store_samples_free(struct store_sample *s, size_t n);
 

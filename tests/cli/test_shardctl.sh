@@ -147,6 +147,15 @@ grep -q "^model 1 for profile cpu/.*/64 (active)" "$DIR/train.txt" &&
 [ "$(grep '^MAPE' "$DIR/wd.txt")" != "$(grep '^MAPE' "$DIR/train.txt")" ] &&
     ok || bad "train --weight-decay 50 changed nothing"
 expect_fail 2 '--weight-decay' train --db "$DIR/p.db" --weight-decay -1
+# --newest: train and score on the newest samples only (12 and 7 of 24).
+"$CTL" train --db "$DIR/p.db" --epochs 5 --newest 12 >"$DIR/new.txt" \
+    2>"$DIR/err" && ok || bad "train --newest: $(cat "$DIR/err")"
+awk '/^samples:/ { n = $2 + $4 + $6 } END { exit n != 12 }' "$DIR/new.txt" &&
+    ok || bad "train --newest 12: $(grep '^samples' "$DIR/new.txt")"
+"$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" --newest 7 \
+    >"$DIR/score7.txt" 2>"$DIR/err" && grep -q " on 7 samples of " \
+    "$DIR/score7.txt" && ok || bad "score --newest 7: $(cat "$DIR/err")"
+expect_fail 2 '--newest' train --db "$DIR/p.db" --newest 0
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
     --model "$DIR/m.sdcn" --json --out "$DIR/mp.json" && ok ||
     bad "plan --model"

@@ -508,6 +508,8 @@ class CancelTest(Base):
 # retrain needs) makes it shorter.
 MAX_SAMPLES = max(20, int(os.environ.get("SHARDD_IT_SAMPLES", "40")))
 SAMPLES_WAIT_S = 240
+# Retrains fit the newest WINDOW samples: fewer than the store holds.
+WINDOW = max(20, MAX_SAMPLES - 10)
 
 
 class RetrainTest(Base):
@@ -528,7 +530,8 @@ class RetrainTest(Base):
             raise RuntimeError("shardctl profile: " + p.stderr)
         cls.d = H.Daemon(SHARDD, data_dir=cls.data, profiler_idle_ms=200,
                          args=["--profiler-max-samples", str(MAX_SAMPLES),
-                               "--retrain-every-samples", "0"]).start()
+                               "--retrain-every-samples", "0",
+                               "--retrain-window-samples", str(WINDOW)]).start()
         cls.unix = cls.d.channel("unix")
         cls.tcp = cls.d.channel("tcp")
         cls.t_start = time.monotonic()
@@ -675,6 +678,10 @@ class RetrainTest(Base):
             self.assertGreater(mine[0].train_samples, 0)
             self.assertGreater(mine[0].validation_samples, 0)
             self.assertLessEqual(mine[0].train_samples + mine[0].validation_samples, n_final)
+            # Its own test split aside, it saw the newest WINDOW only (all
+            # n_final, less a tenth at most, without the window).
+            self.assertLessEqual(mine[0].train_samples + mine[0].validation_samples,
+                                 min(WINDOW, n_final))
             self.assertTrue(math.isfinite(mine[0].validation_mape)
                             and mine[0].validation_mape >= 0)
             note("model %s: validation_mape %.3f, %d train / %d validation samples, "

@@ -112,6 +112,7 @@ static void test_defaults(void)
     CHECK(c.profiler_batch == 4096);
     CHECK(c.retrain_every_samples == 1000);
     CHECK(c.retrain_every_hours == 24);
+    CHECK(c.retrain_window_samples == 10000);
     CHECK(c.log_level == CONF_LOG_INFO);
     CHECK(!c.print_config);
     for (k = 0; k < CONF_KEY_COUNT; k++)
@@ -140,7 +141,8 @@ static void test_file_format(void)
                                   "backend = CPU\n"
                                   "profiler = no\n"
                                   "log_level = \"debug\"\n"
-                                  "retrain_every_hours = 0",
+                                  "retrain_every_hours = 0\n"
+                                  "retrain_window_samples = 500",
                                   0644);
     struct sd_config c;
     struct sd_diag d;
@@ -158,6 +160,7 @@ static void test_file_format(void)
     CHECK(!c.profiler);
     CHECK(c.log_level == CONF_LOG_DEBUG);
     CHECK(c.retrain_every_hours == 0);
+    CHECK(c.retrain_window_samples == 500);
     CHECK(c.config != NULL && strcmp(c.config, path) == 0);
     CHECK(c.origin[CONF_KEY_THREADS].src == CONF_SRC_FILE);
     CHECK(c.origin[CONF_KEY_THREADS].line == 7);
@@ -728,7 +731,8 @@ static void test_print(void)
           back.profiler_max_samples == c.profiler_max_samples &&
           back.profiler_batch == c.profiler_batch &&
           back.retrain_every_samples == c.retrain_every_samples &&
-          back.retrain_every_hours == c.retrain_every_hours);
+          back.retrain_every_hours == c.retrain_every_hours &&
+          back.retrain_window_samples == c.retrain_window_samples);
     conf_free(&back);
     conf_free(&c);
 }
