@@ -11,6 +11,9 @@
  * algorithm planned, so compare the ratios across algorithms.
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
+ *                      [model file]
+ * (the model file, default the embedded model, is what plans and predicts:
+ * candidate models compare on plan quality, not only on MAPE)
  *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
  *         3 rounds; "none" skips the measurement and reports predictions
  *         only).  Each device's compute is the median of `rounds`
@@ -231,23 +234,30 @@ int main(int argc, char **argv)
     struct synth_params sp;
     struct table *pool;
     struct sd_diag d;
-    const struct cost_net *net = net_embedded(&d);
+    struct cost_net *owned = NULL;
+    const struct cost_net *net;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int rv = 1;
 
+    if (argc > 5)
+        net = net_read_file(argv[5], &owned, &d) == 0 ? owned : NULL;
+    else
+        net = net_embedded(&d);
     if (!net) {
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
     if (ntasks < 1 || repeats < 1 || rounds < 1 || rounds > 64) {
         fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend] "
-                        "[rounds]\n");
-        return 2;
+                        "[rounds] [model file]\n");
+        rv = 2;
+        goto out_model;
     }
     if (strcmp(bname, "none") != 0) {
         be = kern_backend_get(bname, &d);
         if (!be) {
             fprintf(stderr, "bench_quality: %s\n", d.msg);
-            return 1;
+            goto out_model;
         }
     }
     kern_timing_opts_default(&to);
@@ -260,15 +270,15 @@ int main(int argc, char **argv)
     sp.batch_size = net->batch_size;
     if (synth_tables(&sp, ncpu > 0 ? (unsigned)ncpu : 1, &pool) != 0) {
         fprintf(stderr, "bench_quality: cannot make the tables\n");
-        return 1;
+        goto out_model;
     }
-    printf("bench_quality: model %s; backend %s\n", net->profile,
-           be ? be->name : "none");
-    if (run_set(net, be, pool, sp.count, 4, ntasks, &to, rounds) != 0 ||
-        run_set(net, be, pool, sp.count, 8, ntasks, &to, rounds) != 0) {
-        free(pool);
-        return 1;
-    }
+    printf("bench_quality: model %s (%s); backend %s\n", net->profile,
+           argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
+    if (run_set(net, be, pool, sp.count, 4, ntasks, &to, rounds) == 0 &&
+        run_set(net, be, pool, sp.count, 8, ntasks, &to, rounds) == 0)
+        rv = 0;
     free(pool);
-    return 0;
+out_model:
+    free(owned);
+    return rv;
 }
