@@ -798,22 +798,6 @@ static int pick_profile(struct store *st, const char *name,
     return EXIT_USAGE;
 }
 
-/* The profile's compute samples in id order: all, or the newest `newest`
- * (0: all).  Store errors are returned with d set. */
-static int load_samples(struct store *st, int64_t profile_id, int64_t newest,
-                        struct store_sample **out, size_t *n, struct sd_diag *d)
-{
-    int64_t after = 0;
-    int rv;
-
-    rv = store_samples_newest_after(st, profile_id, STORE_KIND_COMPUTE,
-                                    (size_t)newest, &after, d);
-    if (rv == 0)
-        rv = store_samples_load(st, profile_id, STORE_KIND_COMPUTE, after, 0,
-                                out, n, d);
-    return rv;
-}
-
 static int cmd_train(const struct ctl_opts *o)
 {
     struct store *st = NULL;
@@ -838,7 +822,8 @@ static int cmd_train(const struct ctl_opts *o)
     rv = pick_profile(st, o->profile, &prof);
     if (rv != 0)
         goto out_store;
-    rv = load_samples(st, prof.id, o->newest, &smp, &n, &d);
+    rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
+                                   (size_t)o->newest, &smp, &n, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         goto out_store;
@@ -962,7 +947,8 @@ static int cmd_score(const struct ctl_opts *o)
         rv = ctl_fail(EXIT_USAGE, "score: %s", d.msg);
         goto out_store;
     }
-    rv = load_samples(st, prof.id, o->newest, &smp, &n, &d);
+    rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
+                                   (size_t)o->newest, &smp, &n, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_store;

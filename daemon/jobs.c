@@ -312,7 +312,6 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
     char previous[SVC_VERSION_MAX];
     double new_mape, old_mape = INFINITY;
     size_t n = 0, i, nfit = 0, ngate = 0, window;
-    int64_t after = 0;
     enum store_job_state end = STORE_JOB_FAILED;
     int rv;
 
@@ -325,11 +324,8 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         window = JOBS_MIN_SAMPLES;
     rv = store_profile_get(rc->st, profile, &prof, &d);
     if (rv == 0)
-        rv = store_samples_newest_after(rc->st, prof.id, STORE_KIND_COMPUTE,
-                                        window, &after, &d);
-    if (rv == 0)
-        rv = store_samples_load(rc->st, prof.id, STORE_KIND_COMPUTE, after, 0,
-                                &smp, &n, &d);
+        rv = store_samples_load_newest(rc->st, prof.id, STORE_KIND_COMPUTE,
+                                       window, &smp, &n, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: loading samples: %.300s", d.msg);
         return STORE_JOB_FAILED;
@@ -350,7 +346,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
             fit[nfit++] = t;
     }
     snprintf(msg, cap, "training on the %s%zu samples (%zu held out)",
-             after > 0 ? "newest " : "", nfit + ngate, ngate);
+             window > 0 && n == window ? "newest " : "", nfit + ngate, ngate);
     job_update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
 
     train_params_default(&tp);

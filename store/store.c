@@ -1428,9 +1428,11 @@ int store_samples_load(struct store *st, int64_t profile_id,
     return 0;
 }
 
-int store_samples_newest_after(struct store *st, int64_t profile_id,
-                               enum store_kind kind, size_t newest,
-                               int64_t *after_id, struct sd_diag *d)
+/* The id just before the newest `newest` samples of (profile, kind), or 0
+ * when there are no more than that (or `newest` is 0). */
+static int newest_after(struct store *st, int64_t profile_id,
+                        enum store_kind kind, size_t newest, int64_t *after_id,
+                        struct sd_diag *d)
 {
     sqlite3_stmt *s = NULL;
     bool bad = false;
@@ -1454,6 +1456,20 @@ int store_samples_newest_after(struct store *st, int64_t profile_id,
         rv = 0;
     }
     stmt_done(s);
+    return rv;
+}
+
+int store_samples_load_newest(struct store *st, int64_t profile_id,
+                              enum store_kind kind, size_t newest,
+                              struct store_sample **out, size_t *n,
+                              struct sd_diag *d)
+{
+    int64_t after = 0;
+    int rv;
+
+    rv = newest_after(st, profile_id, kind, newest, &after, d);
+    if (rv == 0)
+        rv = store_samples_load(st, profile_id, kind, after, 0, out, n, d);
     return rv;
 }
 

@@ -247,15 +247,15 @@ int store_samples_load(struct store *st, int64_t profile_id,
                        struct store_sample **out, size_t *n, struct sd_diag *d);
 
 /*
- * The after_id from which store_samples_load() loads only the newest `newest`
- * samples of (profile, kind): the id of the one just before them, or 0 when
- * there are no more than `newest` (or `newest` is 0: all).  A model trained on
- * a recent window follows a machine that drifted (docs/models.md).  Returns 0,
- * SD_EINVAL, SD_EBUSY or SD_ESTORE.
+ * store_samples_load() of the newest `newest` samples of (profile, kind), in
+ * id order: all of them when there are no more than that or `newest` is 0.
+ * A model trained on a recent window follows a machine that drifted
+ * (docs/models.md).  Ownership and errors as store_samples_load().
  */
-int store_samples_newest_after(struct store *st, int64_t profile_id,
-                               enum store_kind kind, size_t newest,
-                               int64_t *after_id, struct sd_diag *d);
+int store_samples_load_newest(struct store *st, int64_t profile_id,
+                              enum store_kind kind, size_t newest,
+                              struct store_sample **out, size_t *n,
+                              struct sd_diag *d);
 
 /* Releases an array from store_samples_load().  NULL-safe. */
 void store_samples_free(struct store_sample *s, size_t n);

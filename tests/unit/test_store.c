@@ -269,28 +269,26 @@ static void test_samples(void)
     CHECK(npage == 15 && page[0].id == got[20].id && page[14].id == got[34].id);
     store_samples_free(page, npage);
 
-    /* The newest 7 of 40 start after the 33rd; 40 or more (or 0) are all. */
-    CHECK(store_samples_newest_after(st, prof, STORE_KIND_COMPUTE, 7, &last,
-                                     &d) == 0 &&
-          n >= 33 && last == got[32].id);
-    CHECK(store_samples_load(st, prof, STORE_KIND_COMPUTE, last, 0, &page,
-                             &npage, &d) == 0);
-    CHECK(npage == 7 && page[0].id == got[33].id && page[6].id == got[39].id);
+    /* The newest 7 of 40 are the last 7; 40 or more (or 0) are all. */
+    CHECK(store_samples_load_newest(st, prof, STORE_KIND_COMPUTE, 7, &page,
+                                    &npage, &d) == 0);
+    CHECK(npage == 7 && n >= 40 && page[0].id == got[33].id &&
+          page[6].id == got[39].id);
     store_samples_free(page, npage);
-    last = -1;
-    CHECK(store_samples_newest_after(st, prof, STORE_KIND_COMPUTE, 40, &last,
-                                     &d) == 0 &&
-          last == 0);
-    last = -1;
-    CHECK(store_samples_newest_after(st, prof, STORE_KIND_COMPUTE, 0, &last,
-                                     &d) == 0 &&
-          last == 0);
-    last = -1;
-    CHECK(store_samples_newest_after(st, prof, STORE_KIND_COMPUTE, SIZE_MAX,
-                                     &last, &d) == 0 &&
-          last == 0);
-    CHECK(store_samples_newest_after(st, prof, (enum store_kind)9, 1, &last,
-                                     &d) == SD_EINVAL);
+    CHECK(store_samples_load_newest(st, prof, STORE_KIND_COMPUTE, 40, &page,
+                                    &npage, &d) == 0);
+    CHECK(npage == 40 && n >= 40 && page[0].id == got[0].id);
+    store_samples_free(page, npage);
+    CHECK(store_samples_load_newest(st, prof, STORE_KIND_COMPUTE, 0, &page,
+                                    &npage, &d) == 0);
+    CHECK(npage == 40 && n >= 40 && page[0].id == got[0].id);
+    store_samples_free(page, npage);
+    CHECK(store_samples_load_newest(st, prof, STORE_KIND_COMPUTE, SIZE_MAX,
+                                    &page, &npage, &d) == 0);
+    CHECK(npage == 40 && n >= 40 && page[0].id == got[0].id);
+    store_samples_free(page, npage);
+    CHECK(store_samples_load_newest(st, prof, (enum store_kind)9, 1, &page,
+                                    &npage, &d) == SD_EINVAL);
     store_samples_free(got, n);
     CHECK(store_samples_load(st, prof + 1, STORE_KIND_COMPUTE, 0, 0, &got, &n,
                              &d) == 0 &&
