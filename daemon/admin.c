@@ -14,8 +14,9 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "daemon.h"
+#include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
+#include "svc_int.h"
 
 /* protobuf-c string fields are `char *`; packing only reads them. */
 static char *msg_str(const char *s)
@@ -59,7 +60,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     shardd__v1__get_status_request__free_unpacked(rq, NULL);
 
     out.version = msg_str(SHARDD_VERSION);
-    out.uptime_s = (uint64_t)((svc_wall_ms() - s->started_ms) / 1000);
+    out.uptime_s = (uint64_t)((sd_wall_ms() - s->started_ms) / 1000);
     out.backend = msg_str(s->be != NULL ? s->be->name : "none");
     if (s->be != NULL && s->be->device_info(0, &info) == 0) {
         dev.index = 0;
@@ -71,13 +72,14 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     }
     out.profile = msg_str(s->profile);
     out.active_model_version = msg_str("");
-    if (s->profile[0] != '\0' && models_acquire(s, s->profile, &m, &why) == 0)
+    if (s->profile[0] != '\0' &&
+        models_acquire(&s->models, s->profile, &m, &why) == 0)
         out.active_model_version = msg_str(m->version);
-    if (models_acquire(s, NULL, &serving, &why) == 0) {
+    if (models_acquire(&s->models, NULL, &serving, &why) == 0) {
         out.serving_profile = msg_str(serving->net->profile);
         out.serving_model_version = serving->version;
     }
-    out.profiler = (Shardd__V1__ProfilerState)profw_state(s);
+    out.profiler = (Shardd__V1__ProfilerState)profw_state(&s->profw);
     if (s->profile_id != 0) {
         pthread_mutex_lock(&s->store_mu);
         rv = store_sample_count(s->st, s->profile_id, STORE_KIND_COMPUTE, 0, &n,
@@ -90,8 +92,8 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
             out.comm_samples = n;
         pthread_mutex_unlock(&s->store_mu);
     }
-    jobs_counts(s, &out.jobs_queued, &out.jobs_running);
-    rv = svc_pack(&out.base, resp, resp_len, d);
+    jobs_counts(&s->jobs, &out.jobs_queued, &out.jobs_running);
+    rv = wire_pack(&out.base, resp, resp_len, d);
     dmodel_release(serving);
     dmodel_release(m);
     return rv;
@@ -123,11 +125,12 @@ static void fill_embedded(struct svc *s, Shardd__V1__ModelInfo *o)
 
     shardd__v1__model_info__init(o);
     o->version = msg_str("embedded");
-    o->profile = msg_str(s->embedded->net->profile);
-    o->validation_mape = s->embedded->metrics.val_mape;
-    o->train_samples = (uint64_t)s->embedded->metrics.train_samples;
-    o->validation_samples = (uint64_t)s->embedded->metrics.val_samples;
-    if (models_acquire(s, s->embedded->net->profile, &m, &why) == 0)
+    o->profile = msg_str(s->models.embedded->net->profile);
+    o->validation_mape = s->models.embedded->metrics.val_mape;
+    o->train_samples = (uint64_t)s->models.embedded->metrics.train_samples;
+    o->validation_samples = (uint64_t)s->models.embedded->metrics.val_samples;
+    if (models_acquire(&s->models, s->models.embedded->net->profile, &m,
+                       &why) == 0)
         o->active = m->embedded;
     dmodel_release(m);
 }
@@ -141,7 +144,7 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
     Shardd__V1__ModelInfo *infos = NULL, **ptrs = NULL;
     struct store_model_info *list = NULL;
     struct store_profile prof;
-    char(*versions)[SVC_VERSION_MAX] = NULL;
+    char(*versions)[MODELS_VERSION_MAX] = NULL;
     int64_t profile_id = 0;
     size_t n = 0, i, k = 0;
     bool with_embedded;
@@ -153,7 +156,7 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
         return sd_diag_set(d, SD_EFORMAT,
                            "ListModelsRequest: not a valid message");
     with_embedded = rq->profile[0] == '\0' ||
-                    strcmp(rq->profile, s->embedded->net->profile) == 0;
+                    strcmp(rq->profile, s->models.embedded->net->profile) == 0;
     pthread_mutex_lock(&s->store_mu);
     if (rq->profile[0] != '\0') {
         rv = store_profile_get(s->st, rq->profile, &prof, d);
@@ -193,7 +196,7 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
     }
     out.models = ptrs;
     out.n_models = k;
-    rv = svc_pack(&out.base, resp, resp_len, d);
+    rv = wire_pack(&out.base, resp, resp_len, d);
 
 out_lists:
     free(versions);
@@ -214,7 +217,7 @@ int admin_activate(struct svc *s, const struct svc_call *call,
         SHARDD__V1__ACTIVATE_MODEL_RESPONSE__INIT;
     Shardd__V1__ModelInfo mi;
     struct store_model_info info;
-    char previous[SVC_VERSION_MAX], version[SVC_VERSION_MAX];
+    char previous[MODELS_VERSION_MAX], version[MODELS_VERSION_MAX];
     int64_t id;
     int rv;
 
@@ -227,29 +230,34 @@ int admin_activate(struct svc *s, const struct svc_call *call,
     if (rq->version[0] == '\0') {
         rv = sd_diag_set(d, SD_EINVAL, "version: required");
     } else if (strcmp(rq->version, "embedded") == 0) {
-        rv = models_activate_embedded(s, previous, d);
+        pthread_mutex_lock(&s->store_mu);
+        rv = models_activate_embedded(&s->models, s->st, previous, d);
+        pthread_mutex_unlock(&s->store_mu);
         if (rv != 0)
             goto out_request;
-        svc_log(SVC_LOG_INFO, "embedded model activated (was %s)\n",
-                previous[0] ? previous : "none");
+        sd_log(SD_LOG_INFO, "embedded model activated (was %s)",
+               previous[0] ? previous : "none");
         fill_embedded(s, &mi);
         out.model = &mi;
         out.previous_version = previous;
-        rv = svc_pack(&out.base, resp, resp_len, d);
+        rv = wire_pack(&out.base, resp, resp_len, d);
         goto out_request;
     } else if (id == 0)
         rv = sd_diag_set(d, SD_ENOENT, "version: no model \"%.64s\"",
                          rq->version);
-    else
-        rv = models_activate(s, id, NULL, &info, previous, d);
+    else {
+        pthread_mutex_lock(&s->store_mu);
+        rv = models_activate(&s->models, s->st, id, NULL, &info, previous, d);
+        pthread_mutex_unlock(&s->store_mu);
+    }
     if (rv != 0)
         goto out_request;
-    svc_log(SVC_LOG_INFO, "model %s activated for profile %s (was %s)\n",
-            rq->version, info.profile, previous[0] ? previous : "none");
+    sd_log(SD_LOG_INFO, "model %s activated for profile %s (was %s)",
+           rq->version, info.profile, previous[0] ? previous : "none");
     fill_model(&mi, &info, version, sizeof(version));
     out.model = &mi;
     out.previous_version = previous;
-    rv = svc_pack(&out.base, resp, resp_len, d);
+    rv = wire_pack(&out.base, resp, resp_len, d);
 out_request:
     shardd__v1__activate_model_request__free_unpacked(rq, NULL);
     return rv;
@@ -261,7 +269,7 @@ out_request:
 /* Strings a Job message points at. */
 struct job_strs {
     char id[24];
-    char version[SVC_VERSION_MAX];
+    char version[MODELS_VERSION_MAX];
 };
 
 static void fill_job(Shardd__V1__Job *o, const struct store_job *j,
@@ -292,7 +300,7 @@ static int pack_job(const struct store_job *j, uint8_t **resp, size_t *resp_len,
     struct job_strs st;
 
     fill_job(&o, j, &st);
-    return svc_pack(&o.base, resp, resp_len, d);
+    return wire_pack(&o.base, resp, resp_len, d);
 }
 
 int admin_retrain(struct svc *s, const struct svc_call *call,
@@ -308,7 +316,9 @@ int admin_retrain(struct svc *s, const struct svc_call *call,
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT,
                            "RetrainRequest: not a valid message");
-    rv = jobs_retrain(s, rq->profile, rq->force, &j, d);
+    pthread_mutex_lock(&s->store_mu);
+    rv = jobs_retrain(&s->jobs, s->st, rq->profile, rq->force, &j, d);
+    pthread_mutex_unlock(&s->store_mu);
     if (rv == 0)
         rv = pack_job(&j, resp, resp_len, d);
     shardd__v1__retrain_request__free_unpacked(rq, NULL);
@@ -340,8 +350,11 @@ int admin_get_job(struct svc *s, const struct svc_call *call,
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT, "GetJobRequest: not a valid message");
     rv = parse_job_id(rq->id, &id, d);
-    if (rv == 0)
-        rv = jobs_get(s, id, &j, d);
+    if (rv == 0) {
+        pthread_mutex_lock(&s->store_mu);
+        rv = jobs_get(&s->jobs, s->st, id, &j, d);
+        pthread_mutex_unlock(&s->store_mu);
+    }
     if (rv == 0)
         rv = pack_job(&j, resp, resp_len, d);
     shardd__v1__get_job_request__free_unpacked(rq, NULL);
@@ -379,7 +392,9 @@ int admin_watch_job(struct svc *s, const uint8_t *req, size_t len, void **state,
             return rv;
         /* Jobs of earlier runs are all terminal and out of memory: the
          * first poll may read the store (one indexed row). */
-        rv = jobs_get(s, id, &j, d);
+        pthread_mutex_lock(&s->store_mu);
+        rv = jobs_get(&s->jobs, s->st, id, &j, d);
+        pthread_mutex_unlock(&s->store_mu);
         if (rv != 0)
             return rv;
         w = calloc(1, sizeof(*w));
@@ -387,7 +402,7 @@ int admin_watch_job(struct svc *s, const uint8_t *req, size_t len, void **state,
             return sd_diag_set(d, SD_ENOMEM, "out of memory");
         w->id = id;
         *state = w;
-    } else if (!jobs_peek(s, w->id, &j)) {
+    } else if (!jobs_peek(&s->jobs, w->id, &j)) {
         return sd_diag_set(d, SD_ENOENT, "id: job %lld is gone",
                            (long long)w->id);
     }
@@ -413,7 +428,7 @@ int admin_set_profiler(struct svc *s, const struct svc_call *call,
     Shardd__V1__SetProfilerRequest *rq;
     Shardd__V1__SetProfilerResponse out =
         SHARDD__V1__SET_PROFILER_RESPONSE__INIT;
-    enum svc_profiler_state now;
+    enum profw_state now;
     int rv;
 
     (void)call;
@@ -421,10 +436,10 @@ int admin_set_profiler(struct svc *s, const struct svc_call *call,
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT,
                            "SetProfilerRequest: not a valid message");
-    rv = profw_set_paused(s, rq->paused, &now, d);
+    rv = profw_set_paused(&s->profw, rq->paused, &now, d);
     shardd__v1__set_profiler_request__free_unpacked(rq, NULL);
     if (rv != 0)
         return rv;
     out.profiler = (Shardd__V1__ProfilerState)now;
-    return svc_pack(&out.base, resp, resp_len, d);
+    return wire_pack(&out.base, resp, resp_len, d);
 }

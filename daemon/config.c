@@ -29,96 +29,35 @@
 #define USAGE_LINE_WRAP 79
 
 enum opt_type {
-    T_LISTEN,  /* list of addresses */
-    T_PATH,    /* non-empty path; admin_token_file: "" unsets it */
-    T_SECRET,  /* any string, never shown */
-    T_U32,     /* integer in [min, max] */
-    T_BOOL,    /* on/off/true/false/yes/no/1/0 */
-    T_BACKEND, /* auto/cpu/cuda */
-    T_LOG      /* error/warn/info/debug */
+    T_LISTEN, /* list of addresses */
+    T_PATH,   /* non-empty path; admin_token_file: "" unsets it */
+    T_SECRET, /* any string, never shown */
+    T_U32,    /* integer in [min, max] */
+    T_BOOL,   /* on/off/true/false/yes/no/1/0 */
+    T_WORD    /* one of the words of arg ("auto|cpu|cuda"), as its index */
 };
 
 struct opt {
     const char *name; /* file key; env and flag spellings derive from it */
     enum opt_type type;
-    size_t off;             /* T_U32, T_PATH, T_SECRET: field offset */
-    uint32_t min, max, def; /* T_U32 range and default */
-    bool no_file;           /* config: only --config and SHARDD_CONFIG */
-    const char *arg;        /* --help's name for the value */
-    const char *help;       /* --help's line, without the default */
+    size_t off;        /* the field in struct sd_config */
+    uint32_t min, max; /* T_U32 range */
+    const char *def;   /* the default as text; NULL: unset */
+    unsigned flags;    /* CONF_RESTART, CONF_NOFILE */
+    const char *arg;   /* --help's name for the value; T_WORD: the words */
+    const char *help;  /* --help's line, without the default */
 };
 
-#define U32(key, lo, hi, d, meta, text)                                        \
-    {                                                                          \
-#        key, T_U32, offsetof(struct sd_config, key), lo, hi, d, false, meta,  \
-            text                                                               \
-    }
-#define STR(key, type, meta, text)                                             \
-    {                                                                          \
-#        key, type, offsetof(struct sd_config, key), 0, 0, 0, false, meta,     \
-            text                                                               \
-    }
-
 static const struct opt opts[CONF_KEY_COUNT] = {
-    [CONF_KEY_LISTEN] = {"listen", T_LISTEN, 0, 0, 0, 0, false, "ADDR",
-                         "unix:PATH or HOST:PORT; repeat for more (up to 8)"},
-    [CONF_KEY_DATA_DIR] = STR(data_dir, T_PATH, "DIR",
-                              "holds the store (shardd.db) and shardd.pid"),
-    [CONF_KEY_CONFIG] = {"config", T_PATH, offsetof(struct sd_config, config),
-                         0, 0, 0, true, "FILE",
-                         "read this config file (also SHARDD_CONFIG)"},
-    [CONF_KEY_ADMIN_TOKEN] = STR(admin_token, T_SECRET, "TOKEN",
-                                 "Admin RPCs over TCP need it; none: unix: "
-                                 "only"),
-    [CONF_KEY_ADMIN_TOKEN_FILE] = STR(admin_token_file, T_PATH, "FILE",
-                                      "the admin token: FILE's first line "
-                                      "(mode 0600)"),
-    [CONF_KEY_THREADS] =
-        U32(threads, 1, 256, 4, "N", "planner worker threads, 1..256"),
-    [CONF_KEY_MAX_MESSAGE_MB] = U32(max_message_mb, 1, 1024, 64, "MIB",
-                                    "largest request in MiB, 1..1024"),
-    [CONF_KEY_MAX_TABLES] = U32(max_tables, 1, 1000000, 65536, "N",
-                                "tables per request, 1..1000000"),
-    [CONF_KEY_DEFAULT_BATCH] = U32(default_batch, 0, 1u << 24, 0, "N",
-                                   "request batch 0: this; 0: the model's"),
-    [CONF_KEY_DEFAULT_TIME_BUDGET_MS] =
-        U32(default_time_budget_ms, 1, 600000, 10000, "MS",
-            "search budget when a request "
-            "gives 0"),
-    [CONF_KEY_GRACE_S] = U32(grace_s, 0, 3600, 10, "S",
-                             "on SIGTERM, calls in flight get this long"),
-    [CONF_KEY_PLAN_CACHE_ENTRIES] = U32(plan_cache_entries, 0, 100000, 256, "N",
-                                        "plans kept in the cache; 0: off"),
-    [CONF_KEY_BACKEND] = {"backend", T_BACKEND, 0, 0, 0, 0, false,
-                          "auto|cpu|cuda", "device backend"},
-    [CONF_KEY_PROFILER] = {"profiler", T_BOOL, 0, 0, 0, 0, false, "on|off",
-                           "profile on idle devices"},
-    [CONF_KEY_PROFILER_IDLE_MS] = U32(profiler_idle_ms, 0, 3600000, 2000, "MS",
-                                      "idle time before the profiler "
-                                      "measures"),
-    [CONF_KEY_PROFILER_MAX_SAMPLES] =
-        U32(profiler_max_samples, 0, 10000000, 20000, "N",
-            "stop at this many samples in the "
-            "profile"),
-    [CONF_KEY_PROFILER_BATCH] = U32(profiler_batch, 1, 1u << 20, 4096, "N",
-                                    "batch size of the measurements"),
-    [CONF_KEY_RETRAIN_EVERY_SAMPLES] =
-        U32(retrain_every_samples, 0, 10000000, 1000, "N",
-            "retrain after N new samples; "
-            "0: off"),
-    [CONF_KEY_RETRAIN_EVERY_HOURS] = U32(retrain_every_hours, 0, 8760, 24, "H",
-                                         "retrain every H hours; 0: off"),
-    [CONF_KEY_RETRAIN_WINDOW_SAMPLES] =
-        U32(retrain_window_samples, 0, 10000000, 10000, "N",
-            "retrain on the newest N samples; 0: all"),
-    [CONF_KEY_LOG_LEVEL] = {"log_level", T_LOG, 0, 0, 0, 0, false,
-                            "error|warn|info|debug", "log verbosity"},
+#define CONF_ROW(K, key, type, lo, hi, dflt, flags, meta, text)                \
+    [CONF_KEY_##K] = {#key,  T_##type, offsetof(struct sd_config, key),        \
+                      lo,    hi,       dflt,                                   \
+                      flags, meta,     text},
+    CONF_KEYS(CONF_ROW)
+#undef CONF_ROW
 };
 
 _Static_assert(CONF_KEY_COUNT <= 32, "a set of keys is a uint32_t");
-
-static const char *const backend_names[] = {"auto", "cpu", "cuda"};
-static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
 /* One source being applied: where values come from, and what it set. */
 struct src {
@@ -148,19 +87,6 @@ static char *dup_str(const char *s)
     return dup_n(s, strlen(s));
 }
 
-/* Start-up allocations a daemon cannot run without (reference/style.md
- * 3.4.5: fixed control-plane allocations may abort). */
-static char *xdup(const char *s)
-{
-    char *p = dup_str(s);
-
-    if (p == NULL) {
-        fputs("shardd: out of memory reading the configuration\n", stderr);
-        abort();
-    }
-    return p;
-}
-
 static char **str_field(struct sd_config *c, enum conf_key k)
 {
     return (char **)(void *)((char *)c + opts[k].off);
@@ -179,6 +105,73 @@ static uint32_t *u32_field(struct sd_config *c, enum conf_key k)
 static uint32_t u32_get(const struct sd_config *c, enum conf_key k)
 {
     return *(const uint32_t *)(const void *)((const char *)c + opts[k].off);
+}
+
+static bool *bool_field(struct sd_config *c, enum conf_key k)
+{
+    return (bool *)(void *)((char *)c + opts[k].off);
+}
+
+static bool bool_get(const struct sd_config *c, enum conf_key k)
+{
+    return *(const bool *)(const void *)((const char *)c + opts[k].off);
+}
+
+/*
+ * The words of a T_WORD key are its arg, "a|b|c".  word_find() gives the
+ * index of v among them (case-insensitive) or -1; word_at() copies word i
+ * into buf ("?" past the end); word_list() writes them as "a, b or c".
+ */
+static int word_find(const char *words, const char *v)
+{
+    size_t n = strlen(v);
+    const char *p = words, *end;
+    int i;
+
+    for (i = 0;; i++) {
+        end = strchr(p, '|');
+        if ((size_t)((end != NULL ? end : p + strlen(p)) - p) == n &&
+            strncasecmp(p, v, n) == 0)
+            return i;
+        if (end == NULL)
+            return -1;
+        p = end + 1;
+    }
+}
+
+static const char *word_at(const char *words, uint32_t i, char *buf,
+                           size_t size)
+{
+    const char *p = words, *end;
+
+    for (; i > 0 && p != NULL; i--) {
+        p = strchr(p, '|');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    if (p == NULL)
+        return "?";
+    end = strchr(p, '|');
+    snprintf(buf, size, "%.*s", (int)((end != NULL ? end : p + strlen(p)) - p),
+             p);
+    return buf;
+}
+
+static void word_list(const char *words, char *buf, size_t size)
+{
+    const char *p = words, *end;
+    size_t len = 0;
+
+    buf[0] = '\0';
+    while (p != NULL && len < size) {
+        end = strchr(p, '|');
+        len +=
+            (size_t)snprintf(buf + len, size - len, "%s%.*s",
+                             p == words    ? ""
+                             : end != NULL ? ", "
+                                           : " or ",
+                             (int)((end != NULL ? end : p + strlen(p)) - p), p);
+        p = end != NULL ? end + 1 : NULL;
+    }
 }
 
 /* Writes "key" with '_' turned into '-' (flags) or upper-cased (env). */
@@ -493,25 +486,19 @@ static int apply(struct sd_config *c, struct src *s, enum conf_key k,
                              "or 1/0",
                              label, VALUE_SHOW, v);
         else
-            c->profiler = b;
+            *bool_field(c, k) = b;
         break;
-    case T_BACKEND:
-        i = word_index(v, backend_names, 3);
-        if (i < 0)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "%s: \"%.*s\" is not auto, cpu or cuda", label,
-                             VALUE_SHOW, v);
-        else
-            c->backend = (enum conf_backend)i;
-        break;
-    case T_LOG:
-        i = word_index(v, log_names, 4);
-        if (i < 0)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "%s: \"%.*s\" is not error, warn, info or debug",
-                             label, VALUE_SHOW, v);
-        else
-            c->log_level = (enum conf_log_level)i;
+    case T_WORD:
+        i = word_find(o->arg, v);
+        if (i < 0) {
+            char words[128];
+
+            word_list(o->arg, words, sizeof(words));
+            rv = sd_diag_set(d, SD_EINVAL, "%s: \"%.*s\" is not %s", label,
+                             VALUE_SHOW, v, words);
+        } else {
+            *u32_field(c, k) = (uint32_t)i;
+        }
         break;
     }
     if (rv != 0)
@@ -532,31 +519,37 @@ static int apply(struct sd_config *c, struct src *s, enum conf_key k,
 
 void conf_default(struct sd_config *c)
 {
+    struct src s;
+    struct sd_diag d;
     int k;
 
     memset(c, 0, sizeof(*c));
-    c->listen[0] = xdup(CONF_DEFAULT_LISTEN);
-    c->nlisten = 1;
-    c->data_dir = xdup(CONF_DEFAULT_DIR);
-    c->admin_token = xdup("");
-    for (k = 0; k < CONF_KEY_COUNT; k++)
-        if (opts[k].type == T_U32)
-            *u32_field(c, k) = opts[k].def;
-    c->backend = CONF_BACKEND_AUTO;
-    c->profiler = true;
-    c->log_level = CONF_LOG_INFO;
+    memset(&s, 0, sizeof(s));
+    s.kind = CONF_SRC_DEFAULT;
+    /* The defaults are text parsed like any value: the table's only. */
+    for (k = 0; k < CONF_KEY_COUNT; k++) {
+        if (opts[k].def == NULL)
+            continue;
+        if (apply(c, &s, (enum conf_key)k, opts[k].def, &d) != 0) {
+            /* Only an allocation can fail: a default is valid. */
+            fprintf(stderr, "shardd: configuration defaults: %s\n", d.msg);
+            abort();
+        }
+    }
 }
 
 void conf_free(struct sd_config *c)
 {
+    int k;
+
     if (c == NULL)
         return;
     listen_clear(c);
-    free(c->data_dir);
-    free(c->config);
-    free(c->admin_token);
-    free(c->admin_token_file);
-    c->data_dir = c->config = c->admin_token = c->admin_token_file = NULL;
+    for (k = 0; k < CONF_KEY_COUNT; k++)
+        if (opts[k].type == T_PATH || opts[k].type == T_SECRET) {
+            free(*str_field(c, (enum conf_key)k));
+            *str_field(c, (enum conf_key)k) = NULL;
+        }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -658,7 +651,7 @@ static int file_entry(struct sd_config *c, struct src *s, const char *key,
                            "%s:%u: unknown key \"%.*s\" (see docs/config.md)",
                            s->file, s->line, VALUE_SHOW, key);
     }
-    if (opts[k].no_file)
+    if ((opts[k].flags & CONF_NOFILE) != 0)
         return sd_diag_set(d, SD_EINVAL,
                            "%s:%u: %s: cannot be set in the file (use "
                            "--config or SHARDD_CONFIG)",
@@ -1057,13 +1050,10 @@ static bool key_equal(const struct sd_config *x, const struct sd_config *y,
     case T_SECRET:
         return str_eq(str_get(x, k), str_get(y, k));
     case T_U32:
+    case T_WORD:
         return u32_get(x, k) == u32_get(y, k);
     case T_BOOL:
-        return x->profiler == y->profiler;
-    case T_BACKEND:
-        return x->backend == y->backend;
-    case T_LOG:
-        return x->log_level == y->log_level;
+        return bool_get(x, k) == bool_get(y, k);
     }
     return true;
 }
@@ -1097,16 +1087,11 @@ static int key_copy(struct sd_config *to, const struct sd_config *from,
         *str_field(to, k) = copy[0];
         break;
     case T_U32:
+    case T_WORD:
         *u32_field(to, k) = u32_get(from, k);
         break;
     case T_BOOL:
-        to->profiler = from->profiler;
-        break;
-    case T_BACKEND:
-        to->backend = from->backend;
-        break;
-    case T_LOG:
-        to->log_level = from->log_level;
+        *bool_field(to, k) = bool_get(from, k);
         break;
     }
     to->origin[k] = from->origin[k];
@@ -1160,12 +1145,61 @@ const char *conf_key_name(enum conf_key k)
 
 const char *conf_backend_name(enum conf_backend b)
 {
-    return (unsigned)b < 3 ? backend_names[b] : "?";
+    static const char *const names[] = {"auto", "cpu", "cuda"};
+
+    return (unsigned)b < 3 ? names[b] : "?";
 }
 
 const char *conf_log_level_name(enum conf_log_level l)
 {
-    return (unsigned)l < 4 ? log_names[l] : "?";
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+
+    return (unsigned)l < 4 ? names[l] : "?";
+}
+
+int conf_copy(struct sd_config *dst, const struct sd_config *src)
+{
+    struct sd_config t;
+    int k;
+
+    memset(&t, 0, sizeof(t));
+    for (k = 0; k < CONF_KEY_COUNT; k++)
+        if (key_copy(&t, src, (enum conf_key)k) != 0) {
+            conf_free(&t);
+            return SD_ENOMEM;
+        }
+    t.print_config = src->print_config;
+    *dst = t;
+    return 0;
+}
+
+int conf_snap_new(const struct sd_config *c, struct conf_snap **out)
+{
+    struct conf_snap *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return SD_ENOMEM;
+    if (conf_copy(&s->c, c) != 0) {
+        free(s);
+        return SD_ENOMEM;
+    }
+    atomic_init(&s->refs, 1);
+    *out = s;
+    return 0;
+}
+
+struct conf_snap *conf_snap_ref(struct conf_snap *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
+void conf_snap_unref(struct conf_snap *s)
+{
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    conf_free(&s->c);
+    free(s);
 }
 
 size_t conf_keys_format(uint32_t set, char *buf, size_t size)
@@ -1233,58 +1267,58 @@ static void print_value(FILE *f, const char *key, const char *v,
 
 void conf_print(FILE *f, const struct sd_config *c)
 {
-    char from[LABEL_SIZE];
+    char from[LABEL_SIZE], word[64];
+    const char *v;
     size_t i;
     int k;
 
     fputs("# shardd: the effective configuration (shardd --print-config)\n", f);
     for (k = 0; k < CONF_KEY_COUNT; k++) {
-        const char *name = opts[k].name;
+        const struct opt *o = &opts[k];
 
         origin_text(c, (enum conf_key)k, from, sizeof(from));
-        switch (k) {
-        case CONF_KEY_LISTEN:
-            for (i = 0; i < c->nlisten; i++)
-                print_value(f, name, c->listen[i], from);
-            break;
-        case CONF_KEY_CONFIG:
+        if (k == CONF_KEY_CONFIG) {
             fprintf(f, "# config: %s  (%s)\n",
                     c->config != NULL ? c->config : "none", from);
+            continue;
+        }
+        switch (o->type) {
+        case T_LISTEN:
+            for (i = 0; i < c->nlisten; i++)
+                print_value(f, o->name, c->listen[i], from);
             break;
-        case CONF_KEY_ADMIN_TOKEN:
+        case T_SECRET:
             if (c->admin_token_file != NULL)
-                fprintf(f, "# admin_token: read from admin_token_file "
-                           "(redacted)\n");
-            else if (c->admin_token[0] != '\0')
-                fprintf(f, "# admin_token: set (redacted; %s)\n", from);
+                fprintf(f, "# %s: read from admin_token_file (redacted)\n",
+                        o->name);
+            else if (str_get(c, (enum conf_key)k)[0] != '\0')
+                fprintf(f, "# %s: set (redacted; %s)\n", o->name, from);
             else
-                fprintf(f, "# admin_token: none (Admin RPCs on unix: "
-                           "addresses only)\n");
+                fprintf(f,
+                        "# %s: none (Admin RPCs on unix: addresses "
+                        "only)\n",
+                        o->name);
             break;
-        case CONF_KEY_ADMIN_TOKEN_FILE:
-            if (c->admin_token_file != NULL)
-                print_value(f, name, c->admin_token_file, from);
+        case T_PATH:
+            v = str_get(c, (enum conf_key)k);
+            if (v != NULL)
+                print_value(f, o->name, v, from);
             else
-                fprintf(f, "# admin_token_file: none\n");
+                fprintf(f, "# %s: none\n", o->name);
             break;
-        case CONF_KEY_DATA_DIR:
-            print_value(f, name, c->data_dir, from);
-            break;
-        case CONF_KEY_BACKEND:
-            fprintf(f, "%s = %s  # %s\n", name, conf_backend_name(c->backend),
-                    from);
-            break;
-        case CONF_KEY_PROFILER:
-            fprintf(f, "%s = %s  # %s\n", name, c->profiler ? "on" : "off",
-                    from);
-            break;
-        case CONF_KEY_LOG_LEVEL:
-            fprintf(f, "%s = %s  # %s\n", name,
-                    conf_log_level_name(c->log_level), from);
-            break;
-        default:
-            fprintf(f, "%s = %u  # %s\n", name,
+        case T_U32:
+            fprintf(f, "%s = %u  # %s\n", o->name,
                     (unsigned)u32_get(c, (enum conf_key)k), from);
+            break;
+        case T_BOOL:
+            fprintf(f, "%s = %s  # %s\n", o->name,
+                    bool_get(c, (enum conf_key)k) ? "on" : "off", from);
+            break;
+        case T_WORD:
+            fprintf(f, "%s = %s  # %s\n", o->name,
+                    word_at(o->arg, u32_get(c, (enum conf_key)k), word,
+                            sizeof(word)),
+                    from);
             break;
         }
     }
@@ -1293,28 +1327,9 @@ void conf_print(FILE *f, const struct sd_config *c)
 /* The default of key k as --help shows it. */
 static void default_text(enum conf_key k, char *buf, size_t size)
 {
-    switch (opts[k].type) {
-    case T_LISTEN:
-        snprintf(buf, size, "%s", CONF_DEFAULT_LISTEN);
-        break;
-    case T_PATH:
-    case T_SECRET:
-        snprintf(buf, size, "%s",
-                 k == CONF_KEY_DATA_DIR ? CONF_DEFAULT_DIR : "none");
-        break;
-    case T_U32:
-        snprintf(buf, size, "%u", (unsigned)opts[k].def);
-        break;
-    case T_BOOL:
-        snprintf(buf, size, "on");
-        break;
-    case T_BACKEND:
-        snprintf(buf, size, "auto");
-        break;
-    case T_LOG:
-        snprintf(buf, size, "info");
-        break;
-    }
+    const char *def = opts[k].def;
+
+    snprintf(buf, size, "%s", def != NULL && def[0] != '\0' ? def : "none");
 }
 
 /* Appends printf text to buf (size total, *len used), truncating. */

@@ -28,6 +28,7 @@
 #ifndef SHARDD_DAEMON_CONFIG_H
 #define SHARDD_DAEMON_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,45 +44,88 @@
 #define CONF_TOKEN_MAX      255 /* longest admin token, bytes (no NUL) */
 
 /*
- * Every setting, in the order of docs/config.md and `shardd --help`.  The
- * file key is the lower-case name after CONF_KEY_ ("max_message_mb"), the
- * variable SHARDD_ + the upper-case key, the flag -- + the key with dashes.
+ * Every setting, in the order of docs/config.md and `shardd --help`: the one
+ * place a key is declared.  CONF_KEYS expands into enum conf_key, the
+ * fields of struct sd_config and config.c's option table, so adding a key
+ * is adding a row here (and using the field).
+ *
+ *   X(KEY, name, type, min, max, default, flags, meta, help)
+ *
+ * name: the file key; the variable is SHARDD_ + the upper-case name, the
+ * flag -- + the name with dashes.  type: LISTEN (a list of addresses),
+ * PATH (a non-empty path), SECRET (a string never shown), U32 (an integer
+ * in [min, max]), BOOL (on/off, true/false, yes/no, 1/0), WORD (one of the
+ * words of meta, "a|b|c", held as its index).  default: the value as text,
+ * parsed like any other (NULL: unset).  flags: CONF_RELOAD (a SIGHUP
+ * applies it) or CONF_RESTART, plus CONF_NOFILE (not in a config file).
+ * meta: --help's name for the value.  help: --help's line.
  */
+#define CONF_RELOAD  0u
+#define CONF_RESTART 1u
+#define CONF_NOFILE  2u
+
+#define CONF_KEYS(X)                                                           \
+    X(LISTEN, listen, LISTEN, 0, 0, CONF_DEFAULT_LISTEN, CONF_RESTART, "ADDR", \
+      "unix:PATH or HOST:PORT; repeat for more (up to 8)")                     \
+    X(DATA_DIR, data_dir, PATH, 0, 0, CONF_DEFAULT_DIR, CONF_RESTART, "DIR",   \
+      "holds the store (shardd.db) and shardd.pid")                            \
+    X(CONFIG, config, PATH, 0, 0, NULL, CONF_RESTART | CONF_NOFILE, "FILE",    \
+      "read this config file (also SHARDD_CONFIG)")                            \
+    X(ADMIN_TOKEN, admin_token, SECRET, 0, 0, "", CONF_RELOAD, "TOKEN",        \
+      "Admin RPCs over TCP need it; none: unix: only")                         \
+    X(ADMIN_TOKEN_FILE, admin_token_file, PATH, 0, 0, NULL, CONF_RELOAD,       \
+      "FILE", "the admin token: FILE's first line (mode 0600)")                \
+    X(THREADS, threads, U32, 1, 256, "4", CONF_RESTART, "N",                   \
+      "planner worker threads, 1..256")                                        \
+    X(MAX_MESSAGE_MB, max_message_mb, U32, 1, 1024, "64", CONF_RESTART, "MIB", \
+      "largest request in MiB, 1..1024")                                       \
+    X(MAX_TABLES, max_tables, U32, 1, 1000000, "65536", CONF_RELOAD, "N",      \
+      "tables per request, 1..1000000")                                        \
+    X(DEFAULT_BATCH, default_batch, U32, 0, 1u << 24, "0", CONF_RELOAD, "N",   \
+      "request batch 0: this; 0: the model's")                                 \
+    X(DEFAULT_TIME_BUDGET_MS, default_time_budget_ms, U32, 1, 600000, "10000", \
+      CONF_RELOAD, "MS", "search budget when a request gives 0")               \
+    X(SEARCH_THREADS, search_threads, U32, 0, 256, "0", CONF_RELOAD, "N",      \
+      "threads one search scores on; 0: one per CPU")                          \
+    X(GRACE_S, grace_s, U32, 0, 3600, "10", CONF_RELOAD, "S",                  \
+      "on SIGTERM, calls in flight get this long")                             \
+    X(PLAN_CACHE_ENTRIES, plan_cache_entries, U32, 0, 100000, "256",           \
+      CONF_RELOAD, "N", "plans kept in the cache; 0: off")                     \
+    X(BACKEND, backend, WORD, 0, 0, "auto", CONF_RESTART, "auto|cpu|cuda",     \
+      "device backend")                                                        \
+    X(PROFILER, profiler, BOOL, 0, 0, "on", CONF_RELOAD, "on|off",             \
+      "profile on idle devices")                                               \
+    X(PROFILER_IDLE_MS, profiler_idle_ms, U32, 0, 3600000, "2000",             \
+      CONF_RELOAD, "MS", "idle time before the profiler measures")             \
+    X(PROFILER_MAX_SAMPLES, profiler_max_samples, U32, 0, 10000000, "20000",   \
+      CONF_RELOAD, "N", "stop at this many samples in the profile")            \
+    X(PROFILER_BATCH, profiler_batch, U32, 1, 1u << 20, "4096", CONF_RESTART,  \
+      "N", "batch size of the measurements")                                   \
+    X(RETRAIN_EVERY_SAMPLES, retrain_every_samples, U32, 0, 10000000, "1000",  \
+      CONF_RELOAD, "N", "retrain after N new samples; 0: off")                 \
+    X(RETRAIN_EVERY_HOURS, retrain_every_hours, U32, 0, 8760, "24",            \
+      CONF_RELOAD, "H", "retrain every H hours; 0: off")                       \
+    X(RETRAIN_WINDOW_SAMPLES, retrain_window_samples, U32, 0, 10000000,        \
+      "10000", CONF_RELOAD, "N", "retrain on the newest N samples; 0: all")    \
+    X(LOG_LEVEL, log_level, WORD, 0, 0, "info", CONF_RELOAD,                   \
+      "error|warn|info|debug", "log verbosity")
+
 enum conf_key {
-    CONF_KEY_LISTEN,
-    CONF_KEY_DATA_DIR,
-    CONF_KEY_CONFIG,
-    CONF_KEY_ADMIN_TOKEN,
-    CONF_KEY_ADMIN_TOKEN_FILE,
-    CONF_KEY_THREADS,
-    CONF_KEY_MAX_MESSAGE_MB,
-    CONF_KEY_MAX_TABLES,
-    CONF_KEY_DEFAULT_BATCH,
-    CONF_KEY_DEFAULT_TIME_BUDGET_MS,
-    CONF_KEY_GRACE_S,
-    CONF_KEY_PLAN_CACHE_ENTRIES,
-    CONF_KEY_BACKEND,
-    CONF_KEY_PROFILER,
-    CONF_KEY_PROFILER_IDLE_MS,
-    CONF_KEY_PROFILER_MAX_SAMPLES,
-    CONF_KEY_PROFILER_BATCH,
-    CONF_KEY_RETRAIN_EVERY_SAMPLES,
-    CONF_KEY_RETRAIN_EVERY_HOURS,
-    CONF_KEY_RETRAIN_WINDOW_SAMPLES,
-    CONF_KEY_LOG_LEVEL,
-    CONF_KEY_COUNT
+#define CONF_ENUM(K, ...) CONF_KEY_##K,
+    CONF_KEYS(CONF_ENUM)
+#undef CONF_ENUM
+        CONF_KEY_COUNT
 };
 
 /* A set of keys: bit CONF_BIT(k) for key k. */
 #define CONF_BIT(k) (UINT32_C(1) << (k))
 
 /* Keys a SIGHUP cannot change: the running process keeps their values. */
-#define CONF_RESTART_KEYS                                                      \
-    (CONF_BIT(CONF_KEY_LISTEN) | CONF_BIT(CONF_KEY_DATA_DIR) |                 \
-     CONF_BIT(CONF_KEY_CONFIG) | CONF_BIT(CONF_KEY_THREADS) |                  \
-     CONF_BIT(CONF_KEY_MAX_MESSAGE_MB) | CONF_BIT(CONF_KEY_BACKEND) |          \
-     CONF_BIT(CONF_KEY_PROFILER_BATCH))
+#define CONF_RESTART_BIT(K, name, type, min, max, def, flags, ...)             \
+    | (((flags)&CONF_RESTART) != 0 ? CONF_BIT(CONF_KEY_##K) : 0)
+#define CONF_RESTART_KEYS (0 CONF_KEYS(CONF_RESTART_BIT))
 
+/* The words of the WORD keys, numbered as their meta lists them. */
 enum conf_backend {
     CONF_BACKEND_AUTO, /* cuda when a GPU answers, else cpu */
     CONF_BACKEND_CPU,
@@ -89,7 +133,7 @@ enum conf_backend {
 };
 
 enum conf_log_level {
-    CONF_LOG_ERROR,
+    CONF_LOG_ERROR, /* numbered as include/shardd/log.h's levels */
     CONF_LOG_WARN,
     CONF_LOG_INFO,
     CONF_LOG_DEBUG
@@ -108,34 +152,25 @@ struct conf_origin {
     unsigned line; /* CONF_SRC_FILE: 1-based line in config */
 };
 
+/* The field each type of key gets in struct sd_config. */
+#define CONF_FIELD_LISTEN(name)                                                \
+    char *name[CONF_LISTEN_MAX];            /* "unix:PATH" or "HOST:PORT" */   \
+    size_t n##name;                         /* 1 .. CONF_LISTEN_MAX */
+#define CONF_FIELD_PATH(name)   char *name; /* NULL: not set */
+#define CONF_FIELD_SECRET(name) char *name; /* never NULL; never log it */
+#define CONF_FIELD_U32(name)    uint32_t name;
+#define CONF_FIELD_BOOL(name)   bool name;
+#define CONF_FIELD_WORD(name)   uint32_t name; /* index into meta's words */
+
+/*
+ * The resolved configuration.  admin_token is taken from admin_token or
+ * read from the first line of admin_token_file by conf_resolve(); "" (never
+ * NULL) means no token, so Admin RPCs are served on unix: addresses only.
+ */
 struct sd_config {
-    char *listen[CONF_LISTEN_MAX]; /* "unix:PATH" or "HOST:PORT" */
-    size_t nlisten;                /* 1 ..  CONF_LISTEN_MAX */
-    char *data_dir;                /* holds CONF_DB_FILE and CONF_PID_FILE */
-    char *config;                  /* the file that was read; NULL: none */
-    /*
-     * The admin token, taken from admin_token or read from the first line
-     * of admin_token_file by conf_resolve(); "" (never NULL): no token, so
-     * Admin RPCs are served on unix: addresses only.  Secret: never log it.
-     */
-    char *admin_token;
-    char *admin_token_file;          /* NULL: not set */
-    uint32_t threads;                /* planner worker threads, 1..256 */
-    uint32_t max_message_mb;         /* largest request, MiB, 1..1024 */
-    uint32_t max_tables;             /* tables per request, 1..1000000 */
-    uint32_t default_batch;          /* batch when a request has 0 */
-    uint32_t default_time_budget_ms; /* search budget when a request has 0 */
-    uint32_t grace_s;            /* SIGTERM: calls in flight get this long */
-    uint32_t plan_cache_entries; /* 0: no plan cache */
-    enum conf_backend backend;
-    bool profiler;                  /* background profiling on idle devices */
-    uint32_t profiler_idle_ms;      /* idle this long before it measures */
-    uint32_t profiler_max_samples;  /* stops when the profile holds this many */
-    uint32_t profiler_batch;        /* batch size of its measurements */
-    uint32_t retrain_every_samples; /* retrain after this many new; 0: off */
-    uint32_t retrain_every_hours;   /* retrain this often; 0: off */
-    uint32_t retrain_window_samples; /* train on the newest N; 0: all */
-    enum conf_log_level log_level;
+#define CONF_FIELD(K, name, type, ...) CONF_FIELD_##type(name)
+    CONF_KEYS(CONF_FIELD)
+#undef CONF_FIELD
 
     bool print_config; /* --print-config was given: a mode, not a key */
     struct conf_origin origin[CONF_KEY_COUNT]; /* per key */
@@ -243,5 +278,26 @@ char *conf_data_path(const struct sd_config *c, const char *name);
 
 const char *conf_backend_name(enum conf_backend b);
 const char *conf_log_level_name(enum conf_log_level l);
+
+/*
+ * Copies every key of src (strings duplicated) and its origin into *dst,
+ * whose old contents are not freed.  0, or SD_ENOMEM with *dst untouched.
+ */
+int conf_copy(struct sd_config *dst, const struct sd_config *src);
+
+/*
+ * An immutable, reference-counted copy of a configuration, for the threads
+ * that read settings while a SIGHUP may replace them: a reader takes a
+ * reference (conf_snap_ref()) and keeps a consistent view until it drops it.
+ */
+struct conf_snap {
+    atomic_int refs;
+    struct sd_config c; /* read only */
+};
+
+/* A new snapshot of c (one reference, the caller's).  0 or SD_ENOMEM. */
+int conf_snap_new(const struct sd_config *c, struct conf_snap **out);
+struct conf_snap *conf_snap_ref(struct conf_snap *s); /* returns s */
+void conf_snap_unref(struct conf_snap *s);            /* NULL-safe */
 
 #endif /* SHARDD_DAEMON_CONFIG_H */

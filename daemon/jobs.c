@@ -1,20 +1,6 @@
-/*
- * Retraining jobs.  One job thread runs them one at a time, in submission
- * order, on its own store connection: it loads the profile's samples, holds
- * every tenth out (the gate set: never trained or early-stopped on), trains
- * a model (planner/train.c) reporting progress per epoch, stores it, and
- * activates it when its error on the gate set is no worse than the active
- * model's on the same samples (or the request forced it).
- *
- * The thread also schedules retrains: every retrain_every_samples new
- * samples, or retrain_every_hours after the newest model when there are
- * new samples.
- *
- * Jobs live in the store; the recent ones are mirrored in svc.jobs (mu) so
- * that GetJob and WatchJob (polled on the loop thread) read memory.  A job
- * cut off by shutdown ends CANCELLED; one cut off by a crash is marked
- * CANCELLED at the next start (svc_init).
- */
+/* Retraining jobs (jobs.h). */
+#include "jobs.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,78 +8,74 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon.h"
+#include "shardd/log.h"
 
-#define JOBS_MIN_SAMPLES 20    /* fewer: nothing worth training */
-#define JOBS_GATE_EVERY  10    /* every 10th sample is held out */
 #define JOBS_SCHEDULE_MS 60000 /* how often the schedule is checked */
 
 /* ---------------------------------------------------------------------- */
 /* The in-memory mirror (mu held)                                          */
 
-static struct store_job *ring_find(struct svc *s, int64_t id)
+static struct store_job *ring_find(struct jobs *j, int64_t id)
 {
     size_t i;
 
-    for (i = 0; i < s->njobs; i++)
-        if (s->jobs[i].id == id)
-            return &s->jobs[i];
+    for (i = 0; i < j->n; i++)
+        if (j->ring[i].id == id)
+            return &j->ring[i];
     return NULL;
 }
 
-static void ring_put(struct svc *s, const struct store_job *j)
+static void ring_put(struct jobs *j, const struct store_job *job)
 {
-    struct store_job *slot = ring_find(s, j->id);
+    struct store_job *slot = ring_find(j, job->id);
 
     if (slot == NULL) {
-        slot = &s->jobs[s->jobs_next];
-        s->jobs_next = (s->jobs_next + 1) % SVC_JOBS_KEPT;
-        if (s->njobs < SVC_JOBS_KEPT)
-            s->njobs++;
+        slot = &j->ring[j->next];
+        j->next = (j->next + 1) % JOBS_KEPT;
+        if (j->n < JOBS_KEPT)
+            j->n++;
     }
-    *slot = *j;
+    *slot = *job;
 }
 
-bool jobs_peek(struct svc *s, int64_t id, struct store_job *out)
+bool jobs_peek(struct jobs *j, int64_t id, struct store_job *out)
 {
-    struct store_job *j;
+    struct store_job *job;
 
-    pthread_mutex_lock(&s->mu);
-    j = ring_find(s, id);
-    if (j != NULL)
-        *out = *j;
-    pthread_mutex_unlock(&s->mu);
-    return j != NULL;
+    pthread_mutex_lock(&j->mu);
+    job = ring_find(j, id);
+    if (job != NULL)
+        *out = *job;
+    pthread_mutex_unlock(&j->mu);
+    return job != NULL;
 }
 
-int jobs_get(struct svc *s, int64_t id, struct store_job *out,
-             struct sd_diag *d)
+int jobs_get(struct jobs *j, struct store *st, int64_t id,
+             struct store_job *out, struct sd_diag *d)
 {
     int rv;
 
-    if (jobs_peek(s, id, out))
+    if (jobs_peek(j, id, out))
         return 0;
-    pthread_mutex_lock(&s->store_mu);
-    rv = store_job_get(s->st, id, out, d);
-    pthread_mutex_unlock(&s->store_mu);
+    rv = store_job_get(st, id, out, d);
     if (rv == SD_ENOENT)
         return sd_diag_set(d, SD_ENOENT, "id: no job %lld", (long long)id);
     return rv;
 }
 
-void jobs_counts(struct svc *s, uint32_t *queued, uint32_t *running)
+void jobs_counts(struct jobs *j, uint32_t *queued, uint32_t *running)
 {
     size_t i;
 
     *queued = *running = 0;
-    pthread_mutex_lock(&s->mu);
-    for (i = 0; i < s->njobs; i++) {
-        if (s->jobs[i].state == STORE_JOB_QUEUED)
+    pthread_mutex_lock(&j->mu);
+    for (i = 0; i < j->n; i++) {
+        if (j->ring[i].state == STORE_JOB_QUEUED)
             (*queued)++;
-        else if (s->jobs[i].state == STORE_JOB_RUNNING)
+        else if (j->ring[i].state == STORE_JOB_RUNNING)
             (*running)++;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -130,8 +112,8 @@ static int new_samples(struct store *st, int64_t profile_id, uint64_t *total,
  * jobs_retrain() on a given store connection (the caller serialises its
  * use).
  */
-static int submit(struct svc *s, struct store *st, const char *profile,
-                  bool force, struct store_job *out, struct sd_diag *d)
+int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
+                 bool force, struct store_job *out, struct sd_diag *d)
 {
     struct store_profile prof;
     struct store_job j;
@@ -140,11 +122,11 @@ static int submit(struct svc *s, struct store *st, const char *profile,
     int rv;
 
     if (profile == NULL || profile[0] == '\0') {
-        if (s->profile[0] == '\0')
+        if (jb->own_profile[0] == '\0')
             return sd_diag_set(d, SD_ESTATE,
                                "profile: this server measures nothing (no "
                                "backend), so it has no profile of its own");
-        profile = s->profile;
+        profile = jb->own_profile;
     }
     rv = store_profile_get(st, profile, &prof, d);
     if (rv == SD_ENOENT)
@@ -182,31 +164,20 @@ static int submit(struct svc *s, struct store *st, const char *profile,
         rv = store_job_get(st, id, out, d);
     if (rv != 0)
         return rv;
-    pthread_mutex_lock(&s->mu);
-    ring_put(s, out);
-    pthread_cond_signal(&s->jobs_cv);
-    pthread_mutex_unlock(&s->mu);
-    svc_log(SVC_LOG_INFO, "job %lld: retrain %s queued%s\n", (long long)id,
-            profile, force ? " (forced)" : "");
+    pthread_mutex_lock(&jb->mu);
+    ring_put(jb, out);
+    pthread_cond_signal(&jb->cv);
+    pthread_mutex_unlock(&jb->mu);
+    sd_log(SD_LOG_INFO, "job %lld: retrain %s queued%s", (long long)id, profile,
+           force ? " (forced)" : "");
     return 0;
-}
-
-int jobs_retrain(struct svc *s, const char *profile, bool force,
-                 struct store_job *out, struct sd_diag *d)
-{
-    int rv;
-
-    pthread_mutex_lock(&s->store_mu);
-    rv = submit(s, s->st, profile, force, out, d);
-    pthread_mutex_unlock(&s->store_mu);
-    return rv;
 }
 
 /* ---------------------------------------------------------------------- */
 /* Running                                                                 */
 
 struct run_ctx {
-    struct svc *s;
+    struct jobs *jb;
     struct store *st;
     int64_t id;
     int64_t last_store_ms;
@@ -220,30 +191,30 @@ static void job_update(struct run_ctx *rc, enum store_job_state state,
     struct store_job *j;
     struct sd_diag d;
     bool changed;
-    int64_t now = svc_now_ms();
+    int64_t now = sd_now_ms();
 
-    pthread_mutex_lock(&rc->s->mu);
-    j = ring_find(rc->s, rc->id);
+    pthread_mutex_lock(&rc->jb->mu);
+    j = ring_find(rc->jb, rc->id);
     changed = j == NULL || j->state != state;
     if (j != NULL) {
         if (j->state != state && state == STORE_JOB_RUNNING)
-            j->started_ms = svc_wall_ms();
+            j->started_ms = sd_wall_ms();
         if (store_job_state_is_terminal(state))
-            j->finished_ms = svc_wall_ms();
+            j->finished_ms = sd_wall_ms();
         j->state = state;
         j->progress = progress;
         snprintf(j->message, sizeof(j->message), "%s", message);
         if (model != 0)
             j->result_model_id = model;
     }
-    pthread_mutex_unlock(&rc->s->mu);
+    pthread_mutex_unlock(&rc->jb->mu);
     if (!changed && now - rc->last_store_ms < 1000)
         return;
     rc->last_store_ms = now;
     if (store_job_update(rc->st, rc->id, state, progress, message, model, &d) !=
         0)
-        svc_log(SVC_LOG_WARN, "job %lld: cannot store its state: %s\n",
-                (long long)rc->id, d.msg);
+        sd_log(SD_LOG_WARN, "job %lld: cannot store its state: %s",
+               (long long)rc->id, d.msg);
 }
 
 static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
@@ -259,7 +230,7 @@ static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
              (int)epoch, (int)max_epochs, 100 * val_mape);
     /* Training is most of the job; early stopping may end it sooner. */
     job_update(rc, STORE_JOB_RUNNING, 0.05 + 0.9 * epoch / max_epochs, msg, 0);
-    return rc->s->job_cancel != 0;
+    return atomic_load(&rc->jb->cancel);
 }
 
 /*
@@ -300,7 +271,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
                                     bool force, char *msg, size_t cap,
                                     int64_t *model)
 {
-    struct svc *s = rc->s;
+    struct jobs *jb = rc->jb;
     struct store_profile prof;
     struct store_sample *smp = NULL;
     struct train_sample *fit = NULL, *gate = NULL;
@@ -309,7 +280,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
     struct cost_net *m = NULL;
     struct dmodel *active = NULL;
     struct sd_diag d;
-    char previous[SVC_VERSION_MAX];
+    char previous[MODELS_VERSION_MAX];
     double new_mape, old_mape = INFINITY;
     size_t n = 0, i, nfit = 0, ngate = 0, window;
     enum store_job_state end = STORE_JOB_FAILED;
@@ -317,9 +288,9 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
 
     /* The newest samples only: a machine drifts, and a model of what it
      * was is worse than one of what it is (docs/models.md). */
-    pthread_mutex_lock(&s->mu);
-    window = (size_t)s->cfg.retrain_window_samples;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&jb->mu);
+    window = (size_t)jb->cf->c.retrain_window_samples;
+    pthread_mutex_unlock(&jb->mu);
     if (window > 0 && window < JOBS_MIN_SAMPLES)
         window = JOBS_MIN_SAMPLES;
     rv = store_profile_get(rc->st, profile, &prof, &d);
@@ -357,7 +328,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         snprintf(msg, cap, "failed: training: %.300s", d.msg);
         goto out_samples;
     }
-    if (s->job_cancel) {
+    if (atomic_load(&jb->cancel)) {
         snprintf(msg, cap, "cancelled: the daemon is stopping");
         end = STORE_JOB_CANCELLED;
         goto out_model;
@@ -369,7 +340,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
         goto out_model;
     }
-    if (models_acquire(s, prof.name, &active, &d) == 0)
+    if (models_acquire(jb->models, prof.name, &active, &d) == 0)
         old_mape = net_mape(active->net, gate, ngate);
     end = STORE_JOB_SUCCEEDED;
     if (active != NULL && !force && new_mape > old_mape) {
@@ -380,7 +351,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
                  100 * old_mape);
         goto out_model;
     }
-    rv = models_activate(s, *model, m, &info, previous, &d);
+    rv = models_activate(jb->models, rc->st, *model, m, &info, previous, &d);
     m = NULL; /* models_activate owns it now, success or not */
     if (rv != 0) {
         snprintf(msg, cap, "failed: activating model %lld: %.300s",
@@ -408,27 +379,27 @@ out_samples:
     return end;
 }
 
-static void run_job(struct svc *s, struct store *st, struct store_job *j)
+static void run_job(struct jobs *jb, struct store *st, struct store_job *j)
 {
-    struct run_ctx rc = {s, st, j->id, 0};
+    struct run_ctx rc = {jb, st, j->id, 0};
     char msg[STORE_MESSAGE_MAX];
     enum store_job_state end;
     int64_t model = 0;
 
-    svc_log(SVC_LOG_INFO, "job %lld: retraining %s\n", (long long)j->id,
-            j->profile);
+    sd_log(SD_LOG_INFO, "job %lld: retraining %s", (long long)j->id,
+           j->profile);
     job_update(&rc, STORE_JOB_RUNNING, 0, "loading samples", 0);
     end = retrain(&rc, j->profile, strstr(j->params, "true") != NULL, msg,
                   sizeof(msg), &model);
     job_update(&rc, end, end == STORE_JOB_SUCCEEDED ? 1.0 : j->progress, msg,
                model);
-    svc_log(SVC_LOG_INFO, "job %lld: %s: %s\n", (long long)j->id,
-            store_job_state_name(end), msg);
+    sd_log(SD_LOG_INFO, "job %lld: %s: %s", (long long)j->id,
+           store_job_state_name(end), msg);
 }
 
 /*
- * Keeps the plan audit bounded: records older than SVC_AUDIT_KEEP_MS go, and
- * past SVC_AUDIT_KEEP_ROWS the oldest go (a busy daemon plans thousands of
+ * Keeps the plan audit bounded: records older than JOBS_AUDIT_KEEP_MS go, and
+ * past JOBS_AUDIT_KEEP_ROWS the oldest go (a busy daemon plans thousands of
  * small requests a second).
  */
 static void maintain_store(struct store *st)
@@ -436,20 +407,20 @@ static void maintain_store(struct store *st)
     struct sd_diag d;
     uint64_t old = 0, over = 0;
 
-    if (store_plan_audit_prune(st, svc_wall_ms() - SVC_AUDIT_KEEP_MS, &old,
+    if (store_plan_audit_prune(st, sd_wall_ms() - JOBS_AUDIT_KEEP_MS, &old,
                                &d) != 0 ||
-        store_plan_audit_trim(st, SVC_AUDIT_KEEP_ROWS, &over, &d) != 0)
-        svc_log(SVC_LOG_WARN, "pruning the plan audit: %s\n", d.msg);
+        store_plan_audit_trim(st, JOBS_AUDIT_KEEP_ROWS, &over, &d) != 0)
+        sd_log(SD_LOG_WARN, "pruning the plan audit: %s", d.msg);
     else if (old + over > 0)
-        svc_log(SVC_LOG_INFO,
-                "plan audit: %llu records older than %lld days and %llu "
-                "past the newest %d pruned\n",
-                (unsigned long long)old, SVC_AUDIT_KEEP_MS / 86400000LL,
-                (unsigned long long)over, SVC_AUDIT_KEEP_ROWS);
+        sd_log(SD_LOG_INFO,
+               "plan audit: %llu records older than %lld days and %llu "
+               "past the newest %d pruned",
+               (unsigned long long)old, JOBS_AUDIT_KEEP_MS / 86400000LL,
+               (unsigned long long)over, JOBS_AUDIT_KEEP_ROWS);
 }
 
 /* Queues a retrain when the schedule says so. */
-static void check_schedule(struct svc *s, struct store *st)
+static void check_schedule(struct jobs *jb, struct store *st)
 {
     struct store_job j;
     struct sd_diag d;
@@ -458,98 +429,133 @@ static void check_schedule(struct svc *s, struct store *st)
     int64_t model_ms;
     bool due = false;
 
-    pthread_mutex_lock(&s->mu);
-    every = s->cfg.retrain_every_samples;
-    hours = s->cfg.retrain_every_hours;
-    pthread_mutex_unlock(&s->mu);
-    if (s->profile_id == 0 || (every == 0 && hours <= 0))
+    pthread_mutex_lock(&jb->mu);
+    every = jb->cf->c.retrain_every_samples;
+    hours = jb->cf->c.retrain_every_hours;
+    pthread_mutex_unlock(&jb->mu);
+    if (jb->own_profile_id == 0 || (every == 0 && hours <= 0))
         return;
-    if (new_samples(st, s->profile_id, &n, &fresh, &model_ms, &d) != 0)
+    if (new_samples(st, jb->own_profile_id, &n, &fresh, &model_ms, &d) != 0)
         return;
     if (every > 0 && fresh >= every)
         due = true;
     if (hours > 0 && fresh > 0 && model_ms > 0 &&
-        svc_wall_ms() - model_ms >= (int64_t)(hours * 3600e3))
+        sd_wall_ms() - model_ms >= (int64_t)(hours * 3600e3))
         due = true;
-    if (due && submit(s, st, s->profile, false, &j, &d) != 0)
-        svc_log(SVC_LOG_WARN, "scheduled retrain not started: %s\n", d.msg);
+    if (due && jobs_retrain(jb, st, jb->own_profile, false, &j, &d) != 0)
+        sd_log(SD_LOG_WARN, "scheduled retrain not started: %s", d.msg);
 }
 
 static void *job_main(void *arg)
 {
-    struct svc *s = arg;
+    struct jobs *jb = arg;
     struct store *st = NULL;
     struct store_job j;
     struct timespec until;
     struct sd_diag d;
-    int64_t next_check = svc_now_ms() + JOBS_SCHEDULE_MS;
+    int64_t next_check = sd_now_ms() + JOBS_SCHEDULE_MS;
     size_t i;
 
-    if (store_open(s->db_path, 0, &st, &d) != 0) {
-        svc_log(SVC_LOG_ERROR,
-                "the job thread cannot open the store: %s; "
-                "no retraining\n",
-                d.msg);
+    if (store_open(jb->db_path, 0, &st, &d) != 0) {
+        sd_log(SD_LOG_ERROR,
+               "the job thread cannot open the store: %s; no retraining",
+               d.msg);
         return NULL;
     }
     maintain_store(st);
-    pthread_mutex_lock(&s->mu);
-    while (!s->jobs_stopping) {
+    pthread_mutex_lock(&jb->mu);
+    while (!jb->stopping) {
         size_t best = SIZE_MAX;
 
         /* Oldest queued first: ids grow with submission. */
-        for (i = 0; i < s->njobs; i++)
-            if (s->jobs[i].state == STORE_JOB_QUEUED &&
-                (best == SIZE_MAX || s->jobs[i].id < s->jobs[best].id))
+        for (i = 0; i < jb->n; i++)
+            if (jb->ring[i].state == STORE_JOB_QUEUED &&
+                (best == SIZE_MAX || jb->ring[i].id < jb->ring[best].id))
                 best = i;
         if (best != SIZE_MAX) {
-            j = s->jobs[best];
-            pthread_mutex_unlock(&s->mu);
-            run_job(s, st, &j);
-            pthread_mutex_lock(&s->mu);
+            j = jb->ring[best];
+            pthread_mutex_unlock(&jb->mu);
+            run_job(jb, st, &j);
+            pthread_mutex_lock(&jb->mu);
             continue;
         }
-        if (svc_now_ms() >= next_check) {
-            pthread_mutex_unlock(&s->mu);
+        if (sd_now_ms() >= next_check) {
+            pthread_mutex_unlock(&jb->mu);
             maintain_store(st);
-            check_schedule(s, st);
-            next_check = svc_now_ms() + JOBS_SCHEDULE_MS;
-            pthread_mutex_lock(&s->mu);
+            check_schedule(jb, st);
+            next_check = sd_now_ms() + JOBS_SCHEDULE_MS;
+            pthread_mutex_lock(&jb->mu);
             continue;
         }
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 1;
-        pthread_cond_timedwait(&s->jobs_cv, &s->mu, &until);
+        pthread_cond_timedwait(&jb->cv, &jb->mu, &until);
     }
     /* Queued jobs never ran: cancelled, in memory and in the store. */
-    for (i = 0; i < s->njobs; i++)
-        if (s->jobs[i].state == STORE_JOB_QUEUED) {
-            s->jobs[i].state = STORE_JOB_CANCELLED;
-            store_job_update(st, s->jobs[i].id, STORE_JOB_CANCELLED, 0,
+    for (i = 0; i < jb->n; i++)
+        if (jb->ring[i].state == STORE_JOB_QUEUED) {
+            jb->ring[i].state = STORE_JOB_CANCELLED;
+            store_job_update(st, jb->ring[i].id, STORE_JOB_CANCELLED, 0,
                              "cancelled: the daemon stopped", 0, &d);
         }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&jb->mu);
     store_close(st);
     return NULL;
 }
 
-int jobs_start(struct svc *s, struct sd_diag *d)
+void jobs_init(struct jobs *j, const char *db_path, const char *own_profile,
+               int64_t own_profile_id, struct models *models,
+               struct conf_snap *cf)
 {
-    if (pthread_create(&s->job_thread, NULL, job_main, s) != 0)
+    memset(j, 0, sizeof(*j));
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->cancel, false);
+    j->cf = conf_snap_ref(cf);
+    snprintf(j->db_path, sizeof(j->db_path), "%s", db_path);
+    snprintf(j->own_profile, sizeof(j->own_profile), "%s", own_profile);
+    j->own_profile_id = own_profile_id;
+    j->models = models;
+}
+
+int jobs_start(struct jobs *j, struct sd_diag *d)
+{
+    if (pthread_create(&j->thread, NULL, job_main, j) != 0)
         return sd_diag_set(d, SD_ENOMEM, "cannot start the job thread");
-    s->job_thread_started = true;
+    j->started = true;
     return 0;
 }
 
-void jobs_stop(struct svc *s)
+void jobs_stop(struct jobs *j)
 {
-    if (!s->job_thread_started)
+    if (!j->started)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->jobs_stopping = true;
-    s->job_cancel = 1;
-    pthread_cond_broadcast(&s->jobs_cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->job_thread, NULL);
-    s->job_thread_started = false;
+    pthread_mutex_lock(&j->mu);
+    j->stopping = true;
+    atomic_store(&j->cancel, true);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->thread, NULL);
+    j->started = false;
+}
+
+void jobs_destroy(struct jobs *j)
+{
+    jobs_stop(j);
+    conf_snap_unref(j->cf);
+    j->cf = NULL;
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+}
+
+void jobs_configure(struct jobs *j, struct conf_snap *cf)
+{
+    struct conf_snap *old;
+
+    pthread_mutex_lock(&j->mu);
+    old = j->cf;
+    j->cf = conf_snap_ref(cf);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    conf_snap_unref(old);
 }

@@ -1,18 +1,7 @@
-/*
- * The profiler worker: ground-truth samples for retraining, measured only
- * while the daemon is idle.
- *
- * One thread, at the lowest CPU priority, on its own store connection.  It
- * measures when the profiler is enabled and not paused, no Planner request
- * is in flight, none came for profiler_idle_ms, and there is something to
- * measure: a shard a plan proposed (profw_propose), else the next random
- * shard of the profile (prof_run, resumable) until the profile holds
- * profiler_max_samples.  A request arriving sets svc.prof_abort
- * (svc_busy_begin): the timing loop stops before its next step and the
- * sample being timed is dropped, so the worker steps aside within one step
- * (measured in docs/daemon.md).  What was committed stays committed.
- */
+/* The profiler worker (profw.h). */
 #define _GNU_SOURCE /* syscall(SYS_gettid): per-thread priority */
+#include "profw.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,126 +10,230 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "profiler.h"
+#include "shardd/log.h"
 
-#define PROFW_CHUNK     64                  /* random samples per prof_run */
-#define PROFW_MAX_BYTES ((uint64_t)4 << 30) /* largest shard measured */
-#define PROFW_POLL_MS   100
+#define PROFW_CHUNK   64 /* random samples per prof_run */
+#define PROFW_POLL_MS 100
 
 /* ---------------------------------------------------------------------- */
 /* Control                                                                 */
 
-enum svc_profiler_state profw_state(struct svc *s)
+void profw_init(struct profw *p, const struct kern_backend *be,
+                const char *db_path, const char *profile, int64_t profile_id,
+                const char *device_name, int64_t batch,
+                uint64_t compute_samples, struct conf_snap *cf)
 {
-    enum svc_profiler_state st;
+    memset(p, 0, sizeof(*p));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    atomic_init(&p->inflight, 0);
+    atomic_init(&p->last_request_ms, 0);
+    atomic_init(&p->abort_ms, 0);
+    atomic_init(&p->measuring, false);
+    p->cf = conf_snap_ref(cf);
+    p->be = be;
+    snprintf(p->db_path, sizeof(p->db_path), "%s", db_path);
+    snprintf(p->profile, sizeof(p->profile), "%s", profile);
+    snprintf(p->device_name, sizeof(p->device_name), "%s", device_name);
+    p->profile_id = profile_id;
+    p->batch = batch;
+    p->compute_samples = compute_samples;
+}
 
-    pthread_mutex_lock(&s->mu);
-    if (s->be == NULL || !s->cfg.profiler)
-        st = SVC_PROFILER_DISABLED;
-    else if (s->prof_paused)
-        st = SVC_PROFILER_PAUSED;
+void profw_configure(struct profw *p, struct conf_snap *cf)
+{
+    struct conf_snap *old;
+
+    pthread_mutex_lock(&p->mu);
+    old = p->cf;
+    p->cf = conf_snap_ref(cf);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    conf_snap_unref(old);
+}
+
+void profw_request_begin(struct profw *p)
+{
+    atomic_fetch_add(&p->inflight, 1);
+    /* The worker drops its measurement; the time is kept to log how long
+     * it took to step aside. */
+    if (atomic_load(&p->measuring) && !p->abort)
+        atomic_store(&p->abort_ms, sd_now_ms());
+    p->abort = 1;
+}
+
+void profw_request_end(struct profw *p)
+{
+    atomic_store(&p->last_request_ms, sd_now_ms());
+    atomic_fetch_sub(&p->inflight, 1);
+}
+
+/* Whether the profiler can run at all (mu held). */
+static bool enabled(const struct profw *p)
+{
+    return p->be != NULL && p->cf->c.profiler;
+}
+
+enum profw_state profw_state(struct profw *p)
+{
+    enum profw_state st;
+
+    pthread_mutex_lock(&p->mu);
+    if (!enabled(p))
+        st = PROFW_DISABLED;
+    else if (p->paused)
+        st = PROFW_PAUSED;
     else
-        st = SVC_PROFILER_RUNNING;
-    pthread_mutex_unlock(&s->mu);
+        st = PROFW_RUNNING;
+    pthread_mutex_unlock(&p->mu);
     return st;
 }
 
-int profw_set_paused(struct svc *s, bool paused, enum svc_profiler_state *now,
+int profw_set_paused(struct profw *p, bool paused, enum profw_state *now,
                      struct sd_diag *d)
 {
-    pthread_mutex_lock(&s->mu);
-    if (s->be == NULL || !s->cfg.profiler) {
-        pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&p->mu);
+    if (!enabled(p)) {
+        pthread_mutex_unlock(&p->mu);
         return sd_diag_set(d, SD_ESTATE,
                            "paused: the profiler is disabled (%s)",
-                           s->be == NULL ? "no measuring backend"
+                           p->be == NULL ? "no measuring backend"
                                          : "profiler = off in the "
                                            "configuration");
     }
-    s->prof_paused = paused;
+    p->paused = paused;
     if (paused)
-        s->prof_abort = 1; /* a sample being timed is dropped */
-    pthread_cond_broadcast(&s->prof_cv);
-    pthread_mutex_unlock(&s->mu);
-    *now = paused ? SVC_PROFILER_PAUSED : SVC_PROFILER_RUNNING;
-    svc_log(SVC_LOG_INFO, "profiler %s\n", paused ? "paused" : "resumed");
+        p->abort = 1; /* a sample being timed is dropped */
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    *now = paused ? PROFW_PAUSED : PROFW_RUNNING;
+    sd_log(SD_LOG_INFO, "profiler %s", paused ? "paused" : "resumed");
     return 0;
 }
 
-void profw_propose(struct svc *s, const struct plan *p,
+void profw_counts(struct profw *p, uint64_t *measured,
+                  uint64_t *compute_samples)
+{
+    pthread_mutex_lock(&p->mu);
+    *measured = p->measured;
+    *compute_samples = p->compute_samples;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/*
+ * The shard of device `dev` of a plan into *out; false when it is empty,
+ * has more tables than a proposal holds, or more bytes than are measured.
+ */
+static bool device_shard(const struct plan *plan, const struct table *tables,
+                         int32_t dev, struct profw_proposal *out)
+{
+    uint64_t bytes = 0;
+    size_t k;
+
+    out->n = 0;
+    for (k = 0; k < plan->nshards; k++) {
+        const struct shard *sh = &plan->shards[k];
+
+        if (sh->device != dev)
+            continue;
+        if (out->n == PROFW_PROPOSAL_MAX)
+            return false; /* too many tables to store as one sample */
+        out->tables[out->n] = tables[sh->table];
+        out->tables[out->n].dim = sh->col_width;
+        bytes += table_bytes(&out->tables[out->n], sh->col_width);
+        out->n++;
+    }
+    return out->n > 0 && bytes <= PROFW_MAX_BYTES;
+}
+
+void profw_propose(struct profw *p, const struct plan *plan,
                    const struct table *tables, int64_t batch)
 {
-    struct svc_proposal *pr;
-    size_t k;
+    struct profw_proposal *pr;
     int32_t dev;
 
-    pthread_mutex_lock(&s->mu);
-    if (s->be == NULL || !s->cfg.profiler || batch != s->cfg.profiler_batch)
+    pthread_mutex_lock(&p->mu);
+    if (!enabled(p) || batch != p->batch)
         goto out_unlock;
-    if (s->proposals == NULL) {
-        s->proposals = calloc(SVC_PROPOSALS_MAX, sizeof(*s->proposals));
-        if (s->proposals == NULL)
+    if (p->proposals == NULL) {
+        p->proposals = calloc(PROFW_PROPOSALS, sizeof(*p->proposals));
+        if (p->proposals == NULL)
             goto out_unlock;
     }
-    for (dev = 0; dev < p->ndevices; dev++) {
-        uint64_t bytes = 0;
+    for (dev = 0; dev < plan->ndevices; dev++) {
+        /* Built in the slot only when the ring has room to spare, else in
+         * the spare: a full ring's next slot is its oldest live entry,
+         * which must stay whole unless this shard replaces it. */
+        pr = &p->proposals[p->next];
+        if (p->nproposals == PROFW_PROPOSALS) {
+            struct profw_proposal spare;
 
-        pr = &s->proposals[s->proposals_next];
-        pr->n = 0;
-        for (k = 0; k < p->nshards; k++) {
-            const struct shard *sh = &p->shards[k];
-
-            if (sh->device != dev)
+            if (!device_shard(plan, tables, dev, &spare))
                 continue;
-            if (pr->n == SVC_PROPOSAL_TABLES) {
-                pr->n = 0; /* too many tables to store as one sample */
-                break;
-            }
-            pr->tables[pr->n] = tables[sh->table];
-            pr->tables[pr->n].dim = sh->col_width;
-            bytes += table_bytes(&pr->tables[pr->n], sh->col_width);
-            pr->n++;
-        }
-        if (pr->n == 0 || bytes > PROFW_MAX_BYTES)
+            *pr = spare;
+        } else if (!device_shard(plan, tables, dev, pr)) {
             continue;
-        s->proposals_next = (s->proposals_next + 1) % SVC_PROPOSALS_MAX;
-        if (s->nproposals < SVC_PROPOSALS_MAX)
-            s->nproposals++;
+        }
+        p->next = (p->next + 1) % PROFW_PROPOSALS;
+        if (p->nproposals < PROFW_PROPOSALS)
+            p->nproposals++;
     }
 out_unlock:
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The oldest proposal off the ring (mu held); false when empty. */
+static bool take_oldest(struct profw *p, struct profw_proposal *out)
+{
+    size_t at;
+
+    if (p->nproposals == 0)
+        return false;
+    at = (p->next + PROFW_PROPOSALS - p->nproposals) % PROFW_PROPOSALS;
+    *out = p->proposals[at];
+    p->nproposals--;
+    return true;
+}
+
+bool profw_take_proposal(struct profw *p, struct profw_proposal *out)
+{
+    bool any;
+
+    pthread_mutex_lock(&p->mu);
+    any = take_oldest(p, out);
+    pthread_mutex_unlock(&p->mu);
+    return any;
 }
 
 /* ---------------------------------------------------------------------- */
 /* The thread                                                              */
 
 /* Whether the worker may measure now (mu held). */
-static bool may_measure(struct svc *s)
+static bool may_measure(struct profw *p)
 {
-    return s->be != NULL && s->cfg.profiler && !s->prof_paused &&
-           !s->prof_stopping && atomic_load(&s->inflight) == 0 &&
-           svc_now_ms() - atomic_load(&s->last_request_ms) >=
-               s->cfg.profiler_idle_ms &&
-           (s->nproposals > 0 ||
-            s->compute_samples < s->cfg.profiler_max_samples);
+    return enabled(p) && !p->paused && !p->stopping &&
+           atomic_load(&p->inflight) == 0 &&
+           sd_now_ms() - atomic_load(&p->last_request_ms) >=
+               p->cf->c.profiler_idle_ms &&
+           (p->nproposals > 0 ||
+            p->compute_samples < p->cf->c.profiler_max_samples);
 }
 
 /* Measures one proposed shard into the store. */
-static int measure_proposal(struct svc *s, struct store *st,
-                            struct svc_proposal *pr,
+static int measure_proposal(struct profw *p, struct store *st,
+                            struct profw_proposal *pr,
                             const struct kern_timing_opts *o, struct sd_diag *d)
 {
-    struct trace traces[SVC_PROPOSAL_TABLES];
-    struct prof_item items[SVC_PROPOSAL_TABLES];
+    struct trace traces[PROFW_PROPOSAL_MAX];
+    struct prof_item items[PROFW_PROPOSAL_MAX];
     struct store_sample smp;
     struct kern_timing tm;
     size_t i, made = 0;
     int rv = 0;
 
     for (i = 0; i < pr->n && rv == 0; i++, made++) {
-        rv = trace_from_table(&pr->tables[i], s->cfg.profiler_batch, i,
-                              &traces[i]);
+        rv = trace_from_table(&pr->tables[i], p->batch, i, &traces[i]);
         items[i].trace = &traces[i];
         items[i].cols = pr->tables[i].dim;
     }
@@ -148,186 +241,205 @@ static int measure_proposal(struct svc *s, struct store *st,
         made--;
         rv = sd_diag_set(d, rv, "making traces: %s", sd_strerror(rv));
     } else {
-        rv = prof_measure_shard(s->be, 0, items, pr->n, o, &tm, d);
+        rv = prof_measure_shard(p->be, 0, items, pr->n, o, &tm, d);
     }
     for (i = 0; i < made; i++)
         trace_destroy(&traces[i]);
     if (rv != 0)
         return rv;
     memset(&smp, 0, sizeof(smp));
-    smp.profile_id = s->profile_id;
+    smp.profile_id = p->profile_id;
     smp.kind = STORE_KIND_COMPUTE;
     smp.tables = pr->tables;
     smp.ntables = pr->n;
     smp.measured_ms = tm.median_ms;
     smp.spread_ms = tm.p90_ms - tm.p10_ms;
-    snprintf(smp.device, sizeof(smp.device), "%s", s->device_name);
+    snprintf(smp.device, sizeof(smp.device), "%s", p->device_name);
     snprintf(smp.source, sizeof(smp.source), "plan");
     return store_sample_add(st, &smp, NULL, d);
 }
 
 /* The parameters of the random samples: those of `shardctl profile`. */
-static void random_params(struct svc *s, struct prof_run_params *p)
+static void random_params(const struct profw *p, struct prof_run_params *rp)
 {
-    prof_run_params_default(p);
-    p->be = s->be;
-    p->device = 0;
-    p->batch_size = s->cfg.profiler_batch;
+    prof_run_params_default(rp);
+    rp->be = p->be;
+    rp->device = 0;
+    rp->batch_size = p->batch;
 }
 
 /*
  * The next random samples of the profile (prof_run resumes its sequence),
  * drawn from *pool, made on first use and kept for the thread's life.
  */
-static int measure_random(struct svc *s, struct store *st, uint64_t target,
+static int measure_random(struct profw *p, struct store *st, uint64_t target,
                           struct table **pool, struct prof_run_result *res,
                           struct sd_diag *d)
 {
-    struct prof_run_params p;
+    struct prof_run_params rp;
     int rv;
 
-    random_params(s, &p);
+    random_params(p, &rp);
     if (*pool == NULL) {
-        rv = prof_make_pool(&p, pool);
+        rv = prof_make_pool(&rp, pool);
         if (rv != 0)
             return sd_diag_set(d, rv, "making the table pool: %s",
                                sd_strerror(rv));
     }
-    p.pool = *pool;
-    p.target_samples = target;
-    p.shape.max_bytes = PROFW_MAX_BYTES;
-    p.commit_every = 1; /* a kill loses at most the sample being timed */
-    p.stop = &s->prof_abort;
-    p.timing.abort = &s->prof_abort;
-    return prof_run(st, &p, res, d);
+    rp.pool = *pool;
+    rp.target_samples = target;
+    rp.shape.max_bytes = PROFW_MAX_BYTES;
+    rp.commit_every = 1; /* a kill loses at most the sample being timed */
+    rp.stop = &p->abort;
+    rp.timing.abort = &p->abort;
+    return prof_run(st, &rp, res, d);
+}
+
+/* Sleeps until signalled or PROFW_POLL_MS passed (mu held). */
+static void wait_a_while(struct profw *p)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += PROFW_POLL_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&p->cv, &p->mu, &until);
+}
+
+/* One measurement, unlocked: a proposal, or the next random samples. */
+static int measure_once(struct profw *p, struct store *st,
+                        struct profw_proposal *pr, uint64_t target,
+                        struct table **pool, struct prof_run_result *res,
+                        struct sd_diag *d)
+{
+    struct kern_timing_opts topts;
+    int rv;
+
+    memset(res, 0, sizeof(*res));
+    atomic_store(&p->abort_ms, 0);
+    atomic_store(&p->measuring, true);
+    if (pr != NULL) {
+        kern_timing_opts_default(&topts);
+        topts.abort = &p->abort;
+        rv = measure_proposal(p, st, pr, &topts, d);
+        if (rv == 0)
+            res->added = 1;
+    } else {
+        rv = measure_random(p, st, target, pool, res, d);
+    }
+    atomic_store(&p->measuring, false);
+    if (atomic_load(&p->abort_ms) != 0)
+        sd_log(SD_LOG_DEBUG, "profiler: stepped aside for a request in %lld ms",
+               (long long)(sd_now_ms() - atomic_load(&p->abort_ms)));
+    if (rv != 0 && rv != SD_ECANCELED)
+        sd_log(SD_LOG_ERROR, "profiler: %s", d->msg);
+    return rv;
 }
 
 static void *prof_main(void *arg)
 {
-    struct svc *s = arg;
+    struct profw *p = arg;
     struct store *st = NULL;
-    struct svc_proposal pr;
+    struct profw_proposal pr;
     struct prof_run_result res;
-    struct kern_timing_opts topts;
     struct table *pool = NULL;
-    struct timespec until;
     struct sd_diag d;
     uint64_t target;
-    bool have_proposal, enabled;
+    bool have_proposal, on;
     int rv;
 
     /* Measuring must never slow a plan down: lowest priority (per thread
      * on Linux). */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    if (store_open(s->db_path, 0, &st, &d) != 0) {
-        svc_log(SVC_LOG_ERROR,
-                "the profiler cannot open the store: %s; "
-                "it is off\n",
-                d.msg);
+    if (store_open(p->db_path, 0, &st, &d) != 0) {
+        sd_log(SD_LOG_ERROR,
+               "the profiler cannot open the store: %s; it is off", d.msg);
         return NULL;
     }
-    kern_timing_opts_default(&topts);
-    topts.abort = &s->prof_abort;
     /* The table pool (about a second of CPU, at nice 19) is made up front,
      * not at the first idle moment where it could not step aside. */
-    pthread_mutex_lock(&s->mu);
-    enabled = s->cfg.profiler;
-    pthread_mutex_unlock(&s->mu);
-    if (enabled) {
-        struct prof_run_params p;
+    pthread_mutex_lock(&p->mu);
+    on = enabled(p);
+    pthread_mutex_unlock(&p->mu);
+    if (on) {
+        struct prof_run_params rp;
 
-        random_params(s, &p);
-        if (prof_make_pool(&p, &pool) != 0)
+        random_params(p, &rp);
+        if (prof_make_pool(&rp, &pool) != 0)
             pool = NULL; /* measure_random() retries and reports */
     }
-    pthread_mutex_lock(&s->mu);
-    while (!s->prof_stopping) {
-        if (!may_measure(s)) {
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += PROFW_POLL_MS * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->prof_cv, &s->mu, &until);
+    pthread_mutex_lock(&p->mu);
+    while (!p->stopping) {
+        if (!may_measure(p)) {
+            wait_a_while(p);
             continue;
         }
         /* Cleared, then checked again: a request that arrived in between
          * has raised inflight, one after it raises the flag again. */
-        s->prof_abort = 0;
-        if (!may_measure(s))
+        p->abort = 0;
+        if (!may_measure(p))
             continue;
-        have_proposal = s->nproposals > 0;
-        if (have_proposal) {
-            size_t at =
-                (s->proposals_next + SVC_PROPOSALS_MAX - s->nproposals) %
-                SVC_PROPOSALS_MAX;
+        have_proposal = take_oldest(p, &pr);
+        target = p->compute_samples + PROFW_CHUNK;
+        if (target > p->cf->c.profiler_max_samples)
+            target = p->cf->c.profiler_max_samples;
+        pthread_mutex_unlock(&p->mu);
 
-            pr = s->proposals[at];
-            s->nproposals--;
-        }
-        target = s->compute_samples + PROFW_CHUNK;
-        if (target > s->cfg.profiler_max_samples)
-            target = s->cfg.profiler_max_samples;
-        pthread_mutex_unlock(&s->mu);
+        rv = measure_once(p, st, have_proposal ? &pr : NULL, target, &pool,
+                          &res, &d);
 
-        memset(&res, 0, sizeof(res));
-        atomic_store(&s->prof_abort_ms, 0);
-        atomic_store(&s->prof_measuring, true);
-        if (have_proposal) {
-            rv = measure_proposal(s, st, &pr, &topts, &d);
-            if (rv == 0)
-                res.added = 1;
-        } else {
-            rv = measure_random(s, st, target, &pool, &res, &d);
-        }
-        atomic_store(&s->prof_measuring, false);
-        if (atomic_load(&s->prof_abort_ms) != 0)
-            svc_log(SVC_LOG_DEBUG,
-                    "profiler: stepped aside for a request "
-                    "in %lld ms\n",
-                    (long long)(svc_now_ms() - atomic_load(&s->prof_abort_ms)));
-        if (rv != 0 && rv != SD_ECANCELED)
-            svc_log(SVC_LOG_ERROR, "profiler: %s\n", d.msg);
-
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&p->mu);
         if (!have_proposal && rv == 0)
-            s->compute_samples = res.existing + res.added; /* as stored */
+            p->compute_samples = res.existing + res.added; /* as stored */
         else
-            s->compute_samples += res.added;
-        s->prof_measured += res.added;
+            p->compute_samples += res.added;
+        p->measured += res.added;
         if (rv != 0 && rv != SD_ECANCELED && !have_proposal) {
             /* A failing device is not retried in a tight loop. */
-            s->prof_paused = true;
-            svc_log(SVC_LOG_WARN, "profiler paused after the error; "
-                                  "resume it with SetProfiler\n");
+            p->paused = true;
+            sd_log(SD_LOG_WARN, "profiler paused after the error; resume it "
+                                "with SetProfiler");
         }
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&p->mu);
     free(pool);
     store_close(st);
     return NULL;
 }
 
-int profw_start(struct svc *s, struct sd_diag *d)
+int profw_start(struct profw *p, struct sd_diag *d)
 {
-    if (s->be == NULL)
+    if (p->be == NULL)
         return 0; /* DISABLED: nothing can measure */
-    if (pthread_create(&s->prof_thread, NULL, prof_main, s) != 0)
+    if (pthread_create(&p->thread, NULL, prof_main, p) != 0)
         return sd_diag_set(d, SD_ENOMEM, "cannot start the profiler thread");
-    s->prof_thread_started = true;
+    p->started = true;
     return 0;
 }
 
-void profw_stop(struct svc *s)
+void profw_stop(struct profw *p)
 {
-    if (!s->prof_thread_started)
+    if (!p->started)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->prof_stopping = true;
-    s->prof_abort = 1;
-    pthread_cond_broadcast(&s->prof_cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->prof_thread, NULL);
-    s->prof_thread_started = false;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = true;
+    p->abort = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    p->started = false;
+}
+
+void profw_destroy(struct profw *p)
+{
+    profw_stop(p);
+    free(p->proposals);
+    p->proposals = NULL;
+    conf_snap_unref(p->cf);
+    p->cf = NULL;
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
 }

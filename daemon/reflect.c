@@ -5,13 +5,16 @@
  * from the FileDescriptorSet compiled in at build time (sd_api_descriptors,
  * proto/CMakeLists.txt).  Plain protobuf-c; the bidi stream is rpc.c's.
  */
+#include "reflect.h"
+
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
 #include "google/protobuf/descriptor.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
+#include "wire.h"
 
 /* Codes of reflection's ErrorResponse: gRPC status numbers. */
 #define REFLECT_NOT_FOUND     5
@@ -275,7 +278,7 @@ int reflect_answer(const struct reflect *r, const uint8_t *req, size_t len,
         out.error_response = &err;
         break;
     }
-    rv = svc_pack(&out.base, resp, resp_len, d);
+    rv = wire_pack(&out.base, resp, resp_len, d);
 
 out_free:
     if (rv == SD_ENOMEM)

@@ -19,6 +19,8 @@
  * only once the server's shutdown tag fired AND no call object is left,
  * because a call still being searched for will start a batch later.
  */
+#include "rpc.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,7 +37,7 @@
 #include <grpc/support/time.h>
 #include <uv.h>
 
-#include "daemon.h"
+#include "shardd/log.h"
 
 /*
  * A tag travels loop -> gRPC -> cq thread.  gRPC (a Debian build) is not
@@ -65,7 +67,7 @@ struct rpc_tag {
 };
 
 struct rpc_slot {
-    const struct rpc_method *method;
+    const struct svc_method *method;
     void *handle; /* grpc_server_register_method() */
 };
 
@@ -112,7 +114,7 @@ struct rpc_call {
     bool queued;               /* the work item is with the threadpool */
     bool md_sent;              /* initial metadata went out */
     int refs;
-    int64_t deadline_ms; /* monotonic (svc_now_ms()); INT64_MAX: none */
+    int64_t deadline_ms; /* monotonic (sd_now_ms()); INT64_MAX: none */
     int64_t started_ms;  /* when the call came (for the debug log) */
 
     /* Server streaming: polled by a timer on the loop. */
@@ -315,8 +317,8 @@ static void call_reply(struct rpc_call *c, grpc_status_code code,
     e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
     grpc_slice_unref(det); /* not retained past start_batch */
     if (e != GRPC_CALL_OK) {
-        svc_log(SVC_LOG_ERROR, "cannot send a reply: %s\n",
-                grpc_call_error_to_string(e));
+        sd_log(SD_LOG_ERROR, "cannot send a reply: %s",
+               grpc_call_error_to_string(e));
         call_unref(c);
     }
 }
@@ -353,7 +355,7 @@ static void work_run(uv_work_t *w)
 
     /* A call whose deadline passed while it waited for a worker is not
      * worked on: its client has given up. */
-    if (c->deadline_ms != INT64_MAX && svc_now_ms() >= c->deadline_ms) {
+    if (c->deadline_ms != INT64_MAX && sd_now_ms() >= c->deadline_ms) {
         c->err = sd_diag_set(&c->diag, SD_ETIMEDOUT,
                              "the deadline passed before a worker was free");
         return;
@@ -378,15 +380,15 @@ static void work_after(uv_work_t *w, int status)
         call_abandon(c);
         return;
     }
-    svc_log(SVC_LOG_DEBUG, "%s: %s in %lld ms\n", c->slot->method->path,
-            c->err != 0 ? sd_err_name(c->err) : "OK",
-            (long long)(svc_now_ms() - c->started_ms));
+    sd_log(SD_LOG_DEBUG, "%s: %s in %lld ms", c->slot->method->path,
+           c->err != 0 ? sd_err_name(c->err) : "OK",
+           (long long)(sd_now_ms() - c->started_ms));
     if (c->err != 0) {
         grpc_status_code code = status_of(c->err);
 
         if (code == GRPC_STATUS_INTERNAL)
-            svc_log(SVC_LOG_ERROR, "%s: %s (%s)\n", c->slot->method->path,
-                    c->diag.msg, sd_err_name(c->err));
+            sd_log(SD_LOG_ERROR, "%s: %s (%s)", c->slot->method->path,
+                   c->diag.msg, sd_err_name(c->err));
         free(c->resp);
         c->resp = NULL;
         call_reply(c, code, c->diag.msg);
@@ -618,7 +620,7 @@ static int64_t deadline_of(gpr_timespec deadline)
     ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
     if (ms > (int64_t)1 << 50)
         return INT64_MAX;
-    return svc_now_ms() + ms;
+    return sd_now_ms() + ms;
 }
 
 /*
@@ -672,7 +674,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     }
     if (c->slot == NULL) {
         method = grpc_slice_to_c_string(c->details.method);
-        svc_log(SVC_LOG_INFO, "unknown method %s\n", method);
+        sd_log(SD_LOG_INFO, "unknown method %s", method);
         gpr_free(method);
         call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
         return;
@@ -681,7 +683,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
         return;
     }
-    c->started_ms = svc_now_ms();
+    c->started_ms = sd_now_ms();
     if (c->slot->method->bidi != NULL) {
         bidi_recv(c);
         return;
@@ -735,8 +737,8 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     grpc_call_error e;
 
     if (c == NULL) {
-        svc_log(SVC_LOG_ERROR, "out of memory; %s is no longer served\n",
-                slot ? slot->method->path : "the catch-all");
+        sd_log(SD_LOG_ERROR, "out of memory; %s is no longer served",
+               slot ? slot->method->path : "the catch-all");
         return;
     }
     c->srv = srv;
@@ -764,8 +766,8 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
                                      srv->cq, srv->cq, &c->t_new);
     }
     if (e != GRPC_CALL_OK) {
-        svc_log(SVC_LOG_ERROR, "cannot request calls: %s\n",
-                grpc_call_error_to_string(e));
+        sd_log(SD_LOG_ERROR, "cannot request calls: %s",
+               grpc_call_error_to_string(e));
         call_unref(c);
     }
 }
@@ -790,8 +792,8 @@ static void on_grace_over(uv_timer_t *h)
     struct rpc_server *srv = h->data;
 
     if (srv->server != NULL) {
-        svc_log(SVC_LOG_WARN, "grace period over: cancelling the calls "
-                              "still running\n");
+        sd_log(SD_LOG_WARN, "grace period over: cancelling the calls "
+                            "still running");
         grpc_server_cancel_all_calls(srv->server);
     }
 }

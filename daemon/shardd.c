@@ -27,12 +27,15 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <uv.h>
 
 #include "config.h"
-#include "daemon.h"
+#include "rpc.h"
+#include "service.h"
+#include "shardd/log.h"
 
 #define EXIT_USAGE  2
 #define SOCKET_FILE "shardd.sock" /* the admin socket in data_dir */
@@ -136,33 +139,11 @@ static int check_socket_free(const char *listen, struct sd_diag *d)
     return rv;
 }
 
-/* ---------------------------------------------------------------------- */
-/* systemd notification (Type=notify), without libsystemd                  */
-
-/* Sends `state` ("READY=1", ...) to $NOTIFY_SOCKET when set; best effort. */
+/* systemd (Type=notify): READY=1, RELOADING=1, STOPPING=1; nothing when
+ * not run by systemd (libsystemd checks $NOTIFY_SOCKET). */
 static void notify(const char *state)
 {
-    const char *path = getenv("NOTIFY_SOCKET");
-    struct sockaddr_un sa;
-    size_t n;
-    int fd;
-
-    if (path == NULL || (path[0] != '/' && path[0] != '@'))
-        return;
-    n = strlen(path);
-    if (n >= sizeof(sa.sun_path))
-        return;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, n);
-    if (path[0] == '@')
-        sa.sun_path[0] = '\0'; /* an abstract socket */
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
-           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n));
-    close(fd);
+    sd_notify(0, state);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -177,41 +158,21 @@ struct daemon_state {
     uv_signal_t sigint, sigterm, sighup;
 };
 
-static void svc_config_from(const struct sd_config *c, struct svc_config *o)
-{
-    svc_config_default(o);
-    o->max_tables = c->max_tables;
-    o->default_batch = c->default_batch;
-    o->default_budget_ms = c->default_time_budget_ms;
-    o->cache_entries = c->plan_cache_entries;
-    snprintf(o->admin_token, sizeof(o->admin_token), "%s", c->admin_token);
-    o->profiler = c->profiler;
-    o->profiler_idle_ms = c->profiler_idle_ms;
-    o->profiler_max_samples = c->profiler_max_samples;
-    o->profiler_batch = c->profiler_batch;
-    o->retrain_every_samples = c->retrain_every_samples;
-    o->retrain_every_hours = c->retrain_every_hours;
-    o->retrain_window_samples = c->retrain_window_samples;
-    o->backend = conf_backend_name(c->backend);
-    o->data_dir = c->data_dir;
-}
-
 static void set_log_level(const struct sd_config *c)
 {
-    /* The enums are numbered alike (config.h, daemon.h). */
-    atomic_store(&svc_log_level, (int)c->log_level);
+    /* The config's words are numbered as the logger's levels. */
+    sd_log_set_level((enum sd_log_level)c->log_level);
 }
 
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     struct daemon_state *st = h->data;
 
-    fprintf(stderr,
-            "shardd: %s: stopping (calls in flight get %u s; a second "
-            "signal kills)\n",
-            signum == SIGINT ? "SIGINT" : "SIGTERM", st->cfg->grace_s);
+    sd_log(SD_LOG_INFO,
+           "%s: stopping (calls in flight get %u s; a second signal kills)",
+           signum == SIGINT ? "SIGINT" : "SIGTERM", st->cfg->grace_s);
     notify("STOPPING=1");
-    atomic_store(&st->svc->draining, true);
+    svc_set_draining(st->svc);
     /* Closing the handles restores the default action: the next signal
      * ends the process at once. */
     uv_close((uv_handle_t *)&st->sigint, NULL);
@@ -225,7 +186,6 @@ static void on_sighup(uv_signal_t *h, int signum)
     struct daemon_state *st = h->data;
     struct sd_config next;
     struct conf_changes ch;
-    struct svc_config scfg;
     struct sd_diag d;
     char keys[512];
 
@@ -233,46 +193,30 @@ static void on_sighup(uv_signal_t *h, int signum)
     notify("RELOADING=1");
     if (conf_reload(st->cfg, st->argc, st->argv, environ, &next, &ch, &d) !=
         0) {
-        fprintf(stderr, "shardd: SIGHUP: configuration not reloaded: %s\n",
-                d.msg);
+        sd_log(SD_LOG_ERROR, "SIGHUP: configuration not reloaded: %s", d.msg);
+        notify("READY=1");
+        return;
+    }
+    if (svc_reconfigure(st->svc, &next) != 0) {
+        sd_log(SD_LOG_ERROR, "SIGHUP: configuration not reloaded: out of "
+                             "memory");
+        conf_free(&next);
         notify("READY=1");
         return;
     }
     conf_free(st->cfg);
     *st->cfg = next;
-    svc_config_from(st->cfg, &scfg);
-    svc_reconfigure(st->svc, &scfg);
     rpc_server_set_grace(st->rpc, (uint64_t)st->cfg->grace_s * 1000);
     set_log_level(st->cfg);
     conf_keys_format(ch.applied, keys, sizeof(keys));
-    fprintf(stderr, "shardd: SIGHUP: configuration reloaded; changed: %s\n",
-            keys[0] ? keys : "nothing");
+    sd_log(SD_LOG_INFO, "SIGHUP: configuration reloaded; changed: %s",
+           keys[0] ? keys : "nothing");
     if (ch.restart != 0) {
         conf_keys_format(ch.restart, keys, sizeof(keys));
-        fprintf(stderr, "shardd: SIGHUP: %s changed; restart to apply\n", keys);
+        sd_log(SD_LOG_WARN, "SIGHUP: %s changed; restart to apply", keys);
     }
     notify("READY=1");
 }
-
-static const struct rpc_method methods[] = {
-    /* path, admin, draining_ok, unary, stream, bidi */
-    {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL, NULL},
-    {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL, NULL},
-    {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL, NULL},
-    {"/grpc.health.v1.Health/Watch", false, true, NULL, svc_health_watch, NULL},
-    {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL, NULL},
-    {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL, NULL},
-    {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL, NULL},
-    {"/shardd.v1.Admin/Retrain", true, false, admin_retrain, NULL, NULL},
-    {"/shardd.v1.Admin/GetJob", true, false, admin_get_job, NULL, NULL},
-    {"/shardd.v1.Admin/WatchJob", true, false, NULL, admin_watch_job, NULL},
-    {"/shardd.v1.Admin/SetProfiler", true, false, admin_set_profiler, NULL,
-     NULL},
-    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", false,
-     false, NULL, NULL, svc_reflect},
-    {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", false, false,
-     NULL, NULL, svc_reflect},
-};
 
 /*
  * The listen addresses, plus the admin socket data_dir/shardd.sock when no
@@ -303,24 +247,83 @@ static int listen_addresses(const struct sd_config *c, struct rpc_config *r,
     return 0;
 }
 
+/* The rpc server's settings from the configuration (main's listen list
+ * and admin socket path are borrowed). */
+static void rpc_config_of(const struct sd_config *c, struct svc *svc,
+                          struct rpc_config *r)
+{
+    r->max_message_bytes = (size_t)c->max_message_mb << 20;
+    r->grace_ms = (uint64_t)c->grace_s * 1000;
+    r->max_queued = MAX_QUEUED;
+    r->max_queued_bytes = r->max_message_bytes > MAX_QUEUED_BYTES
+                              ? r->max_message_bytes
+                              : MAX_QUEUED_BYTES;
+    r->lame_duck_ms = LAME_DUCK_MS;
+    r->methods = svc_methods;
+    r->nmethods = svc_nmethods;
+    r->svc = svc;
+}
+
+/* Signals on the loop: SIGTERM/SIGINT stop, SIGHUP reloads. */
+static void watch_signals(uv_loop_t *loop, struct daemon_state *st)
+{
+    uv_signal_init(loop, &st->sigint);
+    uv_signal_init(loop, &st->sigterm);
+    uv_signal_init(loop, &st->sighup);
+    st->sigint.data = st->sigterm.data = st->sighup.data = st;
+    uv_signal_start(&st->sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&st->sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&st->sighup, on_sighup, SIGHUP);
+}
+
+/*
+ * Everything before the service: threadpool size, listen addresses, the
+ * data directory, its pidfile lock, and sockets no other server answers
+ * on.  *pidpath and *pidfd are set as soon as they exist.
+ */
+static int prepare(const struct sd_config *cfg, struct rpc_config *rcfg,
+                   char *admin, size_t admin_size, char **pidpath, int *pidfd,
+                   struct sd_diag *d)
+{
+    char threads[24];
+    size_t i;
+    int rv;
+
+    /* libuv sizes its threadpool from the environment on first use. */
+    snprintf(threads, sizeof(threads), "%u", cfg->threads);
+    if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0)
+        return sd_diag_set(d, SD_EIO, "cannot set UV_THREADPOOL_SIZE: %s",
+                           strerror(errno));
+    rv = listen_addresses(cfg, rcfg, admin, admin_size, d);
+    if (rv == 0)
+        rv = make_data_dir(cfg->data_dir, d);
+    if (rv != 0)
+        return rv;
+    *pidpath = conf_data_path(cfg, CONF_PID_FILE);
+    if (*pidpath == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    rv = pidfile_lock(*pidpath, pidfd, d);
+    for (i = 0; rv == 0 && i < rcfg->nlisten; i++)
+        rv = check_socket_free(rcfg->listen[i], d);
+    return rv;
+}
+
 int main(int argc, char **argv)
 {
     struct daemon_state st;
     struct sd_config cfg;
-    struct svc_config scfg;
     struct rpc_config rcfg;
     struct sd_diag d = {{0}};
-    struct svc svc;
-    struct dmodel *m;
+    struct svc *svc = NULL;
     uv_loop_t *loop;
-    char threads[24], admin[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+    char admin[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], what[512];
     char *pidpath = NULL;
     bool help = false;
-    size_t i;
     int pidfd = -1, rv;
 
+    sd_log_init("shardd");
     if (conf_resolve(argc, argv, environ, &cfg, &help, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
+        sd_log(SD_LOG_ERROR, "%s", d.msg);
         return EXIT_USAGE;
     }
     if (help) {
@@ -333,76 +336,32 @@ int main(int argc, char **argv)
         return 0;
     }
     set_log_level(&cfg);
-    /* libuv sizes its threadpool from the environment on first use. */
-    snprintf(threads, sizeof(threads), "%u", cfg.threads);
-    if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0) {
-        fprintf(stderr, "shardd: cannot set UV_THREADPOOL_SIZE: %s\n",
-                strerror(errno));
-        goto fail_config;
-    }
     signal(SIGPIPE, SIG_IGN);
 
     memset(&rcfg, 0, sizeof(rcfg));
-    if (listen_addresses(&cfg, &rcfg, admin, sizeof(admin), &d) != 0 ||
-        make_data_dir(cfg.data_dir, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
-        goto fail_config;
+    rv = prepare(&cfg, &rcfg, admin, sizeof(admin), &pidpath, &pidfd, &d);
+    if (rv == 0)
+        rv = svc_open(&cfg, &svc, &d);
+    if (rv != 0) {
+        sd_log(SD_LOG_ERROR, "%s", d.msg);
+        goto fail_prepare;
     }
-    pidpath = conf_data_path(&cfg, CONF_PID_FILE);
-    if (pidpath == NULL || pidfile_lock(pidpath, &pidfd, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", pidpath ? d.msg : "out of memory");
-        goto fail_config;
-    }
-    for (i = 0; i < rcfg.nlisten; i++)
-        if (check_socket_free(rcfg.listen[i], &d) != 0) {
-            fprintf(stderr, "shardd: %s\n", d.msg);
-            goto fail_pidfile;
-        }
-
-    svc_config_from(&cfg, &scfg);
-    if (svc_init(&svc, &scfg, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
-        goto fail_pidfile;
-    }
-
     loop = uv_default_loop();
-    rcfg.max_message_bytes = (size_t)cfg.max_message_mb << 20;
-    rcfg.grace_ms = (uint64_t)cfg.grace_s * 1000;
-    rcfg.max_queued = MAX_QUEUED;
-    rcfg.max_queued_bytes = rcfg.max_message_bytes > MAX_QUEUED_BYTES
-                                ? rcfg.max_message_bytes
-                                : MAX_QUEUED_BYTES;
-    rcfg.lame_duck_ms = LAME_DUCK_MS;
-    rcfg.methods = methods;
-    rcfg.nmethods = sizeof(methods) / sizeof(methods[0]);
-    rcfg.svc = &svc;
+    rpc_config_of(&cfg, svc, &rcfg);
     if (rpc_server_start(loop, &rcfg, &st.rpc, &d) != 0) {
-        fprintf(stderr, "shardd: %s\n", d.msg);
+        sd_log(SD_LOG_ERROR, "%s", d.msg);
         goto fail_svc;
     }
-    if (svc_start_workers(&svc, &d) != 0)
-        fprintf(stderr, "shardd: warning: %s\n", d.msg);
-    st.svc = &svc;
+    if (svc_start_workers(svc, &d) != 0)
+        sd_log(SD_LOG_WARN, "%s", d.msg);
+    st.svc = svc;
     st.cfg = &cfg;
     st.argc = argc;
     st.argv = argv;
-    uv_signal_init(loop, &st.sigint);
-    uv_signal_init(loop, &st.sigterm);
-    uv_signal_init(loop, &st.sighup);
-    st.sigint.data = st.sigterm.data = st.sighup.data = &st;
-    uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
-    uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
-    uv_signal_start(&st.sighup, on_sighup, SIGHUP);
-    if (models_acquire(&svc, NULL, &m, &d) != 0)
-        m = NULL;
-    fprintf(stderr,
-            "shardd %s: serving on %s; model %s answers for %s; profiler "
-            "%s (profile %s); data in %s\n",
-            SHARDD_VERSION, rpc_server_address(st.rpc),
-            m != NULL ? m->version : "none", svc.default_profile,
-            profw_state(&svc) == SVC_PROFILER_DISABLED ? "off" : "on",
-            svc.profile[0] ? svc.profile : "none", cfg.data_dir);
-    dmodel_release(m);
+    watch_signals(loop, &st);
+    svc_describe(svc, what, sizeof(what));
+    sd_log(SD_LOG_INFO, "shardd %s: serving on %s; %s; data in %s",
+           SHARDD_VERSION, rpc_server_address(st.rpc), what, cfg.data_dir);
     notify("READY=1");
 
     uv_run(loop, UV_RUN_DEFAULT); /* returns once every handle is closed */
@@ -410,21 +369,22 @@ int main(int argc, char **argv)
     rpc_server_free(st.rpc);
     rv = uv_loop_close(loop);
     if (rv != 0)
-        fprintf(stderr, "shardd: closing the loop: %s\n", uv_strerror(rv));
-    svc_free(&svc);
+        sd_log(SD_LOG_WARN, "closing the loop: %s", uv_strerror(rv));
+    svc_close(svc);
     unlink(pidpath);
     close(pidfd);
     free(pidpath);
     conf_free(&cfg);
-    fprintf(stderr, "shardd: stopped\n");
+    sd_log(SD_LOG_INFO, "stopped");
     return 0;
 
 fail_svc:
-    svc_free(&svc);
-fail_pidfile:
-    unlink(pidpath);
-    close(pidfd);
-fail_config:
+    svc_close(svc);
+fail_prepare:
+    if (pidfd >= 0) {
+        unlink(pidpath);
+        close(pidfd);
+    }
     free(pidpath);
     conf_free(&cfg);
     return 1;

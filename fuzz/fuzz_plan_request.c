@@ -1,7 +1,8 @@
 /*
  * Fuzz target: request decoding and validation in the daemon's Planner
- * methods (daemon/service.c), called the way the rpc layer calls them:
- * request bytes in, response bytes or an SD_E* code with a message out.
+ * methods (daemon/planning.c, daemon/health.c), called the way the rpc layer
+ * calls them: request bytes in, response bytes or an SD_E* code with a message
+ * out.
  *
  * The first byte picks the method, the rest is its protobuf request:
  *   0 mod 4: svc_plan (PlanRequest)
@@ -31,18 +32,19 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "daemon.h"
 #include "fuzz.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
+#include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
+#include "svc_int.h"
 
 #define DEADLINE_MS 60 /* the daemon keeps 50 for its reply */
 /* Every plan is audited into the store; dropping the records every so
  * often keeps a million-run store small. */
 #define PRUNE_EVERY 1024
 
-static struct svc svc;
+static struct svc *svc;
 static char dir[256];
 
 /* Frees the service and removes its store (the database and its WAL). */
@@ -52,7 +54,7 @@ static void cleanup(void)
     struct dirent *e;
     DIR *dp;
 
-    svc_free(&svc);
+    svc_close(svc);
     dp = opendir(dir);
     if (dp != NULL) {
         while ((e = readdir(dp)) != NULL) {
@@ -69,7 +71,7 @@ static void cleanup(void)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const char *base = getenv("TMPDIR");
-    struct svc_config cfg;
+    struct sd_config cfg;
     struct sd_diag d;
     int rv;
 
@@ -80,26 +82,29 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(dir, sizeof(dir), "%s/shardd-fuzz-svc-XXXXXX", base);
     FUZZ_CHECK(mkdtemp(dir) != NULL);
 
-    svc_config_default(&cfg);
-    cfg.data_dir = dir;
-    cfg.backend = "cpu";
+    conf_default(&cfg);
+    free(cfg.data_dir);
+    cfg.data_dir = strdup(dir);
+    FUZZ_CHECK(cfg.data_dir != NULL);
+    cfg.backend = CONF_BACKEND_CPU;
     cfg.profiler = false;
     cfg.retrain_every_samples = 0;
     cfg.retrain_every_hours = 0;
-    cfg.cache_entries = 4;
-    cfg.default_budget_ms = 5;
+    cfg.plan_cache_entries = 4;
+    cfg.default_time_budget_ms = 5;
     cfg.max_tables = 256;
     cfg.search_threads = 1;
     d.msg[0] = '\0';
-    rv = svc_init(&svc, &cfg, &d);
+    rv = svc_open(&cfg, &svc, &d);
+    conf_free(&cfg);
     if (rv != 0)
-        fprintf(stderr, "fuzz_plan_request: svc_init: %s\n", d.msg);
+        fprintf(stderr, "fuzz_plan_request: svc_open: %s\n", d.msg);
     FUZZ_CHECK(rv == 0);
     atexit(cleanup);
     return 0;
 }
 
-/* The codes daemon.h says a method returns. */
+/* The codes service.h says a method returns. */
 static void check_method_refusal(int rv, const struct sd_diag *d)
 {
     fuzz_check_refusal(rv, d);
@@ -269,9 +274,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (++runs % PRUNE_EVERY == 0) {
         uint64_t n;
 
-        pthread_mutex_lock(&svc.store_mu);
-        store_plan_audit_prune(svc.st, svc_wall_ms() + 1, &n, NULL);
-        pthread_mutex_unlock(&svc.store_mu);
+        pthread_mutex_lock(&svc->store_mu);
+        store_plan_audit_prune(svc->st, sd_wall_ms() + 1, &n, NULL);
+        pthread_mutex_unlock(&svc->store_mu);
     }
     which = data[0] % 4;
     len = size - 1;
@@ -280,9 +285,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(req != NULL);
     memcpy(req, data + 1, len);
 
-    call.deadline_ms = svc_now_ms() + DEADLINE_MS;
+    call.deadline_ms = sd_now_ms() + DEADLINE_MS;
     d.msg[0] = '\0';
-    rv = methods[which](&svc, &call, req, len, &resp, &resp_len, &d);
+    rv = methods[which](svc, &call, req, len, &resp, &resp_len, &d);
     if (rv != 0) {
         FUZZ_CHECK(resp == NULL);
         check_method_refusal(rv, &d);

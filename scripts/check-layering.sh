@@ -14,7 +14,7 @@ check() { # PATTERN ALLOWED-PATH-REGEX WHAT
 }
 check 'sqlite3\.h' '^store/' 'sqlite3.h'
 check 'grpc/' '^(daemon/rpc\.c|client/rpc|tests/daemon/)' 'grpc headers'
-check 'uv\.h' '^daemon/' 'uv.h'
+check 'uv\.h' '^daemon/(rpc\.[ch]|shardd\.c)$' 'uv.h'
 check '(cuda|cublas|nccl|nvml)[a-z_]*\.h' '^kernels/cuda/' 'CUDA headers'
-check '(jansson|protobuf-c/)' '^(planner/json\.c|tests/|fuzz/|proto/|daemon/|client/rpc)' 'jansson/protobuf-c'
+check '(jansson|protobuf-c/)' '^(planner/json\.c|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
 exit $status

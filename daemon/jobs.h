@@ -1,0 +1,99 @@
+/*
+ * Retraining jobs.  One job thread runs them one at a time, in submission
+ * order, on its own store connection: it loads the profile's newest
+ * samples, holds every tenth out (the gate set: never trained or
+ * early-stopped on), trains a model reporting progress per epoch, stores
+ * it, and activates it (models.h) when its error on the gate set is no
+ * worse than the active model's on the same samples, or the request forced
+ * it.  The thread also schedules retrains (retrain_every_samples new
+ * samples, or retrain_every_hours after the newest model when there are
+ * new samples) and keeps the plan audit bounded.
+ *
+ * Jobs live in the store; the recent ones are mirrored in memory so that
+ * GetJob and WatchJob (polled on the loop thread) read memory.  A job cut
+ * off by shutdown ends CANCELLED; one cut off by a crash is marked
+ * CANCELLED at the next start.
+ *
+ * Thread-safe.  Functions that take `st` use the caller's store connection
+ * (the caller serialises its use).  Errors are SD_E* codes with d set.
+ */
+#ifndef SHARDD_DAEMON_JOBS_H
+#define SHARDD_DAEMON_JOBS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "models.h"
+#include "shardd/err.h"
+#include "store.h"
+
+#define JOBS_KEPT        64 /* recent jobs kept in memory */
+#define JOBS_MIN_SAMPLES 20 /* fewer: nothing worth training */
+#define JOBS_GATE_EVERY  10 /* every 10th sample is held out */
+#define JOBS_PATH_MAX    4096
+
+/* The plan audit keeps 30 days and at most this many records. */
+#define JOBS_AUDIT_KEEP_MS   (30LL * 24 * 3600 * 1000)
+#define JOBS_AUDIT_KEEP_ROWS 100000
+
+struct jobs {
+    pthread_mutex_t mu; /* guards everything marked (mu) */
+    pthread_cond_t cv;  /* wakes the thread: a job, a stop, new settings */
+    pthread_t thread;
+    bool started;
+    bool stopping;        /* (mu) */
+    atomic_bool cancel;   /* stop the running job (shutdown) */
+    struct conf_snap *cf; /* (mu) the settings, one reference */
+
+    struct store_job ring[JOBS_KEPT]; /* (mu) recent jobs */
+    size_t n, next;                   /* (mu) */
+
+    /* Fixed at jobs_init(). */
+    char db_path[JOBS_PATH_MAX];
+    char own_profile[STORE_NAME_MAX]; /* "" when nothing is measured */
+    int64_t own_profile_id;           /* 0 then */
+    struct models *models;            /* borrowed */
+};
+
+/*
+ * Sets up the jobs of the store at db_path: own_profile (and its store id)
+ * is what a retrain naming no profile trains and what the schedule
+ * watches; models receive the activated models; cf holds the settings (a
+ * reference is taken).  Starts no thread.
+ */
+void jobs_init(struct jobs *j, const char *db_path, const char *own_profile,
+               int64_t own_profile_id, struct models *models,
+               struct conf_snap *cf);
+
+/* Starts the job thread (0 or SD_ENOMEM); jobs_stop() cancels a running
+ * job, marks queued ones cancelled and joins it.  jobs_destroy() after. */
+int jobs_start(struct jobs *j, struct sd_diag *d);
+void jobs_stop(struct jobs *j);
+void jobs_destroy(struct jobs *j);
+
+/* New settings (a reload; a reference is taken). */
+void jobs_configure(struct jobs *j, struct conf_snap *cf);
+
+/*
+ * Starts a retrain of `profile` ("" or NULL: the server's own), or returns
+ * the one already queued or running.  Without force, a profile with no
+ * sample newer than its newest model is SD_ESTATE, as is one with fewer
+ * than JOBS_MIN_SAMPLES samples.  *out gets the job.
+ */
+int jobs_retrain(struct jobs *j, struct store *st, const char *profile,
+                 bool force, struct store_job *out, struct sd_diag *d);
+
+/* The job `id`, from memory or st.  SD_ENOENT when unknown. */
+int jobs_get(struct jobs *j, struct store *st, int64_t id,
+             struct store_job *out, struct sd_diag *d);
+
+/* Like jobs_get() but memory only (for the loop thread): false if absent. */
+bool jobs_peek(struct jobs *j, int64_t id, struct store_job *out);
+
+/* Counts of queued and running jobs. */
+void jobs_counts(struct jobs *j, uint32_t *queued, uint32_t *running);
+
+#endif /* SHARDD_DAEMON_JOBS_H */

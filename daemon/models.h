@@ -1,0 +1,111 @@
+/*
+ * The cost models the daemon serves: the active model of each hardware
+ * profile, refcounted and hot-swapped.
+ *
+ * Each profile that has a model has a slot holding one reference to its
+ * active struct dmodel.  A request takes its own reference under the lock
+ * (models_acquire()) and plans with it unlocked; activation swaps the
+ * slot's pointer under the lock and drops the slot's reference, so a
+ * request in flight finishes on the model it started with and the last
+ * release frees the old one.
+ *
+ * Functions that change what is active take the store connection to
+ * record it on (`st`, borrowed; the caller serialises its use): the
+ * request path passes the service's, the job thread its own.  Everything
+ * else is safe from any thread.  Errors are SD_E* codes with d set.
+ */
+#ifndef SHARDD_DAEMON_MODELS_H
+#define SHARDD_DAEMON_MODELS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "planner.h"
+#include "shardd/err.h"
+#include "store.h"
+
+#define MODELS_VERSION_MAX 32 /* "embedded", or a store model id */
+
+/* A cost model being served: refcounted, immutable once published. */
+struct dmodel {
+    atomic_int refs;
+    const struct cost_net *net; /* owned (free()) unless embedded */
+    bool embedded;
+    int64_t id;                       /* store model id; 0: the embedded */
+    char version[MODELS_VERSION_MAX]; /* "embedded" or the id */
+    struct store_model_metrics metrics;
+};
+
+/* The active model of one profile. */
+struct dmodel_slot {
+    char profile[STORE_NAME_MAX];
+    struct dmodel *m; /* one reference held by the slot */
+};
+
+struct models {
+    pthread_mutex_t mu; /* guards everything below */
+    struct dmodel_slot *slots;
+    size_t nslots;
+    char default_profile[STORE_NAME_MAX]; /* requests naming none */
+    char own_profile[STORE_NAME_MAX];     /* what this server measures */
+    struct dmodel *embedded;              /* one reference of its own */
+};
+
+/*
+ * Loads the embedded model and every profile's active stored model from
+ * st.  own_profile ("" when the server measures nothing) answers requests
+ * that name no profile once it has a model.  A stored model that no longer
+ * parses is skipped with a warning (the embedded one or none serves its
+ * profile).  On failure nothing is left to free.
+ */
+int models_init(struct models *ms, struct store *st, const char *own_profile,
+                struct sd_diag *d);
+void models_destroy(struct models *ms);
+
+/*
+ * A reference to the active model of `profile` (NULL or "": the default
+ * profile's): release it with dmodel_release().  SD_ESTATE when no model
+ * answers for the profile (d says which profiles do).
+ */
+int models_acquire(struct models *ms, const char *profile, struct dmodel **out,
+                   struct sd_diag *d);
+void dmodel_release(struct dmodel *m); /* NULL-safe */
+
+/* A reference to the embedded model (release it). */
+struct dmodel *models_embedded(struct models *ms);
+
+/*
+ * Makes stored model `id` active for its profile: in the store, then in
+ * the slots.  `net`, when not NULL, is the parsed model (ownership passes
+ * here, success or not); else it is loaded from the store.  Sets *info to
+ * the model and *previous to the version it replaced ("" when none).
+ * SD_ENOENT for an unknown id, SD_EFORMAT for a model that does not load.
+ */
+int models_activate(struct models *ms, struct store *st, int64_t id,
+                    struct cost_net *net, struct store_model_info *info,
+                    char previous[MODELS_VERSION_MAX], struct sd_diag *d);
+
+/*
+ * Makes the embedded model answer by default again (the rollback from a
+ * retrained model): no stored model of its profile stays active, nor of
+ * the server's own profile where that is another.  *previous: the version
+ * that answered by default.
+ */
+int models_activate_embedded(struct models *ms, struct store *st,
+                             char previous[MODELS_VERSION_MAX],
+                             struct sd_diag *d);
+
+/* The profile requests naming none are answered for (a copy). */
+void models_default_profile(struct models *ms, char out[STORE_NAME_MAX]);
+
+/*
+ * Parses a stored model blob, checking its format version and profile.
+ * *out is owned by the caller (free()).  SD_EFORMAT with d naming the
+ * model.
+ */
+int models_parse_stored(const struct store_model *sm, struct cost_net **out,
+                        struct sd_diag *d);
+
+#endif /* SHARDD_DAEMON_MODELS_H */

@@ -1,0 +1,56 @@
+/*
+ * The service's state, private to its files: service.c (opening, closing,
+ * reloading, authorisation, the method table), planning.c (Plan,
+ * Estimate), health.c (health, reflection) and admin.c (Admin).  The
+ * transport sees struct svc only as a pointer (service.h).
+ */
+#ifndef SHARDD_DAEMON_SVC_INT_H
+#define SHARDD_DAEMON_SVC_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cache.h"
+#include "config.h"
+#include "jobs.h"
+#include "kernels.h"
+#include "models.h"
+#include "profw.h"
+#include "reflect.h"
+#include "service.h"
+#include "store.h"
+#include "wire.h"
+
+#define SVC_PATH_MAX 4096
+
+struct svc {
+    pthread_mutex_t mu;   /* guards cf */
+    struct conf_snap *cf; /* the settings; methods take a reference */
+    int64_t started_ms;   /* wall clock */
+
+    struct models models;
+    struct plan_cache cache;
+
+    /* The store connection of the request path (store_mu); the job and
+     * profiler threads open their own (SQLite WAL lets them work side by
+     * side). */
+    pthread_mutex_t store_mu;
+    struct store *st;
+    char db_path[SVC_PATH_MAX];
+
+    /* The measuring backend and the profile it measures (fixed). */
+    const struct kern_backend *be; /* NULL: none can measure */
+    char profile[STORE_NAME_MAX];
+    char device_name[STORE_DEVICE_MAX];
+    int64_t profile_id;
+
+    struct jobs jobs;
+    struct profw profw;
+    struct reflect *reflect; /* read only */
+    atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
+};
+
+/* The settings now: a reference the caller drops with conf_snap_unref(). */
+struct conf_snap *svc_conf(struct svc *s);
+
+#endif /* SHARDD_DAEMON_SVC_INT_H */
