@@ -22,281 +22,24 @@
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
 #include "svc_int.h"
+#include "wire.h"
 
-/* Server defaults the API documents (docs/api.md, types.proto). */
-#define SVC_DEFAULT_BATCH  65536
-#define SVC_MAX_BATCH      ((int64_t)1 << 30)
-#define SVC_BOTTLENECK_MAX 5
-/* Longest search one request may ask for: a worker is not a batch queue. */
-#define SVC_MAX_BUDGET_MS 600000
+/* The batch when neither the request, the configuration nor a learned
+ * model gives one (the analytic model's; docs/api.md). */
+#define SVC_DEFAULT_BATCH 65536
 /* A search stops this long before the client's deadline, to reply. */
 #define SVC_DEADLINE_MARGIN_MS 50
 
-/* ---------------------------------------------------------------------- */
-/* Requests to planner structs                                             */
-
-static const char *str_or_empty(const char *s)
+/* The limits and defaults of the configuration, for wire's checks. */
+static void limits_of(const struct sd_config *c, struct wire_limits *l)
 {
-    return s != NULL ? s : "";
+    wire_limits_default(l);
+    l->max_tables = c->max_tables;
+    l->default_batch = c->default_batch;
+    l->default_budget_ms = c->default_time_budget_ms;
+    l->search_threads = (int32_t)c->search_threads;
 }
 
-/*
- * Copies the request's tables into a new array (*out, caller frees) and
- * validates them with the planner.  NaN and infinities are refused here,
- * field by field, before any arithmetic sees them.
- */
-static int conv_tables(const struct sd_config *cfg,
-                       Shardd__V1__Table *const *in, size_t n,
-                       struct table **out, struct sd_diag *d)
-{
-    struct table *tables;
-    size_t i;
-    int k, rv;
-
-    if (n == 0)
-        return sd_diag_set(d, SD_EINVAL, "tables: at least one is needed");
-    if (n > cfg->max_tables)
-        return sd_diag_set(d, SD_ERANGE,
-                           "tables: %zu tables, more than this server's "
-                           "limit of %zu",
-                           n, (size_t)cfg->max_tables);
-    tables = calloc(n, sizeof(*tables));
-    if (tables == NULL)
-        return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < n; i++) {
-        const Shardd__V1__Table *src = in[i];
-        struct table *t = &tables[i];
-        const char *name = str_or_empty(src->name);
-        size_t len = strlen(name);
-
-        if (len == 0) {
-            rv = sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", i);
-            goto fail_tables;
-        }
-        if (len >= TABLE_NAME_MAX) {
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "tables[%zu]: name is %zu bytes, more than %d", i,
-                             len, TABLE_NAME_MAX - 1);
-            goto fail_tables;
-        }
-        memcpy(t->name, name, len + 1);
-        if (src->n_bins != TABLE_NBINS) {
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "tables[%zu] \"%s\": bins has %zu values, not %d",
-                             i, t->name, src->n_bins, TABLE_NBINS);
-            goto fail_tables;
-        }
-        if (!isfinite(src->pooling_factor)) {
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "tables[%zu] \"%s\": pooling_factor is not a "
-                             "finite number",
-                             i, t->name);
-            goto fail_tables;
-        }
-        for (k = 0; k < TABLE_NBINS; k++) {
-            if (!isfinite(src->bins[k])) {
-                rv = sd_diag_set(d, SD_EINVAL,
-                                 "tables[%zu] \"%s\": bins[%d] is not a "
-                                 "finite number",
-                                 i, t->name, k);
-                goto fail_tables;
-            }
-            t->bins[k] = src->bins[k];
-        }
-        t->rows = src->rows;
-        t->dim = src->dim;
-        t->pooling_factor = src->pooling_factor;
-        switch (src->dtype) {
-        case SHARDD__V1__DTYPE__DTYPE_UNSPECIFIED:
-        case SHARDD__V1__DTYPE__DTYPE_FP32:
-            t->dtype = TABLE_DTYPE_FP32;
-            break;
-        case SHARDD__V1__DTYPE__DTYPE_FP16:
-            t->dtype = TABLE_DTYPE_FP16;
-            break;
-        default:
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "tables[%zu] \"%s\": dtype %d is unknown", i,
-                             t->name, (int)src->dtype);
-            goto fail_tables;
-        }
-    }
-    rv = table_validate_all(tables, n, d);
-    if (rv != 0)
-        goto fail_tables;
-    *out = tables;
-    return 0;
-
-fail_tables:
-    free(tables);
-    return rv;
-}
-
-/* A Topology double: finite and >= 0; 0 takes the default. */
-/* A topology figure: 0 is the server default, else within [lo, hi]. */
-static int conv_real(double in, double dflt, const char *field, double lo,
-                     double hi, double *out, struct sd_diag *d)
-{
-    if (!isfinite(in))
-        return sd_diag_set(d, SD_EINVAL, "topology.%s: not a finite number",
-                           field);
-    if (in != 0 && (in < lo || in > hi))
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.%s: %g is not in [%g, %g] (0 = server "
-                           "default)",
-                           field, in, lo, hi);
-    *out = in != 0 ? in : dflt;
-    return 0;
-}
-
-/* A backstop (all was checked above), with the batch perhaps still 0. */
-static int topology_validate_or_unset(struct topology *t, struct sd_diag *d)
-{
-    struct topology probe = *t;
-
-    if (probe.batch_size == 0)
-        probe.batch_size = SVC_MAX_BATCH;
-    return topology_validate(&probe, d);
-}
-
-/*
- * Per-device capacities (entry 0: mem_bytes_per_device) into *caps, a new
- * array owned by the caller, or NULL when every device has the same, whose
- * capacity *mem then is.
- */
-static int conv_capacities(const Shardd__V1__Topology *in, uint64_t *mem,
-                           uint64_t **caps, struct sd_diag *d)
-{
-    uint64_t *c;
-    bool same = true;
-    size_t i;
-
-    *caps = NULL;
-    *mem = in->mem_bytes_per_device;
-    if (in->n_mem_bytes_by_device == 0)
-        return 0;
-    if (in->n_mem_bytes_by_device != (size_t)in->num_devices)
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.mem_bytes_by_device: %zu entries, "
-                           "num_devices is %d",
-                           in->n_mem_bytes_by_device, (int)in->num_devices);
-    c = malloc(in->n_mem_bytes_by_device * sizeof(*c));
-    if (c == NULL)
-        return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < in->n_mem_bytes_by_device; i++) {
-        c[i] = in->mem_bytes_by_device[i] != 0 ? in->mem_bytes_by_device[i]
-                                               : in->mem_bytes_per_device;
-        if (c[i] == 0) {
-            free(c);
-            return sd_diag_set(d, SD_EINVAL,
-                               "topology.mem_bytes_by_device[%zu]: 0 and "
-                               "mem_bytes_per_device is 0",
-                               i);
-        }
-        same = same && c[i] == c[0];
-    }
-    *mem = c[0];
-    if (same)
-        free(c); /* the uniform case: one capacity, one request hash */
-    else
-        *caps = c;
-    return 0;
-}
-
-/*
- * Fills *out from a Topology with the server defaults applied.  Devices of
- * different capacities get *caps (owned by the caller, which keeps it as
- * long as *out is used; NULL otherwise).
- */
-static int conv_topology(const struct sd_config *cfg,
-                         const Shardd__V1__Topology *in, struct topology *out,
-                         uint64_t **caps, struct sd_diag *d)
-{
-    struct topology t;
-    uint64_t mem;
-    int rv;
-
-    if (in == NULL)
-        return sd_diag_set(d, SD_EINVAL, "topology: required");
-    if (in->num_devices < 1 || in->num_devices > TOPO_DEVICES_MAX)
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.num_devices: %d is not in [1, %d]",
-                           (int)in->num_devices, TOPO_DEVICES_MAX);
-    rv = conv_capacities(in, &mem, caps, d);
-    if (rv != 0)
-        return rv;
-    if (mem == 0)
-        return sd_diag_set(d, SD_EINVAL,
-                           "topology.mem_bytes_per_device: required (> 0)");
-
-    topology_default(&t, in->num_devices, mem);
-    t.mem_by_device = *caps;
-    if (in->devices_per_host < 0 ||
-        (in->devices_per_host > 0 &&
-         in->num_devices % in->devices_per_host != 0))
-        rv = sd_diag_set(d, SD_EINVAL,
-                         "topology.devices_per_host: %d does not divide "
-                         "num_devices %d",
-                         (int)in->devices_per_host, (int)in->num_devices);
-    if (in->devices_per_host > 0)
-        t.devices_per_host = in->devices_per_host;
-    /* 0 and no configured default: the answering model's batch, set by
-     * resolve_batch() once the model is known. */
-    t.batch_size = in->batch_size != 0 ? in->batch_size : cfg->default_batch;
-    if (rv == 0 && t.batch_size != 0 &&
-        (t.batch_size < t.ndevices || t.batch_size > SVC_MAX_BATCH))
-        rv = sd_diag_set(d, SD_EINVAL,
-                         "topology.batch_size: %lld is not in "
-                         "[num_devices, 2^30]",
-                         (long long)t.batch_size);
-    if (rv == 0)
-        rv = conv_real(in->intra_host_bw_bytes_per_ms, t.intra_host_bw,
-                       "intra_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
-                       &t.intra_host_bw, d);
-    if (rv == 0)
-        rv = conv_real(in->inter_host_bw_bytes_per_ms, t.inter_host_bw,
-                       "inter_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
-                       &t.inter_host_bw, d);
-    if (rv == 0)
-        rv =
-            conv_real(in->link_latency_ms, t.link_latency_ms, "link_latency_ms",
-                      0, TOPO_LATENCY_MAX, &t.link_latency_ms, d);
-    if (rv == 0)
-        rv = conv_real(in->device_mem_bw_bytes_per_ms, t.device_mem_bw,
-                       "device_mem_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
-                       &t.device_mem_bw, d);
-    if (rv == 0)
-        rv = topology_validate_or_unset(&t, d);
-    if (rv != 0) {
-        free(*caps);
-        *caps = NULL;
-        return rv;
-    }
-    *out = t;
-    return 0;
-}
-
-static int conv_optimizer(Shardd__V1__Optimizer in, const char *field,
-                          enum optimizer *out, struct sd_diag *d)
-{
-    switch (in) {
-    case SHARDD__V1__OPTIMIZER__OPTIMIZER_UNSPECIFIED:
-    case SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD:
-        *out = OPTIMIZER_SGD;
-        return 0;
-    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD:
-        *out = OPTIMIZER_ADAGRAD;
-        return 0;
-    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD:
-        *out = OPTIMIZER_ROWWISE_ADAGRAD;
-        return 0;
-    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM:
-        *out = OPTIMIZER_ADAM;
-        return 0;
-    default:
-        return sd_diag_set(d, SD_EINVAL, "%s: %d is unknown", field, (int)in);
-    }
-}
 
 /*
  * The cost model that answers for a profile (empty: the server's default):
@@ -460,48 +203,6 @@ static uint64_t request_hash(const struct table *tables, size_t n,
 /* ---------------------------------------------------------------------- */
 /* Planner results to responses                                            */
 
-/* protobuf-c string fields are `char *`; packing only reads them. */
-static char *msg_str(const char *s)
-{
-    return (char *)s;
-}
-
-/*
- * The per-device costs of an evaluated plan: arrays *msgs and *ptrs owned
- * by the caller (free()).
- */
-static int build_devices(const struct plan *p, const struct topology *t,
-                         Shardd__V1__DeviceCost **msgs,
-                         Shardd__V1__DeviceCost ***ptrs)
-{
-    size_t n = (size_t)p->ndevices, r;
-
-    *msgs = calloc(n, sizeof(**msgs));
-    *ptrs = calloc(n, sizeof(**ptrs));
-    if (*msgs == NULL || *ptrs == NULL) {
-        free(*msgs);
-        free(*ptrs);
-        return SD_ENOMEM;
-    }
-    for (r = 0; r < n; r++) {
-        Shardd__V1__DeviceCost *m = &(*msgs)[r];
-        const struct plan_device *dv = &p->devices[r];
-
-        shardd__v1__device_cost__init(m);
-        m->device = (int32_t)r;
-        m->memory_bytes = dv->mem_bytes;
-        m->memory_capacity_bytes = topology_mem(t, (int32_t)r);
-        m->compute_ms = dv->compute_ms;
-        m->fwd_comm_ms = dv->fwd_comm_ms;
-        m->bwd_comm_ms = dv->bwd_comm_ms;
-        m->total_ms = dv->total_ms;
-        m->dim_sum = dv->dim_sum;
-        m->num_shards = dv->nshards;
-        (*ptrs)[r] = m;
-    }
-    return 0;
-}
-
 /* The cost model's name, noting a batch other than the model's own. */
 static void cost_model_name(const struct plan *p, const struct scorer *sc,
                             const struct topology *t, char *out, size_t size)
@@ -513,214 +214,19 @@ static void cost_model_name(const struct plan *p, const struct scorer *sc,
         snprintf(out, size, "%s", p->cost_model);
 }
 
+/* The CostBasis of a response; its strings point into sc and p. */
 static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
                        const struct plan *p, char *cost_model)
 {
     shardd__v1__cost_basis__init(b);
-    b->model_version = msg_str(sc->dm != NULL ? sc->dm->version : "");
-    b->profile = msg_str(sc->profile);
+    b->model_version = (char *)(sc->dm != NULL ? sc->dm->version : "");
+    b->profile = (char *)sc->profile;
     b->cost_model = cost_model;
-    b->comm_model = msg_str(p->comm_model);
+    b->comm_model = (char *)p->comm_model;
     b->compute_source = sc->dm != NULL
                             ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
                             : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
     b->comm_source = SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
-}
-
-/* Everything a PlanResponse points into; freed in one place. */
-struct plan_reply {
-    Shardd__V1__TablePlacement *placements;
-    Shardd__V1__TablePlacement **placement_ptrs;
-    Shardd__V1__Shard *shards;
-    Shardd__V1__Shard **shard_ptrs;
-    Shardd__V1__DeviceCost *devices;
-    Shardd__V1__DeviceCost **device_ptrs;
-};
-
-static void plan_reply_free(struct plan_reply *r)
-{
-    free(r->placements);
-    free(r->placement_ptrs);
-    free(r->shards);
-    free(r->shard_ptrs);
-    free(r->devices);
-    free(r->device_ptrs);
-}
-
-/*
- * Fills the table placements of resp from a sorted plan: the shards of table
- * i are a run of p->shards, in column order.
- */
-static int build_placements(const struct plan *p, const struct table *tables,
-                            size_t ntables, struct plan_reply *r,
-                            Shardd__V1__PlanResponse *resp)
-{
-    size_t i, k = 0;
-
-    r->placements = calloc(ntables, sizeof(*r->placements));
-    r->placement_ptrs = calloc(ntables, sizeof(*r->placement_ptrs));
-    r->shards = calloc(p->nshards ? p->nshards : 1, sizeof(*r->shards));
-    r->shard_ptrs = calloc(p->nshards ? p->nshards : 1, sizeof(*r->shard_ptrs));
-    if (!r->placements || !r->placement_ptrs || !r->shards || !r->shard_ptrs)
-        return SD_ENOMEM;
-    for (i = 0; i < ntables; i++) {
-        Shardd__V1__TablePlacement *tp = &r->placements[i];
-
-        shardd__v1__table_placement__init(tp);
-        tp->table = msg_str(tables[i].name);
-        tp->shards = &r->shard_ptrs[k];
-        for (; k < p->nshards && p->shards[k].table == i; k++) {
-            Shardd__V1__Shard *sh = &r->shards[k];
-
-            shardd__v1__shard__init(sh);
-            sh->device = p->shards[k].device;
-            sh->col_offset = p->shards[k].col_offset;
-            sh->col_width = p->shards[k].col_width;
-            r->shard_ptrs[k] = sh;
-            tp->n_shards++;
-        }
-        r->placement_ptrs[i] = tp;
-    }
-    resp->n_tables = ntables;
-    resp->tables = r->placement_ptrs;
-    return 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Plan                                                                    */
-
-struct name_idx {
-    const char *name;
-    uint32_t idx;
-};
-
-static int cmp_name_idx(const void *a, const void *b)
-{
-    return strcmp(((const struct name_idx *)a)->name,
-                  ((const struct name_idx *)b)->name);
-}
-
-/* The tables' names, sorted for find_table(); NULL when out of memory. */
-static struct name_idx *name_index(const struct table *tables, size_t n)
-{
-    struct name_idx *ix = malloc((n ? n : 1) * sizeof(*ix));
-    size_t i;
-
-    if (ix == NULL)
-        return NULL;
-    for (i = 0; i < n; i++)
-        ix[i] = (struct name_idx){tables[i].name, (uint32_t)i};
-    qsort(ix, n, sizeof(*ix), cmp_name_idx);
-    return ix;
-}
-
-/* The index of the table called name, or -1. */
-static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
-{
-    struct name_idx key = {name, 0};
-    const struct name_idx *hit =
-        bsearch(&key, ix, n, sizeof(*ix), cmp_name_idx);
-
-    return hit != NULL ? (int64_t)hit->idx : -1;
-}
-
-/*
- * Constraints.pins to one device (or -1) per table: *out, owned by the
- * caller, stays NULL when nothing is pinned.
- */
-static int conv_pins(const Shardd__V1__Constraints *in,
-                     const struct table *tables, size_t ntables,
-                     const struct topology *t, int32_t **out, struct sd_diag *d)
-{
-    struct name_idx *index;
-    int32_t *pins;
-    size_t i;
-    int rv = 0;
-
-    *out = NULL;
-    if (in == NULL || in->n_pins == 0)
-        return 0;
-    index = name_index(tables, ntables);
-    pins = malloc((ntables ? ntables : 1) * sizeof(*pins));
-    if (index == NULL || pins == NULL) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free;
-    }
-    for (i = 0; i < ntables; i++)
-        pins[i] = -1;
-    for (i = 0; i < in->n_pins && rv == 0; i++) {
-        const Shardd__V1__Pin *pin = in->pins[i];
-        const char *name = str_or_empty(pin->table);
-        int64_t k = find_table(index, ntables, name);
-
-        if (k < 0)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "options.constraints.pins[%zu]: table "
-                             "\"%.200s\" is not in tables",
-                             i, name);
-        else if (pins[k] >= 0)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "options.constraints.pins[%zu]: table \"%s\" "
-                             "is pinned twice",
-                             i, name);
-        else if (pin->device < 0 || pin->device >= t->ndevices)
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "options.constraints.pins[%zu]: device %d is "
-                             "not in [0, %d)",
-                             i, (int)pin->device, (int)t->ndevices);
-        else
-            pins[k] = pin->device;
-    }
-    if (rv == 0) {
-        *out = pins;
-        pins = NULL;
-    }
-out_free:
-    free(pins);
-    free(index);
-    return rv;
-}
-
-/*
- * PlanOptions (may be NULL) to plan_options; see planner.proto.  Pins go
- * to *pins (owned by the caller, NULL when none; o->pins points at it).
- */
-static int conv_options(const struct sd_config *cfg,
-                        const Shardd__V1__PlanOptions *in,
-                        const struct table *tables, size_t ntables,
-                        const struct topology *t, struct plan_options *o,
-                        int32_t **pins, struct sd_diag *d)
-{
-    int rv;
-
-    *pins = NULL;
-    plan_options_default(o);
-    o->alg = PLAN_ALG_NEUROSHARD;
-    o->threads = (int32_t)cfg->search_threads; /* 0: one per CPU */
-    o->time_budget_ms = cfg->default_time_budget_ms;
-    o->column_splits = false;
-    if (in == NULL)
-        return 0;
-    if (in->algorithm != NULL && in->algorithm[0] != '\0') {
-        struct sd_diag why;
-
-        if (plan_alg_parse(in->algorithm, &o->alg, &why) != 0)
-            return sd_diag_set(d, SD_EINVAL, "options.algorithm: %s", why.msg);
-    }
-    o->column_splits = !in->whole_tables_only;
-    if (in->time_budget_ms > SVC_MAX_BUDGET_MS)
-        return sd_diag_set(d, SD_ERANGE,
-                           "options.time_budget_ms: %u is over this server's "
-                           "limit of %d",
-                           (unsigned)in->time_budget_ms, SVC_MAX_BUDGET_MS);
-    if (in->time_budget_ms != 0)
-        o->time_budget_ms = in->time_budget_ms;
-    o->seed = in->seed;
-    rv = conv_optimizer(in->optimizer, "options.optimizer", &o->optimizer, d);
-    if (rv == 0)
-        rv = conv_pins(in->constraints, tables, ntables, t, pins, d);
-    o->pins = *pins;
-    return rv;
 }
 
 /*
@@ -793,156 +299,171 @@ static int fit_deadline(const struct svc_call *call, struct plan_options *po,
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Plan                                                                    */
+
+/* A Plan request decoded, with its defaults applied. */
+struct plan_ask {
+    Shardd__V1__PlanRequest *rq; /* owned */
+    struct table *tables;        /* owned */
+    size_t n;
+    struct topology topo;
+    uint64_t *caps; /* owned; topo.mem_by_device */
+    struct plan_options po;
+    int32_t *pins; /* owned; po.pins */
+    struct scorer sc;
+    uint64_t key;  /* the request hash */
+    char hash[17]; /* and in hex */
+};
+
+static void plan_ask_free(struct plan_ask *a)
+{
+    scorer_release(&a->sc);
+    free(a->pins);
+    free(a->caps);
+    free(a->tables);
+    if (a->rq != NULL)
+        shardd__v1__plan_request__free_unpacked(a->rq, NULL);
+}
+
+/* Decodes and checks a PlanRequest into *a (plan_ask_free() it). */
+static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
+                           const uint8_t *req, size_t len, struct plan_ask *a,
+                           struct sd_diag *d)
+{
+    struct wire_limits lim;
+    const char *profile;
+    int rv;
+
+    limits_of(cfg, &lim);
+    a->rq = shardd__v1__plan_request__unpack(NULL, len, req);
+    if (a->rq == NULL)
+        return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
+    rv = wire_tables_in(&lim, a->rq->tables, a->rq->n_tables, &a->tables, d);
+    if (rv != 0)
+        return rv;
+    a->n = a->rq->n_tables;
+    rv = wire_topology_in(&lim, a->rq->topology, &a->topo, &a->caps, d);
+    if (rv == 0)
+        rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
+                             &a->po, &a->pins, d);
+    if (rv != 0)
+        return rv;
+    profile = a->rq->options != NULL ? a->rq->options->profile : NULL;
+    rv = pick_scorer(s, profile, a->po.alg == PLAN_ALG_NEUROSHARD,
+                     "options.profile", &a->sc, d);
+    if (rv != 0)
+        return rv;
+    a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
+    rv = resolve_batch(&a->topo, &a->sc, d);
+    if (rv != 0)
+        return rv;
+    /* The hash covers the request with defaults applied, not the budget the
+     * deadline leaves: the same request answers from the cache whatever
+     * its deadline. */
+    a->key =
+        request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile, a->hash);
+    return 0;
+}
+
+/* The search's figures; the baselines keep no statistics: their time is
+ * the whole run. */
+static void fill_search(Shardd__V1__SearchStats *m, const struct plan *p,
+                        enum plan_alg alg, double elapsed_ms)
+{
+    bool searched = alg == PLAN_ALG_NEUROSHARD;
+
+    shardd__v1__search_stats__init(m);
+    m->search_time_ms = searched ? p->stats.search_ms : elapsed_ms;
+    m->candidates_evaluated = searched ? (uint64_t)p->stats.greedy_runs : 1;
+    m->time_budget_exhausted = p->stats.budget_exhausted;
+}
+
+/* The PlanResponse of a finished plan, packed into *resp. */
+static int plan_reply(const struct plan_ask *a, const struct plan *p,
+                      double elapsed_ms, uint8_t **resp, size_t *resp_len,
+                      struct sd_diag *d)
+{
+    Shardd__V1__PlanResponse out = SHARDD__V1__PLAN_RESPONSE__INIT;
+    Shardd__V1__CostBasis basis;
+    Shardd__V1__SearchStats search;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    char cm_name[sizeof(p->cost_model) + 48];
+    int rv;
+
+    out.tables = wire_placements_out(&arena, p, a->tables, a->n);
+    out.n_tables = a->n;
+    out.devices = wire_devices_out(&arena, p, &a->topo);
+    out.n_devices = (size_t)p->ndevices;
+    out.explanation = wire_explanation_out(&arena, p, a->tables);
+    if (out.tables == NULL || out.devices == NULL || out.explanation == NULL) {
+        wire_arena_free(&arena);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    out.plan_cost_ms = p->cost_ms;
+    out.algorithm = (char *)plan_alg_name(a->po.alg);
+    cost_model_name(p, &a->sc, &a->topo, cm_name, sizeof(cm_name));
+    fill_basis(&basis, &a->sc, p, cm_name);
+    out.basis = &basis;
+    fill_search(&search, p, a->po.alg, elapsed_ms);
+    out.search = &search;
+    out.request_hash = (char *)a->hash;
+    out.cache_hit = false;
+    rv = wire_pack(&out.base, resp, resp_len, d);
+    wire_arena_free(&arena);
+    return rv;
+}
+
 static int plan_request(struct svc *s, const struct svc_call *call,
                         const uint8_t *req, size_t len, uint8_t **resp,
                         size_t *resp_len, struct sd_diag *d)
 {
-    Shardd__V1__PlanRequest *rq;
-    Shardd__V1__PlanResponse out = SHARDD__V1__PLAN_RESPONSE__INIT;
-    Shardd__V1__CostBasis basis;
-    Shardd__V1__SearchStats search = SHARDD__V1__SEARCH_STATS__INIT;
-    Shardd__V1__Explanation expl = SHARDD__V1__EXPLANATION__INIT;
-    char *bottleneck[SVC_BOTTLENECK_MAX];
-    struct plan_reply reply = {0};
     struct conf_snap *cf = svc_conf(s);
-    const struct sd_config *cfg = &cf->c;
-    struct plan_options po;
-    struct topology topo;
-    struct table *tables = NULL;
-    struct scorer sc = {0};
+    struct plan_ask a;
     struct plan p;
-    uint64_t *caps = NULL;
-    int32_t *pins = NULL;
-    char hash[17], cm_name[sizeof(p.cost_model) + 48];
-    const char *profile;
-    uint64_t key;
+    int64_t model_id;
     bool clamped;
     double t0, elapsed;
-    size_t n;
-    int i, rv;
+    int rv;
 
-    rq = shardd__v1__plan_request__unpack(NULL, len, req);
-    if (rq == NULL) {
-        conf_snap_unref(cf);
-        return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
-    }
-    rv = conv_tables(cfg, rq->tables, rq->n_tables, &tables, d);
+    memset(&a, 0, sizeof(a));
+    rv = plan_ask_decode(s, &cf->c, req, len, &a, d);
     if (rv != 0)
-        goto out_request;
-    n = rq->n_tables;
-    rv = conv_topology(cfg, rq->topology, &topo, &caps, d);
-    if (rv == 0)
-        rv = conv_options(cfg, rq->options, tables, n, &topo, &po, &pins, d);
-    if (rv != 0)
-        goto out_tables;
-    profile = rq->options != NULL ? rq->options->profile : NULL;
-    rv = pick_scorer(s, profile, po.alg == PLAN_ALG_NEUROSHARD,
-                     "options.profile", &sc, d);
-    if (rv != 0)
-        goto out_tables;
-    po.net = sc.dm != NULL ? sc.dm->net : NULL;
-    rv = resolve_batch(&topo, &sc, d);
-    if (rv != 0)
-        goto out_scorer;
-
-    /* The hash covers the request with defaults applied, not the budget the
-     * deadline leaves: the same request answers from the cache whatever
-     * its deadline. */
-    key = request_hash(tables, n, &topo, &po, sc.profile, hash);
-    if (cache_get(&s->cache, key, sc.dm != NULL ? sc.dm->id : -1, resp,
-                  resp_len)) {
+        goto out_ask;
+    model_id = a.sc.dm != NULL ? a.sc.dm->id : -1;
+    if (cache_get(&s->cache, a.key, model_id, resp, resp_len)) {
         rv = mark_cache_hit(resp, resp_len, d);
-        goto out_scorer;
+        goto out_ask;
     }
-    rv = fit_deadline(call, &po, &clamped, d);
+    rv = fit_deadline(call, &a.po, &clamped, d);
     if (rv != 0)
-        goto out_scorer;
-
-    po.cancel = call != NULL ? call->cancel : NULL;
+        goto out_ask;
+    a.po.cancel = call != NULL ? call->cancel : NULL;
     t0 = sd_now_ms_f();
-    rv = plan_run(tables, n, &topo, &po, sc.m, &p, d);
+    rv = plan_run(a.tables, a.n, &a.topo, &a.po, a.sc.m, &p, d);
     elapsed = sd_now_ms_f() - t0;
-    if (rv != 0) {
-        /* The planner says "pins: ..."; the client sent the field below. */
-        if (strncmp(d->msg, "pins: ", 6) == 0) {
-            struct sd_diag why = *d;
-
-            sd_diag_set(d, rv, "options.constraints.pins: %s", why.msg + 6);
-        }
-        goto out_scorer;
-    }
+    if (rv != 0)
+        goto out_ask;
     /* Stopped because the client left: nobody takes this plan, and it is
      * not the request's answer, for the cache or the audit. */
-    if (po.cancel != NULL && atomic_load(po.cancel)) {
+    if (a.po.cancel != NULL && atomic_load(a.po.cancel)) {
         rv = sd_diag_set(d, SD_ECANCELED, "the client cancelled the call");
-        goto out_reply;
+        goto out_plan;
     }
-
-    rv = build_placements(&p, tables, n, &reply, &out);
-    if (rv == 0)
-        rv = build_devices(&p, &topo, &reply.devices, &reply.device_ptrs);
-    if (rv != 0) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_reply;
-    }
-    out.n_devices = (size_t)p.ndevices;
-    out.devices = reply.device_ptrs;
-    out.plan_cost_ms = p.cost_ms;
-    out.algorithm = msg_str(plan_alg_name(po.alg));
-    cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, &sc, &p, cm_name);
-    out.basis = &basis;
-
-    /* The baselines keep no statistics: their time is the whole run. */
-    search.search_time_ms =
-        po.alg == PLAN_ALG_NEUROSHARD ? p.stats.search_ms : elapsed;
-    search.candidates_evaluated =
-        po.alg == PLAN_ALG_NEUROSHARD ? (uint64_t)p.stats.greedy_runs : 1;
-    search.time_budget_exhausted = p.stats.budget_exhausted;
-    out.search = &search;
-
-    expl.bottleneck_device = p.explain.critical_device;
-    expl.bottleneck_tables = bottleneck;
-    for (i = 0; i < p.explain.ndrivers; i++) {
-        const char *name = tables[p.shards[p.explain.drivers[i]].table].name;
-        size_t k;
-
-        for (k = 0; k < expl.n_bottleneck_tables; k++)
-            if (strcmp(bottleneck[k], name) == 0)
-                break;
-        if (k == expl.n_bottleneck_tables &&
-            expl.n_bottleneck_tables < SVC_BOTTLENECK_MAX)
-            bottleneck[expl.n_bottleneck_tables++] = msg_str(name);
-    }
-    expl.lower_bound_ms = p.explain.lower_bound_ms;
-    expl.gap_ratio = p.explain.lower_bound_ms > 0 ? p.explain.gap : 0;
-    out.explanation = &expl;
-    out.request_hash = hash;
-    out.cache_hit = false;
-
-    rv = wire_pack(&out.base, resp, resp_len, d);
-    if (rv == 0) {
-        /* A plan cut short by the deadline is not the request's answer. */
-        if (!(clamped && p.stats.budget_exhausted))
-            cache_put(&s->cache, key, sc.dm != NULL ? sc.dm->id : -1, *resp,
-                      *resp_len);
-        audit_plan(s, &p, tables, n, &sc, hash, plan_alg_name(po.alg));
-        /* Its shards are worth measuring whichever model planned them; the
-         * profiler takes them when the batch is the one it measures at. */
-        profw_propose(&s->profw, &p, tables, topo.batch_size);
-    }
-
-out_reply:
-    plan_reply_free(&reply);
+    rv = plan_reply(&a, &p, elapsed, resp, resp_len, d);
+    if (rv != 0)
+        goto out_plan;
+    /* A plan cut short by the deadline is not the request's answer. */
+    if (!(clamped && p.stats.budget_exhausted))
+        cache_put(&s->cache, a.key, model_id, *resp, *resp_len);
+    audit_plan(s, &p, a.tables, a.n, &a.sc, a.hash, plan_alg_name(a.po.alg));
+    /* Its shards are worth measuring whichever model planned them; the
+     * profiler takes them when the batch is the one it measures at. */
+    profw_propose(&s->profw, &p, a.tables, a.topo.batch_size);
+out_plan:
     plan_destroy(&p);
-out_scorer:
-    scorer_release(&sc);
-out_tables:
-    free(pins);
-    free(caps);
-    free(tables);
-out_request:
-    shardd__v1__plan_request__free_unpacked(rq, NULL);
+out_ask:
+    plan_ask_free(&a);
     conf_snap_unref(cf);
     return rv;
 }
@@ -961,94 +482,34 @@ int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
 /* ---------------------------------------------------------------------- */
 /* Estimate                                                                */
 
-/*
- * Builds a plan (*p, initialised here) from the request's placement: one
- * entry per table by name, in any order.  Structure only; plan_validate()
- * checks the columns.
- */
-static int conv_placement(Shardd__V1__TablePlacement *const *in, size_t nin,
-                          const struct table *tables, size_t n, int32_t ndev,
-                          struct plan *p, struct sd_diag *d)
+/* The EstimateResponse of an evaluated plan, packed into *resp. */
+static int estimate_reply(const struct plan *p, const struct topology *topo,
+                          const struct scorer *sc, uint8_t **resp,
+                          size_t *resp_len, struct sd_diag *d)
 {
-    struct name_idx *index;
-    const char *name;
-    int64_t idx;
-    bool *seen;
-    size_t i, k;
+    Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
+    Shardd__V1__CostBasis basis;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    char cm_name[sizeof(p->cost_model) + 48];
+    int32_t r;
     int rv;
 
-    if (nin != n)
-        return sd_diag_set(d, SD_EINVAL,
-                           "placement: %zu entries for %zu tables (one per "
-                           "table is needed)",
-                           nin, n);
-    index = name_index(tables, n);
-    seen = calloc(n ? n : 1, sizeof(*seen));
-    if (index == NULL || seen == NULL) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free;
+    out.devices = wire_devices_out(&arena, p, topo);
+    if (out.devices == NULL) {
+        wire_arena_free(&arena);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
-    rv = plan_init(p, ndev);
-    if (rv != 0) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free;
-    }
-    for (i = 0; i < nin; i++) {
-        const Shardd__V1__TablePlacement *tp = in[i];
-
-        name = str_or_empty(tp->table);
-        idx = find_table(index, n, name);
-        if (idx < 0) {
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "placement[%zu]: table \"%.200s\" is not in "
-                             "tables",
-                             i, name);
-            goto fail_plan;
-        }
-        if (seen[idx]) {
-            rv = sd_diag_set(d, SD_EINVAL,
-                             "placement[%zu]: table \"%s\" is placed twice", i,
-                             name);
-            goto fail_plan;
-        }
-        seen[idx] = true;
-        for (k = 0; k < tp->n_shards; k++) {
-            const Shardd__V1__Shard *sh = tp->shards[k];
-
-            if (sh->device < 0 || sh->device >= ndev) {
-                rv = sd_diag_set(d, SD_EINVAL,
-                                 "placement[%zu] \"%s\": shards[%zu]: device "
-                                 "%d is not in [0, %d)",
-                                 i, name, k, (int)sh->device, (int)ndev);
-                goto fail_plan;
-            }
-            /* Bounds first: the planner's column check adds widths. */
-            if (sh->col_offset < 0 || sh->col_width <= 0 ||
-                (int64_t)sh->col_offset + sh->col_width > tables[idx].dim) {
-                rv = sd_diag_set(d, SD_EINVAL,
-                                 "placement[%zu] \"%s\": shards[%zu]: "
-                                 "columns [%d, %lld) are outside the table's "
-                                 "%d",
-                                 i, name, k, (int)sh->col_offset,
-                                 (long long)sh->col_offset + sh->col_width,
-                                 (int)tables[idx].dim);
-                goto fail_plan;
-            }
-            if (plan_add(p, (uint32_t)idx, sh->device, sh->col_offset,
-                         sh->col_width) != 0) {
-                rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-                goto fail_plan;
-            }
-        }
-    }
-    rv = 0;
-    goto out_free;
-
-fail_plan:
-    plan_destroy(p);
-out_free:
-    free(seen);
-    free(index);
+    out.n_devices = (size_t)p->ndevices;
+    out.plan_cost_ms = p->cost_ms;
+    cost_model_name(p, sc, topo, cm_name, sizeof(cm_name));
+    fill_basis(&basis, sc, p, cm_name);
+    out.basis = &basis;
+    out.fits_memory = true;
+    for (r = 0; r < p->ndevices; r++)
+        if (p->devices[r].mem_bytes > topology_mem(topo, r))
+            out.fits_memory = false;
+    rv = wire_pack(&out.base, resp, resp_len, d);
+    wire_arena_free(&arena);
     return rv;
 }
 
@@ -1056,39 +517,35 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
                             uint8_t **resp, size_t *resp_len, struct sd_diag *d)
 {
     Shardd__V1__EstimateRequest *rq;
-    Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
-    Shardd__V1__DeviceCost *devs = NULL, **dev_ptrs = NULL;
-    Shardd__V1__CostBasis basis;
+    struct conf_snap *cf = svc_conf(s);
     struct topology topo, unbounded;
     struct table *tables = NULL;
     enum optimizer opt = OPTIMIZER_SGD;
-    struct conf_snap *cf = svc_conf(s);
+    struct wire_limits lim;
     struct scorer sc = {0};
     struct plan p;
     uint64_t *caps = NULL;
-    char cm_name[sizeof(p.cost_model) + 48];
-    int32_t r;
     int rv;
 
+    limits_of(&cf->c, &lim);
     rq = shardd__v1__estimate_request__unpack(NULL, len, req);
     if (rq == NULL) {
         conf_snap_unref(cf);
         return sd_diag_set(d, SD_EFORMAT,
                            "EstimateRequest: not a valid message");
     }
-    rv = conv_tables(&cf->c, rq->tables, rq->n_tables, &tables, d);
-    if (rv != 0)
-        goto out_request;
-    rv = conv_topology(&cf->c, rq->topology, &topo, &caps, d);
+    rv = wire_tables_in(&lim, rq->tables, rq->n_tables, &tables, d);
     if (rv == 0)
-        rv = conv_optimizer(rq->optimizer, "optimizer", &opt, d);
+        rv = wire_topology_in(&lim, rq->topology, &topo, &caps, d);
+    if (rv == 0)
+        rv = wire_optimizer_in(rq->optimizer, "optimizer", &opt, d);
     if (rv == 0)
         rv = pick_scorer(s, rq->profile, false, "profile", &sc, d);
     if (rv == 0)
         rv = resolve_batch(&topo, &sc, d);
     if (rv == 0)
-        rv = conv_placement(rq->placement, rq->n_placement, tables,
-                            rq->n_tables, topo.ndevices, &p, d);
+        rv = wire_placement_in("placement", rq->placement, rq->n_placement,
+                               tables, rq->n_tables, topo.ndevices, &p, d);
     if (rv != 0)
         goto out_tables;
 
@@ -1097,44 +554,18 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     unbounded = topo;
     unbounded.mem_bytes = UINT64_MAX;
     unbounded.mem_by_device = NULL;
-    rv = plan_validate(&p, tables, rq->n_tables, &unbounded, opt, d);
-    if (rv != 0) {
-        /* The planner says "plan: ..."; the client sent "placement". */
-        if (strncmp(d->msg, "plan: ", 6) == 0) {
-            struct sd_diag why = *d;
-
-            sd_diag_set(d, rv, "placement: %s", why.msg + 6);
-        }
-        goto out_plan;
-    }
-    rv = plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m);
-    if (rv == 0)
-        rv = build_devices(&p, &topo, &devs, &dev_ptrs);
-    if (rv != 0) {
+    rv = plan_validate_as(&p, tables, rq->n_tables, &unbounded, opt,
+                          "placement", d);
+    if (rv == 0 &&
+        plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m) != 0)
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_plan;
-    }
-    out.n_devices = (size_t)p.ndevices;
-    out.devices = dev_ptrs;
-    out.plan_cost_ms = p.cost_ms;
-    cost_model_name(&p, &sc, &topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, &sc, &p, cm_name);
-    out.basis = &basis;
-    out.fits_memory = true;
-    for (r = 0; r < p.ndevices; r++)
-        if (p.devices[r].mem_bytes > topology_mem(&topo, r))
-            out.fits_memory = false;
-    rv = wire_pack(&out.base, resp, resp_len, d);
-    free(devs);
-    free(dev_ptrs);
-
-out_plan:
+    if (rv == 0)
+        rv = estimate_reply(&p, &topo, &sc, resp, resp_len, d);
     plan_destroy(&p);
 out_tables:
     scorer_release(&sc);
     free(caps);
     free(tables);
-out_request:
     shardd__v1__estimate_request__free_unpacked(rq, NULL);
     conf_snap_unref(cf);
     return rv;

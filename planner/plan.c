@@ -207,7 +207,8 @@ void plan_sort(struct plan *p)
 /* Checks that the sorted shards of table i tile [0, dim) exactly; *pos is
  * the first shard of table i and is advanced past its shards. */
 static int check_columns(const struct plan *p, size_t *pos, uint32_t i,
-                         const struct table *t, struct sd_diag *d)
+                         const struct table *t, const char *what,
+                         struct sd_diag *d)
 {
     int32_t next = 0;
     size_t k = *pos;
@@ -217,14 +218,14 @@ static int check_columns(const struct plan *p, size_t *pos, uint32_t i,
 
         if (s->col_offset != next)
             return sd_diag_set(
-                d, SD_EINVAL, "plan: table \"%s\": columns [%d, %d) %s",
+                d, SD_EINVAL, "%s: table \"%s\": columns [%d, %d) %s", what,
                 t->name, (int)next, (int)s->col_offset,
                 s->col_offset > next ? "are not placed" : "are placed twice");
         next += s->col_width;
     }
     if (next != t->dim)
         return sd_diag_set(d, SD_EINVAL,
-                           "plan: table \"%s\": %d of %d columns placed",
+                           "%s: table \"%s\": %d of %d columns placed", what,
                            t->name, (int)next, (int)t->dim);
     *pos = k;
     return 0;
@@ -233,6 +234,13 @@ static int check_columns(const struct plan *p, size_t *pos, uint32_t i,
 int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   struct sd_diag *d)
+{
+    return plan_validate_as(p, tables, ntables, t, opt, "plan", d);
+}
+
+int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
+                     const struct topology *t, enum optimizer opt,
+                     const char *what, struct sd_diag *d)
 {
     uint64_t *used;
     size_t k, pos = 0;
@@ -244,33 +252,33 @@ int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
 
         if (s->table >= ntables)
             return sd_diag_set(d, SD_EINVAL,
-                               "plan: shards[%zu]: table %u does not exist", k,
-                               (unsigned)s->table);
+                               "%s: shards[%zu]: table %u does not exist", what,
+                               k, (unsigned)s->table);
         if (s->device < 0 || s->device >= t->ndevices)
             return sd_diag_set(d, SD_EINVAL,
-                               "plan: table \"%s\": device %d is not in "
+                               "%s: table \"%s\": device %d is not in "
                                "[0, %d)",
-                               tables[s->table].name, (int)s->device,
+                               what, tables[s->table].name, (int)s->device,
                                (int)t->ndevices);
         if (s->col_width <= 0 || s->col_width % TABLE_DIM_ALIGN != 0 ||
             s->col_offset < 0 || s->col_offset % TABLE_DIM_ALIGN != 0)
             return sd_diag_set(d, SD_EINVAL,
-                               "plan: table \"%s\": shard at column %d of "
+                               "%s: table \"%s\": shard at column %d of "
                                "width %d is not aligned to %d columns",
-                               tables[s->table].name, (int)s->col_offset,
+                               what, tables[s->table].name, (int)s->col_offset,
                                (int)s->col_width, TABLE_DIM_ALIGN);
         /* Checked here, in 64 bits, so that summing widths cannot overflow
          * whatever a plan file says. */
         if ((int64_t)s->col_offset + s->col_width > tables[s->table].dim)
             return sd_diag_set(d, SD_EINVAL,
-                               "plan: table \"%s\": shard at column %d of "
+                               "%s: table \"%s\": shard at column %d of "
                                "width %d runs past its %d columns",
-                               tables[s->table].name, (int)s->col_offset,
+                               what, tables[s->table].name, (int)s->col_offset,
                                (int)s->col_width, (int)tables[s->table].dim);
     }
     plan_sort(p);
     for (i = 0; i < ntables; i++) {
-        rv = check_columns(p, &pos, i, &tables[i], d);
+        rv = check_columns(p, &pos, i, &tables[i], what, d);
         if (rv != 0)
             return rv;
     }
@@ -285,14 +293,14 @@ int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
 
         used[s->device] += shard_bytes(&tables[s->table], s->col_width, opt);
         if (used[s->device] > cap) {
-            rv =
-                sd_diag_set(d, SD_ENOSPACE,
-                            "plan: device %d: %llu bytes placed, capacity "
-                            "%llu (over by %llu at table \"%s\")",
-                            (int)s->device, (unsigned long long)used[s->device],
-                            (unsigned long long)cap,
-                            (unsigned long long)(used[s->device] - cap),
-                            tables[s->table].name);
+            rv = sd_diag_set(d, SD_ENOSPACE,
+                             "%s: device %d: %llu bytes placed, capacity "
+                             "%llu (over by %llu at table \"%s\")",
+                             what, (int)s->device,
+                             (unsigned long long)used[s->device],
+                             (unsigned long long)cap,
+                             (unsigned long long)(used[s->device] - cap),
+                             tables[s->table].name);
             break;
         }
     }
@@ -366,6 +374,13 @@ int plan_check_pins(const struct table *tables, size_t ntables,
                     const struct topology *t, const int32_t *pins,
                     enum optimizer opt, struct sd_diag *d)
 {
+    return plan_check_pins_as(tables, ntables, t, pins, opt, "pins", d);
+}
+
+int plan_check_pins_as(const struct table *tables, size_t ntables,
+                       const struct topology *t, const int32_t *pins,
+                       enum optimizer opt, const char *field, struct sd_diag *d)
+{
     uint64_t *used;
     size_t i;
     int rv = 0;
@@ -383,9 +398,9 @@ int plan_check_pins(const struct table *tables, size_t ntables,
             continue;
         if (r < 0 || r >= t->ndevices) {
             rv = sd_diag_set(d, SD_EINVAL,
-                             "pins: table \"%s\": device %d is not in "
+                             "%s: table \"%s\": device %d is not in "
                              "[0, %d)",
-                             tables[i].name, (int)r, (int)t->ndevices);
+                             field, tables[i].name, (int)r, (int)t->ndevices);
             break;
         }
         cap = topology_mem(t, r);
@@ -393,10 +408,10 @@ int plan_check_pins(const struct table *tables, size_t ntables,
         if (used[r] > cap)
             rv = sd_diag_set(
                 d, SD_ENOSPACE,
-                "pins: device %d: the tables pinned to it need "
+                "%s: device %d: the tables pinned to it need "
                 "%llu bytes up to table \"%s\", %llu more than "
                 "its capacity of %llu",
-                (int)r, (unsigned long long)used[r], tables[i].name,
+                field, (int)r, (unsigned long long)used[r], tables[i].name,
                 (unsigned long long)(used[r] - cap), (unsigned long long)cap);
     }
     free(used);

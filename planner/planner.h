@@ -415,6 +415,11 @@ void plan_sort(struct plan *p);
 int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   struct sd_diag *d);
+/* The same, with messages naming the plan `what` ("placement") instead of
+ * "plan". */
+int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
+                     const struct topology *t, enum optimizer opt,
+                     const char *what, struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* Costs (cost.c)                                                            */
@@ -602,6 +607,12 @@ int plan_check_inputs(const struct table *tables, size_t ntables,
 int plan_check_pins(const struct table *tables, size_t ntables,
                     const struct topology *t, const int32_t *pins,
                     enum optimizer opt, struct sd_diag *d);
+/* The same, with messages naming the pins `field`
+ * ("options.constraints.pins") instead of "pins". */
+int plan_check_pins_as(const struct table *tables, size_t ntables,
+                       const struct topology *t, const int32_t *pins,
+                       enum optimizer opt, const char *field,
+                       struct sd_diag *d);
 
 /*
  * Places tables on the topology's devices with one algorithm and fills *out

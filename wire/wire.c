@@ -1,11 +1,70 @@
 /* Planner structs <-> shardd.v1 messages (wire.h). */
 #include "wire.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include <protobuf-c/protobuf-c.h>
+#define WIRE_BLOCK_ALIGN    16
+#define WIRE_BOTTLENECK_MAX 5 /* Explanation.bottleneck_tables */
 
-int wire_pack(const struct ProtobufCMessage *m, uint8_t **out, size_t *len,
+void wire_limits_default(struct wire_limits *l)
+{
+    l->max_tables = 65536;
+    l->default_batch = 0;
+    l->default_budget_ms = 10000;
+    l->max_budget_ms = WIRE_MAX_BUDGET_MS;
+    l->search_threads = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The arena                                                               */
+
+struct wire_block {
+    struct wire_block *next;
+    /* the room follows, aligned */
+};
+
+void *wire_alloc(struct wire_arena *a, size_t n, size_t size)
+{
+    size_t head = (sizeof(struct wire_block) + WIRE_BLOCK_ALIGN - 1) /
+                  WIRE_BLOCK_ALIGN * WIRE_BLOCK_ALIGN;
+    struct wire_block *b;
+
+    if (size != 0 && n > (SIZE_MAX - head) / size)
+        return NULL;
+    b = calloc(1, head + (n * size > 0 ? n * size : 1));
+    if (b == NULL)
+        return NULL;
+    b->next = a->blocks;
+    a->blocks = b;
+    return (char *)b + head;
+}
+
+void wire_arena_free(struct wire_arena *a)
+{
+    struct wire_block *b, *next;
+
+    for (b = a->blocks; b != NULL; b = next) {
+        next = b->next;
+        free(b);
+    }
+    a->blocks = NULL;
+}
+
+/* protobuf-c string fields are `char *`; packing only reads them. */
+static char *msg_str(const char *s)
+{
+    return (char *)s;
+}
+
+static const char *str_or_empty(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
+int wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len,
               struct sd_diag *d)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
@@ -16,5 +75,788 @@ int wire_pack(const struct ProtobufCMessage *m, uint8_t **out, size_t *len,
     protobuf_c_message_pack(m, buf);
     *out = buf;
     *len = n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Table names                                                             */
+
+struct name_idx {
+    const char *name;
+    uint32_t idx;
+};
+
+static int cmp_name_idx(const void *a, const void *b)
+{
+    return strcmp(((const struct name_idx *)a)->name,
+                  ((const struct name_idx *)b)->name);
+}
+
+/* The tables' names, sorted for find_table(); NULL when out of memory. */
+static struct name_idx *name_index(const struct table *tables, size_t n)
+{
+    struct name_idx *ix = malloc((n ? n : 1) * sizeof(*ix));
+    size_t i;
+
+    if (ix == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        ix[i] = (struct name_idx){tables[i].name, (uint32_t)i};
+    qsort(ix, n, sizeof(*ix), cmp_name_idx);
+    return ix;
+}
+
+/* The index of the table called name, or -1. */
+static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
+{
+    struct name_idx key = {name, 0};
+    const struct name_idx *hit =
+        bsearch(&key, ix, n, sizeof(*ix), cmp_name_idx);
+
+    return hit != NULL ? (int64_t)hit->idx : -1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tables                                                                  */
+
+/* One Table into t (its planner checks come after, for all at once). */
+static int table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
+                    struct sd_diag *d)
+{
+    const char *name = str_or_empty(src->name);
+    size_t len = strlen(name);
+    int k;
+
+    if (len == 0)
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", i);
+    if (len >= TABLE_NAME_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu]: name is %zu bytes, more than %d", i,
+                           len, TABLE_NAME_MAX - 1);
+    memcpy(t->name, name, len + 1);
+    if (src->n_bins != TABLE_NBINS)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": bins has %zu values, not %d", i,
+                           t->name, src->n_bins, TABLE_NBINS);
+    if (!isfinite(src->pooling_factor))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": pooling_factor is not a "
+                           "finite number",
+                           i, t->name);
+    for (k = 0; k < TABLE_NBINS; k++) {
+        if (!isfinite(src->bins[k]))
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables[%zu] \"%s\": bins[%d] is not a "
+                               "finite number",
+                               i, t->name, k);
+        t->bins[k] = src->bins[k];
+    }
+    t->rows = src->rows;
+    t->dim = src->dim;
+    t->pooling_factor = src->pooling_factor;
+    switch (src->dtype) {
+    case SHARDD__V1__DTYPE__DTYPE_UNSPECIFIED:
+    case SHARDD__V1__DTYPE__DTYPE_FP32:
+        t->dtype = TABLE_DTYPE_FP32;
+        return 0;
+    case SHARDD__V1__DTYPE__DTYPE_FP16:
+        t->dtype = TABLE_DTYPE_FP16;
+        return 0;
+    default:
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": dtype %d is unknown", i,
+                           t->name, (int)src->dtype);
+    }
+}
+
+int wire_tables_in(const struct wire_limits *l, Shardd__V1__Table *const *in,
+                   size_t n, struct table **out, struct sd_diag *d)
+{
+    struct table *tables;
+    size_t i;
+    int rv = 0;
+
+    if (n == 0)
+        return sd_diag_set(d, SD_EINVAL, "tables: at least one is needed");
+    if (n > l->max_tables)
+        return sd_diag_set(d, SD_ERANGE,
+                           "tables: %zu tables, more than this server's "
+                           "limit of %zu",
+                           n, l->max_tables);
+    tables = calloc(n, sizeof(*tables));
+    if (tables == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < n && rv == 0; i++)
+        rv = table_in(in[i], i, &tables[i], d);
+    if (rv == 0)
+        rv = table_validate_all(tables, n, d);
+    if (rv != 0) {
+        free(tables);
+        return rv;
+    }
+    *out = tables;
+    return 0;
+}
+
+Shardd__V1__Table **wire_tables_out(struct wire_arena *a,
+                                    const struct table *tables, size_t n)
+{
+    Shardd__V1__Table *msgs = wire_alloc(a, n, sizeof(*msgs));
+    Shardd__V1__Table **ptrs = wire_alloc(a, n, sizeof(*ptrs));
+    size_t i;
+
+    if (msgs == NULL || ptrs == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        Shardd__V1__Table *t = &msgs[i];
+
+        shardd__v1__table__init(t);
+        t->name = msg_str(tables[i].name);
+        t->rows = tables[i].rows;
+        t->dim = tables[i].dim;
+        t->pooling_factor = tables[i].pooling_factor;
+        t->n_bins = TABLE_NBINS;
+        t->bins = (double *)tables[i].bins; /* packing only reads it */
+        t->dtype = tables[i].dtype == TABLE_DTYPE_FP16
+                       ? SHARDD__V1__DTYPE__DTYPE_FP16
+                       : SHARDD__V1__DTYPE__DTYPE_FP32;
+        ptrs[i] = t;
+    }
+    return ptrs;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Topology                                                                */
+
+/* A topology figure: 0 is the server default, else within [lo, hi]. */
+static int real_in(double in, double dflt, const char *field, double lo,
+                   double hi, double *out, struct sd_diag *d)
+{
+    if (!isfinite(in))
+        return sd_diag_set(d, SD_EINVAL, "topology.%s: not a finite number",
+                           field);
+    if (in != 0 && (in < lo || in > hi))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.%s: %g is not in [%g, %g] (0 = server "
+                           "default)",
+                           field, in, lo, hi);
+    *out = in != 0 ? in : dflt;
+    return 0;
+}
+
+/*
+ * Per-device capacities (entry 0: mem_bytes_per_device) into *caps, a new
+ * array owned by the caller, or NULL when every device has the same, whose
+ * capacity *mem then is.
+ */
+static int capacities_in(const Shardd__V1__Topology *in, uint64_t *mem,
+                         uint64_t **caps, struct sd_diag *d)
+{
+    uint64_t *c;
+    bool same = true;
+    size_t i;
+
+    *caps = NULL;
+    *mem = in->mem_bytes_per_device;
+    if (in->n_mem_bytes_by_device == 0)
+        return 0;
+    if (in->n_mem_bytes_by_device != (size_t)in->num_devices)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.mem_bytes_by_device: %zu entries, "
+                           "num_devices is %d",
+                           in->n_mem_bytes_by_device, (int)in->num_devices);
+    c = malloc(in->n_mem_bytes_by_device * sizeof(*c));
+    if (c == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < in->n_mem_bytes_by_device; i++) {
+        c[i] = in->mem_bytes_by_device[i] != 0 ? in->mem_bytes_by_device[i]
+                                               : in->mem_bytes_per_device;
+        if (c[i] == 0) {
+            free(c);
+            return sd_diag_set(d, SD_EINVAL,
+                               "topology.mem_bytes_by_device[%zu]: 0 and "
+                               "mem_bytes_per_device is 0",
+                               i);
+        }
+        same = same && c[i] == c[0];
+    }
+    *mem = c[0];
+    if (same)
+        free(c); /* the uniform case: one capacity, one request hash */
+    else
+        *caps = c;
+    return 0;
+}
+
+/* The hosts and the batch of a Topology into t. */
+static int shape_in(const struct wire_limits *l, const Shardd__V1__Topology *in,
+                    struct topology *t, struct sd_diag *d)
+{
+    if (in->devices_per_host < 0 ||
+        (in->devices_per_host > 0 &&
+         in->num_devices % in->devices_per_host != 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.devices_per_host: %d does not divide "
+                           "num_devices %d",
+                           (int)in->devices_per_host, (int)in->num_devices);
+    if (in->devices_per_host > 0)
+        t->devices_per_host = in->devices_per_host;
+    t->batch_size = in->batch_size != 0 ? in->batch_size : l->default_batch;
+    if (t->batch_size != 0 &&
+        (t->batch_size < t->ndevices || t->batch_size > WIRE_MAX_BATCH))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.batch_size: %lld is not in "
+                           "[num_devices, 2^30]",
+                           (long long)t->batch_size);
+    return 0;
+}
+
+/* The link figures of a Topology into t (0: t's defaults). */
+static int links_in(const Shardd__V1__Topology *in, struct topology *t,
+                    struct sd_diag *d)
+{
+    int rv = real_in(in->intra_host_bw_bytes_per_ms, t->intra_host_bw,
+                     "intra_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                     &t->intra_host_bw, d);
+
+    if (rv == 0)
+        rv = real_in(in->inter_host_bw_bytes_per_ms, t->inter_host_bw,
+                     "inter_host_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                     &t->inter_host_bw, d);
+    if (rv == 0)
+        rv = real_in(in->link_latency_ms, t->link_latency_ms, "link_latency_ms",
+                     0, TOPO_LATENCY_MAX, &t->link_latency_ms, d);
+    if (rv == 0)
+        rv = real_in(in->device_mem_bw_bytes_per_ms, t->device_mem_bw,
+                     "device_mem_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                     &t->device_mem_bw, d);
+    return rv;
+}
+
+int wire_topology_in(const struct wire_limits *l,
+                     const Shardd__V1__Topology *in, struct topology *out,
+                     uint64_t **caps, struct sd_diag *d)
+{
+    struct topology t, probe;
+    uint64_t mem;
+    int rv;
+
+    *caps = NULL;
+    if (in == NULL)
+        return sd_diag_set(d, SD_EINVAL, "topology: required");
+    if (in->num_devices < 1 || in->num_devices > TOPO_DEVICES_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.num_devices: %d is not in [1, %d]",
+                           (int)in->num_devices, TOPO_DEVICES_MAX);
+    rv = capacities_in(in, &mem, caps, d);
+    if (rv != 0)
+        return rv;
+    if (mem == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.mem_bytes_per_device: required (> 0)");
+    topology_default(&t, in->num_devices, mem);
+    t.mem_by_device = *caps;
+    rv = shape_in(l, in, &t, d);
+    if (rv == 0)
+        rv = links_in(in, &t, d);
+    if (rv == 0) {
+        /* A backstop (all was checked above), with the batch perhaps
+         * still 0. */
+        probe = t;
+        if (probe.batch_size == 0)
+            probe.batch_size = WIRE_MAX_BATCH;
+        rv = topology_validate(&probe, d);
+    }
+    if (rv != 0) {
+        free(*caps);
+        *caps = NULL;
+        return rv;
+    }
+    *out = t;
+    return 0;
+}
+
+Shardd__V1__Topology *wire_topology_out(struct wire_arena *a,
+                                        const struct topology *t)
+{
+    Shardd__V1__Topology *m = wire_alloc(a, 1, sizeof(*m));
+
+    if (m == NULL)
+        return NULL;
+    shardd__v1__topology__init(m);
+    m->num_devices = t->ndevices;
+    m->devices_per_host = t->devices_per_host;
+    m->mem_bytes_per_device = t->mem_bytes;
+    if (t->mem_by_device != NULL) {
+        m->n_mem_bytes_by_device = (size_t)t->ndevices;
+        m->mem_bytes_by_device = (uint64_t *)t->mem_by_device; /* read */
+    }
+    m->batch_size = t->batch_size;
+    m->intra_host_bw_bytes_per_ms = t->intra_host_bw;
+    m->inter_host_bw_bytes_per_ms = t->inter_host_bw;
+    m->link_latency_ms = t->link_latency_ms;
+    m->device_mem_bw_bytes_per_ms = t->device_mem_bw;
+    return m;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Options                                                                 */
+
+int wire_optimizer_in(Shardd__V1__Optimizer in, const char *field,
+                      enum optimizer *out, struct sd_diag *d)
+{
+    switch (in) {
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_UNSPECIFIED:
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD:
+        *out = OPTIMIZER_SGD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD:
+        *out = OPTIMIZER_ADAGRAD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD:
+        *out = OPTIMIZER_ROWWISE_ADAGRAD;
+        return 0;
+    case SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM:
+        *out = OPTIMIZER_ADAM;
+        return 0;
+    default:
+        return sd_diag_set(d, SD_EINVAL, "%s: %d is unknown", field, (int)in);
+    }
+}
+
+Shardd__V1__Optimizer wire_optimizer_out(enum optimizer o)
+{
+    switch (o) {
+    case OPTIMIZER_ADAGRAD:
+        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD;
+    case OPTIMIZER_ROWWISE_ADAGRAD:
+        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD;
+    case OPTIMIZER_ADAM:
+        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM;
+    default:
+        return SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD;
+    }
+}
+
+/* One pin into pins[] (indexed by table), each message naming its field. */
+static int pin_in(const Shardd__V1__Pin *pin, size_t i,
+                  const struct name_idx *index, size_t ntables,
+                  const struct topology *t, int32_t *pins, struct sd_diag *d)
+{
+    const char *name = str_or_empty(pin->table);
+    int64_t k = find_table(index, ntables, name);
+
+    if (k < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.pins[%zu]: table \"%.200s\" "
+                           "is not in tables",
+                           i, name);
+    if (pins[k] >= 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.pins[%zu]: table \"%s\" is "
+                           "pinned twice",
+                           i, name);
+    if (pin->device < 0 || pin->device >= t->ndevices)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.pins[%zu]: device %d is not "
+                           "in [0, %d)",
+                           i, (int)pin->device, (int)t->ndevices);
+    pins[k] = pin->device;
+    return 0;
+}
+
+/*
+ * Constraints.pins to one device (or -1) per table: *out, owned by the
+ * caller, stays NULL when nothing is pinned.
+ */
+static int pins_in(const Shardd__V1__Constraints *in,
+                   const struct table *tables, size_t ntables,
+                   const struct topology *t, int32_t **out, struct sd_diag *d)
+{
+    struct name_idx *index;
+    int32_t *pins;
+    size_t i;
+    int rv = 0;
+
+    *out = NULL;
+    if (in == NULL || in->n_pins == 0)
+        return 0;
+    index = name_index(tables, ntables);
+    pins = malloc((ntables ? ntables : 1) * sizeof(*pins));
+    if (index == NULL || pins == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++)
+        pins[i] = -1;
+    for (i = 0; i < in->n_pins && rv == 0; i++)
+        rv = pin_in(in->pins[i], i, index, ntables, t, pins, d);
+    if (rv == 0) {
+        *out = pins;
+        pins = NULL;
+    }
+out_free:
+    free(pins);
+    free(index);
+    return rv;
+}
+
+int wire_options_in(const struct wire_limits *l,
+                    const Shardd__V1__PlanOptions *in,
+                    const struct table *tables, size_t n,
+                    const struct topology *t, struct plan_options *o,
+                    int32_t **pins, struct sd_diag *d)
+{
+    int rv;
+
+    *pins = NULL;
+    plan_options_default(o);
+    o->alg = PLAN_ALG_NEUROSHARD;
+    o->threads = l->search_threads;
+    o->time_budget_ms = l->default_budget_ms;
+    o->column_splits = true; /* unset options mean the defaults */
+    if (in == NULL)
+        return 0;
+    if (in->algorithm != NULL && in->algorithm[0] != '\0') {
+        struct sd_diag why;
+
+        if (plan_alg_parse(in->algorithm, &o->alg, &why) != 0)
+            return sd_diag_set(d, SD_EINVAL, "options.algorithm: %s", why.msg);
+    }
+    o->column_splits = !in->whole_tables_only;
+    if (in->time_budget_ms > l->max_budget_ms)
+        return sd_diag_set(d, SD_ERANGE,
+                           "options.time_budget_ms: %u is over this server's "
+                           "limit of %.0f",
+                           (unsigned)in->time_budget_ms, l->max_budget_ms);
+    if (in->time_budget_ms != 0)
+        o->time_budget_ms = in->time_budget_ms;
+    o->seed = in->seed;
+    rv =
+        wire_optimizer_in(in->optimizer, "options.optimizer", &o->optimizer, d);
+    if (rv == 0)
+        rv = pins_in(in->constraints, tables, n, t, pins, d);
+    /* Whether they fit is a fact of this field, named here. */
+    if (rv == 0)
+        rv = plan_check_pins_as(tables, n, t, *pins, o->optimizer,
+                                "options.constraints.pins", d);
+    o->pins = *pins;
+    return rv;
+}
+
+Shardd__V1__Constraints *wire_pins_out(struct wire_arena *a,
+                                       const int32_t *pins,
+                                       const struct table *tables, size_t n)
+{
+    Shardd__V1__Constraints *c = wire_alloc(a, 1, sizeof(*c));
+    Shardd__V1__Pin *msgs = wire_alloc(a, n, sizeof(*msgs));
+    Shardd__V1__Pin **ptrs = wire_alloc(a, n, sizeof(*ptrs));
+    size_t i;
+
+    if (c == NULL || msgs == NULL || ptrs == NULL)
+        return NULL;
+    shardd__v1__constraints__init(c);
+    c->pins = ptrs;
+    for (i = 0; i < n; i++) {
+        Shardd__V1__Pin *pin = &msgs[c->n_pins];
+
+        if (pins[i] < 0)
+            continue;
+        shardd__v1__pin__init(pin);
+        pin->table = msg_str(tables[i].name);
+        pin->device = pins[i];
+        ptrs[c->n_pins++] = pin;
+    }
+    return c;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Placements                                                              */
+
+/* The shards of one TablePlacement (table idx) into p. */
+static int shards_in(const char *field, size_t i,
+                     const Shardd__V1__TablePlacement *tp,
+                     const struct table *t, uint32_t idx, int32_t ndev,
+                     struct plan *p, struct sd_diag *d)
+{
+    size_t k;
+
+    for (k = 0; k < tp->n_shards; k++) {
+        const Shardd__V1__Shard *sh = tp->shards[k];
+
+        if (sh->device < 0 || sh->device >= ndev)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": shards[%zu]: device %d is not "
+                               "in [0, %d)",
+                               field, i, t->name, k, (int)sh->device,
+                               (int)ndev);
+        /* Bounds first: the planner's column check adds widths. */
+        if (sh->col_offset < 0 || sh->col_width <= 0 ||
+            (int64_t)sh->col_offset + sh->col_width > t->dim)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": shards[%zu]: columns [%d, "
+                               "%lld) are outside the table's %d",
+                               field, i, t->name, k, (int)sh->col_offset,
+                               (long long)sh->col_offset + sh->col_width,
+                               (int)t->dim);
+        if (plan_add(p, idx, sh->device, sh->col_offset, sh->col_width) != 0)
+            return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+int wire_placement_in(const char *field, Shardd__V1__TablePlacement *const *in,
+                      size_t nin, const struct table *tables, size_t n,
+                      int32_t ndev, struct plan *p, struct sd_diag *d)
+{
+    struct name_idx *index;
+    const char *name;
+    int64_t idx;
+    bool *seen;
+    size_t i;
+    int rv;
+
+    if (nin != n)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: %zu entries for %zu tables (one per table is "
+                           "needed)",
+                           field, nin, n);
+    index = name_index(tables, n);
+    seen = calloc(n ? n : 1, sizeof(*seen));
+    if (index == NULL || seen == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    rv = plan_init(p, ndev);
+    if (rv != 0) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < nin && rv == 0; i++) {
+        name = str_or_empty(in[i]->table);
+        idx = find_table(index, n, name);
+        if (idx < 0)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "%s[%zu]: table \"%.200s\" is not in tables",
+                             field, i, name);
+        else if (seen[idx])
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "%s[%zu]: table \"%s\" is placed twice", field, i,
+                             name);
+        else
+            rv = shards_in(field, i, in[i], &tables[idx], (uint32_t)idx, ndev,
+                           p, d);
+        if (rv == 0)
+            seen[idx] = true;
+    }
+    if (rv != 0)
+        plan_destroy(p);
+    else
+        plan_sort(p);
+out_free:
+    free(seen);
+    free(index);
+    return rv;
+}
+
+Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
+                                                 const struct plan *p,
+                                                 const struct table *tables,
+                                                 size_t n)
+{
+    Shardd__V1__TablePlacement *tps = wire_alloc(a, n, sizeof(*tps));
+    Shardd__V1__TablePlacement **tp_ptrs = wire_alloc(a, n, sizeof(*tp_ptrs));
+    Shardd__V1__Shard *shards = wire_alloc(a, p->nshards, sizeof(*shards));
+    Shardd__V1__Shard **sh_ptrs = wire_alloc(a, p->nshards, sizeof(*sh_ptrs));
+    size_t i, k = 0;
+
+    if (!tps || !tp_ptrs || !shards || !sh_ptrs)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        Shardd__V1__TablePlacement *tp = &tps[i];
+
+        shardd__v1__table_placement__init(tp);
+        tp->table = msg_str(tables[i].name);
+        tp->shards = &sh_ptrs[k];
+        for (; k < p->nshards && p->shards[k].table == i; k++) {
+            Shardd__V1__Shard *sh = &shards[k];
+
+            shardd__v1__shard__init(sh);
+            sh->device = p->shards[k].device;
+            sh->col_offset = p->shards[k].col_offset;
+            sh->col_width = p->shards[k].col_width;
+            sh_ptrs[k] = sh;
+            tp->n_shards++;
+        }
+        tp_ptrs[i] = tp;
+    }
+    return tp_ptrs;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Devices, costs and the explanation                                      */
+
+Shardd__V1__DeviceCost **wire_devices_out(struct wire_arena *a,
+                                          const struct plan *p,
+                                          const struct topology *t)
+{
+    size_t n = (size_t)p->ndevices, r;
+    Shardd__V1__DeviceCost *msgs = wire_alloc(a, n, sizeof(*msgs));
+    Shardd__V1__DeviceCost **ptrs = wire_alloc(a, n, sizeof(*ptrs));
+
+    if (msgs == NULL || ptrs == NULL)
+        return NULL;
+    for (r = 0; r < n; r++) {
+        Shardd__V1__DeviceCost *m = &msgs[r];
+        const struct plan_device *dv = &p->devices[r];
+
+        shardd__v1__device_cost__init(m);
+        m->device = (int32_t)r;
+        m->memory_bytes = dv->mem_bytes;
+        m->memory_capacity_bytes = topology_mem(t, (int32_t)r);
+        m->compute_ms = dv->compute_ms;
+        m->fwd_comm_ms = dv->fwd_comm_ms;
+        m->bwd_comm_ms = dv->bwd_comm_ms;
+        m->total_ms = dv->total_ms;
+        m->dim_sum = dv->dim_sum;
+        m->num_shards = dv->nshards;
+        ptrs[r] = m;
+    }
+    return ptrs;
+}
+
+void wire_devices_in(struct plan *p, Shardd__V1__DeviceCost *const *devs,
+                     size_t n)
+{
+    size_t r;
+
+    for (r = 0; r < n && r < (size_t)p->ndevices; r++) {
+        struct plan_device *dv = &p->devices[r];
+
+        dv->mem_bytes = devs[r]->memory_bytes;
+        dv->compute_ms = devs[r]->compute_ms;
+        dv->fwd_comm_ms = devs[r]->fwd_comm_ms;
+        dv->bwd_comm_ms = devs[r]->bwd_comm_ms;
+        dv->total_ms = devs[r]->total_ms;
+        dv->dim_sum = devs[r]->dim_sum;
+        dv->nshards = devs[r]->num_shards;
+    }
+}
+
+void wire_basis_in(struct plan *p, const Shardd__V1__CostBasis *b)
+{
+    p->cost_model[0] = '\0';
+    p->comm_model = "";
+    if (b == NULL)
+        return;
+    snprintf(p->cost_model, sizeof(p->cost_model), "%s",
+             str_or_empty(b->cost_model));
+    p->comm_model = str_or_empty(b->comm_model);
+}
+
+Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
+                                              const struct plan *p,
+                                              const struct table *tables)
+{
+    Shardd__V1__Explanation *ex = wire_alloc(a, 1, sizeof(*ex));
+    char **names = wire_alloc(a, WIRE_BOTTLENECK_MAX, sizeof(*names));
+    int32_t i;
+    size_t k;
+
+    if (ex == NULL || names == NULL)
+        return NULL;
+    shardd__v1__explanation__init(ex);
+    ex->bottleneck_device = p->explain.critical_device;
+    ex->bottleneck_tables = names;
+    for (i = 0; i < p->explain.ndrivers; i++) {
+        const char *name = tables[p->shards[p->explain.drivers[i]].table].name;
+
+        for (k = 0; k < ex->n_bottleneck_tables; k++)
+            if (strcmp(names[k], name) == 0)
+                break;
+        if (k == ex->n_bottleneck_tables &&
+            ex->n_bottleneck_tables < WIRE_BOTTLENECK_MAX)
+            names[ex->n_bottleneck_tables++] = msg_str(name);
+    }
+    ex->lower_bound_ms = p->explain.lower_bound_ms;
+    ex->gap_ratio = p->explain.lower_bound_ms > 0 ? p->explain.gap : 0;
+    return ex;
+}
+
+/* ---------------------------------------------------------------------- */
+/* A PlanResponse back into a plan                                         */
+
+/* The explanation: the bottleneck tables' shards on that device, in the
+ * response's order (costliest first). */
+static void explanation_in(const Shardd__V1__Explanation *ex,
+                           const struct name_idx *index, size_t n, int32_t ndev,
+                           struct plan *p)
+{
+    size_t i, k;
+    int64_t t;
+
+    p->explain.critical_device = -1;
+    if (ex == NULL || ex->bottleneck_device < 0 ||
+        ex->bottleneck_device >= ndev)
+        return;
+    p->explain.critical_device = ex->bottleneck_device;
+    p->explain.lower_bound_ms = ex->lower_bound_ms;
+    p->explain.gap = ex->gap_ratio;
+    for (i = 0;
+         i < ex->n_bottleneck_tables && p->explain.ndrivers < PLAN_DRIVERS_MAX;
+         i++) {
+        t = find_table(index, n, str_or_empty(ex->bottleneck_tables[i]));
+        for (k = 0; t >= 0 && k < p->nshards; k++) {
+            if (p->shards[k].table != (uint32_t)t ||
+                p->shards[k].device != ex->bottleneck_device)
+                continue;
+            p->explain.drivers[p->explain.ndrivers] = k;
+            p->explain.driver_ms[p->explain.ndrivers++] = -1;
+            break;
+        }
+    }
+}
+
+int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
+                          const struct table *tables, size_t n, int32_t ndev,
+                          struct plan *p, struct sd_diag *d)
+{
+    struct name_idx *index;
+    enum plan_alg alg;
+    struct sd_diag why;
+    int rv;
+
+    if (r->n_devices != (size_t)ndev)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "the response has %zu devices, not %d", r->n_devices,
+                           (int)ndev);
+    rv = wire_placement_in("response.tables", r->tables, r->n_tables, tables, n,
+                           ndev, p, d);
+    if (rv != 0)
+        return rv == SD_ENOMEM ? rv : SD_EFORMAT;
+    index = name_index(tables, n);
+    if (index == NULL) {
+        plan_destroy(p);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    wire_devices_in(p, r->devices, r->n_devices);
+    p->cost_ms = r->plan_cost_ms;
+    /* A static name where the client knows it, the response's otherwise. */
+    p->algorithm = str_or_empty(r->algorithm);
+    if (plan_alg_parse(p->algorithm, &alg, &why) == 0)
+        p->algorithm = plan_alg_name(alg);
+    wire_basis_in(p, r->basis);
+    explanation_in(r->explanation, index, n, ndev, p);
+    free(index);
+    /* The search's figures: neuroshard's only, as offline. */
+    if (r->search != NULL && strcmp(p->algorithm, "neuroshard") == 0) {
+        p->stats.search_ms = r->search->search_time_ms;
+        p->stats.greedy_runs = (int64_t)r->search->candidates_evaluated;
+        p->stats.splits = (int32_t)(p->nshards - n);
+        p->stats.budget_exhausted = r->search->time_budget_exhausted;
+        p->stats.states = -1;
+        p->stats.levels = -1;
+        p->stats.moves = -1;
+    }
     return 0;
 }

@@ -1,27 +1,168 @@
 /*
  * wire: the planner's structs <-> shardd.v1 messages (protobuf-c), both
- * directions, for the daemon and shardctl alike.  Messages in are checked
- * where each field is read, and a bad one is named the way docs/api.md
- * shows (`topology.num_devices: 0 is not in [1, 4096]`).  No gRPC here:
- * bytes and messages only.
+ * directions, for the daemon (requests in, responses out) and shardctl
+ * (requests out, responses in) alike.  Messages in are checked where each
+ * field is read, and a bad field is named the way docs/api.md shows
+ * (`topology.num_devices: 0 is not in [1, 4096]`,
+ * `options.constraints.pins[1]: table "x" is not in tables`).  No gRPC
+ * here: messages and bytes only.
  *
+ * Ownership: a function that returns planner structs through an
+ * out-parameter gives them to the caller (free() or plan_destroy(), as
+ * said).  Messages going out are built in a struct wire_arena: every piece
+ * a message points to lives there until wire_arena_free(); strings are
+ * borrowed from the planner structs given, which must outlive the message.
  * Errors are 0 or a negative SD_E* code with a struct sd_diag line.
+ * Thread-safe (no state).
  */
 #ifndef SHARDD_WIRE_H
 #define SHARDD_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "planner.h"
 #include "shardd/err.h"
+#include "shardd/v1/planner.pb-c.h"
+#include "shardd/v1/types.pb-c.h"
 
-struct ProtobufCMessage;
+/* What a server accepts, and the defaults it fills in. */
+struct wire_limits {
+    size_t max_tables;        /* tables per request; more: SD_ERANGE */
+    int64_t default_batch;    /* Topology.batch_size 0: this (0 leaves 0) */
+    double default_budget_ms; /* PlanOptions.time_budget_ms 0: this */
+    double max_budget_ms;     /* more: SD_ERANGE */
+    int32_t search_threads;   /* plan_options.threads; 0: one per CPU */
+};
+
+#define WIRE_MAX_BATCH     ((int64_t)1 << 30)
+#define WIRE_MAX_BUDGET_MS 600000.0
+
+/* 65,536 tables, batch 0, budget 10 s of at most 600 s, threads 0. */
+void wire_limits_default(struct wire_limits *l);
+
+/* ------------------------------------------------------------------------ */
+/* Messages in                                                               */
+
+/*
+ * The request's tables into a new array (*out, free()), validated with
+ * the planner; NaN and infinities are refused field by field.
+ */
+int wire_tables_in(const struct wire_limits *l, Shardd__V1__Table *const *in,
+                   size_t n, struct table **out, struct sd_diag *d);
+
+/*
+ * A Topology with the defaults applied.  Devices of different capacities
+ * get *caps (owned by the caller, who keeps it as long as *out is used;
+ * NULL otherwise).  A batch of 0 with no default_batch stays 0: the
+ * answering model's batch, which the caller fills in.
+ */
+int wire_topology_in(const struct wire_limits *l,
+                     const Shardd__V1__Topology *in, struct topology *out,
+                     uint64_t **caps, struct sd_diag *d);
+
+/* An Optimizer; `field` names it in the message. */
+int wire_optimizer_in(Shardd__V1__Optimizer in, const char *field,
+                      enum optimizer *out, struct sd_diag *d);
+
+/*
+ * PlanOptions (may be NULL: all defaults) into *o, for tables on t.  Pins
+ * go to *pins (owned by the caller, NULL when none; o->pins points at it)
+ * and are checked against the topology's capacities.
+ */
+int wire_options_in(const struct wire_limits *l,
+                    const Shardd__V1__PlanOptions *in,
+                    const struct table *tables, size_t n,
+                    const struct topology *t, struct plan_options *o,
+                    int32_t **pins, struct sd_diag *d);
+
+/*
+ * A placement (one entry per table, by name, in any order) into *p
+ * (initialised here; plan_destroy() it), sorted.  Structure only: devices
+ * in [0, ndev), columns inside the table; plan_validate_as() checks
+ * coverage and memory.  `field` names the list in messages
+ * ("placement", "response.tables").
+ */
+int wire_placement_in(const char *field, Shardd__V1__TablePlacement *const *in,
+                      size_t nin, const struct table *tables, size_t n,
+                      int32_t ndev, struct plan *p, struct sd_diag *d);
+
+/* The per-device figures of a response into p->devices (at most
+ * p->ndevices of them). */
+void wire_devices_in(struct plan *p, Shardd__V1__DeviceCost *const *devs,
+                     size_t n);
+
+/* The cost and comm model names of a CostBasis (may be NULL) into p; the
+ * comm name points into b. */
+void wire_basis_in(struct plan *p, const Shardd__V1__CostBasis *b);
+
+/*
+ * A PlanResponse to the tables asked for on ndev devices back into the
+ * planner's view (*p initialised here; plan_destroy() it; its strings point
+ * into r, which must outlive it).  What the API does not carry is marked
+ * unknown: the drivers' own costs (driver_ms -1), and the search's states,
+ * beam levels and local moves (-1).  SD_EFORMAT when the response does not
+ * answer the request (d says how).
+ */
+int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
+                          const struct table *tables, size_t n, int32_t ndev,
+                          struct plan *p, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Messages out                                                              */
+
+/* Where outgoing message pieces live. */
+struct wire_arena {
+    struct wire_block *blocks; /* wire.c */
+};
+
+#define WIRE_ARENA_INIT                                                        \
+    {                                                                          \
+        NULL                                                                   \
+    }
+
+/* Zeroed room for n objects of `size` bytes, or NULL (out of memory or an
+ * overflowing n * size). */
+void *wire_alloc(struct wire_arena *a, size_t n, size_t size);
+void wire_arena_free(struct wire_arena *a);
+
+/*
+ * Each returns a message (or an array of n message pointers) in the
+ * arena, or NULL when out of memory.
+ *  - tables: one Table per table.
+ *  - topology: every field of t (a batch of 0 asks for the server's).
+ *  - pins: Constraints with a Pin for each table pinned (pins[i] >= 0);
+ *    never NULL for a non-NULL pins when memory suffices.
+ *  - placements: one TablePlacement per table from a sorted plan (a table
+ *    the plan misses gets an empty one, so the server names it).
+ *  - devices: one DeviceCost per device of an evaluated plan.
+ *  - explanation: the critical device and the tables of its drivers.
+ */
+Shardd__V1__Table **wire_tables_out(struct wire_arena *a,
+                                    const struct table *tables, size_t n);
+Shardd__V1__Topology *wire_topology_out(struct wire_arena *a,
+                                        const struct topology *t);
+Shardd__V1__Constraints *wire_pins_out(struct wire_arena *a,
+                                       const int32_t *pins,
+                                       const struct table *tables, size_t n);
+Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
+                                                 const struct plan *p,
+                                                 const struct table *tables,
+                                                 size_t n);
+Shardd__V1__DeviceCost **wire_devices_out(struct wire_arena *a,
+                                          const struct plan *p,
+                                          const struct topology *t);
+Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
+                                              const struct plan *p,
+                                              const struct table *tables);
+Shardd__V1__Optimizer wire_optimizer_out(enum optimizer o);
 
 /*
  * Packs a protobuf-c message into a new buffer (*out, owned by the caller,
  * never NULL even for 0 bytes).  0 or SD_ENOMEM (d says so).
  */
-int wire_pack(const struct ProtobufCMessage *m, uint8_t **out, size_t *len,
+int wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len,
               struct sd_diag *d);
 
 #endif /* SHARDD_WIRE_H */
