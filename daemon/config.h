@@ -99,6 +99,8 @@
       CONF_RELOAD, "MS", "idle time before the profiler measures")             \
     X(PROFILER_MAX_SAMPLES, profiler_max_samples, U32, 0, 10000000, "20000",   \
       CONF_RELOAD, "N", "stop at this many samples in the profile")            \
+    X(PROFILER_MAX_MB, profiler_max_mb, U32, 64, 1u << 20, "768", CONF_RELOAD, \
+      "MIB", "memory one measurement may take, MiB")                           \
     X(PROFILER_BATCH, profiler_batch, U32, 1, 1u << 20, "4096", CONF_RESTART,  \
       "N", "batch size of the measurements")                                   \
     X(RETRAIN_EVERY_SAMPLES, retrain_every_samples, U32, 0, 10000000, "1000",  \

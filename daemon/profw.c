@@ -69,6 +69,12 @@ void profw_request_end(struct profw *p)
     atomic_fetch_sub(&p->inflight, 1);
 }
 
+/* The memory budget of one measurement, bytes (mu held). */
+static uint64_t budget(const struct profw *p)
+{
+    return (uint64_t)p->cf->c.profiler_max_mb << 20;
+}
+
 /* Whether the profiler can run at all (mu held). */
 static bool enabled(const struct profw *p)
 {
@@ -121,14 +127,27 @@ void profw_counts(struct profw *p, uint64_t *measured,
     pthread_mutex_unlock(&p->mu);
 }
 
+void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
+                  uint64_t *skipped)
+{
+    pthread_mutex_lock(&p->mu);
+    *kept =
+        p->be != NULL && p->be->kept_bytes != NULL ? p->be->kept_bytes(0) : 0;
+    *budget_bytes = budget(p);
+    *skipped = p->skipped;
+    pthread_mutex_unlock(&p->mu);
+}
+
 /*
  * The shard of device `dev` of a plan into *out; false when it is empty,
- * has more tables than a proposal holds, or more bytes than are measured.
+ * has more tables than a proposal holds, or needs more memory to measure
+ * than the budget allows (prof_fits()).
  */
 static bool device_shard(const struct plan *plan, const struct table *tables,
-                         int32_t dev, struct profw_proposal *out)
+                         int32_t dev, int64_t batch, uint64_t budget,
+                         struct profw_proposal *out)
 {
-    uint64_t bytes = 0;
+    struct prof_footprint f;
     size_t k;
 
     out->n = 0;
@@ -141,10 +160,12 @@ static bool device_shard(const struct plan *plan, const struct table *tables,
             return false; /* too many tables to store as one sample */
         out->tables[out->n] = tables[sh->table];
         out->tables[out->n].dim = sh->col_width;
-        bytes += table_bytes(&out->tables[out->n], sh->col_width);
         out->n++;
     }
-    return out->n > 0 && bytes <= PROFW_MAX_BYTES;
+    if (out->n == 0)
+        return false;
+    prof_footprint(out->tables, out->n, batch, &f);
+    return f.weight_bytes <= PROFW_MAX_BYTES && prof_fits(&f, budget);
 }
 
 void profw_propose(struct profw *p, const struct plan *plan,
@@ -169,10 +190,15 @@ void profw_propose(struct profw *p, const struct plan *plan,
         if (p->nproposals == PROFW_PROPOSALS) {
             struct profw_proposal spare;
 
-            if (!device_shard(plan, tables, dev, &spare))
+            if (!device_shard(plan, tables, dev, batch, budget(p), &spare)) {
+                if (spare.n > 0)
+                    p->skipped++;
                 continue;
+            }
             *pr = spare;
-        } else if (!device_shard(plan, tables, dev, pr)) {
+        } else if (!device_shard(plan, tables, dev, batch, budget(p), pr)) {
+            if (pr->n > 0)
+                p->skipped++;
             continue;
         }
         p->next = (p->next + 1) % PROFW_PROPOSALS;
@@ -220,10 +246,12 @@ static bool may_measure(struct profw *p)
             p->compute_samples < p->cf->c.profiler_max_samples);
 }
 
-/* Measures one proposed shard into the store. */
+/* Measures one proposed shard into the store, its weights within
+ * arena_max bytes. */
 static int measure_proposal(struct profw *p, struct store *st,
                             struct profw_proposal *pr,
-                            const struct kern_timing_opts *o, struct sd_diag *d)
+                            const struct kern_timing_opts *o,
+                            uint64_t arena_max, struct sd_diag *d)
 {
     struct trace traces[PROFW_PROPOSAL_MAX];
     struct prof_item items[PROFW_PROPOSAL_MAX];
@@ -241,7 +269,8 @@ static int measure_proposal(struct profw *p, struct store *st,
         made--;
         rv = sd_diag_set(d, rv, "making traces: %s", sd_strerror(rv));
     } else {
-        rv = prof_measure_shard(p->be, 0, items, pr->n, o, &tm, d);
+        rv = prof_measure_shard_capped(p->be, 0, items, pr->n, o, arena_max,
+                                       &tm, d);
     }
     for (i = 0; i < made; i++)
         trace_destroy(&traces[i]);
@@ -273,8 +302,8 @@ static void random_params(const struct profw *p, struct prof_run_params *rp)
  * drawn from *pool, made on first use and kept for the thread's life.
  */
 static int measure_random(struct profw *p, struct store *st, uint64_t target,
-                          struct table **pool, struct prof_run_result *res,
-                          struct sd_diag *d)
+                          uint64_t budget, struct table **pool,
+                          struct prof_run_result *res, struct sd_diag *d)
 {
     struct prof_run_params rp;
     int rv;
@@ -289,10 +318,30 @@ static int measure_random(struct profw *p, struct store *st, uint64_t target,
     rp.pool = *pool;
     rp.target_samples = target;
     rp.shape.max_bytes = PROFW_MAX_BYTES;
+    if (rp.shape.max_bytes > budget / 2)
+        rp.shape.max_bytes = budget / 2;
+    rp.max_footprint_bytes = budget;
     rp.commit_every = 1; /* a kill loses at most the sample being timed */
     rp.stop = &p->abort;
     rp.timing.abort = &p->abort;
     return prof_run(st, &rp, res, d);
+}
+
+/* Whether the only reason not to measure is a request now or lately
+ * (mu held): the worker will measure again soon. */
+static bool busy_only(struct profw *p)
+{
+    return enabled(p) && !p->paused && !p->stopping &&
+           (p->nproposals > 0 ||
+            p->compute_samples < p->cf->c.profiler_max_samples);
+}
+
+/* Gives back what the backend keeps between shards (mu held). */
+static void release_kept(struct profw *p)
+{
+    if (p->be->release != NULL)
+        p->be->release(0);
+    p->arena_held = false;
 }
 
 /* Sleeps until signalled or PROFW_POLL_MS passed (mu held). */
@@ -312,8 +361,8 @@ static void wait_a_while(struct profw *p)
 /* One measurement, unlocked: a proposal, or the next random samples. */
 static int measure_once(struct profw *p, struct store *st,
                         struct profw_proposal *pr, uint64_t target,
-                        struct table **pool, struct prof_run_result *res,
-                        struct sd_diag *d)
+                        uint64_t budget, struct table **pool,
+                        struct prof_run_result *res, struct sd_diag *d)
 {
     struct kern_timing_opts topts;
     int rv;
@@ -324,11 +373,11 @@ static int measure_once(struct profw *p, struct store *st,
     if (pr != NULL) {
         kern_timing_opts_default(&topts);
         topts.abort = &p->abort;
-        rv = measure_proposal(p, st, pr, &topts, d);
+        rv = measure_proposal(p, st, pr, &topts, budget / 2, d);
         if (rv == 0)
             res->added = 1;
     } else {
-        rv = measure_random(p, st, target, pool, res, d);
+        rv = measure_random(p, st, target, budget, pool, res, d);
     }
     atomic_store(&p->measuring, false);
     if (atomic_load(&p->abort_ms) != 0)
@@ -347,7 +396,7 @@ static void *prof_main(void *arg)
     struct prof_run_result res;
     struct table *pool = NULL;
     struct sd_diag d;
-    uint64_t target;
+    uint64_t target, limit;
     bool have_proposal, on;
     int rv;
 
@@ -374,6 +423,11 @@ static void *prof_main(void *arg)
     pthread_mutex_lock(&p->mu);
     while (!p->stopping) {
         if (!may_measure(p)) {
+            /* Nothing to measure for a while (paused, off, done): what the
+             * backend keeps between shards goes back.  A request in flight
+             * keeps it: measuring resumes right after. */
+            if (p->arena_held && !busy_only(p))
+                release_kept(p);
             wait_a_while(p);
             continue;
         }
@@ -386,10 +440,15 @@ static void *prof_main(void *arg)
         target = p->compute_samples + PROFW_CHUNK;
         if (target > p->cf->c.profiler_max_samples)
             target = p->cf->c.profiler_max_samples;
+        limit = budget(p);
+        /* A smaller budget (a reload) also bounds what is kept. */
+        if (p->be->kept_bytes != NULL && p->be->kept_bytes(0) > limit / 2)
+            release_kept(p);
+        p->arena_held = true;
         pthread_mutex_unlock(&p->mu);
 
-        rv = measure_once(p, st, have_proposal ? &pr : NULL, target, &pool,
-                          &res, &d);
+        rv = measure_once(p, st, have_proposal ? &pr : NULL, target, limit,
+                          &pool, &res, &d);
 
         pthread_mutex_lock(&p->mu);
         if (!have_proposal && rv == 0)

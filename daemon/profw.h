@@ -28,6 +28,7 @@
 #include "config.h"
 #include "kernels.h"
 #include "planner.h"
+#include "profiler.h"
 #include "shardd/err.h"
 #include "store.h"
 
@@ -57,6 +58,8 @@ struct profw {
     struct conf_snap *cf;     /* (mu) settings, one reference */
     bool paused, stopping;    /* (mu) */
     uint64_t measured;        /* (mu) samples this daemon measured */
+    uint64_t skipped;         /* (mu) proposals over the memory budget */
+    bool arena_held;          /* (mu) the backend may keep memory for us */
     uint64_t compute_samples; /* (mu) of the profile, as last counted */
 
     /* Proposals (mu): a ring of PROFW_PROPOSALS, oldest measured first. */
@@ -112,11 +115,18 @@ enum profw_state profw_state(struct profw *p);
 void profw_counts(struct profw *p, uint64_t *measured,
                   uint64_t *compute_samples);
 
+/* What the backend keeps for the profiler now, the memory budget of one
+ * measurement (profiler_max_mb), and proposals skipped for it. */
+void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
+                  uint64_t *skipped);
+
 /*
  * Queues the device shards of a plan made at the profile's batch for
  * measuring (the profiler measures what the planner proposes, not only
  * random shards).  Cheap; drops the oldest when full; a device shard of
- * more than PROFW_PROPOSAL_MAX tables or PROFW_MAX_BYTES is skipped.
+ * more than PROFW_PROPOSAL_MAX tables, or whose measurement would not fit
+ * the memory budget (weights, lookups and buffers: prof_fits()), is
+ * skipped and counted.
  */
 void profw_propose(struct profw *p, const struct plan *plan,
                    const struct table *tables, int64_t batch);

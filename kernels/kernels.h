@@ -65,6 +65,11 @@ struct kern_shard_desc {
      * cudaMalloc and an on-device fill, milliseconds even for gigabytes).
      */
     bool reuse_weights;
+    /* reuse_weights: the arena never grows past this many bytes, so what
+     * the device keeps between shards stays within a caller's budget; a
+     * shard whose weights need more is refused (SD_ENOMEM).  0: no limit
+     * beyond the device's memory. */
+    uint64_t arena_max_bytes;
 };
 
 /* How to time a step. */
@@ -117,6 +122,12 @@ struct kern_backend {
     /* Times forward + backward + SGD steps (gradients fixed, seeded). */
     int (*shard_time)(struct kern_shard *s, const struct kern_timing_opts *o,
                       struct kern_timing *out);
+    /* Frees what the device keeps between shards (the profiling arena),
+     * unless a shard holds it; NULL where a backend keeps nothing.  The
+     * next arena shard allocates and fills it again. */
+    void (*release)(int32_t device);
+    /* Bytes the device keeps between shards now (0 for none). */
+    uint64_t (*kept_bytes)(int32_t device);
 };
 
 extern const struct kern_backend kern_backend_cpu;

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+/* Draws of a random shard before one fits the memory budget. */
+#define PROF_BUDGET_TRIES 100
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -15,10 +18,47 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void prof_footprint(const struct table *tables, size_t n, int64_t batch,
+                    struct prof_footprint *out)
+{
+    double lookups = 0;
+    uint64_t cols = 0;
+    size_t i;
+
+    out->weight_bytes = 0;
+    for (i = 0; i < n; i++) {
+        out->weight_bytes += table_bytes(&tables[i], tables[i].dim);
+        /* indices, rounded up, and the bag offsets */
+        lookups +=
+            ceil((double)batch * tables[i].pooling_factor) + (double)batch + 1;
+        cols += (uint64_t)tables[i].dim;
+    }
+    /* Twice: the caller's trace and the backend's copy. */
+    lookups *= 2 * sizeof(int64_t);
+    /* The pooled output and its gradient, floats. */
+    lookups += 2.0 * (double)batch * (double)cols * sizeof(float);
+    out->lookup_bytes = lookups >= 1.8e19 ? UINT64_MAX : (uint64_t)lookups;
+}
+
+bool prof_fits(const struct prof_footprint *f, uint64_t budget)
+{
+    return budget == 0 ||
+           (f->weight_bytes <= budget / 2 && f->lookup_bytes <= budget / 2);
+}
+
 int prof_measure_shard(const struct kern_backend *be, int32_t device,
                        const struct prof_item *items, size_t n,
                        const struct kern_timing_opts *o,
                        struct kern_timing *out, struct sd_diag *d)
+{
+    return prof_measure_shard_capped(be, device, items, n, o, 0, out, d);
+}
+
+int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
+                              const struct prof_item *items, size_t n,
+                              const struct kern_timing_opts *o,
+                              uint64_t arena_max_bytes, struct kern_timing *out,
+                              struct sd_diag *d)
 {
     struct kern_table_desc *td;
     struct kern_shard_desc sd;
@@ -57,6 +97,7 @@ int prof_measure_shard(const struct kern_backend *be, int32_t device,
     sd.learning_rate = 0.01f;
     sd.seed = 1;
     sd.reuse_weights = true; /* weights' values do not change the time */
+    sd.arena_max_bytes = arena_max_bytes;
     rv = be->shard_open(device, &sd, &s, d);
     free(td);
     if (rv != 0)
@@ -97,6 +138,36 @@ void prof_run_params_default(struct prof_run_params *p)
 }
 
 /* One sample: draw shard i, make its traces, time it, fill *s. */
+/*
+ * Draws sample shard `g` (neuroshard.md 2.2) until it fits the memory
+ * budget too: the draws continue the same stream, so sample i stays the
+ * same shard for a given seed and budget.
+ */
+static int draw_within(const struct prof_run_params *p, struct rng *g,
+                       const struct table *pool, size_t *idx, int32_t *dims,
+                       size_t *k)
+{
+    struct prof_footprint f;
+    struct table shard[64];
+    size_t j;
+    int tries, rv;
+
+    for (tries = 0; tries < PROF_BUDGET_TRIES; tries++) {
+        rv =
+            sample_draw_shard(g, pool, p->pool_tables, &p->shape, idx, dims, k);
+        if (rv != 0 || p->max_footprint_bytes == 0)
+            return rv;
+        for (j = 0; j < *k; j++) {
+            shard[j] = pool[idx[j]];
+            shard[j].dim = dims[j];
+        }
+        prof_footprint(shard, *k, p->batch_size, &f);
+        if (prof_fits(&f, p->max_footprint_bytes))
+            return 0;
+    }
+    return SD_EINVAL;
+}
+
 static int measure_sample(const struct prof_run_params *p,
                           const struct synth_params *sp,
                           const struct table *pool, uint64_t i,
@@ -111,13 +182,14 @@ static int measure_sample(const struct prof_run_params *p,
     int rv;
 
     rng_seed(&g, rng_derive(p->seed, i));
-    rv = sample_draw_shard(&g, pool, p->pool_tables, &p->shape, idx, dims, &k);
+    rv = draw_within(p, &g, pool, idx, dims, &k);
     if (rv != 0)
         return sd_diag_set(d, rv,
                            "no shard of at most %zu tables fits in "
-                           "%llu bytes",
+                           "%llu bytes (memory budget %llu MiB)",
                            p->shape.max_tables,
-                           (unsigned long long)p->shape.max_bytes);
+                           (unsigned long long)p->shape.max_bytes,
+                           (unsigned long long)(p->max_footprint_bytes >> 20));
     memset(traces, 0, sizeof(traces));
     for (j = 0; j < k && rv == 0; j++) {
         /* Making traces takes a while too: a stop is honoured here. */
@@ -134,7 +206,8 @@ static int measure_sample(const struct prof_run_params *p,
     if (rv != 0 && rv != SD_ECANCELED)
         sd_diag_set(d, rv, "generating a trace: %s", sd_strerror(rv));
     else if (rv == 0)
-        rv = prof_measure_shard(p->be, p->device, items, k, &p->timing, &tm, d);
+        rv = prof_measure_shard_capped(p->be, p->device, items, k, &p->timing,
+                                       p->max_footprint_bytes / 2, &tm, d);
     for (j = 0; j < k; j++)
         trace_destroy(&traces[j]);
     if (rv != 0)

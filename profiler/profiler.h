@@ -36,6 +36,37 @@ int prof_measure_shard(const struct kern_backend *be, int32_t device,
                        const struct kern_timing_opts *o,
                        struct kern_timing *out, struct sd_diag *d);
 
+/* The same with the backend's weight arena capped at arena_max_bytes (0:
+ * no cap): a shard whose weights need more is SD_ENOMEM. */
+int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
+                              const struct prof_item *items, size_t n,
+                              const struct kern_timing_opts *o,
+                              uint64_t arena_max_bytes, struct kern_timing *out,
+                              struct sd_diag *d);
+
+/*
+ * What measuring a shard holds in memory at `batch` bags: its weights, and
+ * its lookups (the caller's trace and the backend's copy of it: indices and
+ * offsets, twice) with the pooled output and its gradient.  Traces made by
+ * trace_from_table() hold about batch x pooling factor indices per table.
+ */
+struct prof_footprint {
+    uint64_t weight_bytes;
+    uint64_t lookup_bytes;
+};
+
+/* The footprint of tables (each at its own dim) at `batch`. */
+void prof_footprint(const struct table *tables, size_t n, int64_t batch,
+                    struct prof_footprint *out);
+
+/*
+ * Whether a footprint fits a memory budget of `budget` bytes: weights
+ * within half of it, lookups and buffers within the other half, so that a
+ * weight arena kept between shards (at most half) plus the next shard's
+ * lookups never exceed the budget.  A budget of 0 fits everything.
+ */
+bool prof_fits(const struct prof_footprint *f, uint64_t budget);
+
 /*
  * The name of a hardware profile: "<backend>/<device model>/<batch>", e.g.
  * "cpu/AMD EPYC 7B13/4096".  A model answers only for its own profile.
@@ -69,6 +100,11 @@ struct prof_run_params {
      * these same params (borrowed); NULL: prof_run() makes it each call
      * (about a second of CPU for 856 tables). */
     const struct table *pool;
+    /* Memory budget of one measurement (prof_fits()); 0: none beyond
+     * shape.max_bytes.  A drawn shard over it is drawn again (deterministic
+     * for the seed and the budget), and the backend's weight arena is
+     * capped at half of it. */
+    uint64_t max_footprint_bytes;
 };
 
 /*

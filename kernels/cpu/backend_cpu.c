@@ -98,23 +98,28 @@ static struct cpu_shard *to_cpu(struct kern_shard *s)
     return (struct cpu_shard *)s;
 }
 
-/* Last-level cache size in bytes, or 0 when neither glibc nor sysfs
- * knows it. */
+/*
+ * Last-level cache size in bytes, or 0 when neither sysfs nor glibc knows
+ * it.  sysfs first: it is what the kernel read from the CPU, while glibc's
+ * sysconf() may report another figure under a hypervisor (seen: 320 MiB
+ * for a 32 MiB L3, which made a 640 MiB flush buffer).
+ */
 static uint64_t llc_bytes(void)
 {
     unsigned long long kib = 0;
-    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long v;
     FILE *f;
 
-    if (v > 0)
-        return (uint64_t)v;
     f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f == NULL)
-        return 0;
-    if (fscanf(f, "%lluK", &kib) != 1)
-        kib = 0;
-    fclose(f);
-    return (uint64_t)kib * 1024;
+    if (f != NULL) {
+        if (fscanf(f, "%lluK", &kib) != 1)
+            kib = 0;
+        fclose(f);
+        if (kib > 0)
+            return (uint64_t)kib * 1024;
+    }
+    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return v > 0 ? (uint64_t)v : 0;
 }
 
 static void topo_probe(void)
@@ -284,12 +289,16 @@ static uint64_t arena_span(const struct kern_table_desc *td)
 static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
 {
     struct cpu_devmem *m = &devmem[device];
-    uint64_t need = 0;
+    uint64_t need = 0, cap = topo.mem_per_core;
     size_t t;
     int rv = 0;
 
+    if (desc->arena_max_bytes > 0 && (cap == 0 || desc->arena_max_bytes < cap))
+        cap = desc->arena_max_bytes;
     for (t = 0; t < desc->ntables; t++)
         need += arena_span(&desc->tables[t]);
+    if (cap > 0 && need * sizeof(float) > cap)
+        return SD_ENOMEM;
     pthread_mutex_lock(&m->mu);
     if (m->busy) {
         rv = SD_EBUSY;
@@ -297,9 +306,9 @@ static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
         float *w;
 
         /* Grow at least twofold so that a run of ever larger shards
-         * refills the arena only a few times. */
+         * refills the arena only a few times, within the cap. */
         if (need < 2 * m->arena_floats &&
-            2 * m->arena_floats * sizeof(float) <= topo.mem_per_core)
+            (cap == 0 || 2 * m->arena_floats * sizeof(float) <= cap))
             need = 2 * m->arena_floats;
         w = alloc_aligned(need * sizeof(float));
 
@@ -316,6 +325,36 @@ static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
         m->busy = true;
     pthread_mutex_unlock(&m->mu);
     return rv;
+}
+
+static void cpu_release(int32_t device)
+{
+    struct cpu_devmem *m;
+
+    if (device < 0 || device >= cpu_device_count())
+        return;
+    m = &devmem[device];
+    pthread_mutex_lock(&m->mu);
+    if (!m->busy) {
+        free(m->arena);
+        m->arena = NULL;
+        m->arena_floats = 0;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static uint64_t cpu_kept_bytes(int32_t device)
+{
+    struct cpu_devmem *m;
+    uint64_t n;
+
+    if (device < 0 || device >= cpu_device_count())
+        return 0;
+    m = &devmem[device];
+    pthread_mutex_lock(&m->mu);
+    n = m->arena_floats * sizeof(float) + m->flush_words * sizeof(uint64_t);
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
@@ -646,4 +685,6 @@ const struct kern_backend kern_backend_cpu = {
     .shard_step = cpu_shard_step,
     .shard_read_weights = cpu_shard_read_weights,
     .shard_time = cpu_shard_time,
+    .release = cpu_release,
+    .kept_bytes = cpu_kept_bytes,
 };

@@ -680,6 +680,20 @@ static void test_proposal_ring(void)
     one_plan(&p, 2, 1);
     profw_propose(&pw, &p, pool, 4096);
     plan_destroy(&p);
+    /* A shard whose lookups alone would take more than the memory budget
+     * (rows 1e6, dim 4, 20,000 lookups a bag: about 1.3 GB of trace at
+     * batch 4096) is not queued, however small its weights. */
+    {
+        struct table huge = pool[0];
+
+        huge.rows = 1000000;
+        huge.dim = 4;
+        huge.pooling_factor = 20000;
+        CHECK(plan_init(&p, 1) == 0);
+        CHECK(plan_add(&p, 0, 0, 0, 4) == 0);
+        profw_propose(&pw, &p, &huge, 4096);
+        plan_destroy(&p);
+    }
     /* A plan at another batch is not the profile's: ignored. */
     one_plan(&p, 4, 4);
     profw_propose(&pw, &p, pool, 65536);
@@ -691,6 +705,13 @@ static void test_proposal_ring(void)
     }
     CHECK(taken == PROFW_PROPOSALS);
     CHECK(empty == 0);
+    {
+        uint64_t kept, budget, skipped;
+
+        profw_memory(&pw, &kept, &budget, &skipped);
+        CHECK(budget == (uint64_t)768 << 20);
+        CHECK(skipped == 1);
+    }
     profw_destroy(&pw);
     conf_snap_unref(cf);
     conf_free(&c);
