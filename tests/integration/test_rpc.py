@@ -959,7 +959,9 @@ class DrainTest(Base):
 
 class ProposalTest(Base):
     def test_planned_shards_are_measured(self):
-        d = H.Daemon(SHARDD, profiler_idle_ms=100).start()
+        # Tables of up to 1 GB each: a budget that holds their shards.
+        d = H.Daemon(SHARDD, profiler_idle_ms=100,
+                     args=("--profiler-max-mb", "8192")).start()
         try:
             req = H.plan_request(H.make_tables(12, seed=21), num_devices=2,
                                  budget_ms=500)
