@@ -3,7 +3,11 @@
  * presentation (human tables); the planning library owns plans and formats
  * that programs read (JSON).
  *
- *  - shardctl.c: options, the offline commands and main().
+ *  - shardctl.c: options, main() and the dispatch to the commands.
+ *  - common.c:   what every command shares: ctl_fail(), output files, the
+ *                cost model, capacities and pins.
+ *  - offline.c:  gen-tables, gen-tasks and plan --offline, in-process.
+ *  - measure.c:  profile, train, score and eval on this machine's devices.
  *  - format.c:   human-readable plan reports, shared by offline and online.
  *  - online.c:   the commands that ask a running shardd (plan, estimate,
  *                status, models, activate, retrain, job, profiler, health):
@@ -106,6 +110,26 @@ int ctl_capacities(const struct ctl_opts *o, const char *cmd,
 int ctl_pins(const struct ctl_opts *o, const char *cmd,
              const struct table *tables, size_t n, int32_t ndevices,
              int32_t **pins);
+
+/*
+ * The cost model plans are searched with and scored by: --model FILE, else
+ * the embedded default.  *owned is what the caller frees (NULL for the
+ * embedded one).  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_load_model(const struct ctl_opts *o, const char *cmd,
+                   const struct cost_net **net, struct cost_net **owned);
+
+/* ------------------------------------------------------------------------ */
+/* Offline commands (offline.c) and measuring ones (measure.c)              */
+
+/* Each runs its command and returns shardctl's exit status. */
+int offline_gen_tables(const struct ctl_opts *o);
+int offline_gen_tasks(const struct ctl_opts *o);
+int offline_plan(const struct ctl_opts *o); /* plan --offline */
+int measure_profile(const struct ctl_opts *o);
+int measure_train(const struct ctl_opts *o);
+int measure_score(const struct ctl_opts *o);
+int measure_eval(const struct ctl_opts *o);
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */
