@@ -34,7 +34,30 @@
 #define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
 #define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
 
-/* Every option of every command; zero / NULL when not given. */
+/* The commands, as opts.c names them. */
+enum ctl_cmd {
+    CTL_CMD_GEN_TABLES,
+    CTL_CMD_GEN_TASKS,
+    CTL_CMD_PLAN, /* offline with --offline, else online */
+    CTL_CMD_PROFILE,
+    CTL_CMD_TRAIN,
+    CTL_CMD_SCORE,
+    CTL_CMD_EVAL,
+    CTL_CMD_ESTIMATE,
+    CTL_CMD_STATUS,
+    CTL_CMD_MODELS,
+    CTL_CMD_ACTIVATE,
+    CTL_CMD_RETRAIN,
+    CTL_CMD_JOB,
+    CTL_CMD_PROFILER,
+    CTL_CMD_HEALTH,
+    CTL_CMD_COUNT
+};
+
+/*
+ * Every option of every command (opts.c's table says which command takes
+ * which); zero / NULL when not given.
+ */
 struct ctl_opts {
     const char *tables;
     const char *out;
@@ -75,7 +98,30 @@ struct ctl_opts {
     /* The words that are not options: args[0] is the command. */
     const char *args[CTL_MAX_ARGS + 1];
     int nargs;
+    enum ctl_cmd cmd; /* args[0]'s */
+    bool help;        /* --help, help or -h: print the usage, run nothing */
 };
+
+/* ------------------------------------------------------------------------ */
+/* The command line (opts.c)                                                 */
+
+/*
+ * Parses argv into *o (cleared here first): the options, wherever they
+ * are, and the words, the command first (o->cmd).  Everything that needs
+ * no file and no daemon is checked here: unknown options and commands,
+ * missing or malformed values, options the command does not take, and the
+ * number of words after the command.  Returns 0 or an exit code with the
+ * message printed.  Without any argument it prints the usage on stderr
+ * and returns 2; for --help, help or -h as the first argument it sets
+ * o->help and returns 0.  o keeps pointers into argv.
+ */
+int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o);
+
+/* Writes shardctl --help's text to f. */
+void ctl_usage(FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* What every command shares (common.c)                                      */
 
 /* Prints "shardctl: MESSAGE" on stderr and returns code. */
 int ctl_fail(int code, const char *fmt, ...)
@@ -159,12 +205,12 @@ void format_explain(FILE *out, const struct plan *p,
 /* Online mode (online.c)                                                    */
 
 /*
- * Runs an online command (o->args[0]: "plan" without --offline, "estimate",
- * "status", "models", "activate", "retrain", "job", "profiler", "health")
- * against the daemon at o->addr.  Returns the exit status; *handled is false
- * (and nothing is done) for a command that is not an online one.
+ * Runs an online command (o->cmd: plan without --offline, estimate, status,
+ * models, activate, retrain, job, profiler, health; its words checked by
+ * ctl_opts_parse()) against the daemon at o->addr.  Returns the exit
+ * status.
  */
-int online_run(const struct ctl_opts *o, bool *handled);
+int online_run(const struct ctl_opts *o);
 
 /* ------------------------------------------------------------------------ */
 /* gRPC client (rpc.c)                                                       */

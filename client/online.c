@@ -1461,50 +1461,34 @@ static int online_health(struct online *on)
 /* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
 
+/* The online commands of ctl_opts_parse() and the default deadline of
+ * their calls. */
 static const struct online_cmd {
-    const char *name;
     int (*run)(struct online *on);
-    int min_words, max_words; /* after the command */
-    double timeout_s;         /* default deadline of its calls */
-    const char *synopsis;     /* for a wrong number of words */
-} online_cmds[] = {
-    {"plan", online_plan, 0, 0, 60, "plan --tables F --devices N --mem-gb G"},
-    {"estimate", online_estimate, 0, 0, 60,
-     "estimate --tables F --plan F --mem-gb G"},
-    {"status", online_status, 0, 0, 10, "status"},
-    {"models", online_models, 0, 0, 10, "models [--profile P] [--limit N]"},
-    {"activate", online_activate, 1, 1, 10, "activate VERSION"},
-    {"retrain", online_retrain, 0, 0, 10,
-     "retrain [--profile P] [--force] [--wait]"},
-    {"job", online_job, 1, 1, 10, "job ID [--watch]"},
-    {"profiler", online_profiler, 1, 1, 10, "profiler pause|resume"},
-    {"health", online_health, 0, 1, 10, "health [SERVICE]"},
+    double timeout_s;
+} online_cmds[CTL_CMD_COUNT] = {
+    [CTL_CMD_PLAN] = {online_plan, 60},
+    [CTL_CMD_ESTIMATE] = {online_estimate, 60},
+    [CTL_CMD_STATUS] = {online_status, 10},
+    [CTL_CMD_MODELS] = {online_models, 10},
+    [CTL_CMD_ACTIVATE] = {online_activate, 10},
+    [CTL_CMD_RETRAIN] = {online_retrain, 10},
+    [CTL_CMD_JOB] = {online_job, 10},
+    [CTL_CMD_PROFILER] = {online_profiler, 10},
+    [CTL_CMD_HEALTH] = {online_health, 10},
 };
 
-int online_run(const struct ctl_opts *o, bool *handled)
+int online_run(const struct ctl_opts *o)
 {
-    const struct online_cmd *c = NULL;
+    const struct online_cmd *c = &online_cmds[o->cmd];
     struct online on;
-    size_t k;
-    int words, rv;
+    int rv;
 
-    *handled = false;
-    for (k = 0; k < sizeof(online_cmds) / sizeof(online_cmds[0]); k++)
-        if (strcmp(o->args[0], online_cmds[k].name) == 0)
-            c = &online_cmds[k];
-    if (c == NULL)
-        return 0;
-    *handled = true;
-    words = o->nargs - 1;
-    if (words > c->max_words)
-        return ctl_fail(CTL_EXIT_USAGE, "%s: unexpected argument \"%s\"",
-                        c->name, o->args[1 + c->max_words]);
-    if (words < c->min_words)
-        return ctl_fail(CTL_EXIT_USAGE, "%s: missing argument (shardctl %s)",
-                        c->name, c->synopsis);
+    if (c->run == NULL) /* not an online command: a caller's mistake */
+        return ctl_fail(1, "%s: not an online command", o->args[0]);
     memset(&on, 0, sizeof(on));
     on.o = o;
-    on.cmd = c->name;
+    on.cmd = o->args[0];
     rv = online_open(&on, c->timeout_s);
     if (rv != 0)
         return rv;
