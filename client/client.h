@@ -213,6 +213,19 @@ void format_explain(FILE *out, const struct plan *p,
 int online_run(const struct ctl_opts *o);
 
 /* ------------------------------------------------------------------------ */
+/* Responses as JSON (rpc_json.c)                                            */
+
+struct ProtobufCMessage;
+
+/*
+ * m as the JSON text of shardctl --json (no newline at the end): an object
+ * of every field under its proto name, enums by name, repeated fields as
+ * arrays, unset messages as null, two spaces of indent.  The caller free()s
+ * it; NULL when out of memory.
+ */
+char *rpc_json_message(const struct ProtobufCMessage *m);
+
+/* ------------------------------------------------------------------------ */
 /* gRPC client (rpc.c)                                                       */
 
 /*

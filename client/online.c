@@ -144,195 +144,6 @@ static int online_call(struct online *on, const char *method,
     return 0;
 }
 
-/* ---------------------------------------------------------------------- */
-/* JSON that mirrors a message                                             */
-
-static void json_str(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)(s != NULL ? s : "");
-
-    fputc('"', f);
-    for (; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* A double that reads back exactly; JSON has no NaN or infinity. */
-static void json_real(FILE *f, double x)
-{
-    char buf[40];
-
-    if (!isfinite(x)) {
-        fputs("null", f);
-        return;
-    }
-    snprintf(buf, sizeof(buf), "%.17g", x);
-    fputs(buf, f);
-    if (strpbrk(buf, ".e") == NULL)
-        fputs(".0", f);
-}
-
-static void json_newline(FILE *f, int depth)
-{
-    fputc('\n', f);
-    fprintf(f, "%*s", 2 * depth, "");
-}
-
-static void json_message(FILE *f, const ProtobufCMessage *m, int depth);
-
-/* One value of field fd stored at p (an element, for repeated fields). */
-static void json_value(FILE *f, const ProtobufCFieldDescriptor *fd,
-                       const void *p, int depth)
-{
-    const ProtobufCEnumValue *ev;
-
-    switch (fd->type) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-        fprintf(f, "%d", (int)*(const int32_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-        fprintf(f, "%u", (unsigned)*(const uint32_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-        fprintf(f, "%lld", (long long)*(const int64_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_FLOAT:
-        json_real(f, (double)*(const float *)p);
-        break;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        json_real(f, *(const double *)p);
-        break;
-    case PROTOBUF_C_TYPE_BOOL:
-        fputs(*(const protobuf_c_boolean *)p ? "true" : "false", f);
-        break;
-    case PROTOBUF_C_TYPE_ENUM:
-        /* By name, as proto3's JSON mapping does; a number the client does
-         * not know stays a number. */
-        ev = protobuf_c_enum_descriptor_get_value(fd->descriptor,
-                                                  *(const int *)p);
-        if (ev != NULL)
-            json_str(f, ev->name);
-        else
-            fprintf(f, "%d", *(const int *)p);
-        break;
-    case PROTOBUF_C_TYPE_STRING:
-        json_str(f, *(char *const *)p);
-        break;
-    case PROTOBUF_C_TYPE_BYTES: {
-        const ProtobufCBinaryData *b = p;
-        size_t i;
-
-        /* No bytes field exists in the API today: hex keeps it readable. */
-        fputc('"', f);
-        for (i = 0; i < b->len; i++)
-            fprintf(f, "%02x", b->data[i]);
-        fputc('"', f);
-        break;
-    }
-    case PROTOBUF_C_TYPE_MESSAGE:
-        if (*(ProtobufCMessage *const *)p == NULL)
-            fputs("null", f);
-        else
-            json_message(f, *(ProtobufCMessage *const *)p, depth);
-        break;
-    }
-}
-
-/* The size of one stored element of a field of type t. */
-static size_t elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        return 8;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return sizeof(double);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    default: /* 32-bit numbers and enums */
-        return 4;
-    }
-}
-
-/*
- * Writes m as a JSON object with the proto field names, every field present
- * (zero values included, so scripts need no defaults), enums by name,
- * repeated fields as arrays and unset messages as null.
- */
-static void json_message(FILE *f, const ProtobufCMessage *m, int depth)
-{
-    const ProtobufCMessageDescriptor *md = m->descriptor;
-    unsigned i;
-
-    if (md->n_fields == 0) {
-        fputs("{}", f);
-        return;
-    }
-    fputc('{', f);
-    for (i = 0; i < md->n_fields; i++) {
-        const ProtobufCFieldDescriptor *fd = &md->fields[i];
-        const char *member = (const char *)m + fd->offset;
-
-        json_newline(f, depth + 1);
-        json_str(f, fd->name);
-        fputs(": ", f);
-        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-            size_t n = *(const size_t *)((const char *)m +
-                                         fd->quantifier_offset),
-                   k;
-            const char *arr = *(char *const *)member;
-
-            if (n == 0) {
-                fputs("[]", f);
-            } else {
-                fputc('[', f);
-                for (k = 0; k < n; k++) {
-                    json_newline(f, depth + 2);
-                    json_value(f, fd, arr + k * elem_size(fd->type), depth + 2);
-                    if (k + 1 < n)
-                        fputc(',', f);
-                }
-                json_newline(f, depth + 1);
-                fputc(']', f);
-            }
-        } else {
-            json_value(f, fd, member, depth + 1);
-        }
-        if (i + 1 < md->n_fields)
-            fputc(',', f);
-    }
-    json_newline(f, depth);
-    fputc('}', f);
-}
-
 /* Ends stdout's output; returns 0 or the exit status for a failed write. */
 static int finish_stdout(void)
 {
@@ -341,10 +152,16 @@ static int finish_stdout(void)
     return 0;
 }
 
+/* A response as JSON (rpc_json.c) on stdout. */
 static int print_json(const ProtobufCMessage *m)
 {
-    json_message(stdout, m, 0);
+    char *text = rpc_json_message(m);
+
+    if (text == NULL)
+        return ctl_fail(1, "out of memory");
+    fputs(text, stdout);
     fputc('\n', stdout);
+    free(text);
     return finish_stdout();
 }
 
@@ -1273,12 +1090,11 @@ static int report_job(const struct online *on, const Shardd__V1__Job *j,
     int rv;
 
     if (on->o->json) {
-        json_message(stdout, &j->base, 0);
-        fputc('\n', stdout);
+        rv = print_json(&j->base);
     } else {
         print_job(j);
+        rv = finish_stdout();
     }
-    rv = finish_stdout();
     if (rv != 0)
         return rv;
     enum_word(&shardd__v1__job_state__descriptor, (int)j->state, state,
