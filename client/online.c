@@ -18,6 +18,7 @@
 
 #include "client.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "online_msg.h"
 #include "shardd/v1/admin.pb-c.h"
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
@@ -166,282 +167,30 @@ static int print_json(const ProtobufCMessage *m)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Shared message pieces                                                   */
-
-static Shardd__V1__Optimizer optimizer_msg(enum optimizer o)
-{
-    switch (o) {
-    case OPTIMIZER_ADAGRAD:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD;
-    case OPTIMIZER_ROWWISE_ADAGRAD:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD;
-    case OPTIMIZER_ADAM:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM;
-    default:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD;
-    }
-}
-
-/* The request's tables: arrays owned by the caller (free() both). */
-static int tables_msg(const struct table *tables, size_t n,
-                      Shardd__V1__Table **msgs, Shardd__V1__Table ***ptrs)
-{
-    size_t i;
-
-    *msgs = calloc(n ? n : 1, sizeof(**msgs));
-    *ptrs = calloc(n ? n : 1, sizeof(**ptrs));
-    if (*msgs == NULL || *ptrs == NULL) {
-        free(*msgs);
-        free(*ptrs);
-        return SD_ENOMEM;
-    }
-    for (i = 0; i < n; i++) {
-        Shardd__V1__Table *t = &(*msgs)[i];
-
-        shardd__v1__table__init(t);
-        t->name = mstr(tables[i].name);
-        t->rows = tables[i].rows;
-        t->dim = tables[i].dim;
-        t->pooling_factor = tables[i].pooling_factor;
-        t->n_bins = TABLE_NBINS;
-        t->bins = (double *)tables[i].bins; /* packing only reads it */
-        t->dtype = tables[i].dtype == TABLE_DTYPE_FP16
-                       ? SHARDD__V1__DTYPE__DTYPE_FP16
-                       : SHARDD__V1__DTYPE__DTYPE_FP32;
-        (*ptrs)[i] = t;
-    }
-    return 0;
-}
+/* What plan and estimate ask                                              */
 
 /*
- * The topology options shared by plan and estimate.  Devices of different
- * capacities put *caps (owned by the caller, NULL otherwise) in the
- * message.  Returns 0 or an exit code.
+ * The topology of plan and estimate's command line: ndevices devices, their
+ * capacities (devices of different ones in *caps, which the caller frees;
+ * NULL otherwise) and, 0 where not given (the server's defaults), the
+ * devices per host and the batch.  Returns 0 or an exit code.
  */
-static int topology_msg(const struct ctl_opts *o, const char *cmd,
-                        int32_t ndevices, Shardd__V1__Topology *t,
-                        uint64_t **caps)
+static int asked_topology(const struct ctl_opts *o, const char *cmd,
+                          int32_t ndevices, struct topology *t, uint64_t **caps)
 {
-    struct topology topo;
     int rv;
 
-    topology_default(&topo, ndevices, 0);
-    rv = ctl_capacities(o, cmd, &topo, caps);
+    topology_default(t, ndevices, 0);
+    rv = ctl_capacities(o, cmd, t, caps);
     if (rv != 0)
         return rv;
-    shardd__v1__topology__init(t);
-    t->num_devices = ndevices;
     t->devices_per_host = (int32_t)o->per_host;
-    t->mem_bytes_per_device = topo.mem_bytes;
-    if (*caps != NULL) {
-        t->n_mem_bytes_by_device = (size_t)ndevices;
-        t->mem_bytes_by_device = *caps;
-    }
-    t->batch_size = o->batch; /* 0: the server's default */
+    t->batch_size = o->batch;
     return 0;
-}
-
-/*
- * The printers' topology for a response's devices: their capacities (into
- * *caps, owned by the caller) and the command line's hosts.
- */
-static int topology_of(const struct ctl_opts *o, Shardd__V1__DeviceCost **devs,
-                       int32_t ndevices, struct topology *t, uint64_t **caps)
-{
-    int32_t r;
-
-    *caps = malloc((size_t)ndevices * sizeof(**caps));
-    if (*caps == NULL)
-        return SD_ENOMEM;
-    for (r = 0; r < ndevices; r++)
-        (*caps)[r] =
-            devs[r]->memory_capacity_bytes > 0
-                ? devs[r]->memory_capacity_bytes
-                : (uint64_t)(o->mem_gbs[o->n_mem_gb > r ? r : 0] * GIB);
-    topology_default(t, ndevices, (*caps)[0]);
-    t->mem_by_device = *caps;
-    if (o->per_host)
-        t->devices_per_host = (int32_t)o->per_host;
-    return 0;
-}
-
-/* Pins as Constraints: every message points into *pins (owned by the
- * caller: pins_msg_free()). */
-struct pins_msg {
-    Shardd__V1__Constraints cons;
-    Shardd__V1__Pin *pins, **ptrs;
-};
-
-static void pins_msg_free(struct pins_msg *m)
-{
-    free(m->pins);
-    free(m->ptrs);
-}
-
-static int pins_msg(const int32_t *pins, const struct table *tables, size_t n,
-                    struct pins_msg *m)
-{
-    size_t i;
-
-    shardd__v1__constraints__init(&m->cons);
-    m->pins = calloc(n ? n : 1, sizeof(*m->pins));
-    m->ptrs = calloc(n ? n : 1, sizeof(*m->ptrs));
-    if (m->pins == NULL || m->ptrs == NULL)
-        return SD_ENOMEM;
-    m->cons.pins = m->ptrs;
-    for (i = 0; i < n; i++) {
-        Shardd__V1__Pin *pin = &m->pins[m->cons.n_pins];
-
-        if (pins[i] < 0)
-            continue;
-        shardd__v1__pin__init(pin);
-        pin->table = mstr(tables[i].name);
-        pin->device = pins[i];
-        m->ptrs[m->cons.n_pins++] = pin;
-    }
-    return 0;
-}
-
-/* The per-device figures of a response into p->devices. */
-static void devices_from_msg(struct plan *p, Shardd__V1__DeviceCost **devs,
-                             size_t n)
-{
-    size_t r;
-
-    for (r = 0; r < n && r < (size_t)p->ndevices; r++) {
-        struct plan_device *dv = &p->devices[r];
-
-        dv->mem_bytes = devs[r]->memory_bytes;
-        dv->compute_ms = devs[r]->compute_ms;
-        dv->fwd_comm_ms = devs[r]->fwd_comm_ms;
-        dv->bwd_comm_ms = devs[r]->bwd_comm_ms;
-        dv->total_ms = devs[r]->total_ms;
-        dv->dim_sum = devs[r]->dim_sum;
-        dv->nshards = devs[r]->num_shards;
-    }
 }
 
 /* ---------------------------------------------------------------------- */
 /* plan                                                                    */
-
-/* The index of the table called name; `hint` is tried first. */
-static int64_t table_index(const struct table *tables, size_t n, size_t hint,
-                           const char *name)
-{
-    size_t i;
-
-    if (hint < n && strcmp(tables[hint].name, name) == 0)
-        return (int64_t)hint;
-    for (i = 0; i < n; i++)
-        if (strcmp(tables[i].name, name) == 0)
-            return (int64_t)i;
-    return -1;
-}
-
-/*
- * Rebuilds the planner's view of a PlanResponse, so that online plans print
- * through the offline printers.  *p is initialised here (plan_destroy() it);
- * its strings point into r, which must outlive it.  What the API does not
- * carry is marked unknown (client.h): the drivers' own costs, and the
- * search's states, beam levels and local moves.  Returns 0, SD_EFORMAT (the
- * response does not match the request; d says how) or SD_ENOMEM.
- */
-static int plan_from_msg(const Shardd__V1__PlanResponse *r,
-                         const struct table *tables, size_t n, int32_t ndev,
-                         struct plan *p, struct sd_diag *d)
-{
-    const Shardd__V1__Explanation *ex = r->explanation;
-    enum plan_alg alg;
-    struct sd_diag why;
-    size_t i, k;
-    int64_t t;
-
-    if (r->n_devices != (size_t)ndev)
-        return sd_diag_set(d, SD_EFORMAT,
-                           "the response has %zu devices, not %d", r->n_devices,
-                           (int)ndev);
-    if (plan_init(p, ndev) != 0)
-        return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < r->n_tables; i++) {
-        const Shardd__V1__TablePlacement *tp = r->tables[i];
-
-        t = table_index(tables, n, i, tp->table != NULL ? tp->table : "");
-        if (t < 0) {
-            sd_diag_set(d, SD_EFORMAT,
-                        "the response places table \"%.200s\", which was "
-                        "not asked for",
-                        tp->table);
-            goto fail_plan;
-        }
-        for (k = 0; k < tp->n_shards; k++) {
-            const Shardd__V1__Shard *s = tp->shards[k];
-
-            if (s->device < 0 || s->device >= ndev) {
-                sd_diag_set(d, SD_EFORMAT,
-                            "the response puts table \"%s\" on device %d",
-                            tables[t].name, (int)s->device);
-                goto fail_plan;
-            }
-            if (plan_add(p, (uint32_t)t, s->device, s->col_offset,
-                         s->col_width) != 0) {
-                sd_diag_set(d, SD_ENOMEM, "out of memory");
-                goto fail_plan;
-            }
-        }
-    }
-    plan_sort(p);
-    devices_from_msg(p, r->devices, r->n_devices);
-    p->cost_ms = r->plan_cost_ms;
-    /* A static name where the client knows it, the response's otherwise. */
-    p->algorithm = r->algorithm != NULL ? r->algorithm : "";
-    if (plan_alg_parse(p->algorithm, &alg, &why) == 0)
-        p->algorithm = plan_alg_name(alg);
-    if (r->basis != NULL) {
-        snprintf(p->cost_model, sizeof(p->cost_model), "%s",
-                 r->basis->cost_model != NULL ? r->basis->cost_model : "");
-        p->comm_model = r->basis->comm_model;
-    }
-    if (p->comm_model == NULL)
-        p->comm_model = "";
-
-    /* The explanation: the bottleneck tables' shards on that device, in
-     * the response's order (costliest first). */
-    p->explain.critical_device = -1;
-    if (ex != NULL && ex->bottleneck_device >= 0 &&
-        ex->bottleneck_device < ndev) {
-        p->explain.critical_device = ex->bottleneck_device;
-        p->explain.lower_bound_ms = ex->lower_bound_ms;
-        p->explain.gap = ex->gap_ratio;
-        for (i = 0; i < ex->n_bottleneck_tables &&
-                    p->explain.ndrivers < PLAN_DRIVERS_MAX;
-             i++) {
-            t = table_index(tables, n, 0, ex->bottleneck_tables[i]);
-            for (k = 0; t >= 0 && k < p->nshards; k++) {
-                if (p->shards[k].table != (uint32_t)t ||
-                    p->shards[k].device != ex->bottleneck_device)
-                    continue;
-                p->explain.drivers[p->explain.ndrivers] = k;
-                p->explain.driver_ms[p->explain.ndrivers++] = -1;
-                break;
-            }
-        }
-    }
-    /* The search's figures: neuroshard's only, as offline. */
-    if (r->search != NULL && strcmp(p->algorithm, "neuroshard") == 0) {
-        p->stats.search_ms = r->search->search_time_ms;
-        p->stats.greedy_runs = (int64_t)r->search->candidates_evaluated;
-        p->stats.splits = (int32_t)(p->nshards - n);
-        p->stats.budget_exhausted = r->search->time_budget_exhausted;
-        p->stats.states = -1;
-        p->stats.levels = -1;
-        p->stats.moves = -1;
-    }
-    return 0;
-
-fail_plan:
-    plan_destroy(p);
-    return SD_EFORMAT;
-}
 
 /*
  * Rewrites the unknown figures of a JSON text as null.  Patterns include
@@ -512,29 +261,18 @@ static int reject_offline_only(const struct ctl_opts *o)
                     names + 2);
 }
 
-/* The PlanOptions of the command line; strings borrowed from o. */
-static int plan_options_msg(const struct ctl_opts *o,
-                            Shardd__V1__PlanOptions *po)
+/* The plan options of the command line, for online_msg_plan_options(). */
+static int asked_options(const struct ctl_opts *o, struct plan_options *po)
 {
-    enum optimizer opt = OPTIMIZER_SGD;
-
-    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
+    plan_options_default(po);
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po->optimizer))
         return ctl_fail(CTL_EXIT_USAGE,
                         "plan: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    shardd__v1__plan_options__init(po);
-    po->algorithm = mstr(o->alg != NULL ? o->alg : "");
-    po->whole_tables_only = o->no_splits;
-    /* Whole milliseconds on the wire; never round a budget down to 0,
-     * which would mean the server's default. */
-    if (o->time_budget_ms > 0)
-        po->time_budget_ms = o->time_budget_ms >= 4294967295.0
-                                 ? UINT32_MAX
-                                 : (uint32_t)ceil(o->time_budget_ms);
+    po->column_splits = !o->no_splits;
+    po->time_budget_ms = o->time_budget_ms;
     po->seed = (uint64_t)o->seed;
-    po->optimizer = optimizer_msg(opt);
-    po->profile = mstr(o->profile != NULL ? o->profile : "");
     return 0;
 }
 
@@ -563,12 +301,13 @@ static int online_plan(struct online *on)
     const struct ctl_opts *o = on->o;
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__Topology tm;
-    Shardd__V1__PlanOptions po;
+    Shardd__V1__PlanOptions pom;
     Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
     Shardd__V1__PlanResponse *resp = NULL;
-    struct pins_msg pm = {0};
+    struct online_msg_pins pm = {0};
+    struct plan_options po;
     struct table *tables = NULL;
-    struct topology topo;
+    struct topology asked, topo;
     struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
@@ -588,7 +327,7 @@ static int online_plan(struct online *on)
     if (o->out != NULL && !o->json && !o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or "
                                         "--torchrec");
-    rv = plan_options_msg(o, &po);
+    rv = asked_options(o, &po);
     if (rv != 0)
         return rv;
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
@@ -596,33 +335,36 @@ static int online_plan(struct online *on)
         return ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
     rv = ctl_pins(o, "plan", tables, n, (int32_t)o->devices, &pins);
     if (rv == 0)
-        rv = topology_msg(o, "plan", (int32_t)o->devices, &tm, &caps);
+        rv = asked_topology(o, "plan", (int32_t)o->devices, &asked, &caps);
     if (rv != 0)
         goto out_tables;
-    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0 ||
-        (pins != NULL && pins_msg(pins, tables, n, &pm) != 0)) {
+    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
+        (pins != NULL && online_msg_pins(pins, tables, n, &pm) != 0)) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_request;
     }
+    online_msg_topology(&asked, &tm);
+    online_msg_plan_options(o->alg, &po, o->profile, &pom);
     if (pins != NULL)
-        po.constraints = &pm.cons;
+        pom.constraints = &pm.cons;
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
-    rq.options = &po;
+    rq.options = &pom;
 
     rv = online_call(on, "/shardd.v1.Planner/Plan", &rq.base,
                      &shardd__v1__plan_response__descriptor,
                      (ProtobufCMessage **)&resp);
     if (rv != 0)
         goto out_request;
-    rv = plan_from_msg(resp, tables, n, (int32_t)o->devices, &p, &d);
+    rv = online_msg_plan_from(resp, tables, n, (int32_t)o->devices, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(1, "plan: %s", d.msg); /* the daemon's fault */
         goto out_response;
     }
     /* The printers take the capacities and hosts from a topology. */
-    if (topology_of(o, resp->devices, (int32_t)o->devices, &topo, &shown) != 0)
+    if (online_msg_topology_from(&asked, resp->devices, (int32_t)o->devices,
+                                 &topo, &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
         rv = print_plan(o, &p, tables, n, &topo);
@@ -631,7 +373,7 @@ static int online_plan(struct online *on)
 out_response:
     shardd__v1__plan_response__free_unpacked(resp, NULL);
 out_request:
-    pins_msg_free(&pm);
+    online_msg_pins_free(&pm);
     free(tmsgs);
     free(tptrs);
 out_tables:
@@ -643,54 +385,6 @@ out_tables:
 
 /* ---------------------------------------------------------------------- */
 /* estimate                                                                */
-
-/* Everything an EstimateRequest's placement points into. */
-struct placement_msg {
-    Shardd__V1__TablePlacement *tps, **tp_ptrs;
-    Shardd__V1__Shard *shards, **shard_ptrs;
-};
-
-static void placement_msg_free(struct placement_msg *m)
-{
-    free(m->tps);
-    free(m->tp_ptrs);
-    free(m->shards);
-    free(m->shard_ptrs);
-}
-
-/* One TablePlacement per table (empty for a table the plan misses, so the
- * server names it), from a sorted plan. */
-static int placement_from_plan(const struct plan *p, const struct table *tables,
-                               size_t n, struct placement_msg *m)
-{
-    size_t i, k = 0, ns = p->nshards ? p->nshards : 1;
-
-    m->tps = calloc(n ? n : 1, sizeof(*m->tps));
-    m->tp_ptrs = calloc(n ? n : 1, sizeof(*m->tp_ptrs));
-    m->shards = calloc(ns, sizeof(*m->shards));
-    m->shard_ptrs = calloc(ns, sizeof(*m->shard_ptrs));
-    if (!m->tps || !m->tp_ptrs || !m->shards || !m->shard_ptrs)
-        return SD_ENOMEM;
-    for (i = 0; i < n; i++) {
-        Shardd__V1__TablePlacement *tp = &m->tps[i];
-
-        shardd__v1__table_placement__init(tp);
-        tp->table = mstr(tables[i].name);
-        tp->shards = &m->shard_ptrs[k];
-        for (; k < p->nshards && p->shards[k].table == i; k++) {
-            Shardd__V1__Shard *s = &m->shards[k];
-
-            shardd__v1__shard__init(s);
-            s->device = p->shards[k].device;
-            s->col_offset = p->shards[k].col_offset;
-            s->col_width = p->shards[k].col_width;
-            m->shard_ptrs[k] = s;
-            tp->n_shards++;
-        }
-        m->tp_ptrs[i] = tp;
-    }
-    return 0;
-}
 
 /* The plan file's shards on ndev devices, sorted; *p initialised here. */
 static int read_placement(const struct ctl_opts *o, const struct table *tables,
@@ -726,17 +420,9 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     int32_t dev;
     bool first = true;
 
-    devices_from_msg(p, r->devices, r->n_devices);
-    p->cost_ms = r->plan_cost_ms;
+    online_msg_estimate_from(r, p);
     p->algorithm = "estimate";
     p->explain.critical_device = -1;
-    if (r->basis != NULL) {
-        snprintf(p->cost_model, sizeof(p->cost_model), "%s",
-                 r->basis->cost_model != NULL ? r->basis->cost_model : "");
-        p->comm_model = r->basis->comm_model;
-    }
-    if (p->comm_model == NULL)
-        p->comm_model = "";
     format_plan_text(stdout, p, tables, n, topo);
     if (r->fits_memory) {
         printf("memory: every device fits\n");
@@ -760,10 +446,10 @@ static int online_estimate(struct online *on)
     Shardd__V1__EstimateResponse *resp = NULL;
     Shardd__V1__Topology tm;
     Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
-    struct placement_msg pm = {0};
+    struct online_msg_placement pm = {0};
     enum optimizer opt = OPTIMIZER_SGD;
     struct table *tables = NULL;
-    struct topology topo;
+    struct topology asked, topo;
     struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
@@ -785,20 +471,21 @@ static int online_estimate(struct online *on)
     rv = read_placement(o, tables, n, &p, &ndev);
     if (rv != 0)
         goto out_tables;
-    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0 ||
-        placement_from_plan(&p, tables, n, &pm) != 0) {
+    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
+        online_msg_placement(&p, tables, n, &pm) != 0) {
         rv = ctl_fail(1, "estimate: out of memory");
         goto out_request;
     }
-    rv = topology_msg(o, "estimate", ndev, &tm, &caps);
+    rv = asked_topology(o, "estimate", ndev, &asked, &caps);
     if (rv != 0)
         goto out_request;
+    online_msg_topology(&asked, &tm);
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
     rq.n_placement = n;
     rq.placement = pm.tp_ptrs;
-    rq.optimizer = optimizer_msg(opt);
+    rq.optimizer = online_msg_optimizer(opt);
     rq.profile = mstr(o->profile != NULL ? o->profile : "");
 
     rv = online_call(on, "/shardd.v1.Planner/Estimate", &rq.base,
@@ -811,7 +498,8 @@ static int online_estimate(struct online *on)
                       resp->n_devices, (int)ndev);
     } else if (o->json) {
         rv = print_json(&resp->base);
-    } else if (topology_of(o, resp->devices, ndev, &topo, &shown) != 0) {
+    } else if (online_msg_topology_from(&asked, resp->devices, ndev, &topo,
+                                        &shown) != 0) {
         rv = ctl_fail(1, "estimate: out of memory");
     } else {
         rv = print_estimate(resp, &p, tables, n, &topo);
@@ -820,7 +508,7 @@ static int online_estimate(struct online *on)
     shardd__v1__estimate_response__free_unpacked(resp, NULL);
 out_request:
     free(caps);
-    placement_msg_free(&pm);
+    online_msg_placement_free(&pm);
     free(tmsgs);
     free(tptrs);
     plan_destroy(&p);
