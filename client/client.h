@@ -3,17 +3,42 @@
  * presentation (human tables); the planning library owns plans and formats
  * that programs read (JSON).
  *
- *  - shardctl.c: options, main() and the dispatch to the commands.
- *  - common.c:   what every command shares: ctl_fail(), output files, the
- *                cost model, capacities and pins.
- *  - offline.c:  gen-tables, gen-tasks and plan --offline, in-process.
- *  - measure.c:  profile, train, score and eval on this machine's devices.
- *  - format.c:   human-readable plan reports, shared by offline and online.
- *  - online.c:   the commands that ask a running shardd (plan, estimate,
- *                status, models, activate, retrain, job, profiler, health):
- *                options to protobuf-c requests, responses to the printers.
- *  - rpc.c:      a small synchronous gRPC client; the only client file that
- *                includes gRPC headers.
+ *  - shardctl.c:     main(): parse, then run the command.
+ *  - opts.c:         argv to struct ctl_opts: the option and command tables
+ *                    (getopt_long), the usage.
+ *  - common.c:       what every command shares: ctl_fail(), output files,
+ *                    the cost model, capacities and pins.
+ *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
+ *  - measure.c:      profile, train, score and eval on this machine's
+ *                    devices.
+ *  - format.c:       human-readable plan reports, offline and online.
+ *  - online.c:       online_run(), and plan and estimate asked of shardd.
+ *  - online_admin.c: status, models, activate, profiler, retrain, job,
+ *                    health (online.h).
+ *  - online_call.c:  the channel to shardd, unary calls, --json output
+ *                    (online.h).
+ *  - online_msg.c:   planner structs <-> shardd.v1 messages (online_msg.h).
+ *  - rpc_json.c:     a protobuf-c message as JSON, on jansson.
+ *  - rpc.c:          a small synchronous gRPC client; the only client file
+ *                    that includes gRPC headers.
+ *
+ * Who calls whom, file by file (a layered graph: no file calls a function
+ * of a file that calls it, directly or not):
+ *
+ *   shardctl.c     -> opts.c, offline.c, measure.c, online.c
+ *   opts.c         -> common.c
+ *   offline.c      -> common.c, format.c
+ *   measure.c      -> common.c, format.c
+ *   online.c       -> online_admin.c, online_call.c, online_msg.c,
+ *                     common.c, format.c
+ *   online_admin.c -> online_call.c, rpc.c, common.c
+ *   online_call.c  -> rpc.c, rpc_json.c, common.c
+ *   common.c, format.c, online_msg.c, rpc_json.c, rpc.c: no client file
+ *                     (the planning library, protobuf-c, jansson, gRPC)
+ *
+ * Headers: client.h (this one) for every file; online.h for online.c,
+ * online_admin.c and online_call.c; online_msg.h for online.c and
+ * online_msg.c.
  *
  * Errors inside the client are negative SD_E* codes with a struct sd_diag
  * line; commands return shardctl's exit status (0 success, 1 failure of the
