@@ -139,15 +139,13 @@ static const struct cmd_def {
 
 /* The commands an option belongs to, as bits. */
 #define CMD(c) (1u << CTL_CMD_##c)
-#define ONLINE                                                                 \
-    (CMD(PLAN) | CMD(ESTIMATE) | CMD(STATUS) | CMD(MODELS) | CMD(ACTIVATE) |   \
-     CMD(RETRAIN) | CMD(JOB) | CMD(PROFILER) | CMD(HEALTH))
 /* The options the usage calls those "of every online command, before or
  * after it" (the daemon's address, its token, the deadline, --json): every
  * command takes them, so that a prefix such as `shardctl --addr A` works
  * for offline commands too (which need none of them). */
 #define GLOBAL ((1u << CTL_CMD_COUNT) - 1)
 #define TIMING (CMD(PROFILE) | CMD(EVAL))
+_Static_assert(CTL_CMD_COUNT < 32, "a command is a bit of unsigned");
 
 /* ---------------------------------------------------------------------- */
 /* Options                                                                 */
@@ -350,9 +348,7 @@ static int add_pin(const struct opt_def *def, const char *arg, void *field,
 static int unknown_option(const char *word)
 {
     return ctl_fail(CTL_EXIT_USAGE,
-                    "unknown option \"%s\" (see shardctl "
-                    "--help)",
-                    word);
+                    "unknown option \"%s\" (see shardctl --help)", word);
 }
 
 /* Whether word ("--name" or "--name=value") names def in full. */
