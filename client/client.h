@@ -3,13 +3,42 @@
  * presentation (human tables); the planning library owns plans and formats
  * that programs read (JSON).
  *
- *  - shardctl.c: options, the offline commands and main().
- *  - format.c:   human-readable plan reports, shared by offline and online.
- *  - online.c:   the commands that ask a running shardd (plan, estimate,
- *                status, models, activate, retrain, job, profiler, health):
- *                options to protobuf-c requests, responses to the printers.
- *  - rpc.c:      a small synchronous gRPC client; the only client file that
- *                includes gRPC headers.
+ *  - shardctl.c:     main(): parse, then run the command.
+ *  - opts.c:         argv to struct ctl_opts: the option and command tables
+ *                    (getopt_long), the usage.
+ *  - common.c:       what every command shares: ctl_fail(), output files,
+ *                    the cost model, capacities and pins.
+ *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
+ *  - measure.c:      profile, train, score and eval on this machine's
+ *                    devices.
+ *  - format.c:       human-readable plan reports, offline and online.
+ *  - online.c:       online_run(), and plan and estimate asked of shardd.
+ *  - online_admin.c: status, models, activate, profiler, retrain, job,
+ *                    health (online.h).
+ *  - online_call.c:  the channel to shardd, unary calls, --json output
+ *                    (online.h).
+ *  - online_msg.c:   planner structs <-> shardd.v1 messages (online_msg.h).
+ *  - rpc_json.c:     a protobuf-c message as JSON, on jansson.
+ *  - rpc.c:          a small synchronous gRPC client; the only client file
+ *                    that includes gRPC headers.
+ *
+ * Who calls whom, file by file (a layered graph: no file calls a function
+ * of a file that calls it, directly or not):
+ *
+ *   shardctl.c     -> opts.c, offline.c, measure.c, online.c
+ *   opts.c         -> common.c
+ *   offline.c      -> common.c, format.c
+ *   measure.c      -> common.c, format.c
+ *   online.c       -> online_admin.c, online_call.c, online_msg.c,
+ *                     common.c, format.c
+ *   online_admin.c -> online_call.c, rpc.c, common.c
+ *   online_call.c  -> rpc.c, rpc_json.c, common.c
+ *   common.c, format.c, online_msg.c, rpc_json.c, rpc.c: no client file
+ *                     (the planning library, protobuf-c, jansson, gRPC)
+ *
+ * Headers: client.h (this one) for every file; online.h for online.c,
+ * online_admin.c and online_call.c; online_msg.h for online.c and
+ * online_msg.c.
  *
  * Errors inside the client are negative SD_E* codes with a struct sd_diag
  * line; commands return shardctl's exit status (0 success, 1 failure of the
@@ -30,7 +59,30 @@
 #define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
 #define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
 
-/* Every option of every command; zero / NULL when not given. */
+/* The commands, as opts.c names them. */
+enum ctl_cmd {
+    CTL_CMD_GEN_TABLES,
+    CTL_CMD_GEN_TASKS,
+    CTL_CMD_PLAN, /* offline with --offline, else online */
+    CTL_CMD_PROFILE,
+    CTL_CMD_TRAIN,
+    CTL_CMD_SCORE,
+    CTL_CMD_EVAL,
+    CTL_CMD_ESTIMATE,
+    CTL_CMD_STATUS,
+    CTL_CMD_MODELS,
+    CTL_CMD_ACTIVATE,
+    CTL_CMD_RETRAIN,
+    CTL_CMD_JOB,
+    CTL_CMD_PROFILER,
+    CTL_CMD_HEALTH,
+    CTL_CMD_COUNT
+};
+
+/*
+ * Every option of every command (opts.c's table says which command takes
+ * which); zero / NULL when not given.
+ */
 struct ctl_opts {
     const char *tables;
     const char *out;
@@ -71,7 +123,30 @@ struct ctl_opts {
     /* The words that are not options: args[0] is the command. */
     const char *args[CTL_MAX_ARGS + 1];
     int nargs;
+    enum ctl_cmd cmd; /* args[0]'s */
+    bool help;        /* --help, help or -h: print the usage, run nothing */
 };
+
+/* ------------------------------------------------------------------------ */
+/* The command line (opts.c)                                                 */
+
+/*
+ * Parses argv into *o (cleared here first): the options, wherever they
+ * are, and the words, the command first (o->cmd).  Everything that needs
+ * no file and no daemon is checked here: unknown options and commands,
+ * missing or malformed values, options the command does not take, and the
+ * number of words after the command.  Returns 0 or an exit code with the
+ * message printed.  Without any argument it prints the usage on stderr
+ * and returns 2; for --help, help or -h as the first argument it sets
+ * o->help and returns 0.  o keeps pointers into argv.
+ */
+int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o);
+
+/* Writes shardctl --help's text to f. */
+void ctl_usage(FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* What every command shares (common.c)                                      */
 
 /* Prints "shardctl: MESSAGE" on stderr and returns code. */
 int ctl_fail(int code, const char *fmt, ...)
@@ -107,6 +182,26 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
              const struct table *tables, size_t n, int32_t ndevices,
              int32_t **pins);
 
+/*
+ * The cost model plans are searched with and scored by: --model FILE, else
+ * the embedded default.  *owned is what the caller frees (NULL for the
+ * embedded one).  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_load_model(const struct ctl_opts *o, const char *cmd,
+                   const struct cost_net **net, struct cost_net **owned);
+
+/* ------------------------------------------------------------------------ */
+/* Offline commands (offline.c) and measuring ones (measure.c)              */
+
+/* Each runs its command and returns shardctl's exit status. */
+int offline_gen_tables(const struct ctl_opts *o);
+int offline_gen_tasks(const struct ctl_opts *o);
+int offline_plan(const struct ctl_opts *o); /* plan --offline */
+int measure_profile(const struct ctl_opts *o);
+int measure_train(const struct ctl_opts *o);
+int measure_score(const struct ctl_opts *o);
+int measure_eval(const struct ctl_opts *o);
+
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */
 
@@ -135,12 +230,25 @@ void format_explain(FILE *out, const struct plan *p,
 /* Online mode (online.c)                                                    */
 
 /*
- * Runs an online command (o->args[0]: "plan" without --offline, "estimate",
- * "status", "models", "activate", "retrain", "job", "profiler", "health")
- * against the daemon at o->addr.  Returns the exit status; *handled is false
- * (and nothing is done) for a command that is not an online one.
+ * Runs an online command (o->cmd: plan without --offline, estimate, status,
+ * models, activate, retrain, job, profiler, health; its words checked by
+ * ctl_opts_parse()) against the daemon at o->addr.  Returns the exit
+ * status.
  */
-int online_run(const struct ctl_opts *o, bool *handled);
+int online_run(const struct ctl_opts *o);
+
+/* ------------------------------------------------------------------------ */
+/* Responses as JSON (rpc_json.c)                                            */
+
+struct ProtobufCMessage;
+
+/*
+ * m as the JSON text of shardctl --json (no newline at the end): an object
+ * of every field under its proto name, enums by name, repeated fields as
+ * arrays, unset messages as null, two spaces of indent.  The caller free()s
+ * it; NULL when out of memory.
+ */
+char *rpc_json_message(const struct ProtobufCMessage *m);
 
 /* ------------------------------------------------------------------------ */
 /* gRPC client (rpc.c)                                                       */

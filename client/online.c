@@ -1,29 +1,25 @@
 /*
- * shardctl's online mode (client.h): every RPC of shardd from the command
- * line.  Options become protobuf-c requests, calls go through rpc.c, and
- * responses come back as the offline printers' structs (plans) or as human
- * tables and JSON objects that mirror the response messages (the rest).
+ * shardctl's online mode (client.h): online_run() opens the channel to the
+ * daemon and runs the command; the planner's commands, plan and estimate,
+ * are here, the others in online_admin.c.  The command line becomes
+ * planner structs, those become the request (online_msg.c), and the
+ * response comes back as a plan that prints through the offline printers
+ * (format.c, json_plan()), or as the response message (rpc_json.c).
  *
- * Exit status: rpc_exit_code() for a failed call; a job or health check that
- * reports failure is 1; bad usage and bad input files are 2, as offline.
+ * Exit status: rpc_exit_code() for a failed call; bad usage and bad input
+ * files are 2, as offline.
  */
-#include <errno.h>
-#include <math.h>
+#include "online.h"
+
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "client.h"
-#include "grpc/health/v1/health.pb-c.h"
-#include "shardd/v1/admin.pb-c.h"
+#include "online_msg.h"
 #include "shardd/v1/planner.pb-c.h"
-#include "shardd/v1/types.pb-c.h"
-
-#define DEFAULT_ADDR "127.0.0.1:7411"
-#define GIB          ((double)(1ull << 30))
 
 /*
  * Figures the API does not carry but the shared JSON printer (json_plan)
@@ -37,594 +33,31 @@
 #define UNKNOWN_STATES     INT64_C(987654321987654321)
 #define UNKNOWN_STATES_STR "987654321987654321"
 
-/* One online command being run. */
-struct online {
-    const struct ctl_opts *o;
-    const char *cmd;
-    const char *addr;
-    struct rpc_client *cli;
-    int64_t deadline_ms; /* 0: none */
-};
-
-/* protobuf-c string fields are `char *`; packing only reads them. */
-static char *mstr(const char *s)
-{
-    return (char *)s;
-}
-
 /* ---------------------------------------------------------------------- */
-/* Calls                                                                   */
+/* What plan and estimate ask                                              */
 
-/* Reads a token file: its first line, white space around it dropped (as
- * the daemon reads its admin_token_file). */
-static int read_token_file(const char *path, char *buf, size_t cap,
-                           struct sd_diag *d)
+/*
+ * The topology of plan and estimate's command line: ndevices devices, their
+ * capacities (devices of different ones in *caps, which the caller frees;
+ * NULL otherwise) and, 0 where not given (the server's defaults), the
+ * devices per host and the batch.  Returns 0 or an exit code.
+ */
+static int asked_topology(const struct ctl_opts *o, const char *cmd,
+                          int32_t ndevices, struct topology *t, uint64_t **caps)
 {
-    FILE *f = fopen(path, "r");
-    size_t n, lead;
-
-    if (f == NULL)
-        return sd_diag_set(d, SD_EIO, "--token-file: %s: %s", path,
-                           strerror(errno));
-    if (fgets(buf, (int)cap, f) == NULL)
-        buf[0] = '\0';
-    fclose(f);
-    n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
-                     buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-        buf[--n] = '\0';
-    lead = strspn(buf, " \t");
-    memmove(buf, buf + lead, n - lead + 1);
-    if (n == lead)
-        return sd_diag_set(d, SD_EINVAL, "--token-file: %s: no token in it",
-                           path);
-    return 0;
-}
-
-/* Connects (lazily: gRPC connects at the first call) to the daemon. */
-static int online_open(struct online *on, double default_timeout_s)
-{
-    const struct ctl_opts *o = on->o;
-    const char *token = o->token;
-    char tokbuf[4096];
-    struct sd_diag d;
-    double t;
     int rv;
 
-    on->addr = o->addr != NULL ? o->addr : getenv("SHARDD_ADDR");
-    if (on->addr == NULL || on->addr[0] == '\0')
-        on->addr = DEFAULT_ADDR;
-    if (o->token != NULL && o->token_file != NULL)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "%s: --token and --token-file exclude each other",
-                        on->cmd);
-    if (o->token_file != NULL) {
-        if (read_token_file(o->token_file, tokbuf, sizeof(tokbuf), &d) != 0)
-            return ctl_fail(CTL_EXIT_USAGE, "%s: %s", on->cmd, d.msg);
-        token = tokbuf;
-    } else if (token == NULL) {
-        token = getenv("SHARDD_TOKEN");
-    }
-    t = o->timeout_s > 0 ? o->timeout_s : default_timeout_s;
-    on->deadline_ms = t > 0 ? (int64_t)ceil(t * 1e3) : 0;
-    rv = rpc_client_open(on->addr, token, &on->cli, &d);
-    if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "%s: %s", on->cmd, d.msg);
-    return 0;
-}
-
-/*
- * Calls method with req and unpacks the response (*resp: the caller frees
- * it with protobuf_c_message_free_unpacked()).  Returns 0 or the exit
- * status, with the server's message printed.
- */
-static int online_call(struct online *on, const char *method,
-                       const ProtobufCMessage *req,
-                       const ProtobufCMessageDescriptor *resp_desc,
-                       ProtobufCMessage **resp)
-{
-    size_t len = protobuf_c_message_get_packed_size(req), rlen;
-    uint8_t *buf = malloc(len ? len : 1), *rbuf;
-    struct sd_diag d;
-    int rv, status;
-
-    if (buf == NULL)
-        return ctl_fail(1, "%s: out of memory", on->cmd);
-    protobuf_c_message_pack(req, buf);
-    rv = rpc_client_call(on->cli, method, buf, len, on->deadline_ms, &rbuf,
-                         &rlen, &status, &d);
-    free(buf);
-    if (rv != 0)
-        return ctl_fail(rpc_exit_code(status), "%s", d.msg);
-    *resp = protobuf_c_message_unpack(resp_desc, NULL, rlen, rbuf);
-    free(rbuf);
-    if (*resp == NULL)
-        return ctl_fail(1, "%s: the response is not a valid %s", method,
-                        resp_desc->name);
-    return 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* JSON that mirrors a message                                             */
-
-static void json_str(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)(s != NULL ? s : "");
-
-    fputc('"', f);
-    for (; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* A double that reads back exactly; JSON has no NaN or infinity. */
-static void json_real(FILE *f, double x)
-{
-    char buf[40];
-
-    if (!isfinite(x)) {
-        fputs("null", f);
-        return;
-    }
-    snprintf(buf, sizeof(buf), "%.17g", x);
-    fputs(buf, f);
-    if (strpbrk(buf, ".e") == NULL)
-        fputs(".0", f);
-}
-
-static void json_newline(FILE *f, int depth)
-{
-    fputc('\n', f);
-    fprintf(f, "%*s", 2 * depth, "");
-}
-
-static void json_message(FILE *f, const ProtobufCMessage *m, int depth);
-
-/* One value of field fd stored at p (an element, for repeated fields). */
-static void json_value(FILE *f, const ProtobufCFieldDescriptor *fd,
-                       const void *p, int depth)
-{
-    const ProtobufCEnumValue *ev;
-
-    switch (fd->type) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-        fprintf(f, "%d", (int)*(const int32_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-        fprintf(f, "%u", (unsigned)*(const uint32_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-        fprintf(f, "%lld", (long long)*(const int64_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p);
-        break;
-    case PROTOBUF_C_TYPE_FLOAT:
-        json_real(f, (double)*(const float *)p);
-        break;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        json_real(f, *(const double *)p);
-        break;
-    case PROTOBUF_C_TYPE_BOOL:
-        fputs(*(const protobuf_c_boolean *)p ? "true" : "false", f);
-        break;
-    case PROTOBUF_C_TYPE_ENUM:
-        /* By name, as proto3's JSON mapping does; a number the client does
-         * not know stays a number. */
-        ev = protobuf_c_enum_descriptor_get_value(fd->descriptor,
-                                                  *(const int *)p);
-        if (ev != NULL)
-            json_str(f, ev->name);
-        else
-            fprintf(f, "%d", *(const int *)p);
-        break;
-    case PROTOBUF_C_TYPE_STRING:
-        json_str(f, *(char *const *)p);
-        break;
-    case PROTOBUF_C_TYPE_BYTES: {
-        const ProtobufCBinaryData *b = p;
-        size_t i;
-
-        /* No bytes field exists in the API today: hex keeps it readable. */
-        fputc('"', f);
-        for (i = 0; i < b->len; i++)
-            fprintf(f, "%02x", b->data[i]);
-        fputc('"', f);
-        break;
-    }
-    case PROTOBUF_C_TYPE_MESSAGE:
-        if (*(ProtobufCMessage *const *)p == NULL)
-            fputs("null", f);
-        else
-            json_message(f, *(ProtobufCMessage *const *)p, depth);
-        break;
-    }
-}
-
-/* The size of one stored element of a field of type t. */
-static size_t elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        return 8;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return sizeof(double);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    default: /* 32-bit numbers and enums */
-        return 4;
-    }
-}
-
-/*
- * Writes m as a JSON object with the proto field names, every field present
- * (zero values included, so scripts need no defaults), enums by name,
- * repeated fields as arrays and unset messages as null.
- */
-static void json_message(FILE *f, const ProtobufCMessage *m, int depth)
-{
-    const ProtobufCMessageDescriptor *md = m->descriptor;
-    unsigned i;
-
-    if (md->n_fields == 0) {
-        fputs("{}", f);
-        return;
-    }
-    fputc('{', f);
-    for (i = 0; i < md->n_fields; i++) {
-        const ProtobufCFieldDescriptor *fd = &md->fields[i];
-        const char *member = (const char *)m + fd->offset;
-
-        json_newline(f, depth + 1);
-        json_str(f, fd->name);
-        fputs(": ", f);
-        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-            size_t n = *(const size_t *)((const char *)m +
-                                         fd->quantifier_offset),
-                   k;
-            const char *arr = *(char *const *)member;
-
-            if (n == 0) {
-                fputs("[]", f);
-            } else {
-                fputc('[', f);
-                for (k = 0; k < n; k++) {
-                    json_newline(f, depth + 2);
-                    json_value(f, fd, arr + k * elem_size(fd->type), depth + 2);
-                    if (k + 1 < n)
-                        fputc(',', f);
-                }
-                json_newline(f, depth + 1);
-                fputc(']', f);
-            }
-        } else {
-            json_value(f, fd, member, depth + 1);
-        }
-        if (i + 1 < md->n_fields)
-            fputc(',', f);
-    }
-    json_newline(f, depth);
-    fputc('}', f);
-}
-
-/* Ends stdout's output; returns 0 or the exit status for a failed write. */
-static int finish_stdout(void)
-{
-    if (ferror(stdout) || fflush(stdout) != 0)
-        return ctl_fail(1, "cannot write to stdout: %s", strerror(errno));
-    return 0;
-}
-
-static int print_json(const ProtobufCMessage *m)
-{
-    json_message(stdout, m, 0);
-    fputc('\n', stdout);
-    return finish_stdout();
-}
-
-/* ---------------------------------------------------------------------- */
-/* Shared message pieces                                                   */
-
-static Shardd__V1__Optimizer optimizer_msg(enum optimizer o)
-{
-    switch (o) {
-    case OPTIMIZER_ADAGRAD:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAGRAD;
-    case OPTIMIZER_ROWWISE_ADAGRAD:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ROWWISE_ADAGRAD;
-    case OPTIMIZER_ADAM:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_ADAM;
-    default:
-        return SHARDD__V1__OPTIMIZER__OPTIMIZER_SGD;
-    }
-}
-
-/* The request's tables: arrays owned by the caller (free() both). */
-static int tables_msg(const struct table *tables, size_t n,
-                      Shardd__V1__Table **msgs, Shardd__V1__Table ***ptrs)
-{
-    size_t i;
-
-    *msgs = calloc(n ? n : 1, sizeof(**msgs));
-    *ptrs = calloc(n ? n : 1, sizeof(**ptrs));
-    if (*msgs == NULL || *ptrs == NULL) {
-        free(*msgs);
-        free(*ptrs);
-        return SD_ENOMEM;
-    }
-    for (i = 0; i < n; i++) {
-        Shardd__V1__Table *t = &(*msgs)[i];
-
-        shardd__v1__table__init(t);
-        t->name = mstr(tables[i].name);
-        t->rows = tables[i].rows;
-        t->dim = tables[i].dim;
-        t->pooling_factor = tables[i].pooling_factor;
-        t->n_bins = TABLE_NBINS;
-        t->bins = (double *)tables[i].bins; /* packing only reads it */
-        t->dtype = tables[i].dtype == TABLE_DTYPE_FP16
-                       ? SHARDD__V1__DTYPE__DTYPE_FP16
-                       : SHARDD__V1__DTYPE__DTYPE_FP32;
-        (*ptrs)[i] = t;
-    }
-    return 0;
-}
-
-/*
- * The topology options shared by plan and estimate.  Devices of different
- * capacities put *caps (owned by the caller, NULL otherwise) in the
- * message.  Returns 0 or an exit code.
- */
-static int topology_msg(const struct ctl_opts *o, const char *cmd,
-                        int32_t ndevices, Shardd__V1__Topology *t,
-                        uint64_t **caps)
-{
-    struct topology topo;
-    int rv;
-
-    topology_default(&topo, ndevices, 0);
-    rv = ctl_capacities(o, cmd, &topo, caps);
+    topology_default(t, ndevices, 0);
+    rv = ctl_capacities(o, cmd, t, caps);
     if (rv != 0)
         return rv;
-    shardd__v1__topology__init(t);
-    t->num_devices = ndevices;
     t->devices_per_host = (int32_t)o->per_host;
-    t->mem_bytes_per_device = topo.mem_bytes;
-    if (*caps != NULL) {
-        t->n_mem_bytes_by_device = (size_t)ndevices;
-        t->mem_bytes_by_device = *caps;
-    }
-    t->batch_size = o->batch; /* 0: the server's default */
+    t->batch_size = o->batch;
     return 0;
-}
-
-/*
- * The printers' topology for a response's devices: their capacities (into
- * *caps, owned by the caller) and the command line's hosts.
- */
-static int topology_of(const struct ctl_opts *o, Shardd__V1__DeviceCost **devs,
-                       int32_t ndevices, struct topology *t, uint64_t **caps)
-{
-    int32_t r;
-
-    *caps = malloc((size_t)ndevices * sizeof(**caps));
-    if (*caps == NULL)
-        return SD_ENOMEM;
-    for (r = 0; r < ndevices; r++)
-        (*caps)[r] =
-            devs[r]->memory_capacity_bytes > 0
-                ? devs[r]->memory_capacity_bytes
-                : (uint64_t)(o->mem_gbs[o->n_mem_gb > r ? r : 0] * GIB);
-    topology_default(t, ndevices, (*caps)[0]);
-    t->mem_by_device = *caps;
-    if (o->per_host)
-        t->devices_per_host = (int32_t)o->per_host;
-    return 0;
-}
-
-/* Pins as Constraints: every message points into *pins (owned by the
- * caller: pins_msg_free()). */
-struct pins_msg {
-    Shardd__V1__Constraints cons;
-    Shardd__V1__Pin *pins, **ptrs;
-};
-
-static void pins_msg_free(struct pins_msg *m)
-{
-    free(m->pins);
-    free(m->ptrs);
-}
-
-static int pins_msg(const int32_t *pins, const struct table *tables, size_t n,
-                    struct pins_msg *m)
-{
-    size_t i;
-
-    shardd__v1__constraints__init(&m->cons);
-    m->pins = calloc(n ? n : 1, sizeof(*m->pins));
-    m->ptrs = calloc(n ? n : 1, sizeof(*m->ptrs));
-    if (m->pins == NULL || m->ptrs == NULL)
-        return SD_ENOMEM;
-    m->cons.pins = m->ptrs;
-    for (i = 0; i < n; i++) {
-        Shardd__V1__Pin *pin = &m->pins[m->cons.n_pins];
-
-        if (pins[i] < 0)
-            continue;
-        shardd__v1__pin__init(pin);
-        pin->table = mstr(tables[i].name);
-        pin->device = pins[i];
-        m->ptrs[m->cons.n_pins++] = pin;
-    }
-    return 0;
-}
-
-/* The per-device figures of a response into p->devices. */
-static void devices_from_msg(struct plan *p, Shardd__V1__DeviceCost **devs,
-                             size_t n)
-{
-    size_t r;
-
-    for (r = 0; r < n && r < (size_t)p->ndevices; r++) {
-        struct plan_device *dv = &p->devices[r];
-
-        dv->mem_bytes = devs[r]->memory_bytes;
-        dv->compute_ms = devs[r]->compute_ms;
-        dv->fwd_comm_ms = devs[r]->fwd_comm_ms;
-        dv->bwd_comm_ms = devs[r]->bwd_comm_ms;
-        dv->total_ms = devs[r]->total_ms;
-        dv->dim_sum = devs[r]->dim_sum;
-        dv->nshards = devs[r]->num_shards;
-    }
 }
 
 /* ---------------------------------------------------------------------- */
 /* plan                                                                    */
-
-/* The index of the table called name; `hint` is tried first. */
-static int64_t table_index(const struct table *tables, size_t n, size_t hint,
-                           const char *name)
-{
-    size_t i;
-
-    if (hint < n && strcmp(tables[hint].name, name) == 0)
-        return (int64_t)hint;
-    for (i = 0; i < n; i++)
-        if (strcmp(tables[i].name, name) == 0)
-            return (int64_t)i;
-    return -1;
-}
-
-/*
- * Rebuilds the planner's view of a PlanResponse, so that online plans print
- * through the offline printers.  *p is initialised here (plan_destroy() it);
- * its strings point into r, which must outlive it.  What the API does not
- * carry is marked unknown (client.h): the drivers' own costs, and the
- * search's states, beam levels and local moves.  Returns 0, SD_EFORMAT (the
- * response does not match the request; d says how) or SD_ENOMEM.
- */
-static int plan_from_msg(const Shardd__V1__PlanResponse *r,
-                         const struct table *tables, size_t n, int32_t ndev,
-                         struct plan *p, struct sd_diag *d)
-{
-    const Shardd__V1__Explanation *ex = r->explanation;
-    enum plan_alg alg;
-    struct sd_diag why;
-    size_t i, k;
-    int64_t t;
-
-    if (r->n_devices != (size_t)ndev)
-        return sd_diag_set(d, SD_EFORMAT,
-                           "the response has %zu devices, not %d", r->n_devices,
-                           (int)ndev);
-    if (plan_init(p, ndev) != 0)
-        return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < r->n_tables; i++) {
-        const Shardd__V1__TablePlacement *tp = r->tables[i];
-
-        t = table_index(tables, n, i, tp->table != NULL ? tp->table : "");
-        if (t < 0) {
-            sd_diag_set(d, SD_EFORMAT,
-                        "the response places table \"%.200s\", which was "
-                        "not asked for",
-                        tp->table);
-            goto fail_plan;
-        }
-        for (k = 0; k < tp->n_shards; k++) {
-            const Shardd__V1__Shard *s = tp->shards[k];
-
-            if (s->device < 0 || s->device >= ndev) {
-                sd_diag_set(d, SD_EFORMAT,
-                            "the response puts table \"%s\" on device %d",
-                            tables[t].name, (int)s->device);
-                goto fail_plan;
-            }
-            if (plan_add(p, (uint32_t)t, s->device, s->col_offset,
-                         s->col_width) != 0) {
-                sd_diag_set(d, SD_ENOMEM, "out of memory");
-                goto fail_plan;
-            }
-        }
-    }
-    plan_sort(p);
-    devices_from_msg(p, r->devices, r->n_devices);
-    p->cost_ms = r->plan_cost_ms;
-    /* A static name where the client knows it, the response's otherwise. */
-    p->algorithm = r->algorithm != NULL ? r->algorithm : "";
-    if (plan_alg_parse(p->algorithm, &alg, &why) == 0)
-        p->algorithm = plan_alg_name(alg);
-    if (r->basis != NULL) {
-        snprintf(p->cost_model, sizeof(p->cost_model), "%s",
-                 r->basis->cost_model != NULL ? r->basis->cost_model : "");
-        p->comm_model = r->basis->comm_model;
-    }
-    if (p->comm_model == NULL)
-        p->comm_model = "";
-
-    /* The explanation: the bottleneck tables' shards on that device, in
-     * the response's order (costliest first). */
-    p->explain.critical_device = -1;
-    if (ex != NULL && ex->bottleneck_device >= 0 &&
-        ex->bottleneck_device < ndev) {
-        p->explain.critical_device = ex->bottleneck_device;
-        p->explain.lower_bound_ms = ex->lower_bound_ms;
-        p->explain.gap = ex->gap_ratio;
-        for (i = 0; i < ex->n_bottleneck_tables &&
-                    p->explain.ndrivers < PLAN_DRIVERS_MAX;
-             i++) {
-            t = table_index(tables, n, 0, ex->bottleneck_tables[i]);
-            for (k = 0; t >= 0 && k < p->nshards; k++) {
-                if (p->shards[k].table != (uint32_t)t ||
-                    p->shards[k].device != ex->bottleneck_device)
-                    continue;
-                p->explain.drivers[p->explain.ndrivers] = k;
-                p->explain.driver_ms[p->explain.ndrivers++] = -1;
-                break;
-            }
-        }
-    }
-    /* The search's figures: neuroshard's only, as offline. */
-    if (r->search != NULL && strcmp(p->algorithm, "neuroshard") == 0) {
-        p->stats.search_ms = r->search->search_time_ms;
-        p->stats.greedy_runs = (int64_t)r->search->candidates_evaluated;
-        p->stats.splits = (int32_t)(p->nshards - n);
-        p->stats.budget_exhausted = r->search->time_budget_exhausted;
-        p->stats.states = -1;
-        p->stats.levels = -1;
-        p->stats.moves = -1;
-    }
-    return 0;
-
-fail_plan:
-    plan_destroy(p);
-    return SD_EFORMAT;
-}
 
 /*
  * Rewrites the unknown figures of a JSON text as null.  Patterns include
@@ -695,29 +128,18 @@ static int reject_offline_only(const struct ctl_opts *o)
                     names + 2);
 }
 
-/* The PlanOptions of the command line; strings borrowed from o. */
-static int plan_options_msg(const struct ctl_opts *o,
-                            Shardd__V1__PlanOptions *po)
+/* The plan options of the command line, for online_msg_plan_options(). */
+static int asked_options(const struct ctl_opts *o, struct plan_options *po)
 {
-    enum optimizer opt = OPTIMIZER_SGD;
-
-    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
+    plan_options_default(po);
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po->optimizer))
         return ctl_fail(CTL_EXIT_USAGE,
                         "plan: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    shardd__v1__plan_options__init(po);
-    po->algorithm = mstr(o->alg != NULL ? o->alg : "");
-    po->whole_tables_only = o->no_splits;
-    /* Whole milliseconds on the wire; never round a budget down to 0,
-     * which would mean the server's default. */
-    if (o->time_budget_ms > 0)
-        po->time_budget_ms = o->time_budget_ms >= 4294967295.0
-                                 ? UINT32_MAX
-                                 : (uint32_t)ceil(o->time_budget_ms);
+    po->column_splits = !o->no_splits;
+    po->time_budget_ms = o->time_budget_ms;
     po->seed = (uint64_t)o->seed;
-    po->optimizer = optimizer_msg(opt);
-    po->profile = mstr(o->profile != NULL ? o->profile : "");
     return 0;
 }
 
@@ -731,7 +153,7 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
 
     if (!o->json && !o->torchrec) {
         format_plan_text(stdout, p, tables, n, topo);
-        return finish_stdout();
+        return online_finish_stdout();
     }
     text = o->json ? plan_json(p, tables) : json_plan_torchrec(p, tables, topo);
     if (text == NULL)
@@ -746,12 +168,13 @@ static int online_plan(struct online *on)
     const struct ctl_opts *o = on->o;
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__Topology tm;
-    Shardd__V1__PlanOptions po;
+    Shardd__V1__PlanOptions pom;
     Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
     Shardd__V1__PlanResponse *resp = NULL;
-    struct pins_msg pm = {0};
+    struct online_msg_pins pm = {0};
+    struct plan_options po;
     struct table *tables = NULL;
-    struct topology topo;
+    struct topology asked, topo;
     struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
@@ -771,7 +194,7 @@ static int online_plan(struct online *on)
     if (o->out != NULL && !o->json && !o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or "
                                         "--torchrec");
-    rv = plan_options_msg(o, &po);
+    rv = asked_options(o, &po);
     if (rv != 0)
         return rv;
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
@@ -779,33 +202,36 @@ static int online_plan(struct online *on)
         return ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
     rv = ctl_pins(o, "plan", tables, n, (int32_t)o->devices, &pins);
     if (rv == 0)
-        rv = topology_msg(o, "plan", (int32_t)o->devices, &tm, &caps);
+        rv = asked_topology(o, "plan", (int32_t)o->devices, &asked, &caps);
     if (rv != 0)
         goto out_tables;
-    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0 ||
-        (pins != NULL && pins_msg(pins, tables, n, &pm) != 0)) {
+    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
+        (pins != NULL && online_msg_pins(pins, tables, n, &pm) != 0)) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_request;
     }
+    online_msg_topology(&asked, &tm);
+    online_msg_plan_options(o->alg, &po, o->profile, &pom);
     if (pins != NULL)
-        po.constraints = &pm.cons;
+        pom.constraints = &pm.cons;
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
-    rq.options = &po;
+    rq.options = &pom;
 
     rv = online_call(on, "/shardd.v1.Planner/Plan", &rq.base,
                      &shardd__v1__plan_response__descriptor,
                      (ProtobufCMessage **)&resp);
     if (rv != 0)
         goto out_request;
-    rv = plan_from_msg(resp, tables, n, (int32_t)o->devices, &p, &d);
+    rv = online_msg_plan_from(resp, tables, n, (int32_t)o->devices, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(1, "plan: %s", d.msg); /* the daemon's fault */
         goto out_response;
     }
     /* The printers take the capacities and hosts from a topology. */
-    if (topology_of(o, resp->devices, (int32_t)o->devices, &topo, &shown) != 0)
+    if (online_msg_topology_from(&asked, resp->devices, (int32_t)o->devices,
+                                 &topo, &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
         rv = print_plan(o, &p, tables, n, &topo);
@@ -814,7 +240,7 @@ static int online_plan(struct online *on)
 out_response:
     shardd__v1__plan_response__free_unpacked(resp, NULL);
 out_request:
-    pins_msg_free(&pm);
+    online_msg_pins_free(&pm);
     free(tmsgs);
     free(tptrs);
 out_tables:
@@ -826,54 +252,6 @@ out_tables:
 
 /* ---------------------------------------------------------------------- */
 /* estimate                                                                */
-
-/* Everything an EstimateRequest's placement points into. */
-struct placement_msg {
-    Shardd__V1__TablePlacement *tps, **tp_ptrs;
-    Shardd__V1__Shard *shards, **shard_ptrs;
-};
-
-static void placement_msg_free(struct placement_msg *m)
-{
-    free(m->tps);
-    free(m->tp_ptrs);
-    free(m->shards);
-    free(m->shard_ptrs);
-}
-
-/* One TablePlacement per table (empty for a table the plan misses, so the
- * server names it), from a sorted plan. */
-static int placement_from_plan(const struct plan *p, const struct table *tables,
-                               size_t n, struct placement_msg *m)
-{
-    size_t i, k = 0, ns = p->nshards ? p->nshards : 1;
-
-    m->tps = calloc(n ? n : 1, sizeof(*m->tps));
-    m->tp_ptrs = calloc(n ? n : 1, sizeof(*m->tp_ptrs));
-    m->shards = calloc(ns, sizeof(*m->shards));
-    m->shard_ptrs = calloc(ns, sizeof(*m->shard_ptrs));
-    if (!m->tps || !m->tp_ptrs || !m->shards || !m->shard_ptrs)
-        return SD_ENOMEM;
-    for (i = 0; i < n; i++) {
-        Shardd__V1__TablePlacement *tp = &m->tps[i];
-
-        shardd__v1__table_placement__init(tp);
-        tp->table = mstr(tables[i].name);
-        tp->shards = &m->shard_ptrs[k];
-        for (; k < p->nshards && p->shards[k].table == i; k++) {
-            Shardd__V1__Shard *s = &m->shards[k];
-
-            shardd__v1__shard__init(s);
-            s->device = p->shards[k].device;
-            s->col_offset = p->shards[k].col_offset;
-            s->col_width = p->shards[k].col_width;
-            m->shard_ptrs[k] = s;
-            tp->n_shards++;
-        }
-        m->tp_ptrs[i] = tp;
-    }
-    return 0;
-}
 
 /* The plan file's shards on ndev devices, sorted; *p initialised here. */
 static int read_placement(const struct ctl_opts *o, const struct table *tables,
@@ -909,21 +287,13 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     int32_t dev;
     bool first = true;
 
-    devices_from_msg(p, r->devices, r->n_devices);
-    p->cost_ms = r->plan_cost_ms;
+    online_msg_estimate_from(r, p);
     p->algorithm = "estimate";
     p->explain.critical_device = -1;
-    if (r->basis != NULL) {
-        snprintf(p->cost_model, sizeof(p->cost_model), "%s",
-                 r->basis->cost_model != NULL ? r->basis->cost_model : "");
-        p->comm_model = r->basis->comm_model;
-    }
-    if (p->comm_model == NULL)
-        p->comm_model = "";
     format_plan_text(stdout, p, tables, n, topo);
     if (r->fits_memory) {
         printf("memory: every device fits\n");
-        return finish_stdout();
+        return online_finish_stdout();
     }
     printf("memory: over capacity on device");
     for (dev = 0; dev < p->ndevices; dev++) {
@@ -933,7 +303,7 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
         first = false;
     }
     printf("\n");
-    return finish_stdout();
+    return online_finish_stdout();
 }
 
 static int online_estimate(struct online *on)
@@ -943,10 +313,10 @@ static int online_estimate(struct online *on)
     Shardd__V1__EstimateResponse *resp = NULL;
     Shardd__V1__Topology tm;
     Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
-    struct placement_msg pm = {0};
+    struct online_msg_placement pm = {0};
     enum optimizer opt = OPTIMIZER_SGD;
     struct table *tables = NULL;
-    struct topology topo;
+    struct topology asked, topo;
     struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
@@ -968,20 +338,21 @@ static int online_estimate(struct online *on)
     rv = read_placement(o, tables, n, &p, &ndev);
     if (rv != 0)
         goto out_tables;
-    if (tables_msg(tables, n, &tmsgs, &tptrs) != 0 ||
-        placement_from_plan(&p, tables, n, &pm) != 0) {
+    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
+        online_msg_placement(&p, tables, n, &pm) != 0) {
         rv = ctl_fail(1, "estimate: out of memory");
         goto out_request;
     }
-    rv = topology_msg(o, "estimate", ndev, &tm, &caps);
+    rv = asked_topology(o, "estimate", ndev, &asked, &caps);
     if (rv != 0)
         goto out_request;
+    online_msg_topology(&asked, &tm);
     rq.n_tables = n;
     rq.tables = tptrs;
     rq.topology = &tm;
     rq.n_placement = n;
     rq.placement = pm.tp_ptrs;
-    rq.optimizer = optimizer_msg(opt);
+    rq.optimizer = online_msg_optimizer(opt);
     rq.profile = mstr(o->profile != NULL ? o->profile : "");
 
     rv = online_call(on, "/shardd.v1.Planner/Estimate", &rq.base,
@@ -993,8 +364,9 @@ static int online_estimate(struct online *on)
         rv = ctl_fail(1, "estimate: the response has %zu devices, not %d",
                       resp->n_devices, (int)ndev);
     } else if (o->json) {
-        rv = print_json(&resp->base);
-    } else if (topology_of(o, resp->devices, ndev, &topo, &shown) != 0) {
+        rv = online_print_json(&resp->base);
+    } else if (online_msg_topology_from(&asked, resp->devices, ndev, &topo,
+                                        &shown) != 0) {
         rv = ctl_fail(1, "estimate: out of memory");
     } else {
         rv = print_estimate(resp, &p, tables, n, &topo);
@@ -1003,7 +375,7 @@ static int online_estimate(struct online *on)
     shardd__v1__estimate_response__free_unpacked(resp, NULL);
 out_request:
     free(caps);
-    placement_msg_free(&pm);
+    online_msg_placement_free(&pm);
     free(tmsgs);
     free(tptrs);
     plan_destroy(&p);
@@ -1013,502 +385,40 @@ out_tables:
 }
 
 /* ---------------------------------------------------------------------- */
-/* Admin: status, models, activate, profiler                               */
-
-/*
- * An enum value's name for people: "JOB_STATE_RUNNING" -> "running".  The
- * API's enums prefix every value with the enum's name, which their
- * UNSPECIFIED value (number 0) shows; other enums keep their names.
- */
-static const char *enum_word(const ProtobufCEnumDescriptor *ed, int v,
-                             char *buf, size_t cap)
-{
-    static const char unspec[] = "UNSPECIFIED";
-    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(ed, v);
-    const ProtobufCEnumValue *zero =
-        protobuf_c_enum_descriptor_get_value(ed, 0);
-    const char *name;
-    size_t i, plen = 0;
-
-    if (ev == NULL) {
-        snprintf(buf, cap, "%d", v);
-        return buf;
-    }
-    name = ev->name;
-    if (zero != NULL && strlen(zero->name) > strlen(unspec) &&
-        strcmp(zero->name + strlen(zero->name) - strlen(unspec), unspec) == 0)
-        plen = strlen(zero->name) - strlen(unspec);
-    if (plen > 0 && strncmp(name, zero->name, plen) == 0)
-        name += plen;
-    for (i = 0; name[i] != '\0' && i + 1 < cap; i++)
-        buf[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a'
-                                                         : name[i]);
-    buf[i] = '\0';
-    return buf;
-}
-
-/* Local time of a _unix_ms field; "-" for 0 (not reached). */
-static const char *time_text(int64_t unix_ms, char *buf, size_t cap)
-{
-    time_t t = (time_t)(unix_ms / 1000);
-    struct tm tm;
-
-    if (unix_ms <= 0)
-        return "-";
-    if (localtime_r(&t, &tm) == NULL ||
-        strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm) == 0)
-        snprintf(buf, cap, "%lld ms", (long long)unix_ms);
-    return buf;
-}
-
-static int online_status(struct online *on)
-{
-    Shardd__V1__GetStatusRequest rq = SHARDD__V1__GET_STATUS_REQUEST__INIT;
-    Shardd__V1__GetStatusResponse *r = NULL;
-    char word[32];
-    size_t i;
-    int rv;
-
-    rv = online_call(on, "/shardd.v1.Admin/GetStatus", &rq.base,
-                     &shardd__v1__get_status_response__descriptor,
-                     (ProtobufCMessage **)&r);
-    if (rv != 0)
-        return rv;
-    if (on->o->json) {
-        rv = print_json(&r->base);
-        goto out_response;
-    }
-    printf("shardd %s at %s, up %llu h %02llu min\n", r->version, on->addr,
-           (unsigned long long)(r->uptime_s / 3600),
-           (unsigned long long)(r->uptime_s / 60 % 60));
-    printf("backend: %s, %zu device%s\n", r->backend, r->n_devices,
-           r->n_devices == 1 ? "" : "s");
-    for (i = 0; i < r->n_devices; i++) {
-        printf("  %3d  %s", (int)r->devices[i]->index, r->devices[i]->name);
-        if (r->devices[i]->memory_bytes > 0)
-            printf(" (%.1f GiB)", (double)r->devices[i]->memory_bytes / GIB);
-        printf("\n");
-    }
-    printf("profile: %s, active model: %s\n", r->profile,
-           r->active_model_version[0] ? r->active_model_version : "none");
-    if (strcmp(r->serving_profile, r->profile) != 0)
-        printf("serving: model %s of profile %s (requests naming no "
-               "profile)\n",
-               r->serving_model_version[0] ? r->serving_model_version : "none",
-               r->serving_profile);
-    printf("profiler: %s; samples: %llu compute, %llu comm\n",
-           enum_word(&shardd__v1__profiler_state__descriptor, (int)r->profiler,
-                     word, sizeof(word)),
-           (unsigned long long)r->compute_samples,
-           (unsigned long long)r->comm_samples);
-    printf("jobs: %u queued, %u running\n", (unsigned)r->jobs_queued,
-           (unsigned)r->jobs_running);
-    rv = finish_stdout();
-out_response:
-    shardd__v1__get_status_response__free_unpacked(r, NULL);
-    return rv;
-}
-
-/* A MAPE for people: "4.21%", or "-" where the model has none. */
-static const char *mape_text(double mape, char *buf, size_t cap)
-{
-    if (!(mape > 0))
-        return "-";
-    snprintf(buf, cap, "%.2f%%", 100 * mape);
-    return buf;
-}
-
-static int online_models(struct online *on)
-{
-    Shardd__V1__ListModelsRequest rq = SHARDD__V1__LIST_MODELS_REQUEST__INIT;
-    Shardd__V1__ListModelsResponse *r = NULL;
-    char when[32], mape[32], comm[32], samples[48];
-    int wv = 7, wp = 7;
-    size_t i;
-    int rv;
-
-    rq.profile = mstr(on->o->profile != NULL ? on->o->profile : "");
-    rq.limit = (uint32_t)on->o->limit;
-    rv = online_call(on, "/shardd.v1.Admin/ListModels", &rq.base,
-                     &shardd__v1__list_models_response__descriptor,
-                     (ProtobufCMessage **)&r);
-    if (rv != 0)
-        return rv;
-    if (on->o->json) {
-        rv = print_json(&r->base);
-        goto out_response;
-    }
-    if (r->n_models == 0) {
-        printf("no models%s%s\n", rq.profile[0] ? " for profile " : "",
-               rq.profile);
-        rv = finish_stdout();
-        goto out_response;
-    }
-    for (i = 0; i < r->n_models; i++) {
-        if ((int)strlen(r->models[i]->version) > wv)
-            wv = (int)strlen(r->models[i]->version);
-        if ((int)strlen(r->models[i]->profile) > wp)
-            wp = (int)strlen(r->models[i]->profile);
-    }
-    printf("  %-*s  %-*s  %-19s  %8s  %9s  %s\n", wv, "version", wp, "profile",
-           "created", "MAPE", "comm MAPE", "samples (train/val)");
-    for (i = 0; i < r->n_models; i++) {
-        const Shardd__V1__ModelInfo *m = r->models[i];
-
-        snprintf(samples, sizeof(samples), "%llu/%llu",
-                 (unsigned long long)m->train_samples,
-                 (unsigned long long)m->validation_samples);
-        printf("%c %-*s  %-*s  %-19s  %8s  %9s  %s\n", m->active ? '*' : ' ',
-               wv, m->version, wp, m->profile,
-               time_text(m->created_unix_ms, when, sizeof(when)),
-               mape_text(m->validation_mape, mape, sizeof(mape)),
-               mape_text(m->comm_validation_mape, comm, sizeof(comm)), samples);
-    }
-    printf("(* active; MAPE on held-out measured samples)\n");
-    rv = finish_stdout();
-out_response:
-    shardd__v1__list_models_response__free_unpacked(r, NULL);
-    return rv;
-}
-
-static int online_activate(struct online *on)
-{
-    Shardd__V1__ActivateModelRequest rq =
-        SHARDD__V1__ACTIVATE_MODEL_REQUEST__INIT;
-    Shardd__V1__ActivateModelResponse *r = NULL;
-    int rv;
-
-    rq.version = mstr(on->o->args[1]);
-    rv = online_call(on, "/shardd.v1.Admin/ActivateModel", &rq.base,
-                     &shardd__v1__activate_model_response__descriptor,
-                     (ProtobufCMessage **)&r);
-    if (rv != 0)
-        return rv;
-    if (on->o->json) {
-        rv = print_json(&r->base);
-    } else {
-        printf("model %s is active for profile %s", rq.version,
-               r->model != NULL ? r->model->profile : "?");
-        if (r->previous_version[0] != '\0')
-            printf(" (was %s)\n", r->previous_version);
-        else
-            printf(" (none was before)\n");
-        rv = finish_stdout();
-    }
-    shardd__v1__activate_model_response__free_unpacked(r, NULL);
-    return rv;
-}
-
-static int online_profiler(struct online *on)
-{
-    Shardd__V1__SetProfilerRequest rq = SHARDD__V1__SET_PROFILER_REQUEST__INIT;
-    Shardd__V1__SetProfilerResponse *r = NULL;
-    const char *what = on->o->args[1];
-    char word[32];
-    int rv;
-
-    if (strcmp(what, "pause") != 0 && strcmp(what, "resume") != 0)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "profiler: \"%s\" is neither pause nor resume", what);
-    rq.paused = strcmp(what, "pause") == 0;
-    rv = online_call(on, "/shardd.v1.Admin/SetProfiler", &rq.base,
-                     &shardd__v1__set_profiler_response__descriptor,
-                     (ProtobufCMessage **)&r);
-    if (rv != 0)
-        return rv;
-    if (on->o->json) {
-        rv = print_json(&r->base);
-    } else {
-        printf("profiler: %s\n",
-               enum_word(&shardd__v1__profiler_state__descriptor,
-                         (int)r->profiler, word, sizeof(word)));
-        rv = finish_stdout();
-    }
-    shardd__v1__set_profiler_response__free_unpacked(r, NULL);
-    return rv;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Jobs: retrain, job, and watching one                                    */
-
-static bool job_terminal(Shardd__V1__JobState s)
-{
-    return s == SHARDD__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-           s == SHARDD__V1__JOB_STATE__JOB_STATE_FAILED ||
-           s == SHARDD__V1__JOB_STATE__JOB_STATE_CANCELLED;
-}
-
-static void print_job(const Shardd__V1__Job *j)
-{
-    char kind[32], state[32], t1[32], t2[32], t3[32];
-
-    printf("job %s: %s of profile %s, %s", j->id,
-           enum_word(&shardd__v1__job_kind__descriptor, (int)j->kind, kind,
-                     sizeof(kind)),
-           j->profile,
-           enum_word(&shardd__v1__job_state__descriptor, (int)j->state, state,
-                     sizeof(state)));
-    if (!job_terminal(j->state))
-        printf(" (%.0f%%)", 100 * j->progress);
-    printf("\n");
-    if (j->message[0] != '\0')
-        printf("  %s\n", j->message);
-    printf("  created %s, started %s, finished %s\n",
-           time_text(j->created_unix_ms, t1, sizeof(t1)),
-           time_text(j->started_unix_ms, t2, sizeof(t2)),
-           time_text(j->finished_unix_ms, t3, sizeof(t3)));
-    if (j->result_model_version[0] != '\0')
-        printf("  model: %s\n", j->result_model_version);
-}
-
-/*
- * Prints a job (human or JSON) and returns the exit status its state
- * gives: 1 for FAILED and CANCELLED (with the reason on stderr), 1 for a
- * watch that ended before the job did, else 0.
- */
-static int report_job(const struct online *on, const Shardd__V1__Job *j,
-                      bool watched)
-{
-    char state[32];
-    int rv;
-
-    if (on->o->json) {
-        json_message(stdout, &j->base, 0);
-        fputc('\n', stdout);
-    } else {
-        print_job(j);
-    }
-    rv = finish_stdout();
-    if (rv != 0)
-        return rv;
-    enum_word(&shardd__v1__job_state__descriptor, (int)j->state, state,
-              sizeof(state));
-    if (j->state == SHARDD__V1__JOB_STATE__JOB_STATE_FAILED ||
-        j->state == SHARDD__V1__JOB_STATE__JOB_STATE_CANCELLED)
-        return ctl_fail(1, "job %s %s: %s", j->id, state,
-                        j->message[0] ? j->message : "(no reason given)");
-    if (watched && !job_terminal(j->state))
-        return ctl_fail(1, "job %s: the watch ended while it was %s", j->id,
-                        state);
-    return 0;
-}
-
-/* What a watch keeps between messages. */
-struct watch {
-    Shardd__V1__Job *last; /* owned */
-    bool tty;
-    int shown_state, shown_decile;
-    struct sd_diag d;
-};
-
-/* A progress bar on a terminal; a line per change of state or 10 % in
- * logs. */
-static void show_job_progress(struct watch *w, const Shardd__V1__Job *j)
-{
-    int width = 30, fill, decile;
-    double pr = j->progress < 0 ? 0 : j->progress > 1 ? 1 : j->progress;
-    char state[32];
-
-    enum_word(&shardd__v1__job_state__descriptor, (int)j->state, state,
-              sizeof(state));
-    fill = (int)(width * pr);
-    decile = (int)(10 * pr);
-    if (w->tty) {
-        fprintf(stderr, "\r[%.*s%*s] %3.0f%% %-9s %-32.32s", fill,
-                "==============================", width - fill, "", 100 * pr,
-                state, j->message);
-        if (job_terminal(j->state))
-            fputc('\n', stderr);
-    } else if ((int)j->state != w->shown_state || decile != w->shown_decile) {
-        fprintf(stderr, "job %s: %s %.0f%%%s%s\n", j->id, state, 100 * pr,
-                j->message[0] ? ": " : "", j->message);
-    }
-    w->shown_state = (int)j->state;
-    w->shown_decile = decile;
-}
-
-static int on_job_message(void *ctx, const uint8_t *msg, size_t len)
-{
-    struct watch *w = ctx;
-    Shardd__V1__Job *j = shardd__v1__job__unpack(NULL, len, msg);
-
-    if (j == NULL)
-        return sd_diag_set(&w->d, SD_EFORMAT,
-                           "WatchJob: a message is not a valid Job");
-    show_job_progress(w, j);
-    if (w->last != NULL)
-        shardd__v1__job__free_unpacked(w->last, NULL);
-    w->last = j;
-    return 0;
-}
-
-/* Follows job id until it ends (WatchJob), then reports it. */
-static int watch_job(struct online *on, const char *id)
-{
-    Shardd__V1__WatchJobRequest rq = SHARDD__V1__WATCH_JOB_REQUEST__INIT;
-    struct watch w = {NULL, false, -1, -1, {{0}}};
-    struct sd_diag d;
-    size_t len;
-    uint8_t *buf;
-    int rv, status;
-    /* A watch lasts as long as the job unless --timeout-s says otherwise. */
-    int64_t deadline_ms =
-        on->o->timeout_s > 0 ? (int64_t)ceil(on->o->timeout_s * 1e3) : 0;
-
-    rq.id = mstr(id);
-    len = protobuf_c_message_get_packed_size(&rq.base);
-    buf = malloc(len ? len : 1);
-    if (buf == NULL)
-        return ctl_fail(1, "job: out of memory");
-    protobuf_c_message_pack(&rq.base, buf);
-    w.tty = isatty(STDERR_FILENO) != 0;
-    rv = rpc_client_stream(on->cli, "/shardd.v1.Admin/WatchJob", buf, len,
-                           deadline_ms, on_job_message, &w, &status, &d);
-    free(buf);
-    if (w.tty && w.last != NULL && !job_terminal(w.last->state))
-        fputc('\n', stderr); /* end the bar's line */
-    if (rv != 0 && status == RPC_CANCELLED && w.d.msg[0] != '\0')
-        rv = ctl_fail(1, "%s", w.d.msg);
-    else if (rv != 0)
-        rv = ctl_fail(rpc_exit_code(status), "%s", d.msg);
-    else if (w.last == NULL)
-        rv = ctl_fail(1, "job %s: the watch ended without any state", id);
-    else
-        rv = report_job(on, w.last, true);
-    if (w.last != NULL)
-        shardd__v1__job__free_unpacked(w.last, NULL);
-    return rv;
-}
-
-static int online_job(struct online *on)
-{
-    Shardd__V1__GetJobRequest rq = SHARDD__V1__GET_JOB_REQUEST__INIT;
-    Shardd__V1__Job *j = NULL;
-    int rv;
-
-    if (on->o->watch)
-        return watch_job(on, on->o->args[1]);
-    rq.id = mstr(on->o->args[1]);
-    rv = online_call(on, "/shardd.v1.Admin/GetJob", &rq.base,
-                     &shardd__v1__job__descriptor, (ProtobufCMessage **)&j);
-    if (rv != 0)
-        return rv;
-    rv = report_job(on, j, false);
-    shardd__v1__job__free_unpacked(j, NULL);
-    return rv;
-}
-
-static int online_retrain(struct online *on)
-{
-    Shardd__V1__RetrainRequest rq = SHARDD__V1__RETRAIN_REQUEST__INIT;
-    Shardd__V1__Job *j = NULL;
-    int rv;
-
-    rq.profile = mstr(on->o->profile != NULL ? on->o->profile : "");
-    rq.force = on->o->force;
-    rv = online_call(on, "/shardd.v1.Admin/Retrain", &rq.base,
-                     &shardd__v1__job__descriptor, (ProtobufCMessage **)&j);
-    if (rv != 0)
-        return rv;
-    if (on->o->wait && !job_terminal(j->state)) {
-        if (!on->o->json)
-            fprintf(stderr, "job %s started; watching it\n", j->id);
-        rv = watch_job(on, j->id);
-    } else {
-        rv = report_job(on, j, false);
-    }
-    shardd__v1__job__free_unpacked(j, NULL);
-    return rv;
-}
-
-/* ---------------------------------------------------------------------- */
-/* health                                                                  */
-
-static int online_health(struct online *on)
-{
-    Grpc__Health__V1__HealthCheckRequest rq =
-        GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-    Grpc__Health__V1__HealthCheckResponse *r = NULL;
-    const ProtobufCEnumValue *ev;
-    const char *name;
-    int rv;
-
-    rq.service = mstr(on->o->nargs > 1 ? on->o->args[1] : "");
-    rv = online_call(on, "/grpc.health.v1.Health/Check", &rq.base,
-                     &grpc__health__v1__health_check_response__descriptor,
-                     (ProtobufCMessage **)&r);
-    if (rv != 0)
-        return rv;
-    ev = protobuf_c_enum_descriptor_get_value(
-        &grpc__health__v1__health_check_response__serving_status__descriptor,
-        (int)r->status);
-    name = ev != NULL ? ev->name : "UNKNOWN";
-    if (on->o->json) {
-        rv = print_json(&r->base);
-    } else {
-        printf("%s\n", name);
-        rv = finish_stdout();
-    }
-    if (rv == 0 &&
-        r->status !=
-            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING)
-        rv = ctl_fail(1, "shardd at %s is %s%s%s", on->addr, name,
-                      rq.service[0] ? " for " : "", rq.service);
-    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
-    return rv;
-}
-
-/* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
 
+/* The online commands of ctl_opts_parse() and the default deadline of
+ * their calls. */
 static const struct online_cmd {
-    const char *name;
     int (*run)(struct online *on);
-    int min_words, max_words; /* after the command */
-    double timeout_s;         /* default deadline of its calls */
-    const char *synopsis;     /* for a wrong number of words */
-} online_cmds[] = {
-    {"plan", online_plan, 0, 0, 60, "plan --tables F --devices N --mem-gb G"},
-    {"estimate", online_estimate, 0, 0, 60,
-     "estimate --tables F --plan F --mem-gb G"},
-    {"status", online_status, 0, 0, 10, "status"},
-    {"models", online_models, 0, 0, 10, "models [--profile P] [--limit N]"},
-    {"activate", online_activate, 1, 1, 10, "activate VERSION"},
-    {"retrain", online_retrain, 0, 0, 10,
-     "retrain [--profile P] [--force] [--wait]"},
-    {"job", online_job, 1, 1, 10, "job ID [--watch]"},
-    {"profiler", online_profiler, 1, 1, 10, "profiler pause|resume"},
-    {"health", online_health, 0, 1, 10, "health [SERVICE]"},
+    double timeout_s;
+} online_cmds[CTL_CMD_COUNT] = {
+    [CTL_CMD_PLAN] = {online_plan, 60},
+    [CTL_CMD_ESTIMATE] = {online_estimate, 60},
+    [CTL_CMD_STATUS] = {online_status, 10},
+    [CTL_CMD_MODELS] = {online_models, 10},
+    [CTL_CMD_ACTIVATE] = {online_activate, 10},
+    [CTL_CMD_RETRAIN] = {online_retrain, 10},
+    [CTL_CMD_JOB] = {online_job, 10},
+    [CTL_CMD_PROFILER] = {online_profiler, 10},
+    [CTL_CMD_HEALTH] = {online_health, 10},
 };
 
-int online_run(const struct ctl_opts *o, bool *handled)
+int online_run(const struct ctl_opts *o)
 {
-    const struct online_cmd *c = NULL;
+    const struct online_cmd *c = &online_cmds[o->cmd];
     struct online on;
-    size_t k;
-    int words, rv;
+    int rv;
 
-    *handled = false;
-    for (k = 0; k < sizeof(online_cmds) / sizeof(online_cmds[0]); k++)
-        if (strcmp(o->args[0], online_cmds[k].name) == 0)
-            c = &online_cmds[k];
-    if (c == NULL)
-        return 0;
-    *handled = true;
-    words = o->nargs - 1;
-    if (words > c->max_words)
-        return ctl_fail(CTL_EXIT_USAGE, "%s: unexpected argument \"%s\"",
-                        c->name, o->args[1 + c->max_words]);
-    if (words < c->min_words)
-        return ctl_fail(CTL_EXIT_USAGE, "%s: missing argument (shardctl %s)",
-                        c->name, c->synopsis);
+    if (c->run == NULL) /* not an online command: a caller's mistake */
+        return ctl_fail(1, "%s: not an online command", o->args[0]);
     memset(&on, 0, sizeof(on));
     on.o = o;
-    on.cmd = c->name;
+    on.cmd = o->args[0];
     rv = online_open(&on, c->timeout_s);
     if (rv != 0)
         return rv;
     rv = c->run(&on);
-    rpc_client_close(on.cli);
+    online_close(&on);
     return rv;
 }

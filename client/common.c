@@ -1,0 +1,179 @@
+/*
+ * What every shardctl command shares (client.h): the one way to fail, exit
+ * codes of planner errors, writing output, the cost model of a plan, and the
+ * constraints of the command line (capacities and pins) resolved against a
+ * topology and tables.  Called by the commands; calls nothing of the client
+ * back, only the planning library.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+int ctl_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("shardctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int ctl_exit_for(int err)
+{
+    return err == SD_ENOMEM ? 1 : CTL_EXIT_USAGE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The cost model                                                          */
+
+int ctl_load_model(const struct ctl_opts *o, const char *cmd,
+                   const struct cost_net **net, struct cost_net **owned)
+{
+    struct sd_diag d = {{0}};
+    int rv;
+
+    *owned = NULL;
+    if (o->model != NULL) {
+        rv = net_read_file(o->model, owned, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "%s: --model: %s", cmd, d.msg);
+        *net = *owned;
+        return 0;
+    }
+    *net = net_embedded(&d);
+    if (*net == NULL)
+        return ctl_fail(1, "%s: %s", cmd, d.msg);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Constraints: capacities and pins                                        */
+
+int ctl_capacities(const struct ctl_opts *o, const char *cmd,
+                   struct topology *t, uint64_t **caps)
+{
+    uint64_t *c;
+    bool same = true;
+    int32_t r;
+
+    *caps = NULL;
+    t->mem_bytes = (uint64_t)(o->mem_gb * (double)(1ull << 30));
+    t->mem_by_device = NULL;
+    if (o->n_mem_gb <= 1)
+        return 0;
+    if (o->n_mem_gb != t->ndevices)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "%s: --mem-gb: %d capacities for %d devices (give "
+                        "one, or one per device)",
+                        cmd, (int)o->n_mem_gb, (int)t->ndevices);
+    c = malloc((size_t)t->ndevices * sizeof(*c));
+    if (c == NULL)
+        return ctl_fail(1, "%s: out of memory", cmd);
+    for (r = 0; r < t->ndevices; r++) {
+        c[r] = (uint64_t)(o->mem_gbs[r] * (double)(1ull << 30));
+        same = same && c[r] == c[0];
+    }
+    if (same) {
+        free(c);
+        return 0;
+    }
+    t->mem_by_device = c;
+    *caps = c;
+    return 0;
+}
+
+int ctl_pins(const struct ctl_opts *o, const char *cmd,
+             const struct table *tables, size_t n, int32_t ndevices,
+             int32_t **pins)
+{
+    int32_t *pin, k;
+    int rv = 0;
+
+    *pins = NULL;
+    if (o->npins == 0)
+        return 0;
+    pin = malloc((n ? n : 1) * sizeof(*pin));
+    if (pin == NULL)
+        return ctl_fail(1, "%s: out of memory", cmd);
+    memset(pin, 0xff, (n ? n : 1) * sizeof(*pin)); /* -1: not pinned */
+    for (k = 0; k < o->npins && rv == 0; k++) {
+        const char *w = o->pins[k], *eq = strrchr(w, '=');
+        size_t len = eq != NULL ? (size_t)(eq - w) : 0, i;
+        char *end = NULL;
+        long dev = -1;
+
+        if (eq == NULL || len == 0) {
+            rv = ctl_fail(CTL_EXIT_USAGE,
+                          "%s: --pin \"%s\": TABLE=DEVICE expected", cmd, w);
+            break;
+        }
+        dev = strtol(eq + 1, &end, 10);
+        if (end == eq + 1 || *end != '\0' || dev < 0 || dev >= ndevices) {
+            rv = ctl_fail(CTL_EXIT_USAGE,
+                          "%s: --pin \"%s\": device \"%s\" is not in [0, %d)",
+                          cmd, w, eq + 1, (int)ndevices);
+            break;
+        }
+        for (i = 0; i < n; i++)
+            if (strlen(tables[i].name) == len &&
+                memcmp(tables[i].name, w, len) == 0)
+                break;
+        if (i == n)
+            rv = ctl_fail(CTL_EXIT_USAGE, "%s: --pin \"%s\": no table \"%.*s\"",
+                          cmd, w, (int)len, w);
+        else if (pin[i] >= 0)
+            rv =
+                ctl_fail(CTL_EXIT_USAGE, "%s: --pin \"%s\": %s is pinned twice",
+                         cmd, w, tables[i].name);
+        else
+            pin[i] = (int32_t)dev;
+    }
+    if (rv != 0) {
+        free(pin);
+        return rv;
+    }
+    *pins = pin;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output                                                                  */
+
+int ctl_write_output(const char *path, const char *text)
+{
+    char tmp[4096];
+    FILE *f;
+    int rv = 0;
+
+    if (path == NULL) {
+        if (fputs(text, stdout) < 0 || fputc('\n', stdout) < 0 ||
+            fflush(stdout) != 0)
+            return ctl_fail(1, "cannot write to stdout: %s", strerror(errno));
+        return 0;
+    }
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+        return ctl_fail(CTL_EXIT_USAGE, "--out: path is too long");
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "--out: %s: %s", tmp, strerror(errno));
+    if (fputs(text, f) < 0 || fputc('\n', f) < 0)
+        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && rv == 0)
+        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
+    if (rv == 0 && rename(tmp, path) != 0)
+        rv = ctl_fail(1, "--out: cannot rename %s to %s: %s", tmp, path,
+                      strerror(errno));
+    if (rv != 0)
+        unlink(tmp);
+    return rv;
+}

@@ -1,0 +1,198 @@
+/*
+ * shardctl's offline commands (client.h): the planning library in this
+ * process, no daemon needed.
+ *   shardctl gen-tables --count N --seed S [--out F]
+ *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
+ *                 [--model F] [--json | --torchrec]
+ * Measuring on this machine's devices (profile, train, score, eval) is
+ * measure.c's.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+int offline_gen_tables(const struct ctl_opts *o)
+{
+    struct synth_params sp;
+    struct table *tables;
+    char *text;
+    long ncpu;
+    int rv;
+
+    if (o->count == 0)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --count is required");
+    synth_params_default(&sp);
+    sp.count = (size_t)o->count;
+    sp.seed = (uint64_t)o->seed;
+    if (o->batch != 0)
+        sp.batch_size = o->batch;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    rv = synth_tables(&sp,
+                      o->threads ? (unsigned)o->threads
+                                 : (unsigned)(ncpu > 0 ? ncpu : 1),
+                      &tables);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    text = json_tables(tables, sp.count);
+    free(tables);
+    if (text == NULL)
+        return ctl_fail(1, "gen-tables: out of memory");
+    rv = ctl_write_output(o->out, text);
+    free(text);
+    return rv;
+}
+
+int offline_gen_tasks(const struct ctl_opts *o)
+{
+    struct task_params tp;
+    struct table *pool;
+    struct task *tasks;
+    struct sd_diag d;
+    size_t npool;
+    char *text;
+    int rv;
+
+    if (o->count == 0 || o->tables == NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tasks: --count and --tables are "
+                                        "required");
+    rv = json_read_tables(o->tables, 0, &pool, &npool, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "gen-tasks: %s", d.msg);
+    task_params_default(&tp);
+    tp.count = (size_t)o->count;
+    tp.seed = (uint64_t)o->seed;
+    if (o->min_tables)
+        tp.min_tables = (size_t)o->min_tables;
+    if (o->max_tables)
+        tp.max_tables = (size_t)o->max_tables;
+    if (o->max_gb > 0)
+        tp.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
+    rv = task_generate(&tp, pool, npool, &tasks, &d);
+    if (rv != 0) {
+        free(pool);
+        return ctl_fail(ctl_exit_for(rv), "gen-tasks: %s", d.msg);
+    }
+    text = json_tasks(tasks, tp.count);
+    task_array_free(tasks, tp.count);
+    free(pool);
+    if (text == NULL)
+        return ctl_fail(1, "gen-tasks: out of memory");
+    rv = ctl_write_output(o->out, text);
+    free(text);
+    return rv;
+}
+
+int offline_plan(const struct ctl_opts *o)
+{
+    struct plan_options po;
+    struct table *tables = NULL;
+    struct topology topo;
+    struct sd_diag d;
+    struct plan p;
+    const struct cost_net *net;
+    struct cost_net *owned;
+    struct net_cost_model ncm;
+    uint64_t *caps = NULL;
+    int32_t *pins = NULL;
+    size_t n;
+    char *text = NULL;
+    int rv;
+
+    if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "plan: --tables, --devices and --mem-gb are "
+                        "required");
+    if (o->json && o->torchrec)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "plan: --json and --torchrec exclude each "
+                        "other");
+    plan_options_default(&po);
+    po.alg = PLAN_ALG_NEUROSHARD;
+    if (o->alg != NULL && plan_alg_parse(o->alg, &po.alg, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "plan: --alg: %s", d.msg);
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po.optimizer))
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "plan: --optimizer \"%s\" is unknown (sgd, "
+                        "adagrad, rowwise_adagrad, adam)",
+                        o->optimizer);
+    po.seed = (uint64_t)o->seed;
+    po.time_budget_ms = o->time_budget_ms;
+    po.column_splits = !o->no_splits;
+    po.local_search = !o->no_local_search;
+    po.threads = (int32_t)o->threads;
+
+    rv = ctl_load_model(o, "plan", &net, &owned);
+    if (rv != 0)
+        return rv;
+    /* --profile: the plan must be for that hardware; a model of another
+     * profile would answer for the wrong machine. */
+    if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --profile: %s", d.msg);
+        goto out_model;
+    }
+    po.net = net;
+    net_cost_model_init(&ncm, net);
+
+    topology_default(&topo, (int32_t)o->devices, 0);
+    rv = ctl_capacities(o, "plan", &topo, &caps);
+    if (rv != 0)
+        goto out_model;
+    /* Costs are the model's, at its profile's batch unless asked. */
+    topo.batch_size = o->batch ? o->batch : net->batch_size;
+    if (o->per_host)
+        topo.devices_per_host = (int32_t)o->per_host;
+    if (topology_validate(&topo, &d) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: %s", d.msg);
+        goto out_model;
+    }
+
+    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
+        goto out_model;
+    }
+    rv = ctl_pins(o, "plan", tables, n, topo.ndevices, &pins);
+    if (rv != 0)
+        goto out_tables;
+    po.pins = pins;
+    rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
+        goto out_tables;
+    }
+    if (topo.batch_size != net->batch_size) {
+        size_t len = strlen(p.cost_model);
+
+        snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
+                 " (scaled from batch %lld)", (long long)net->batch_size);
+    }
+    if (o->json)
+        text = json_plan(&p, tables);
+    else if (o->torchrec)
+        text = json_plan_torchrec(&p, tables, &topo);
+
+    if (o->json || o->torchrec) {
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "plan: out of memory");
+    } else if (o->out != NULL) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
+    } else {
+        format_plan_text(stdout, &p, tables, n, &topo);
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+    }
+    free(text);
+    plan_destroy(&p);
+out_tables:
+    free(pins);
+    free(tables);
+out_model:
+    free(caps);
+    free(owned);
+    return rv;
+}

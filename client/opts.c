@@ -1,0 +1,473 @@
+/*
+ * shardctl's command line (client.h): argv into struct ctl_opts, for every
+ * command, online and offline, with getopt_long.  One table has every
+ * option: its long name, whether it takes a value, the ctl_opts field it
+ * sets, the commands that take it, and the parser that stores its value;
+ * adding an option is a row here (and its field in client.h, its line in
+ * the usage).  Another table has the commands and how many words (job ID,
+ * pause|resume, SERVICE) follow each.
+ *
+ * Options may come anywhere: GLOBAL ones such as --addr before the command
+ * or after it, as may every other.  getopt_long runs in return-in-order
+ * mode ("-" first in its option string), so that words come back in their
+ * order whatever POSIXLY_CORRECT says, and quietly (opterr = 0, ":" in the
+ * string), so that every message is shardctl's own.  It also takes
+ * "--name=value" and unambiguous abbreviations; abbreviations are refused
+ * here as unknown options, as before getopt_long, so that a new option can
+ * never change what an existing command line means.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+static const char usage_text[] =
+    "usage: shardctl COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  gen-tables  --count N --seed S [--batch-size B] [--threads T]\n"
+    "              [--out FILE]\n"
+    "      Generate N synthetic DLRM tables (traces made, features computed)\n"
+    "      and write the tables JSON.\n"
+    "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
+    "              [--max-tables B] [--max-gb G] [--out FILE]\n"
+    "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
+    "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
+    "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
+    "              [--optimizer NAME]\n"
+    "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
+    "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
+    "              [--no-splits] [--no-local-search] [--threads T]\n"
+    "              [--json | --torchrec]\n"
+    "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
+    "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
+    "      device.\n"
+    "      Algorithms: neuroshard (default), random, dim_greedy,\n"
+    "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
+    "      Every plan is scored by the cost model (--model, else the\n"
+    "      embedded one) at its batch unless --batch-size is given.\n"
+    "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
+    "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
+    "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
+    "              [--max-gb G] [TIMING]\n"
+    "      Measure N compute-cost samples of random shards (at most G GiB,\n"
+    "      default 4) into the store (resumable; Ctrl-C keeps every\n"
+    "      committed sample).\n"
+    "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
+    "              [--weight-decay W] [--newest N] [--activate]\n"
+    "              [--out FILE]\n"
+    "      Train a compute cost model on the profile's samples (the store's\n"
+    "      only profile by default; --newest: its newest N), store it as a\n"
+    "      new model version with its MAPE, and write the model file with\n"
+    "      --out.\n"
+    "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
+    "      A model's error (MAPE, median, p90, signed median) on a store's\n"
+    "      measured samples: the held-out check for samples it never saw.\n"
+    "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
+    "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
+    "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
+    "      Measure a plan on the device: each device's shard timed in turn,\n"
+    "      communication modelled; per-device figures and the plan cost.\n"
+    "  TIMING: [--warmup N] (default 5) [--repeats N] (default 10)\n"
+    "          [--no-flush] (skip the cache flush before each timed step)\n"
+    "\n"
+    "online commands (ask a running shardd):\n"
+    "  plan        --tables FILE --devices N --mem-gb G [plan options as\n"
+    "              above, without --model, --no-local-search, --threads]\n"
+    "      The daemon plans; the output is offline plan's, except figures\n"
+    "      its API does not carry (null in --json).\n"
+    "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
+    "              [--task K] [--batch-size B] [--devices-per-host L]\n"
+    "              [--optimizer NAME] [--profile NAME]\n"
+    "      Predicted per-device costs of a given plan (a --json plan file).\n"
+    "  status                       daemon version, devices, model, jobs\n"
+    "  models [--profile P] [--limit N]   stored cost models, newest first\n"
+    "  activate VERSION             make a stored model the active one\n"
+    "  retrain [--profile P] [--force] [--wait]   start a retraining job\n"
+    "  job ID [--watch]             a job's state; --watch follows it\n"
+    "  profiler pause|resume        the background profiler\n"
+    "  health [SERVICE]             grpc.health.v1 check; exit 0 if SERVING\n"
+    "  Options of every online command, before or after it:\n"
+    "    --addr ADDR      unix:PATH or HOST:PORT (default $SHARDD_ADDR, else\n"
+    "                     127.0.0.1:7411)\n"
+    "    --token T | --token-file F   admin token for Admin calls over TCP\n"
+    "                     (default $SHARDD_TOKEN)\n"
+    "    --timeout-s S    deadline of each call (default 60 for plan and\n"
+    "                     estimate, 10 for the others; none for watching)\n"
+    "    --json           the response as JSON instead of text\n"
+    "\n"
+    "Output goes to stdout unless --out is given.  Exit status: 0 success,\n"
+    "1 internal failure (or the daemon unreachable or failing, or a job\n"
+    "that failed), 2 bad input or usage.\n";
+
+void ctl_usage(FILE *f)
+{
+    fputs(usage_text, f);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Commands                                                                */
+
+static const struct cmd_def {
+    const char *name;
+    int min_words, max_words; /* after the command */
+    const char *synopsis;     /* for a word missing */
+} cmd_defs[CTL_CMD_COUNT] = {
+    [CTL_CMD_GEN_TABLES] = {"gen-tables", 0, 0, NULL},
+    [CTL_CMD_GEN_TASKS] = {"gen-tasks", 0, 0, NULL},
+    [CTL_CMD_PLAN] = {"plan", 0, 0, NULL},
+    [CTL_CMD_PROFILE] = {"profile", 0, 0, NULL},
+    [CTL_CMD_TRAIN] = {"train", 0, 0, NULL},
+    [CTL_CMD_SCORE] = {"score", 0, 0, NULL},
+    [CTL_CMD_EVAL] = {"eval", 0, 0, NULL},
+    [CTL_CMD_ESTIMATE] = {"estimate", 0, 0, NULL},
+    [CTL_CMD_STATUS] = {"status", 0, 0, NULL},
+    [CTL_CMD_MODELS] = {"models", 0, 0, NULL},
+    [CTL_CMD_ACTIVATE] = {"activate", 1, 1, "activate VERSION"},
+    [CTL_CMD_RETRAIN] = {"retrain", 0, 0, NULL},
+    [CTL_CMD_JOB] = {"job", 1, 1, "job ID [--watch]"},
+    [CTL_CMD_PROFILER] = {"profiler", 1, 1, "profiler pause|resume"},
+    [CTL_CMD_HEALTH] = {"health", 0, 1, NULL},
+};
+
+/* The commands an option belongs to, as bits. */
+#define CMD(c) (1u << CTL_CMD_##c)
+/* The options the usage calls those "of every online command, before or
+ * after it" (the daemon's address, its token, the deadline, --json): every
+ * command takes them, so that a prefix such as `shardctl --addr A` works
+ * for offline commands too (which need none of them). */
+#define GLOBAL ((1u << CTL_CMD_COUNT) - 1)
+#define TIMING (CMD(PROFILE) | CMD(EVAL))
+_Static_assert(CTL_CMD_COUNT < 32, "a command is a bit of unsigned");
+
+/* ---------------------------------------------------------------------- */
+/* Options                                                                 */
+
+struct opt_def;
+
+/*
+ * Stores an option's value (arg; NULL for a flag) at field, the option's
+ * member of *o.  Returns 0 or an exit code (the message printed).
+ */
+typedef int opt_parse_fn(const struct opt_def *def, const char *arg,
+                         void *field, struct ctl_opts *o);
+
+struct opt_def {
+    const char *name;    /* long name, without "--" */
+    int has_arg;         /* no_argument or required_argument */
+    size_t offset;       /* of its field in struct ctl_opts */
+    unsigned cmds;       /* the commands that take it: CMD() bits */
+    opt_parse_fn *parse; /* how the value is stored */
+    double min, max;     /* bounds of a number */
+};
+
+static opt_parse_fn set_flag, set_str, set_int, set_real, set_gb_list, add_pin;
+
+#define O(f) offsetof(struct ctl_opts, f)
+#define FLAG no_argument
+#define ARG  required_argument
+static const struct opt_def opt_defs[] = {
+    /* What to plan and where */
+    {"tables", ARG, O(tables),
+     CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
+    {"plan", ARG, O(plan), CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
+    {"task", ARG, O(task), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 0,
+     1e9},
+    {"devices", ARG, O(devices), CMD(PLAN) | CMD(ESTIMATE), set_int, 1,
+     TOPO_DEVICES_MAX},
+    {"devices-per-host", ARG, O(per_host),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 1, TOPO_DEVICES_MAX},
+    /* --mem-gb G, or G0,G1,... one per device */
+    {"mem-gb", ARG, O(mem_gb), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
+     set_gb_list, 1e-9, 1e9},
+    /* --pin TABLE=DEVICE, repeatable */
+    {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
+    {"batch-size", ARG, O(batch),
+     CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL),
+     set_int, 1, 1 << 30},
+    {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
+     set_str, 0, 0},
+    /* How to plan */
+    {"offline", FLAG, O(offline), CMD(PLAN), set_flag, 0, 0},
+    {"alg", ARG, O(alg), CMD(PLAN), set_str, 0, 0},
+    {"seed", ARG, O(seed),
+     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(PROFILE) | CMD(TRAIN) |
+         CMD(EVAL),
+     set_int, 0, 9.2e18},
+    {"time-budget-ms", ARG, O(time_budget_ms), CMD(PLAN), set_real, 1e-3, 1e9},
+    {"no-splits", FLAG, O(no_splits), CMD(PLAN), set_flag, 0, 0},
+    /* Offline-only; online plan refuses them with its own message. */
+    {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
+    {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
+    {"model", ARG, O(model), CMD(PLAN) | CMD(SCORE), set_str, 0, 0},
+    {"profile", ARG, O(profile),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
+         CMD(RETRAIN),
+     set_str, 0, 0},
+    /* Output */
+    {"out", ARG, O(out),
+     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL),
+     set_str, 0, 0},
+    {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
+    /* gen-tables and gen-tasks */
+    {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,
+     1e9},
+    /* Measuring: profile, train, score, eval */
+    {"db", ARG, O(db), CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE), set_str, 0, 0},
+    {"backend", ARG, O(backend), CMD(PROFILE) | CMD(EVAL), set_str, 0, 0},
+    {"samples", ARG, O(samples), CMD(PROFILE), set_int, 1, 1e9},
+    {"device", ARG, O(device), CMD(PROFILE), set_int, 0, 1e6},
+    {"seconds", ARG, O(seconds), CMD(PROFILE), set_real, 1e-3, 1e9},
+    {"warmup", ARG, O(warmup), TIMING, set_int, 0, 1000},
+    {"repeats", ARG, O(repeats), TIMING, set_int, 1, 10000},
+    {"no-flush", FLAG, O(no_flush), TIMING, set_flag, 0, 0},
+    {"epochs", ARG, O(epochs), CMD(TRAIN), set_int, 1, 1e6},
+    {"weight-decay", ARG, O(weight_decay), CMD(TRAIN), set_real, 0, 100},
+    {"newest", ARG, O(newest), CMD(TRAIN) | CMD(SCORE), set_int, 1, 1e9},
+    {"activate", FLAG, O(activate), CMD(TRAIN), set_flag, 0, 0},
+    /* Online: GLOBAL, then the admin commands' */
+    {"addr", ARG, O(addr), GLOBAL, set_str, 0, 0},
+    {"token", ARG, O(token), GLOBAL, set_str, 0, 0},
+    {"token-file", ARG, O(token_file), GLOBAL, set_str, 0, 0},
+    {"timeout-s", ARG, O(timeout_s), GLOBAL, set_real, 1e-3, 1e7},
+    {"json", FLAG, O(json), GLOBAL, set_flag, 0, 0},
+    {"limit", ARG, O(limit), CMD(MODELS), set_int, 1, 1e9},
+    {"force", FLAG, O(force), CMD(RETRAIN), set_flag, 0, 0},
+    {"wait", FLAG, O(wait), CMD(RETRAIN), set_flag, 0, 0},
+    {"watch", FLAG, O(watch), CMD(JOB), set_flag, 0, 0},
+};
+#undef ARG
+#undef FLAG
+#undef O
+
+#define NOPTS   (sizeof(opt_defs) / sizeof(opt_defs[0]))
+#define OPT_VAL 0x100 /* getopt_long's value for opt_defs[k]: OPT_VAL + k */
+
+static int set_flag(const struct opt_def *def, const char *arg, void *field,
+                    struct ctl_opts *o)
+{
+    *(bool *)field = true;
+    return 0;
+}
+
+static int set_str(const struct opt_def *def, const char *arg, void *field,
+                   struct ctl_opts *o)
+{
+    *(const char **)field = arg;
+    return 0;
+}
+
+static int set_int(const struct opt_def *def, const char *arg, void *field,
+                   struct ctl_opts *o)
+{
+    char *end;
+    long long v;
+
+    errno = 0;
+    v = strtoll(arg, &end, 10);
+    if (errno != 0 || end == arg || *end != '\0' || v < def->min ||
+        (double)v > def->max)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "--%s: \"%s\" is not an integer in [%.0f, %.0f]",
+                        def->name, arg, def->min, def->max);
+    *(int64_t *)field = v;
+    return 0;
+}
+
+static int set_real(const struct opt_def *def, const char *arg, void *field,
+                    struct ctl_opts *o)
+{
+    char *end;
+    double x;
+
+    errno = 0;
+    x = strtod(arg, &end);
+    if (errno != 0 || end == arg || *end != '\0' || !isfinite(x) ||
+        x < def->min || x > def->max)
+        return ctl_fail(CTL_EXIT_USAGE, "--%s: \"%s\" is not a positive number",
+                        def->name, arg);
+    *(double *)field = x;
+    return 0;
+}
+
+/* --mem-gb: "G" or "G0,G1,...", each a number in the option's range, into
+ * o->mem_gbs (and the first into o->mem_gb, the field). */
+static int set_gb_list(const struct opt_def *def, const char *arg, void *field,
+                       struct ctl_opts *o)
+{
+    const char *p = arg;
+    char *end;
+    double x;
+
+    o->n_mem_gb = 0;
+    for (;;) {
+        errno = 0;
+        x = strtod(p, &end);
+        if (errno != 0 || end == p || (*end != '\0' && *end != ',') ||
+            !isfinite(x) || x < def->min || x > def->max)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "--%s: \"%s\" is not a positive number or a "
+                            "comma-separated list of them (one per device)",
+                            def->name, arg);
+        if (o->n_mem_gb == TOPO_DEVICES_MAX)
+            return ctl_fail(CTL_EXIT_USAGE, "--%s: more than %d capacities",
+                            def->name, TOPO_DEVICES_MAX);
+        o->mem_gbs[o->n_mem_gb++] = x;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *(double *)field = o->mem_gbs[0];
+    return 0;
+}
+
+/* --pin: one more word in o->pins (resolved by ctl_pins()). */
+static int add_pin(const struct opt_def *def, const char *arg, void *field,
+                   struct ctl_opts *o)
+{
+    if (o->npins == CTL_MAX_PINS)
+        return ctl_fail(CTL_EXIT_USAGE, "--%s: more than %d", def->name,
+                        CTL_MAX_PINS);
+    o->pins[o->npins++] = arg;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The command line                                                        */
+
+static int unknown_option(const char *word)
+{
+    return ctl_fail(CTL_EXIT_USAGE,
+                    "unknown option \"%s\" (see shardctl --help)", word);
+}
+
+/* Whether word ("--name" or "--name=value") names def in full. */
+static bool names_in_full(const char *word, const struct opt_def *def)
+{
+    size_t len = strlen(def->name);
+
+    return strncmp(word, "--", 2) == 0 &&
+           strncmp(word + 2, def->name, len) == 0 &&
+           (word[2 + len] == '\0' || word[2 + len] == '=');
+}
+
+/* A word that is not an option: the command, or one of its words. */
+static int add_word(struct ctl_opts *o, const char *word)
+{
+    if (word[0] == '-') /* "-": no option, and no word either */
+        return unknown_option(word);
+    if (o->nargs > CTL_MAX_ARGS)
+        return ctl_fail(CTL_EXIT_USAGE, "unexpected argument \"%s\"", word);
+    o->args[o->nargs++] = word;
+    return 0;
+}
+
+/*
+ * One result c of getopt_long for the element argv[at] (return-in-order
+ * mode consumes the elements in order): a word, an option and its value,
+ * or an error.  seen[k] becomes at + 1 the first time opt_defs[k] is given.
+ */
+static int take(int c, char **argv, int at, struct ctl_opts *o, int *seen)
+{
+    const struct opt_def *def;
+    size_t k;
+
+    if (c == 1)
+        return add_word(o, optarg);
+    k = (size_t)((c == ':' ? optopt : c) - OPT_VAL);
+    if (c == '?' || k >= NOPTS || !names_in_full(argv[at], &opt_defs[k]))
+        return unknown_option(argv[at]);
+    def = &opt_defs[k];
+    if (c == ':')
+        return ctl_fail(CTL_EXIT_USAGE, "--%s needs a value", def->name);
+    if (seen[k] == 0)
+        seen[k] = at + 1;
+    return def->parse(def, optarg, (char *)o + def->offset, o);
+}
+
+/* The command of the first word, then whether its words and options are
+ * its own.  Returns 0 or an exit code (the message printed). */
+static int check_command(struct ctl_opts *o, const int *seen)
+{
+    const struct cmd_def *c = NULL;
+    int words, first = 0;
+    size_t k;
+
+    if (o->nargs == 0)
+        return ctl_fail(CTL_EXIT_USAGE, "no command (see shardctl --help)");
+    for (k = 0; k < CTL_CMD_COUNT; k++)
+        if (strcmp(o->args[0], cmd_defs[k].name) == 0)
+            c = &cmd_defs[k];
+    if (c == NULL)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "unknown command \"%s\" (see shardctl --help)",
+                        o->args[0]);
+    o->cmd = (enum ctl_cmd)(c - cmd_defs);
+    words = o->nargs - 1;
+    if (words > c->max_words)
+        return ctl_fail(CTL_EXIT_USAGE, "%s: unexpected argument \"%s\"",
+                        c->name, o->args[1 + c->max_words]);
+    if (words < c->min_words)
+        return ctl_fail(CTL_EXIT_USAGE, "%s: missing argument (shardctl %s)",
+                        c->name, c->synopsis);
+    /* The first option given that the command does not take. */
+    for (k = 0; k < NOPTS; k++)
+        if (seen[k] != 0 && !(opt_defs[k].cmds & (1u << o->cmd)) &&
+            (first == 0 || seen[k] < seen[first - 1]))
+            first = (int)k + 1;
+    if (first != 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "%s: no option --%s (see shardctl --help)", c->name,
+                        opt_defs[first - 1].name);
+    return 0;
+}
+
+int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
+{
+    struct option longopts[NOPTS + 1];
+    int seen[NOPTS] = {0};
+    int c, at, rv;
+    size_t k;
+
+    memset(o, 0, sizeof(*o));
+    o->warmup = -1;       /* unset: 0 is a valid count */
+    o->weight_decay = -1; /* unset: 0 is plain Adam */
+    if (argc < 2) {
+        ctl_usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        o->help = true;
+        return 0;
+    }
+    for (k = 0; k < NOPTS; k++)
+        longopts[k] = (struct option){opt_defs[k].name, opt_defs[k].has_arg,
+                                      NULL, OPT_VAL + (int)k};
+    memset(&longopts[NOPTS], 0, sizeof(longopts[NOPTS]));
+    opterr = 0;
+    optind = 0; /* a full reset, in glibc and musl alike */
+    for (;;) {
+        at = optind > 0 ? optind : 1;
+        c = getopt_long(argc, argv, "-:", longopts, NULL);
+        if (c == -1)
+            break;
+        rv = take(c, argv, at, o, seen);
+        if (rv != 0)
+            return rv;
+    }
+    /* getopt_long ends early only at "--", which shardctl never took. */
+    if (optind != at)
+        return unknown_option(argv[at]);
+    return check_command(o, seen);
+}
