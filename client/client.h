@@ -17,7 +17,6 @@
  *                    health (online.h).
  *  - online_call.c:  the channel to shardd, unary calls, --json output
  *                    (online.h).
- *  - online_msg.c:   planner structs <-> shardd.v1 messages (online_msg.h).
  *  - rpc_json.c:     a protobuf-c message as JSON, on jansson.
  *  - rpc.c:          a small synchronous gRPC client; the only client file
  *                    that includes gRPC headers.
@@ -29,16 +28,16 @@
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c
  *   measure.c      -> common.c, format.c
- *   online.c       -> online_admin.c, online_call.c, online_msg.c,
- *                     common.c, format.c
+ *   online.c       -> online_admin.c, online_call.c, common.c, format.c
  *   online_admin.c -> online_call.c, rpc.c, common.c
  *   online_call.c  -> rpc.c, rpc_json.c, common.c
- *   common.c, format.c, online_msg.c, rpc_json.c, rpc.c: no client file
- *                     (the planning library, protobuf-c, jansson, gRPC)
+ *   common.c, format.c, rpc_json.c, rpc.c: no client file
+ *                     (the planning library, wire/, protobuf-c, jansson,
+ *                     gRPC)
  *
  * Headers: client.h (this one) for every file; online.h for online.c,
- * online_admin.c and online_call.c; online_msg.h for online.c and
- * online_msg.c.
+ * online_admin.c and online_call.c.  Planner structs <-> shardd.v1
+ * messages are wire/'s (wire.h), shared with the daemon.
  *
  * Errors inside the client are negative SD_E* codes with a struct sd_diag
  * line; commands return shardctl's exit status (0 success, 1 failure of the

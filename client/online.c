@@ -2,7 +2,7 @@
  * shardctl's online mode (client.h): online_run() opens the channel to the
  * daemon and runs the command; the planner's commands, plan and estimate,
  * are here, the others in online_admin.c.  The command line becomes
- * planner structs, those become the request (online_msg.c), and the
+ * planner structs, those become the request (wire/), and the
  * response comes back as a plan that prints through the offline printers
  * (format.c, json_plan()), or as the response message (rpc_json.c).
  *
@@ -11,6 +11,7 @@
  */
 #include "online.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,8 +19,8 @@
 #include <string.h>
 
 #include "client.h"
-#include "online_msg.h"
 #include "shardd/v1/planner.pb-c.h"
+#include "wire.h"
 
 /*
  * Figures the API does not carry but the shared JSON printer (json_plan)
@@ -51,8 +52,36 @@ static int asked_topology(const struct ctl_opts *o, const char *cmd,
     rv = ctl_capacities(o, cmd, t, caps);
     if (rv != 0)
         return rv;
+    /* 0 asks for the server's: hosts, batch and links as it defaults. */
     t->devices_per_host = (int32_t)o->per_host;
     t->batch_size = o->batch;
+    t->intra_host_bw = t->inter_host_bw = 0;
+    t->link_latency_ms = t->device_mem_bw = 0;
+    return 0;
+}
+
+/*
+ * The printers' topology of a response's ndevices devices: each device's
+ * capacity as the server reports it, else as asked, into *caps (the caller
+ * free()s it), and the hosts asked for.  Returns 0 or SD_ENOMEM.
+ */
+static int shown_topology(const struct topology *asked,
+                          Shardd__V1__DeviceCost *const *devs, int32_t ndevices,
+                          struct topology *t, uint64_t **caps)
+{
+    int32_t r;
+
+    *caps = malloc((size_t)ndevices * sizeof(**caps));
+    if (*caps == NULL)
+        return SD_ENOMEM;
+    for (r = 0; r < ndevices; r++)
+        (*caps)[r] = devs[r]->memory_capacity_bytes > 0
+                         ? devs[r]->memory_capacity_bytes
+                         : topology_mem(asked, r);
+    topology_default(t, ndevices, (*caps)[0]);
+    t->mem_by_device = *caps;
+    if (asked->devices_per_host)
+        t->devices_per_host = asked->devices_per_host;
     return 0;
 }
 
@@ -128,18 +157,28 @@ static int reject_offline_only(const struct ctl_opts *o)
                     names + 2);
 }
 
-/* The plan options of the command line, for online_msg_plan_options(). */
-static int asked_options(const struct ctl_opts *o, struct plan_options *po)
+/* The PlanOptions of the command line; strings borrowed from o. */
+static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
 {
-    plan_options_default(po);
-    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po->optimizer))
+    enum optimizer opt = OPTIMIZER_SGD;
+
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt))
         return ctl_fail(CTL_EXIT_USAGE,
                         "plan: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    po->column_splits = !o->no_splits;
-    po->time_budget_ms = o->time_budget_ms;
-    po->seed = (uint64_t)o->seed;
+    shardd__v1__plan_options__init(m);
+    m->algorithm = mstr(o->alg != NULL ? o->alg : "");
+    m->whole_tables_only = o->no_splits;
+    /* Whole milliseconds on the wire; never round a budget down to 0,
+     * which would mean the server's default. */
+    if (o->time_budget_ms > 0)
+        m->time_budget_ms = o->time_budget_ms >= 4294967295.0
+                                ? UINT32_MAX
+                                : (uint32_t)ceil(o->time_budget_ms);
+    m->seed = (uint64_t)o->seed;
+    m->optimizer = wire_optimizer_out(opt);
+    m->profile = mstr(o->profile != NULL ? o->profile : "");
     return 0;
 }
 
@@ -167,12 +206,9 @@ static int online_plan(struct online *on)
 {
     const struct ctl_opts *o = on->o;
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
-    Shardd__V1__Topology tm;
     Shardd__V1__PlanOptions pom;
-    Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
     Shardd__V1__PlanResponse *resp = NULL;
-    struct online_msg_pins pm = {0};
-    struct plan_options po;
+    struct wire_arena arena = WIRE_ARENA_INIT;
     struct table *tables = NULL;
     struct topology asked, topo;
     struct sd_diag d;
@@ -194,7 +230,7 @@ static int online_plan(struct online *on)
     if (o->out != NULL && !o->json && !o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or "
                                         "--torchrec");
-    rv = asked_options(o, &po);
+    rv = asked_options(o, &pom);
     if (rv != 0)
         return rv;
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
@@ -205,33 +241,31 @@ static int online_plan(struct online *on)
         rv = asked_topology(o, "plan", (int32_t)o->devices, &asked, &caps);
     if (rv != 0)
         goto out_tables;
-    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
-        (pins != NULL && online_msg_pins(pins, tables, n, &pm) != 0)) {
+    rq.n_tables = n;
+    rq.tables = wire_tables_out(&arena, tables, n);
+    rq.topology = wire_topology_out(&arena, &asked);
+    if (pins != NULL)
+        pom.constraints = wire_pins_out(&arena, pins, tables, n);
+    rq.options = &pom;
+    if (rq.tables == NULL || rq.topology == NULL ||
+        (pins != NULL && pom.constraints == NULL)) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_request;
     }
-    online_msg_topology(&asked, &tm);
-    online_msg_plan_options(o->alg, &po, o->profile, &pom);
-    if (pins != NULL)
-        pom.constraints = &pm.cons;
-    rq.n_tables = n;
-    rq.tables = tptrs;
-    rq.topology = &tm;
-    rq.options = &pom;
 
     rv = online_call(on, "/shardd.v1.Planner/Plan", &rq.base,
                      &shardd__v1__plan_response__descriptor,
                      (ProtobufCMessage **)&resp);
     if (rv != 0)
         goto out_request;
-    rv = online_msg_plan_from(resp, tables, n, (int32_t)o->devices, &p, &d);
+    rv = wire_plan_response_in(resp, tables, n, (int32_t)o->devices, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(1, "plan: %s", d.msg); /* the daemon's fault */
         goto out_response;
     }
     /* The printers take the capacities and hosts from a topology. */
-    if (online_msg_topology_from(&asked, resp->devices, (int32_t)o->devices,
-                                 &topo, &shown) != 0)
+    if (shown_topology(&asked, resp->devices, (int32_t)o->devices, &topo,
+                       &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
         rv = print_plan(o, &p, tables, n, &topo);
@@ -240,9 +274,7 @@ static int online_plan(struct online *on)
 out_response:
     shardd__v1__plan_response__free_unpacked(resp, NULL);
 out_request:
-    online_msg_pins_free(&pm);
-    free(tmsgs);
-    free(tptrs);
+    wire_arena_free(&arena);
 out_tables:
     free(caps);
     free(pins);
@@ -287,7 +319,9 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     int32_t dev;
     bool first = true;
 
-    online_msg_estimate_from(r, p);
+    wire_devices_in(p, r->devices, r->n_devices);
+    p->cost_ms = r->plan_cost_ms;
+    wire_basis_in(p, r->basis);
     p->algorithm = "estimate";
     p->explain.critical_device = -1;
     format_plan_text(stdout, p, tables, n, topo);
@@ -311,9 +345,7 @@ static int online_estimate(struct online *on)
     const struct ctl_opts *o = on->o;
     Shardd__V1__EstimateRequest rq = SHARDD__V1__ESTIMATE_REQUEST__INIT;
     Shardd__V1__EstimateResponse *resp = NULL;
-    Shardd__V1__Topology tm;
-    Shardd__V1__Table *tmsgs = NULL, **tptrs = NULL;
-    struct online_msg_placement pm = {0};
+    struct wire_arena arena = WIRE_ARENA_INIT;
     enum optimizer opt = OPTIMIZER_SGD;
     struct table *tables = NULL;
     struct topology asked, topo;
@@ -338,22 +370,20 @@ static int online_estimate(struct online *on)
     rv = read_placement(o, tables, n, &p, &ndev);
     if (rv != 0)
         goto out_tables;
-    if (online_msg_tables(tables, n, &tmsgs, &tptrs) != 0 ||
-        online_msg_placement(&p, tables, n, &pm) != 0) {
-        rv = ctl_fail(1, "estimate: out of memory");
-        goto out_request;
-    }
     rv = asked_topology(o, "estimate", ndev, &asked, &caps);
     if (rv != 0)
         goto out_request;
-    online_msg_topology(&asked, &tm);
     rq.n_tables = n;
-    rq.tables = tptrs;
-    rq.topology = &tm;
+    rq.tables = wire_tables_out(&arena, tables, n);
+    rq.topology = wire_topology_out(&arena, &asked);
     rq.n_placement = n;
-    rq.placement = pm.tp_ptrs;
-    rq.optimizer = online_msg_optimizer(opt);
+    rq.placement = wire_placements_out(&arena, &p, tables, n);
+    rq.optimizer = wire_optimizer_out(opt);
     rq.profile = mstr(o->profile != NULL ? o->profile : "");
+    if (rq.tables == NULL || rq.topology == NULL || rq.placement == NULL) {
+        rv = ctl_fail(1, "estimate: out of memory");
+        goto out_request;
+    }
 
     rv = online_call(on, "/shardd.v1.Planner/Estimate", &rq.base,
                      &shardd__v1__estimate_response__descriptor,
@@ -365,8 +395,8 @@ static int online_estimate(struct online *on)
                       resp->n_devices, (int)ndev);
     } else if (o->json) {
         rv = online_print_json(&resp->base);
-    } else if (online_msg_topology_from(&asked, resp->devices, ndev, &topo,
-                                        &shown) != 0) {
+    } else if (shown_topology(&asked, resp->devices, ndev, &topo, &shown) !=
+               0) {
         rv = ctl_fail(1, "estimate: out of memory");
     } else {
         rv = print_estimate(resp, &p, tables, n, &topo);
@@ -375,9 +405,7 @@ static int online_estimate(struct online *on)
     shardd__v1__estimate_response__free_unpacked(resp, NULL);
 out_request:
     free(caps);
-    online_msg_placement_free(&pm);
-    free(tmsgs);
-    free(tptrs);
+    wire_arena_free(&arena);
     plan_destroy(&p);
 out_tables:
     free(tables);
