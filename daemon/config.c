@@ -151,14 +151,17 @@ void conf__spell(const char *name, bool env, char *buf, size_t size)
 }
 
 /* "FILE:LINE: key", "SHARDD_KEY", "--key" or "key": what an error names. */
-static void label_of(enum conf_source kind, const char *file, unsigned line,
-                     enum conf_key k, char *buf, size_t size)
+void conf__label_of(enum conf_source kind, const char *file, unsigned line,
+                    enum conf_key k, bool origin, char *buf, size_t size)
 {
     char s[KEY_NAME_MAX];
 
     switch (kind) {
     case CONF_SRC_FILE:
-        snprintf(buf, size, "%s:%u: %s", file, line, conf__opts[k].name);
+        if (origin)
+            snprintf(buf, size, "%s:%u", file, line);
+        else
+            snprintf(buf, size, "%s:%u: %s", file, line, conf__opts[k].name);
         break;
     case CONF_SRC_ENV:
         conf__spell(conf__opts[k].name, true, s, sizeof(s));
@@ -169,7 +172,7 @@ static void label_of(enum conf_source kind, const char *file, unsigned line,
         snprintf(buf, size, "--%s", s);
         break;
     default:
-        snprintf(buf, size, "%s", conf__opts[k].name);
+        snprintf(buf, size, "%s", origin ? "default" : conf__opts[k].name);
         break;
     }
 }
@@ -178,8 +181,8 @@ static void label_of(enum conf_source kind, const char *file, unsigned line,
 void conf__label_held(const struct sd_config *c, enum conf_key k, char *buf,
                       size_t size)
 {
-    label_of(c->origin[k].src, c->config != NULL ? c->config : "(file)",
-             c->origin[k].line, k, buf, size);
+    conf__label_of(c->origin[k].src, c->config != NULL ? c->config : "(file)",
+                   c->origin[k].line, k, false, buf, size);
 }
 
 /* Levenshtein distance, capped: long strings are simply "far". */
@@ -413,7 +416,7 @@ int conf__apply(struct sd_config *c, struct src *s, enum conf_key k,
     bool b;
     int rv = 0, i;
 
-    label_of(s->kind, s->file, s->line, k, label, sizeof(label));
+    conf__label_of(s->kind, s->file, s->line, k, false, label, sizeof(label));
     switch (o->type) {
     case T_LISTEN:
         if (!s->seen[k])

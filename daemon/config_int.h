@@ -70,6 +70,14 @@ const char *conf__word_at(const char *words, uint32_t i, char *buf,
 /* Writes "key" with '_' turned into '-' (flags) or upper-cased (env). */
 void conf__spell(const char *name, bool env, char *buf, size_t size);
 
+/*
+ * What names key k's value from a source: for an error, "FILE:LINE: key",
+ * "SHARDD_KEY", "--key" or "key" (a default); for --print-config's origin
+ * comment (origin true), "FILE:LINE", ... and "default".
+ */
+void conf__label_of(enum conf_source kind, const char *file, unsigned line,
+                    enum conf_key k, bool origin, char *buf, size_t size);
+
 /* The label of the value c holds for key k ("FILE:LINE: key", ...). */
 void conf__label_held(const struct sd_config *c, enum conf_key k, char *buf,
                       size_t size);

@@ -13,25 +13,8 @@
 static void origin_text(const struct sd_config *c, enum conf_key k, char *buf,
                         size_t size)
 {
-    char s[KEY_NAME_MAX];
-
-    switch (c->origin[k].src) {
-    case CONF_SRC_FILE:
-        snprintf(buf, size, "%s:%u", c->config != NULL ? c->config : "file",
-                 c->origin[k].line);
-        break;
-    case CONF_SRC_ENV:
-        conf__spell(conf__opts[k].name, true, s, sizeof(s));
-        snprintf(buf, size, "SHARDD_%s", s);
-        break;
-    case CONF_SRC_FLAG:
-        conf__spell(conf__opts[k].name, false, s, sizeof(s));
-        snprintf(buf, size, "--%s", s);
-        break;
-    default:
-        snprintf(buf, size, "default");
-        break;
-    }
+    conf__label_of(c->origin[k].src, c->config != NULL ? c->config : "file",
+                   c->origin[k].line, k, true, buf, size);
 }
 
 /* A value as the file reads it back: quoted unless it holds a quote. */
