@@ -374,6 +374,30 @@ int conf__parse_bool(const char *v, bool *out)
     return SD_EINVAL;
 }
 
+/* Whether keys of this type hold a string (str_field()). */
+static bool is_string(enum opt_type t)
+{
+    return t == T_PATH || t == T_SECRET || t == T_STRING;
+}
+
+/* Permission bits written in octal ("0660", "660"), at most o->max. */
+static int parse_mode(const char *label, const struct opt *o, const char *v,
+                      uint32_t *out, struct sd_diag *d)
+{
+    unsigned long x = 0;
+    const char *p;
+
+    for (p = v; *p >= '0' && *p <= '7' && x <= o->max; p++)
+        x = x * 8 + (unsigned long)(*p - '0');
+    if (*v == '\0' || *p != '\0' || x > o->max)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: \"%.*s\" is not an octal mode in [0, %04o] "
+                           "(e.g. 0660)",
+                           label, VALUE_SHOW, v, (unsigned)o->max);
+    *out = (uint32_t)x;
+    return 0;
+}
+
 /* Replaces the string field of key k with a copy of v. */
 static int set_string(struct sd_config *c, enum conf_key k, const char *label,
                       const char *v, struct sd_diag *d)
@@ -391,9 +415,10 @@ static int set_string(struct sd_config *c, enum conf_key k, const char *label,
     if (k == CONF_KEY_ADMIN_TOKEN && strlen(v) > CONF_TOKEN_MAX)
         return sd_diag_set(d, SD_ERANGE, "%s: longer than %d bytes", label,
                            CONF_TOKEN_MAX);
-    /* An empty admin_token_file unsets it, so a later source can clear
-     * what an earlier one set. */
-    if (!(k == CONF_KEY_ADMIN_TOKEN_FILE && *v == '\0')) {
+    /* An empty admin_token_file or string unsets it, so a later source
+     * can clear what an earlier one set. */
+    if (!((k == CONF_KEY_ADMIN_TOKEN_FILE || conf__opts[k].type == T_STRING) &&
+          *v == '\0')) {
         copy = conf__dup_str(v);
         if (copy == NULL)
             return sd_diag_set(d, SD_ENOMEM, "%s: out of memory", label);
@@ -425,10 +450,14 @@ int conf__apply(struct sd_config *c, struct src *s, enum conf_key k,
         break;
     case T_PATH:
     case T_SECRET:
+    case T_STRING:
         rv = set_string(c, k, label, v, d);
         break;
     case T_U32:
         rv = parse_u32(label, o, v, u32_field(c, k), d);
+        break;
+    case T_MODE:
+        rv = parse_mode(label, o, v, u32_field(c, k), d);
         break;
     case T_BOOL:
         if (conf__parse_bool(v, &b) != 0)
@@ -497,7 +526,7 @@ void conf_free(struct sd_config *c)
         return;
     listen_clear(c);
     for (k = 0; k < CONF_KEY_COUNT; k++)
-        if (conf__opts[k].type == T_PATH || conf__opts[k].type == T_SECRET) {
+        if (is_string(conf__opts[k].type)) {
             free(*str_field(c, (enum conf_key)k));
             *str_field(c, (enum conf_key)k) = NULL;
         }
@@ -528,8 +557,10 @@ static bool key_equal(const struct sd_config *x, const struct sd_config *y,
         return true;
     case T_PATH:
     case T_SECRET:
+    case T_STRING:
         return str_eq(conf__str_get(x, k), conf__str_get(y, k));
     case T_U32:
+    case T_MODE:
     case T_WORD:
         return conf__u32_get(x, k) == conf__u32_get(y, k);
     case T_BOOL:
@@ -558,6 +589,7 @@ static int key_copy(struct sd_config *to, const struct sd_config *from,
         break;
     case T_PATH:
     case T_SECRET:
+    case T_STRING:
         if (conf__str_get(from, k) != NULL) {
             copy[0] = conf__dup_str(conf__str_get(from, k));
             if (copy[0] == NULL)
@@ -567,6 +599,7 @@ static int key_copy(struct sd_config *to, const struct sd_config *from,
         *str_field(to, k) = copy[0];
         break;
     case T_U32:
+    case T_MODE:
     case T_WORD:
         *u32_field(to, k) = conf__u32_get(from, k);
         break;

@@ -53,10 +53,11 @@
  *
  * name: the file key; the variable is SHARDD_ + the upper-case name, the
  * flag -- + the name with dashes.  type: LISTEN (a list of addresses),
- * PATH (a non-empty path), SECRET (a string never shown), U32 (an integer
- * in [min, max]), BOOL (on/off, true/false, yes/no, 1/0), WORD (one of the
- * words of meta, "a|b|c", held as its index).  default: the value as text,
- * parsed like any other (NULL: unset).  flags: CONF_RELOAD (a SIGHUP
+ * PATH (a non-empty path), SECRET (a string never shown), STRING (any
+ * string; "" unsets it), MODE (permission bits in octal, at most max), U32
+ * (an integer in [min, max]), BOOL (on/off, true/false, yes/no, 1/0), WORD (one
+ * of the words of meta, "a|b|c", held as its index).  default: the value as
+ * text, parsed like any other (NULL: unset).  flags: CONF_RELOAD (a SIGHUP
  * applies it) or CONF_RESTART, plus CONF_NOFILE (not in a config file).
  * meta: --help's name for the value.  help: --help's line.
  */
@@ -69,6 +70,10 @@
       "unix:PATH or HOST:PORT; repeat for more (up to 8)")                     \
     X(DATA_DIR, data_dir, PATH, 0, 0, CONF_DEFAULT_DIR, CONF_RESTART, "DIR",   \
       "holds the store (shardd.db) and shardd.pid")                            \
+    X(SOCKET_MODE, socket_mode, MODE, 0, 0777, "0600", CONF_RESTART, "MODE",   \
+      "permissions of unix sockets, octal")                                    \
+    X(SOCKET_GROUP, socket_group, STRING, 0, 0, NULL, CONF_RESTART, "GROUP",   \
+      "group of unix sockets; none: the daemon's")                             \
     X(CONFIG, config, PATH, 0, 0, NULL, CONF_RESTART | CONF_NOFILE, "FILE",    \
       "read this config file (also SHARDD_CONFIG)")                            \
     X(ADMIN_TOKEN, admin_token, SECRET, 0, 0, "", CONF_RELOAD, "TOKEN",        \
@@ -160,6 +165,8 @@ struct conf_origin {
     size_t n##name;                         /* 1 .. CONF_LISTEN_MAX */
 #define CONF_FIELD_PATH(name)   char *name; /* NULL: not set */
 #define CONF_FIELD_SECRET(name) char *name; /* never NULL; never log it */
+#define CONF_FIELD_STRING(name) char *name; /* NULL: not set */
+#define CONF_FIELD_MODE(name)   uint32_t name; /* permission bits */
 #define CONF_FIELD_U32(name)    uint32_t name;
 #define CONF_FIELD_BOOL(name)   bool name;
 #define CONF_FIELD_WORD(name)   uint32_t name; /* index into meta's words */

@@ -27,6 +27,8 @@ enum opt_type {
     T_LISTEN, /* list of addresses */
     T_PATH,   /* non-empty path; admin_token_file: "" unsets it */
     T_SECRET, /* any string, never shown */
+    T_STRING, /* any string; "" unsets it */
+    T_MODE,   /* permission bits, octal, at most max */
     T_U32,    /* integer in [min, max] */
     T_BOOL,   /* on/off/true/false/yes/no/1/0 */
     T_WORD    /* one of the words of arg ("auto|cpu|cuda"), as its index */

@@ -62,11 +62,16 @@ void conf_print(FILE *f, const struct sd_config *c)
                         o->name);
             break;
         case T_PATH:
+        case T_STRING:
             v = conf__str_get(c, (enum conf_key)k);
             if (v != NULL)
                 print_value(f, o->name, v, from);
             else
                 fprintf(f, "# %s: none\n", o->name);
+            break;
+        case T_MODE:
+            fprintf(f, "%s = %04o  # %s\n", o->name,
+                    (unsigned)conf__u32_get(c, (enum conf_key)k), from);
             break;
         case T_U32:
             fprintf(f, "%s = %u  # %s\n", o->name,

@@ -21,12 +21,16 @@
  */
 #include "rpc.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -34,6 +38,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <uv.h>
 
@@ -835,15 +840,71 @@ static void add_address(struct rpc_server *srv, const char *listen, int port)
                  listen);
 }
 
+/*
+ * Binds one listen address.  A unix socket is made with the configured
+ * mode whatever the umask (created under a umask that allows no more, then
+ * set exactly) and given the configured group: Admin calls on it need no
+ * token, so who may connect is decided here.
+ */
+static int bind_one(struct rpc_server *srv, const char *listen,
+                    struct sd_diag *d)
+{
+    const struct rpc_config *cfg = &srv->cfg;
+    grpc_server_credentials *creds;
+    bool is_unix = strncmp(listen, "unix:", 5) == 0;
+    const char *path = listen + 5;
+    mode_t old = 0;
+    int port;
+
+    if (is_unix)
+        old = umask((mode_t)(~cfg->unix_mode & 0777));
+    creds = grpc_insecure_server_credentials_create();
+    port = grpc_server_add_http2_port(srv->server, listen, creds);
+    grpc_server_credentials_release(creds); /* the server has its own */
+    if (is_unix)
+        umask(old);
+    if (port == 0)
+        return sd_diag_set(d, SD_EIO,
+                           "listen %s: cannot bind (address in use, bad "
+                           "address or no permission)",
+                           listen);
+    if (is_unix && cfg->unix_gid >= 0 &&
+        chown(path, (uid_t)-1, (gid_t)cfg->unix_gid) != 0)
+        return sd_diag_set(d, SD_EIO,
+                           "listen %s: cannot give it group %lld: %s", listen,
+                           (long long)cfg->unix_gid, strerror(errno));
+    if (is_unix && chmod(path, (mode_t)cfg->unix_mode) != 0)
+        return sd_diag_set(d, SD_EIO, "listen %s: cannot set mode %04o: %s",
+                           listen, (unsigned)cfg->unix_mode, strerror(errno));
+    add_address(srv, listen, port);
+    return 0;
+}
+
+/*
+ * gRPC's own log lines, into shardd's log: while the server starts (when a
+ * failure is shardd's one line, e.g. an address in use) at debug level,
+ * afterwards its errors as warnings.  One line each, "grpc: ..." (gRPC
+ * 1.51 otherwise prints multi-line internal dumps on stderr).
+ */
+static atomic_bool grpc_starting;
+
+static void log_from_grpc(gpr_log_func_args *a)
+{
+    enum sd_log_level lv = SD_LOG_DEBUG;
+
+    if (a->severity == GPR_LOG_SEVERITY_ERROR && !atomic_load(&grpc_starting))
+        lv = SD_LOG_WARN;
+    sd_log(lv, "grpc: %s", a->message);
+}
+
 int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
                      struct rpc_server **out, struct sd_diag *d)
 {
     struct rpc_server *srv;
-    grpc_server_credentials *creds;
     grpc_channel_args ch_args;
     grpc_arg args[5];
     size_t i;
-    int port, rv;
+    int rv;
 
     if (cfg->nlisten == 0 || cfg->nlisten > RPC_LISTEN_MAX ||
         cfg->nmethods == 0 || cfg->max_queued == 0 ||
@@ -863,6 +924,8 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     pthread_mutex_init(&srv->mu, NULL);
     srv->shutdown_tag.done = on_shutdown_done;
 
+    atomic_store(&grpc_starting, true);
+    gpr_set_log_function(log_from_grpc);
     grpc_init(); /* starts gRPC's own threads: never fork after this */
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
@@ -904,17 +967,9 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
         }
     }
     for (i = 0; i < cfg->nlisten; i++) {
-        creds = grpc_insecure_server_credentials_create();
-        port = grpc_server_add_http2_port(srv->server, cfg->listen[i], creds);
-        grpc_server_credentials_release(creds); /* the server has its own */
-        if (port == 0) {
-            rv = sd_diag_set(d, SD_EIO,
-                             "listen %s: cannot bind (address in use, bad "
-                             "address or no permission)",
-                             cfg->listen[i]);
+        rv = bind_one(srv, cfg->listen[i], d);
+        if (rv != 0)
             goto fail_server;
-        }
-        add_address(srv, cfg->listen[i], port);
     }
 
     /* The handles exist before the thread that signals them. */
@@ -930,6 +985,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     for (i = 0; i < cfg->nmethods; i++)
         request_call(srv, &srv->slots[i]);
     request_call(srv, NULL); /* unknown methods: UNIMPLEMENTED at once */
+    atomic_store(&grpc_starting, false);
     *out = srv;
     return 0;
 

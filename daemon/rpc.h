@@ -31,6 +31,8 @@ struct rpc_config {
     uint64_t lame_duck_ms;    /* first: new calls UNAVAILABLE this long */
     size_t max_queued; /* unary calls in flight; more: RESOURCE_EXHAUSTED */
     size_t max_queued_bytes; /* and their request bytes (>= a message) */
+    uint32_t unix_mode;      /* permission bits of unix sockets */
+    int64_t unix_gid;        /* their group; -1: the process's */
     const struct svc_method *methods; /* borrowed; must outlive the server */
     size_t nmethods;
     struct svc *svc; /* borrowed; passed to every method */

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -259,6 +260,7 @@ static void rpc_config_of(const struct sd_config *c, struct svc *svc,
                               ? r->max_message_bytes
                               : MAX_QUEUED_BYTES;
     r->lame_duck_ms = LAME_DUCK_MS;
+    r->unix_mode = c->socket_mode;
     r->methods = svc_methods;
     r->nmethods = svc_nmethods;
     r->svc = svc;
@@ -294,6 +296,17 @@ static int prepare(const struct sd_config *cfg, struct rpc_config *rcfg,
     if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0)
         return sd_diag_set(d, SD_EIO, "cannot set UV_THREADPOOL_SIZE: %s",
                            strerror(errno));
+    rcfg->unix_gid = -1;
+    if (cfg->socket_group != NULL) {
+        struct group *g = getgrnam(cfg->socket_group);
+
+        if (g == NULL)
+            return sd_diag_set(d, SD_EINVAL,
+                               "socket_group: no group \"%.64s\" on this "
+                               "host",
+                               cfg->socket_group);
+        rcfg->unix_gid = (int64_t)g->gr_gid;
+    }
     rv = listen_addresses(cfg, rcfg, admin, admin_size, d);
     if (rv == 0)
         rv = make_data_dir(cfg->data_dir, d);
