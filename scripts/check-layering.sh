@@ -16,5 +16,5 @@ check 'sqlite3\.h' '^store/' 'sqlite3.h'
 check 'grpc/' '^(daemon/rpc\.c|client/rpc|tests/daemon/)' 'grpc headers'
 check 'uv\.h' '^daemon/(rpc\.[ch]|shardd\.c)$' 'uv.h'
 check '(cuda|cublas|nccl|nvml)[a-z_]*\.h' '^kernels/cuda/' 'CUDA headers'
-check '(jansson|protobuf-c/)' '^(planner/json\.c|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
+check '(jansson|protobuf-c/)' '^(planner/formats/json\.c|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
 exit $status
