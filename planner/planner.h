@@ -110,6 +110,10 @@ void trace_destroy(struct trace *t);
 
 /* Checks the invariants above; SD_EFORMAT with d naming the bad field. */
 int trace_validate(const struct trace *t, struct sd_diag *d);
+/* The same, d's message starting with `where` instead of "trace" (e.g.
+ * "trace[3]", or a file name and a trace index). */
+int trace_validate_at(const struct trace *t, const char *where,
+                      struct sd_diag *d);
 
 /*
  * Computes the 17-bin access histogram and the pooling factor of a trace
@@ -526,6 +530,14 @@ struct trec_shard_in {
     double intra_bw; /* bytes/ms; 0 = 600 GiB/s */
     double inter_bw; /* bytes/ms; 0 = 12.5 GiB/s */
 };
+
+/* Perf.total (2.7), summed in TorchRec's order so that totals are the
+ * Python planner's to the last bit. */
+static inline double trec_perf_total(double fwd_compute, double fwd_comms,
+                                     double bwd_compute, double bwd_comms)
+{
+    return fwd_compute + bwd_compute + fwd_comms + bwd_comms;
+}
 
 /* EmbeddingPerfEstimator for one shard (fp32, pooled, unweighted). */
 void trec_shard_perf(const struct trec_shard_in *in, struct trec_perf *out);
