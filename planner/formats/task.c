@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
 
 #define TASK_DEFAULT_COUNT 10
 #define TASK_DEFAULT_MIN   10

@@ -1,6 +1,5 @@
 /*
- * Trace files: the traces of problem/trace.c (planner.h) in a documented
- * binary format.
+ * Trace files: the traces of problem/trace.c in a documented binary format.
  *
  * Trace file format, version 1 (docs/trace-format.md has the full text).
  * Every integer is unsigned little-endian, written byte by byte so the file
@@ -22,7 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
 
 #define TRACE_MAGIC      "SDTRACE1"
 #define TRACE_MAGIC_LEN  8

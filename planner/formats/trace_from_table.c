@@ -1,12 +1,13 @@
 /*
  * Traces made from a table's features, for measuring tables that come
- * without a real trace (planner.h).
+ * without a real trace (formats.h).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
 
 /* Access counts of bin k: [lo, hi] (bin 16 is capped at 2^16). */
 static void bin_range(int k, int64_t *lo, int64_t *hi)

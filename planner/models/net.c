@@ -1,6 +1,6 @@
 /*
  * The neural compute cost model: inference, the model file format and the
- * embedded default model (planner.h, docs/model-format.md).
+ * embedded default model (models.h, docs/model-format.md).
  */
 #include <errno.h>
 #include <math.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
 
 /* "SDCN": shardd compute net. */
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};

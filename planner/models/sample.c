@@ -1,8 +1,9 @@
 /*
  * Profiling samples (neuroshard.md 2.2): the random shards whose measured
- * costs the compute model is trained on (planner.h).
+ * costs the compute model is trained on (models.h).
  */
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
 
 #define DRAW_TRIES 1000
 

@@ -9,7 +9,8 @@
  */
 #include <math.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
 
 #define GIB ((double)(1ull << 30))
 

@@ -1,12 +1,12 @@
 /*
  * Plans: the building blocks every algorithm places tables with, the checks
  * of a finished plan, and the checks of the inputs every algorithm makes
- * first (planner.h).
+ * first (problem.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 int plan_init(struct plan *p, int32_t ndevices)
 {

@@ -1,10 +1,10 @@
 /* Tables: validation, sizes, the column-split rule and the cost-model
- * features (planner.h). */
+ * features (problem.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 size_t table_dtype_size(enum table_dtype dtype)
 {

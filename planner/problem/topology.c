@@ -1,10 +1,10 @@
 /*
  * Devices: topologies and their checks, optimizers, and the bytes a table's
- * columns need in a device's memory (planner.h).
+ * columns need in a device's memory (problem.h).
  */
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 #define GIB ((double)(1ull << 30))
 

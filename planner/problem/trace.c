@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 void trace_destroy(struct trace *t)
 {

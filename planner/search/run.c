@@ -1,13 +1,14 @@
 /*
  * The algorithm dispatch: names and options of the algorithms, and
  * plan_run(), which checks the inputs, runs one algorithm, and checks,
- * evaluates and explains its plan (planner.h).  Nothing below this file
+ * evaluates and explains its plan (search.h).  Nothing below this file
  * calls it: the algorithms are built from the problem's building blocks.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
+#include "search/search.h"
 
 static const char *const alg_names[PLAN_ALG_COUNT] = {
     [PLAN_ALG_RANDOM] = "random",

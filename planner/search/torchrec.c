@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
+#include "search/search.h"
 
 /* a + b, saturated at UINT64_MAX. */
 static uint64_t add_sat(uint64_t a, uint64_t b)
