@@ -18,6 +18,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "shardd/hash.h"
 #include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
@@ -109,92 +110,52 @@ static void scorer_release(struct scorer *sc)
 /* ---------------------------------------------------------------------- */
 /* Request hash: FNV-1a (64 bit) over the request with defaults applied     */
 
-struct hasher {
-    uint64_t h;
-};
-
-static void hash_bytes(struct hasher *hs, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        hs->h ^= b[i];
-        hs->h *= 0x100000001b3ull;
-    }
-}
-
-static void hash_u64(struct hasher *hs, uint64_t v)
-{
-    unsigned char b[8];
-    int i;
-
-    for (i = 0; i < 8; i++)
-        b[i] = (unsigned char)(v >> (8 * i)); /* byte order fixed */
-    hash_bytes(hs, b, sizeof(b));
-}
-
-static void hash_real(struct hasher *hs, double x)
-{
-    uint64_t v;
-
-    memcpy(&v, &x, sizeof(v));
-    hash_u64(hs, v);
-}
-
-static void hash_str(struct hasher *hs, const char *s)
-{
-    size_t n = strlen(s);
-
-    hash_u64(hs, n);
-    hash_bytes(hs, s, n);
-}
-
 static uint64_t request_hash(const struct table *tables, size_t n,
                              const struct topology *t,
                              const struct plan_options *o, const char *profile,
                              char out[17])
 {
-    struct hasher hs = {0xcbf29ce484222325ull};
+    struct sd_fnv hs;
     size_t i;
     int k;
 
-    hash_str(&hs, "shardd.v1.PlanRequest/1");
-    hash_u64(&hs, n);
+    sd_fnv_init(&hs);
+    sd_fnv_str(&hs, "shardd.v1.PlanRequest/1");
+    sd_fnv_u64(&hs, n);
     for (i = 0; i < n; i++) {
-        hash_str(&hs, tables[i].name);
-        hash_u64(&hs, (uint64_t)tables[i].rows);
-        hash_u64(&hs, (uint64_t)tables[i].dim);
-        hash_real(&hs, tables[i].pooling_factor);
+        sd_fnv_str(&hs, tables[i].name);
+        sd_fnv_u64(&hs, (uint64_t)tables[i].rows);
+        sd_fnv_u64(&hs, (uint64_t)tables[i].dim);
+        sd_fnv_real(&hs, tables[i].pooling_factor);
         for (k = 0; k < TABLE_NBINS; k++)
-            hash_real(&hs, tables[i].bins[k]);
-        hash_u64(&hs, (uint64_t)tables[i].dtype);
+            sd_fnv_real(&hs, tables[i].bins[k]);
+        sd_fnv_u64(&hs, (uint64_t)tables[i].dtype);
     }
-    hash_u64(&hs, (uint64_t)t->ndevices);
-    hash_u64(&hs, (uint64_t)t->devices_per_host);
-    hash_u64(&hs, t->mem_bytes);
-    hash_u64(&hs, (uint64_t)t->batch_size);
-    hash_real(&hs, t->intra_host_bw);
-    hash_real(&hs, t->inter_host_bw);
-    hash_real(&hs, t->link_latency_ms);
-    hash_real(&hs, t->device_mem_bw);
-    hash_str(&hs, plan_alg_name(o->alg));
-    hash_u64(&hs, o->column_splits);
-    hash_real(&hs, o->time_budget_ms);
-    hash_u64(&hs, o->seed);
-    hash_u64(&hs, (uint64_t)o->optimizer);
-    hash_str(&hs, profile);
+    sd_fnv_u64(&hs, (uint64_t)t->ndevices);
+    sd_fnv_u64(&hs, (uint64_t)t->devices_per_host);
+    sd_fnv_u64(&hs, t->mem_bytes);
+    sd_fnv_u64(&hs, (uint64_t)t->batch_size);
+    sd_fnv_real(&hs, t->intra_host_bw);
+    sd_fnv_real(&hs, t->inter_host_bw);
+    sd_fnv_real(&hs, t->link_latency_ms);
+    sd_fnv_real(&hs, t->device_mem_bw);
+    sd_fnv_str(&hs, plan_alg_name(o->alg));
+    sd_fnv_u64(&hs, o->column_splits);
+    sd_fnv_real(&hs, o->time_budget_ms);
+    sd_fnv_u64(&hs, o->seed);
+    sd_fnv_u64(&hs, (uint64_t)o->optimizer);
+    sd_fnv_str(&hs, profile);
     /* Constraints only where given, so that the hash of a request without
      * them is what it always was. */
     if (t->mem_by_device != NULL) {
-        hash_str(&hs, "mem_by_device");
+        sd_fnv_str(&hs, "mem_by_device");
         for (k = 0; k < t->ndevices; k++)
-            hash_u64(&hs, t->mem_by_device[k]);
+            sd_fnv_u64(&hs, t->mem_by_device[k]);
     }
     if (o->pins != NULL) {
-        hash_str(&hs, "pins");
+        sd_fnv_str(&hs, "pins");
         for (i = 0; i < n; i++)
-            hash_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
     }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;

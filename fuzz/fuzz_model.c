@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the cost-model file loader, net_parse() (planner/net.c).
+ * Fuzz target: the cost-model file loader, net_parse() (planner/models/net.c).
  *
  * The first byte picks how the rest is used:
  *  - even: the rest is a model file image as it is;

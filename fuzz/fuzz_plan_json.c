@@ -1,6 +1,6 @@
 /*
- * Fuzz target: the plan reader, json_parse_plan() (planner/json.c), against
- * a fixed set of four tables (dims 4, 8, 16 and 128), then the checks a
+ * Fuzz target: the plan reader, json_parse_plan() (planner/formats/json.c),
+ * against a fixed set of four tables (dims 4, 8, 16 and 128), then the checks a
  * plan file goes through in `shardctl score`: plan_validate() and
  * plan_evaluate().
  *

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the tables reader, json_parse_tables() (planner/json.c),
+ * Fuzz target: the tables reader, json_parse_tables() (planner/formats/json.c),
  * fed both tables files and tasks files.
  *
  * Invariants: an input is refused with a code and a message, or it gives

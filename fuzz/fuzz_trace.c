@@ -1,7 +1,8 @@
 /*
- * Fuzz target: the trace file reader, trace_file_read() (planner/trace.c).
- * It reads a path, so each input is written to a file in a private
- * directory first (under $TMPDIR, else /dev/shm when writable, else /tmp).
+ * Fuzz target: the trace file reader, trace_file_read()
+ * (planner/formats/trace_file.c).  It reads a path, so each input is
+ * written to a file in a private directory first (under $TMPDIR, else
+ * /dev/shm when writable, else /tmp).
  *
  * Invariants: an input is refused with a code and a message, or every trace
  * read passes trace_validate(), its features are fractions summing to 1 (or

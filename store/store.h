@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 #include "shardd/err.h"
 
 /* The newest schema version this build knows (PRAGMA user_version). */

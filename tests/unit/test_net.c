@@ -1,6 +1,7 @@
 /* The neural compute model: inference against an independent float64
  * reference, the incremental head, the file format and its refusals, the
- * batch scaling of the cost-model adapter, and the embedded model. */
+ * batch scaling of the cost-model adapter, the embedded model, and the
+ * checksum of files written before it was zlib's. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -240,10 +241,65 @@ static void test_adapter_and_embedded(void)
     }
 }
 
+/*
+ * The checksum is zlib's CRC-32 since it replaced a hand-written one, and
+ * files written before still load.  0x57df7fff is what the hand-written
+ * function (a 256-entry table, IEEE polynomial, reflected) gave for the
+ * image of the model below, computed with it before it was deleted; it is
+ * also Python's zlib.crc32() of the image's first 36,360 bytes.
+ */
+static void test_checksum(void)
+{
+    static struct cost_net m, *back;
+    struct sd_diag d = {{0}};
+    unsigned char *img, *file = NULL;
+    uint32_t stored;
+    size_t len, flen = 0;
+    void *buf;
+    FILE *f;
+    int i;
+
+    memset(&m, 0, sizeof(m));
+    snprintf(m.profile, sizeof(m.profile), "cpu/crc-test/1");
+    m.batch_size = 1;
+    for (i = 0; i < NET_IN; i++)
+        m.std[i] = 1.0f;
+    for (i = 0; i < NET_NPARAMS; i++)
+        m.p[i] = (float)(i % 64) / 64.0f; /* exact in binary */
+    CHECK(net_serialize(&m, &buf, &len) == 0);
+    img = buf;
+    CHECK(len > 4);
+    stored = (uint32_t)img[len - 4] | (uint32_t)img[len - 3] << 8 |
+             (uint32_t)img[len - 2] << 16 | (uint32_t)img[len - 1] << 24;
+    CHECK(stored == 0x57df7fffu);
+    free(buf);
+
+    /* The committed default model, a file written by the old code. */
+    CHECK(net_read_file(SD_DEFAULT_MODEL_FILE, &back, &d) == 0);
+    if (back == NULL) {
+        fprintf(stderr, "%s: %s\n", SD_DEFAULT_MODEL_FILE, d.msg);
+        return;
+    }
+    f = fopen(SD_DEFAULT_MODEL_FILE, "rb");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        file = malloc(1 << 20);
+        flen = file != NULL ? fread(file, 1, 1 << 20, f) : 0;
+        fclose(f);
+    }
+    /* Written again, it is the same file, checksum included. */
+    CHECK(net_serialize(back, &buf, &len) == 0);
+    CHECK(len == flen && file != NULL && memcmp(buf, file, len) == 0);
+    free(buf);
+    free(file);
+    free(back);
+}
+
 int main(void)
 {
     test_inference();
     test_format();
     test_adapter_and_embedded();
+    test_checksum();
     return tap_done();
 }

@@ -1,9 +1,9 @@
 /*
- * Tests of the synthetic table generator (planner/synth.c), the task
- * generator (planner/task.c) and the random numbers under both
- * (planner/rng.c): statistics of 856 generated tables against the public
- * NeuroShard statistics, determinism across runs and thread counts, and the
- * task rules of neuroshard.md 2.4.
+ * Tests of the synthetic table generator (planner/formats/synth.c), the task
+ * generator (planner/formats/task.c) and the random numbers under both
+ * (planner/problem/rng.c): statistics of 856 generated tables against the
+ * public NeuroShard statistics, determinism across runs and thread counts, and
+ * the task rules of neuroshard.md 2.4.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,6 @@
 /*
- * Tests of TorchRec's estimator and greedy partitioner (planner/torchrec.c).
+ * Tests of TorchRec's estimators and greedy partitioner
+ * (planner/models/trec.c, planner/search/torchrec.c).
  * The golden numbers come from reference/torchrec_planner.md 2.7: the
  * notebook cases and the 16-rank table.  The doc prints six decimals, so
  * each is checked at that precision, and again at 1e-9 relative against the

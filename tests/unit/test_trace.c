@@ -1,8 +1,8 @@
 /*
- * Tests of traces (planner/trace.c): the access histogram and pooling factor
- * against hand-computed traces, trace_validate() on each kind of broken
- * trace, and the trace file format: round trip, and truncated, corrupted or
- * lying files rejected with SD_EFORMAT.
+ * Tests of traces (planner/problem/trace.c, formats/trace_file.c): the access
+ * histogram and pooling factor against hand-computed traces, trace_validate()
+ * on each kind of broken trace, and the trace file format: round trip, and
+ * truncated, corrupted or lying files rejected with SD_EFORMAT.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,10 @@
-/* Tables: validation, sizes and the cost-model features (planner.h). */
+/* Tables: validation, sizes, the column-split rule and the cost-model
+ * features (problem.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 size_t table_dtype_size(enum table_dtype dtype)
 {
@@ -29,6 +30,17 @@ const char *table_dtype_name(enum table_dtype dtype)
 uint64_t table_bytes(const struct table *t, int32_t cols)
 {
     return (uint64_t)t->rows * (uint64_t)cols * table_dtype_size(t->dtype);
+}
+
+int32_t table_split_levels(int32_t dim)
+{
+    int32_t levels = 1;
+
+    while (dim > 0 && dim % (2 * TABLE_DIM_ALIGN) == 0) {
+        dim /= 2;
+        levels++;
+    }
+    return levels;
 }
 
 int table_validate(const struct table *t, size_t idx, struct sd_diag *d)

@@ -1,5 +1,5 @@
 /*
- * JSON formats of tables, tasks and plans (planner.h), on jansson.  Readers
+ * JSON formats of tables, tasks and plans (formats.h), on jansson.  Readers
  * validate every field and name the bad one; writers keep key order so the
  * output reads the same every time.
  */
@@ -11,7 +11,8 @@
 
 #include <jansson.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
 
 #define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
 

@@ -1,6 +1,6 @@
 /*
  * The neural compute cost model: inference, the model file format and the
- * embedded default model (planner.h, docs/model-format.md).
+ * embedded default model (models.h, docs/model-format.md).
  */
 #include <errno.h>
 #include <math.h>
@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
 
 /* "SDCN": shardd compute net. */
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -156,25 +158,11 @@ double net_tables_ms(const struct cost_net *m, const struct table *tables,
 /* ------------------------------------------------------------------------ */
 /* The file format: little-endian fields in a fixed order, then a CRC-32.    */
 
-/* CRC-32 (IEEE, reflected), a byte at a time through a 256-entry table made
- * here: 2 K steps to make it, then one lookup per byte (the bitwise loop
- * took 8 steps per byte, 0.3 ms for a 36 KB model). */
-static uint32_t crc32(const unsigned char *p, size_t n)
+/* The model file's checksum: CRC-32 (IEEE 802.3, reflected) as zlib
+ * computes it, the value of Python's zlib.crc32() too. */
+static uint32_t checksum(const void *p, size_t n)
 {
-    uint32_t table[256], c;
-    size_t i;
-    int k;
-
-    for (i = 0; i < 256; i++) {
-        c = (uint32_t)i;
-        for (k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-        table[i] = c;
-    }
-    c = 0xFFFFFFFFu;
-    for (i = 0; i < n; i++)
-        c = (c >> 8) ^ table[(c ^ p[i]) & 0xFFu];
-    return ~c;
+    return (uint32_t)crc32_z(0, p, n);
 }
 
 struct wbuf {
@@ -292,7 +280,7 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
         put_f32(&b, m->std[i]);
     for (i = 0; i < NET_NPARAMS; i++)
         put_f32(&b, m->p[i]);
-    put_u32(&b, crc32(b.p, b.len));
+    put_u32(&b, checksum(b.p, b.len));
     *out = b.p;
     *len = b.len;
     return 0;
@@ -322,7 +310,7 @@ int net_parse(const void *buf, size_t len, struct cost_net **out,
     memcpy(&crc, (const unsigned char *)buf + len - 4, 4);
     b.off = len - 4;
     crc = get_u32(&b);
-    if (crc != crc32(buf, len - 4))
+    if (crc != checksum(buf, len - 4))
         return sd_diag_set(d, SD_EFORMAT,
                            "model file checksum mismatch: damaged");
     b.off = 8;

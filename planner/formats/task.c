@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
+#include "shardd/hash.h"
 
 #define TASK_DEFAULT_COUNT 10
 #define TASK_DEFAULT_MIN   10
@@ -68,19 +70,9 @@ struct name_set {
     size_t mask;
 };
 
-/* FNV-1a: a string hash that needs no state. */
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-
-    while (*s != '\0')
-        h = (h ^ (unsigned char)*s++) * UINT64_C(0x100000001b3);
-    return h;
-}
-
 static bool name_set_has(const struct name_set *ns, const char *name)
 {
-    size_t h = (size_t)name_hash(name) & ns->mask;
+    size_t h = (size_t)sd_fnv1a_str(name) & ns->mask;
 
     while (ns->slots[h] != 0) {
         if (strcmp(ns->tables[ns->slots[h] - 1].name, name) == 0)
@@ -92,7 +84,7 @@ static bool name_set_has(const struct name_set *ns, const char *name)
 
 static void name_set_add(struct name_set *ns, size_t idx)
 {
-    size_t h = (size_t)name_hash(ns->tables[idx].name) & ns->mask;
+    size_t h = (size_t)sd_fnv1a_str(ns->tables[idx].name) & ns->mask;
 
     while (ns->slots[h] != 0)
         h = (h + 1) & ns->mask;

@@ -1,12 +1,12 @@
 /*
  * Costs of a plan: the analytic compute model, the alpha-beta all-to-all
- * model and the plan-cost function of neuroshard.md 6.1 (planner.h).
+ * model and the plan-cost function of neuroshard.md 6.1 (problem.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 /* Index bytes read per lookup: TorchRec counts indices as int64. */
 #define INDEX_BYTES 8.0

@@ -8,7 +8,7 @@
  */
 #include <math.h>
 
-#include "planner.h"
+#include "problem/problem.h"
 
 /* One step of splitmix64 (Steele, Lea and Flood 2014): advances *x. */
 static uint64_t splitmix64(uint64_t *x)

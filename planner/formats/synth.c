@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "formats/formats.h"
+#include "problem/problem.h"
 
 /*
  * Targets: the public statistics over all 856 tables, empty ones included

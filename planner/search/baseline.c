@@ -5,7 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "planner.h"
+#include "problem/problem.h"
+#include "search/search.h"
 
 /* Fills d with the shortfall of a table that fits on no device. */
 static int no_room(const struct table *tb, uint64_t need, const uint64_t *used,

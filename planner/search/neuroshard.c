@@ -32,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
+#include "search/search.h"
 
 /* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
 #define NS_LEVELS_MAX  9

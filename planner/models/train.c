@@ -1,5 +1,5 @@
 /*
- * Training of the neural compute cost model (planner.h, net.c): fits the
+ * Training of the neural compute cost model (models.h, net.c): fits the
  * per-table MLP and the shard head to measured shard times with Adam on the
  * squared error of log(predicted ms) - log(measured ms), the prediction
  * being softplus of the head's output as in net_head_z(), and keeps the
@@ -31,7 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "models/models.h"
+#include "problem/problem.h"
 
 #define ADAM_BETA1        0.9
 #define ADAM_BETA2        0.999

@@ -1,0 +1,294 @@
+/*
+ * The cost models, above the problem (problem.h, which has the conventions):
+ * NeuroShard's neural compute model (inference, the model file and the
+ * embedded default model: net.c), its training (train.c) and the sample
+ * shards it is trained on (sample.c), and TorchRec's analytic perf and
+ * storage estimators (trec.c).  Includes the problem room only.
+ */
+#ifndef SHARDD_PLANNER_MODELS_H
+#define SHARDD_PLANNER_MODELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "problem/problem.h"
+#include "shardd/err.h"
+
+/* ------------------------------------------------------------------------ */
+/* Neural compute cost model (net.c, train.c)                               */
+
+/*
+ * NeuroShard's compute model (neuroshard.md 5.1): every table of a shard goes
+ * through the same MLP 20 -> 128 -> 32 (ReLU after both layers), the 32-d
+ * latents are summed over the shard, and a head 32 -> 64 -> 1 (ReLU between)
+ * gives the shard's cost.  Two deliberate differences from the original:
+ *  - inputs are table_features() with the pooling factor as log1p(pf) and
+ *    rows as log(rows), then z-scored with constants stored in the model;
+ *  - the head's output goes through softplus, so costs are always positive
+ *    yet grow linearly (not exponentially) for shards larger than any it
+ *    was trained on, and training fits relative error, not raw ms.
+ * Parameters are one float array, row-major [out][in] per layer, in this
+ * order (offsets below).
+ */
+#define NET_IN      TABLE_NFEATURES
+#define NET_H1      128
+#define NET_LAT     32
+#define NET_H2      64
+#define NET_W1      0
+#define NET_B1      (NET_W1 + NET_H1 * NET_IN)
+#define NET_W2      (NET_B1 + NET_H1)
+#define NET_B2      (NET_W2 + NET_LAT * NET_H1)
+#define NET_W3      (NET_B2 + NET_LAT)
+#define NET_B3      (NET_W3 + NET_H2 * NET_LAT)
+#define NET_W4      (NET_B3 + NET_H2)
+#define NET_B4      (NET_W4 + NET_H2)
+#define NET_NPARAMS (NET_B4 + 1) /* 8,993 */
+
+/* The model file's format version (docs/model-format.md). */
+#define NET_FORMAT_VERSION 1
+#define NET_PROFILE_MAX    128
+
+/* How a model was trained; fractions (0.05 = 5 %) and counts of samples. */
+struct net_metrics {
+    double train_mape;
+    double val_mape;
+    double test_mape;
+    int64_t train_samples;
+    int64_t val_samples;
+    int64_t test_samples;
+    int32_t epochs;     /* run */
+    int32_t best_epoch; /* whose weights were kept */
+    uint64_t seed;
+};
+
+struct cost_net {
+    char profile[NET_PROFILE_MAX]; /* the hardware profile it answers for */
+    int64_t batch_size;            /* the batch its samples were measured at */
+    float mean[NET_IN];            /* z-score of the transformed features */
+    float std[NET_IN];
+    float p[NET_NPARAMS];
+    struct net_metrics metrics;
+};
+
+/* The transformed, normalised input of a table cut to `cols` columns. */
+void net_input(const struct cost_net *m, const struct table *t, int32_t cols,
+               float x[NET_IN]);
+/* Raw transformed features (before z-scoring): what the mean/std are of. */
+void net_features(const struct table *t, int32_t cols, float x[NET_IN]);
+
+/* The 32-d latent of one table cut to `cols` columns. */
+void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
+                float lat[NET_LAT]);
+
+/*
+ * The head's first layer is linear in the latent sum, so a shard can be
+ * carried as z = b3 + W3 * sum(latents): net_project() gives W3 * lat (64-d)
+ * for one table, net_head_z() the cost (ms) from z.  Adding a table to a
+ * shard is then 64 additions and scoring it 64 multiply-adds.
+ */
+void net_project(const struct cost_net *m, const float lat[NET_LAT],
+                 float proj[NET_H2]);
+void net_head_init(const struct cost_net *m, float z[NET_H2]); /* z = b3 */
+double net_head_z(const struct cost_net *m, const float z[NET_H2]);
+/* log(1 + e^x), the output activation. */
+double net_softplus(double x);
+/* The head before its activation: cost = softplus(raw), a monotone map, so
+ * comparisons of shards can skip it. */
+double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
+
+/* Predicted ms of one shard (items' tables cut to their cols). */
+double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
+                    size_t n);
+/* The same for a shard given as whole tables, each at its own dim (the form
+ * of a measured sample). */
+double net_tables_ms(const struct cost_net *m, const struct table *tables,
+                     size_t n);
+
+/*
+ * Serialises m into a new buffer (*out, free()) of *len bytes: the model
+ * file format, little-endian, with a CRC-32 over everything before it.
+ * Returns 0 or SD_ENOMEM.
+ */
+int net_serialize(const struct cost_net *m, void **out, size_t *len);
+
+/*
+ * Parses a model file image into *out (owned: free()).  Returns 0, or
+ * SD_EFORMAT (not a model file, a damaged one: bad magic, size or checksum,
+ * non-finite weights; d says which) or SD_ENEWER (a newer format version),
+ * or SD_ENOMEM.
+ */
+int net_parse(const void *buf, size_t len, struct cost_net **out,
+              struct sd_diag *d);
+
+/* Reads / writes a model file (write: to a temporary file, then rename). */
+int net_read_file(const char *path, struct cost_net **out, struct sd_diag *d);
+int net_write_file(const char *path, const struct cost_net *m,
+                   struct sd_diag *d);
+
+/*
+ * Checks that m answers for `profile`; SD_EINVAL with both names in d when
+ * not.
+ */
+int net_check_profile(const struct cost_net *m, const char *profile,
+                      struct sd_diag *d);
+
+/*
+ * The model committed with shardd (models/, docs/models.md), parsed on first
+ * use; NULL if the embedded image is damaged (d says why).  Shared, read-only,
+ * never freed.
+ */
+const struct cost_net *net_embedded(struct sd_diag *d);
+
+/*
+ * A cost_model answering with m (borrowed).  Costs are for the topology's
+ * batch: m's prediction is scaled by batch_size / m->batch_size (the
+ * fused op's time is linear in the lookups), and the name says so.
+ */
+struct net_cost_model {
+    struct cost_model cm;
+    const struct cost_net *net;
+    char name[NET_PROFILE_MAX + 16];
+};
+void net_cost_model_init(struct net_cost_model *ncm, const struct cost_net *m);
+
+/* One measured shard for training. */
+struct train_sample {
+    const struct table *tables; /* the shard; each table's dim is its width */
+    size_t ntables;
+    double ms; /* measured, > 0 */
+};
+
+struct train_params {
+    uint64_t seed;
+    int32_t max_epochs; /* default 400 */
+    int32_t patience;   /* epochs without a better validation loss; 40 */
+    int32_t batch;      /* shards per Adam step; 128 */
+    double lr;          /* Adam step size; 2e-3 */
+    double val_frac;    /* 0.1 */
+    double test_frac;   /* 0.1 */
+    /* Decoupled (AdamW) decay of the weight matrices, not the biases: every
+     * step multiplies them by 1 - lr * weight_decay.  0 is plain Adam; >= 0
+     * and lr * weight_decay < 1.  Default 1.0, which the small measured data
+     * sets (~1,000 shards) need against overfitting. */
+    double weight_decay;
+    /* Called after every epoch; returning non-zero stops training (the best
+     * weights so far are kept).  May be NULL. */
+    int (*progress)(void *ctx, int32_t epoch, int32_t max_epochs,
+                    double train_loss, double val_mape);
+    void *ctx;
+};
+void train_params_default(struct train_params *p);
+
+/*
+ * Trains a compute model on n samples: a seeded shuffle split into
+ * train / validation / test, z-score constants from the training tables,
+ * Adam on the mean squared error of log(predicted ms) - log(measured ms)
+ * (relative error) with decoupled weight decay, early stopping on the
+ * validation loss keeping the best epoch's weights (best_epoch 0: no epoch
+ * had a finite loss, the initial weights are kept).  Deterministic for a
+ * seed and sample order with the reference BLAS (libblas3; a threaded BLAS
+ * may add its thread count to the inputs).  *out (owned: free()) gets
+ * profile, batch_size and the metrics (MAPE on every split).  Returns 0,
+ * SD_EINVAL (fewer than 10 samples, a sample with no tables, an invalid
+ * table or ms <= 0, bad params, weight_decay included, an empty profile or
+ * batch_size < 1; d says which) or SD_ENOMEM.
+ */
+int net_train(const struct train_params *p, const struct train_sample *s,
+              size_t n, const char *profile, int64_t batch_size,
+              struct cost_net **out, struct sd_diag *d);
+
+/* Mean absolute percentage error (fraction) of m over samples. */
+double net_mape(const struct cost_net *m, const struct train_sample *s,
+                size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Profiling samples (sample.c)                                             */
+
+/* The dims of NeuroShard's table augmentation (neuroshard.md 2.1). */
+#define SAMPLE_NDIMS 6
+extern const int32_t sample_dims[SAMPLE_NDIMS]; /* 128, 64, .., 4 */
+
+struct sample_params {
+    size_t max_tables;  /* tables per shard drawn in [1, max], default 15 */
+    uint64_t max_bytes; /* fp32 size cap of a shard, default 4 GiB */
+};
+
+void sample_params_default(struct sample_params *p);
+
+/*
+ * Draws one compute-cost sample shard (neuroshard.md 2.2): k uniform in
+ * [1, max_tables], k (table, dim) pairs drawn with replacement from the pool
+ * augmented with every dim of sample_dims, the whole draw repeated until the
+ * shard's fp32 bytes are within max_bytes.  Writes k pool indices to idx[]
+ * and dims to dims[] (both with room for max_tables), and *k.  Returns 0, or
+ * SD_EINVAL (empty pool, max_tables 0, or no draw in 1000 met the cap).
+ */
+int sample_draw_shard(struct rng *g, const struct table *pool, size_t npool,
+                      const struct sample_params *p, size_t *idx, int32_t *dims,
+                      size_t *k);
+
+/* ------------------------------------------------------------------------ */
+/* TorchRec's analytic perf and storage estimator (trec.c)                  */
+
+enum trec_sharding {
+    TREC_TABLE_WISE = 0,
+    TREC_COLUMN_WISE,
+    TREC_ROW_WISE,
+    TREC_TABLE_ROW_WISE,
+    TREC_DATA_PARALLEL,
+};
+
+enum trec_kernel {
+    TREC_KERNEL_FUSED = 0, /* HBM_BW on cuda */
+    TREC_KERNEL_DENSE,     /* 0.5 * HBM_BW on cuda */
+};
+
+/* TorchRec's Perf: all in ms. */
+struct trec_perf {
+    double fwd_compute;
+    double fwd_comms;
+    double bwd_compute;
+    double bwd_comms;
+    double total;
+};
+
+/* Inputs of one shard's estimate (torchrec_planner.md 2.2-2.5). */
+struct trec_shard_in {
+    enum trec_sharding sharding;
+    enum trec_kernel kernel;
+    int64_t batch_size; /* per rank (TorchRec's B) */
+    double pooling_factor;
+    int64_t rows;     /* the shard's rows (DP: the table's) */
+    int32_t cols;     /* the shard's columns */
+    size_t elem_size; /* table element bytes, also comm dtype */
+    int32_t world_size;
+    int32_t local_world_size;
+    double hbm_bw;   /* bytes/ms; 0 = TorchRec's 897 GiB/s */
+    double intra_bw; /* bytes/ms; 0 = 600 GiB/s */
+    double inter_bw; /* bytes/ms; 0 = 12.5 GiB/s */
+};
+
+/* Perf.total (2.7), summed in TorchRec's order so that totals are the
+ * Python planner's to the last bit. */
+static inline double trec_perf_total(double fwd_compute, double fwd_comms,
+                                     double bwd_compute, double bwd_comms)
+{
+    return fwd_compute + bwd_compute + fwd_comms + bwd_comms;
+}
+
+/* EmbeddingPerfEstimator for one shard (fp32, pooled, unweighted). */
+void trec_shard_perf(const struct trec_shard_in *in, struct trec_perf *out);
+
+/*
+ * TorchRec's per-shard HBM storage (torchrec_planner.md 1.6, pipeline NONE):
+ * weights + optimizer state + input and output buffers.
+ */
+uint64_t trec_shard_storage(const struct trec_shard_in *in, enum optimizer opt);
+
+/*
+ * Column-wise block width: the smallest d >= min_partition (128 when 0) with
+ * cols % d == 0 and d % 4 == 0, else cols.
+ */
+int32_t trec_cw_block(int32_t cols, int32_t min_partition);
+
+#endif /* SHARDD_PLANNER_MODELS_H */

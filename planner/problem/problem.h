@@ -1,0 +1,404 @@
+/*
+ * The planning problem, the lowest room of the planner (planner.h): tables
+ * and their features, traces, random numbers, topologies and optimizers,
+ * plans with their building blocks and checks, the compute cost-model
+ * interface with the analytic model, the alpha-beta comm model, and plan
+ * evaluation and explanation.  It includes no other room.
+ *
+ * Conventions (reference/style.md): actions return 0 or a negative SD_E*
+ * code; where a user must learn what was wrong, a struct sd_diag receives one
+ * line naming the table and the field.  Out-parameters are untouched on
+ * failure.  Every pointer a function returns through an out-parameter is owned
+ * by the caller and released with the matching *_free().  Sizes are bytes,
+ * times milliseconds, unless a name says otherwise.
+ */
+#ifndef SHARDD_PLANNER_PROBLEM_H
+#define SHARDD_PLANNER_PROBLEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardd/err.h"
+
+/* ------------------------------------------------------------------------ */
+/* Tables and features (table.c)                                            */
+
+#define TABLE_NBINS     17  /* access-count histogram bins, neuroshard.md 1.1 */
+#define TABLE_NFEATURES 20  /* cost-model input, neuroshard.md 1.2 */
+#define TABLE_NAME_MAX  128 /* bytes, terminating NUL included */
+#define TABLE_DIM_MIN   4
+#define TABLE_DIM_MAX   1024
+#define TABLE_DIM_ALIGN 4 /* dims and column slices are multiples of this */
+#define TABLE_ROWS_MAX  ((int64_t)1 << 40)
+#define TABLE_PF_MAX    1.0e6 /* mean bag length; larger is surely an error */
+
+enum table_dtype {
+    TABLE_DTYPE_FP32 = 0,
+    TABLE_DTYPE_FP16 = 1,
+};
+
+/*
+ * One embedding table.  bins[k] is the fraction of the unique rows that one
+ * batch accessed (0,1] times for k = 0, (2^(k-1), 2^k] times for k = 1..15,
+ * and more than 2^15 times for k = 16; all zero for a table never accessed.
+ */
+struct table {
+    char name[TABLE_NAME_MAX];
+    int64_t rows;          /* hash size */
+    int32_t dim;           /* columns, a multiple of TABLE_DIM_ALIGN */
+    double pooling_factor; /* mean bag length over the batch */
+    double bins[TABLE_NBINS];
+    enum table_dtype dtype;
+};
+
+/* Bytes per element of a dtype (4 or 2). */
+size_t table_dtype_size(enum table_dtype dtype);
+
+/* Parses "fp32"/"fp16"; returns SD_EINVAL for anything else. */
+int table_dtype_parse(const char *s, enum table_dtype *out);
+const char *table_dtype_name(enum table_dtype dtype);
+
+/* Weight bytes of `cols` columns of t: rows * cols * element size. */
+uint64_t table_bytes(const struct table *t, int32_t cols);
+
+/*
+ * Checks one table: name non-empty, rows in [1, TABLE_ROWS_MAX], dim a
+ * multiple of 4 in [4, 1024], pooling factor finite in [0, TABLE_PF_MAX],
+ * bins finite in [0, 1] summing to at most 1 (within 1e-6).  `idx` is the
+ * table's position, used in the message.  Returns 0 or SD_EINVAL with d set.
+ */
+int table_validate(const struct table *t, size_t idx, struct sd_diag *d);
+
+/*
+ * Checks every table and that names are unique.  Returns 0 or SD_EINVAL with
+ * d naming the first bad table and field.
+ */
+int table_validate_all(const struct table *tables, size_t n, struct sd_diag *d);
+
+/*
+ * The 20 cost-model features of t with its dim replaced by `dim`, in the
+ * order of the released NeuroShard weights: bin_0, bin_1, bin_10 .. bin_16,
+ * bin_2 .. bin_9, dim, pooling_factor, rows.
+ */
+void table_features(const struct table *t, int32_t dim,
+                    float out[TABLE_NFEATURES]);
+
+/*
+ * The column-wise split rule (neuroshard.md 6.2): a table or slice of `dim`
+ * columns halves while the half is a multiple of TABLE_DIM_ALIGN.  Returns
+ * how many widths that gives, dim itself included (>= 1): widths dim >> k
+ * for k below it.
+ */
+int32_t table_split_levels(int32_t dim);
+
+/* ------------------------------------------------------------------------ */
+/* Traces: one batch of lookups of one table (trace.c)                      */
+
+/*
+ * Bag b of the batch looks up indices[offsets[b] .. offsets[b+1]).
+ * offsets has nbags + 1 entries, offsets[0] == 0 and offsets[nbags] ==
+ * nindices; every index is in [0, rows).
+ */
+struct trace {
+    char name[TABLE_NAME_MAX];
+    int64_t rows;
+    int32_t dim;
+    int64_t nbags;
+    int64_t nindices;
+    int64_t *offsets; /* owned */
+    int64_t *indices; /* owned */
+};
+
+/* Releases what t owns (NULL-safe) and zeroes it. */
+void trace_destroy(struct trace *t);
+
+/* Checks the invariants above; SD_EFORMAT with d naming the bad field. */
+int trace_validate(const struct trace *t, struct sd_diag *d);
+/* The same, d's message starting with `where` instead of "trace" (e.g.
+ * "trace[3]", or a file name and a trace index). */
+int trace_validate_at(const struct trace *t, const char *where,
+                      struct sd_diag *d);
+
+/*
+ * Computes the 17-bin access histogram and the pooling factor of a trace
+ * (neuroshard.md 1.1: the denominator is the number of unique indices; an
+ * empty trace gives all-zero bins).  Returns 0, SD_EINVAL for a trace that
+ * breaks its invariants, or SD_ENOMEM.
+ */
+int trace_features(const struct trace *t, double bins[TABLE_NBINS],
+                   double *pooling_factor);
+
+/*
+ * Fills `out` from a trace: name, rows and dim copied, bins and pooling factor
+ * computed, dtype fp32.
+ */
+int trace_to_table(const struct trace *t, struct table *out);
+
+/* Releases n traces (trace_destroy()) and the array; NULL-safe. */
+void trace_array_free(struct trace *traces, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers (rng.c): seeded and reproducible on every platform.       */
+
+struct rng {
+    uint64_t s[4]; /* xoshiro256** state */
+};
+
+void rng_seed(struct rng *r, uint64_t seed);
+uint64_t rng_next(struct rng *r);
+double rng_uniform(struct rng *r);                 /* [0, 1) */
+uint64_t rng_below(struct rng *r, uint64_t bound); /* [0, bound), unbiased */
+double rng_normal(struct rng *r);                  /* standard normal */
+double rng_gamma(struct rng *r, double shape);     /* scale 1 */
+/* Derives an independent seed for stream `i` of a run seeded with `seed`. */
+uint64_t rng_derive(uint64_t seed, uint64_t i);
+
+/* ------------------------------------------------------------------------ */
+/* Topologies and optimizers (topology.c)                                   */
+
+#define TOPO_DEVICES_MAX 4096
+/* Sane ranges of the link figures: outside them a cost overflows or means
+ * nothing (a subnormal bandwidth made comm costs inf, then NaN). */
+#define TOPO_BW_MIN      1.0  /* bytes per ms: 1 kB/s */
+#define TOPO_BW_MAX      1e15 /* bytes per ms: 1 EB/s */
+#define TOPO_LATENCY_MAX 1e6  /* ms */
+
+struct topology {
+    int32_t ndevices;
+    int32_t devices_per_host; /* local world size; ndevices if one host */
+    uint64_t mem_bytes;       /* capacity of each device */
+    /* Devices of different capacities: NULL, or ndevices capacities (each
+     * > 0) that replace mem_bytes.  Borrowed: the caller keeps it alive as
+     * long as the topology is used. */
+    const uint64_t *mem_by_device;
+    int64_t batch_size;     /* global batch of one training step */
+    double intra_host_bw;   /* bytes per ms between devices of a host */
+    double inter_host_bw;   /* bytes per ms between hosts */
+    double link_latency_ms; /* per message, all-to-all alpha term */
+    double device_mem_bw;   /* bytes per ms of a device's memory */
+};
+
+/*
+ * Defaults for n devices of `mem_bytes` each on one host: batch 65536,
+ * TorchRec's bandwidth constants (600 GiB/s intra-host, 12.5 GiB/s
+ * inter-host, 897 GiB/s device memory) and 10 us link latency.
+ */
+void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes);
+
+/* Checks the topology; SD_EINVAL with d naming the field. */
+int topology_validate(const struct topology *t, struct sd_diag *d);
+
+/* The memory capacity of device r, and the largest of any device. */
+static inline uint64_t topology_mem(const struct topology *t, int32_t r)
+{
+    return t->mem_by_device != NULL ? t->mem_by_device[r] : t->mem_bytes;
+}
+uint64_t topology_mem_max(const struct topology *t);
+
+enum optimizer {
+    OPTIMIZER_SGD = 0,         /* no state */
+    OPTIMIZER_ADAGRAD,         /* one value per weight */
+    OPTIMIZER_ROWWISE_ADAGRAD, /* one value per row */
+    OPTIMIZER_ADAM,            /* two values per weight */
+};
+
+int optimizer_parse(const char *s, enum optimizer *out);
+const char *optimizer_name(enum optimizer o);
+
+/*
+ * Bytes `cols` columns of t need on a device: weights plus optimizer state
+ * (row-wise Adagrad keeps one element per row for each column slice).
+ */
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt);
+
+/* ------------------------------------------------------------------------ */
+/* Plans (plan.c)                                                           */
+
+/* Columns [col_offset, col_offset + col_width) of table `table` on `device`. */
+struct shard {
+    uint32_t table;
+    int32_t device;
+    int32_t col_offset;
+    int32_t col_width;
+};
+
+/* Per-device figures of a plan. */
+struct plan_device {
+    uint64_t mem_bytes;
+    double compute_ms;
+    double fwd_comm_ms; /* includes waiting for the slowest device */
+    double bwd_comm_ms;
+    double total_ms;
+    int32_t dim_sum; /* pooled columns the device produces */
+    int32_t nshards;
+};
+
+/* Why a plan costs what it does (plan_explain()). */
+#define PLAN_DRIVERS_MAX 3
+struct plan_explain {
+    int32_t critical_device; /* the one the others wait for: max compute +
+                              * backward comm; -1 before plan_explain() */
+    int32_t ndrivers;
+    /* Indices into plan.shards of the critical device's costliest shards,
+     * costliest first (by their cost alone). */
+    size_t drivers[PLAN_DRIVERS_MAX];
+    double driver_ms[PLAN_DRIVERS_MAX];
+    /*
+     * max(sum of the devices' compute / N, the costliest table at its
+     * narrowest legal width) + the forward comm of perfectly balanced dims:
+     * no rearrangement of this plan's load beats it.  gap = cost / bound - 1.
+     */
+    double lower_bound_ms;
+    double gap;
+};
+
+/*
+ * What a search did (neuroshard; zero for the baselines).  Plain data kept
+ * here so that a plan carries it; only the algorithms (search.h) fill it.
+ */
+struct plan_search_stats {
+    double search_ms;
+    int64_t greedy_runs;   /* table-wise greedy placements */
+    int64_t states;        /* distinct column-split states scored */
+    int32_t levels;        /* beam levels run */
+    int32_t splits;        /* column splits in the plan */
+    int32_t moves;         /* local-search moves and swaps applied */
+    bool budget_exhausted; /* stopped by the time budget */
+};
+
+/*
+ * A placement of every column of every table.  shards is kept sorted by
+ * (table, col_offset) once the plan is finished (plan_sort()).  devices has
+ * ndevices entries, filled by plan_evaluate().
+ */
+struct plan {
+    size_t nshards;
+    size_t cap;
+    struct shard *shards; /* owned */
+    int32_t ndevices;
+    struct plan_device *devices; /* owned */
+    double cost_ms;              /* max over devices of total_ms */
+    const char *algorithm;       /* static string */
+    char cost_model[160];        /* names the compute model (a copy) */
+    const char *comm_model;      /* static string naming the comm model */
+    struct plan_explain explain;
+    struct plan_search_stats stats;
+};
+
+/* Makes an empty plan for ndevices devices.  Returns 0 or SD_ENOMEM. */
+int plan_init(struct plan *p, int32_t ndevices);
+void plan_destroy(struct plan *p);
+/* Appends one shard.  Returns 0 or SD_ENOMEM. */
+int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
+             int32_t col_width);
+/* Sorts shards by (table, col_offset). */
+void plan_sort(struct plan *p);
+
+/*
+ * Checks a plan against its tables and topology: every shard names an
+ * existing table and device, widths are positive multiples of 4, every
+ * column of every table is placed exactly once, and each device's bytes
+ * (shard_bytes()) are within its capacity.  Returns 0, or SD_EINVAL (a
+ * malformed plan) or SD_ENOSPACE (memory) with d naming table, device and
+ * bytes.  Sorts the plan.
+ */
+int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
+                  const struct topology *t, enum optimizer opt,
+                  struct sd_diag *d);
+/* The same, with messages naming the plan `what` ("placement") instead of
+ * "plan". */
+int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
+                     const struct topology *t, enum optimizer opt,
+                     const char *what, struct sd_diag *d);
+
+/*
+ * The inputs every algorithm needs checked: table_validate_all(),
+ * topology_validate() and a table count that fits a shard's index.
+ */
+int plan_check_inputs(const struct table *tables, size_t ntables,
+                      const struct topology *t, struct sd_diag *d);
+
+/*
+ * Checks pins (ntables entries, -1 for none) against the topology: every
+ * device in range, and each device's pinned tables, whole, within its
+ * capacity.  SD_EINVAL (a bad device) or SD_ENOSPACE naming the device, its
+ * pinned bytes and the first table over.  NULL pins pass.  Every algorithm
+ * that takes pins calls it first.
+ */
+int plan_check_pins(const struct table *tables, size_t ntables,
+                    const struct topology *t, const int32_t *pins,
+                    enum optimizer opt, struct sd_diag *d);
+/* The same, with messages naming the pins `field`
+ * ("options.constraints.pins") instead of "pins". */
+int plan_check_pins_as(const struct table *tables, size_t ntables,
+                       const struct topology *t, const int32_t *pins,
+                       enum optimizer opt, const char *field,
+                       struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* Costs (cost.c)                                                           */
+
+/* One table, or a column slice of it, inside a device's shard. */
+struct shard_item {
+    const struct table *table;
+    int32_t cols;
+};
+
+/*
+ * A compute cost model: the time (ms) of forward + backward + SGD of the
+ * fused embedding-bag op over all items of one device, for the topology's
+ * batch.  Must return a finite value >= 0 (0 for no items).
+ */
+struct cost_model {
+    const char *name;
+    double (*shard_ms)(void *ctx, const struct topology *t,
+                       const struct shard_item *items, size_t n);
+    void *ctx;
+};
+
+/*
+ * The analytic compute model: TorchRec's table-wise fused-kernel estimate
+ * (torchrec_planner.md 2.2) for the whole batch on one device, summed over
+ * items: (index reads + row reads at max(cols, 32) + pooled writes) * block
+ * penalty / device bandwidth, backward twice the forward.
+ */
+extern const struct cost_model cost_model_analytic;
+
+/*
+ * The alpha-beta all-to-all model: device r sends batch/N * dim_sum[r]
+ * elements to each peer and receives batch/N * dim_sum[j] from each peer j;
+ * intra-host and inter-host traffic run on their own links, each costs
+ * bytes / bandwidth, plus one latency per peer.  Writes the pure (no waiting)
+ * forward and backward times of every device.
+ */
+void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
+                          double *fwd_ms, double *bwd_ms);
+
+/*
+ * The plan cost of per-device compute and dim sums (neuroshard.md 6.1, the
+ * alpha-beta comm): max_r(compute_r + bwd_r) + max_r fwd_r.  O(N).
+ */
+double cost_plan_ms(const struct topology *t, const double *compute_ms,
+                    const int32_t *dim_sum, double *fwd_scratch,
+                    double *bwd_scratch);
+
+/*
+ * Fills p->explain from an evaluated plan: the critical device, its driving
+ * shards and the lower bound, with m's cost of single shards.  Returns 0 or
+ * SD_ENOMEM.
+ */
+int plan_explain(struct plan *p, const struct table *tables,
+                 const struct topology *t, const struct cost_model *m);
+
+/*
+ * Fills p->devices and p->cost_ms (neuroshard.md 6.1): compute_r from the
+ * model, bwd_r from the comm model, ready_r = compute_r + bwd_r, forward
+ * comm fw_r = pure_r + (max_j ready_j - ready_r), total_r = compute_r + bwd_r
+ * + fw_r.  Memory per device from shard_bytes().  Returns 0 or SD_ENOMEM.
+ */
+int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
+                  const struct topology *t, enum optimizer opt,
+                  const struct cost_model *m);
+
+#endif /* SHARDD_PLANNER_PROBLEM_H */

@@ -1,0 +1,133 @@
+/*
+ * Devices: topologies and their checks, optimizers, and the bytes a table's
+ * columns need in a device's memory (problem.h).
+ */
+#include <string.h>
+
+#include "problem/problem.h"
+
+#define GIB ((double)(1ull << 30))
+
+/* TorchRec's constants (torchrec_planner.md 1.5): X GiB/s as bytes per ms. */
+#define BW_INTRA_HOST (600.0 * GIB / 1000.0)
+#define BW_INTER_HOST (12.5 * GIB / 1000.0)
+#define BW_DEVICE_MEM (897.0 * GIB / 1000.0)
+
+void topology_default(struct topology *t, int32_t ndevices, uint64_t mem_bytes)
+{
+    memset(t, 0, sizeof(*t));
+    t->ndevices = ndevices;
+    t->devices_per_host = ndevices;
+    t->mem_bytes = mem_bytes;
+    t->batch_size = 65536;
+    t->intra_host_bw = BW_INTRA_HOST;
+    t->inter_host_bw = BW_INTER_HOST;
+    t->link_latency_ms = 0.01;
+    t->device_mem_bw = BW_DEVICE_MEM;
+}
+
+/* A bandwidth within [TOPO_BW_MIN, TOPO_BW_MAX] (NaN is not). */
+static bool sane_bw(double x)
+{
+    return x >= TOPO_BW_MIN && x <= TOPO_BW_MAX;
+}
+
+int topology_validate(const struct topology *t, struct sd_diag *d)
+{
+    if (t->ndevices < 1 || t->ndevices > TOPO_DEVICES_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: devices %d is not in [1, %d]",
+                           (int)t->ndevices, TOPO_DEVICES_MAX);
+    if (t->devices_per_host < 1 || t->devices_per_host > t->ndevices ||
+        t->ndevices % t->devices_per_host != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: devices_per_host %d does not divide "
+                           "devices %d",
+                           (int)t->devices_per_host, (int)t->ndevices);
+    if (t->mem_by_device != NULL) {
+        int32_t r;
+
+        for (r = 0; r < t->ndevices; r++)
+            if (t->mem_by_device[r] == 0)
+                return sd_diag_set(d, SD_EINVAL,
+                                   "topology: device %d: mem_bytes is 0",
+                                   (int)r);
+    } else if (t->mem_bytes == 0) {
+        return sd_diag_set(d, SD_EINVAL, "topology: mem_bytes is 0");
+    }
+    if (t->batch_size < t->ndevices || t->batch_size > (int64_t)1 << 30)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: batch_size %lld is not in [devices, "
+                           "2^30]",
+                           (long long)t->batch_size);
+    if (!sane_bw(t->intra_host_bw) || !sane_bw(t->inter_host_bw) ||
+        !sane_bw(t->device_mem_bw))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: intra_host_bw %g, inter_host_bw %g, "
+                           "device_mem_bw %g: each must be in [%g, %g] "
+                           "bytes/ms",
+                           t->intra_host_bw, t->inter_host_bw, t->device_mem_bw,
+                           TOPO_BW_MIN, TOPO_BW_MAX);
+    if (!(t->link_latency_ms >= 0 && t->link_latency_ms <= TOPO_LATENCY_MAX))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: link_latency_ms %g is not in [0, %g]",
+                           t->link_latency_ms, TOPO_LATENCY_MAX);
+    return 0;
+}
+
+uint64_t topology_mem_max(const struct topology *t)
+{
+    uint64_t m = 0;
+    int32_t r;
+
+    if (t->mem_by_device == NULL)
+        return t->mem_bytes;
+    for (r = 0; r < t->ndevices; r++)
+        if (t->mem_by_device[r] > m)
+            m = t->mem_by_device[r];
+    return m;
+}
+
+static const char *const optimizer_names[] = {
+    [OPTIMIZER_SGD] = "sgd",
+    [OPTIMIZER_ADAGRAD] = "adagrad",
+    [OPTIMIZER_ROWWISE_ADAGRAD] = "rowwise_adagrad",
+    [OPTIMIZER_ADAM] = "adam",
+};
+
+int optimizer_parse(const char *s, enum optimizer *out)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(optimizer_names) / sizeof(optimizer_names[0]); i++) {
+        if (strcmp(s, optimizer_names[i]) == 0) {
+            *out = (enum optimizer)i;
+            return 0;
+        }
+    }
+    return SD_EINVAL;
+}
+
+const char *optimizer_name(enum optimizer o)
+{
+    return (unsigned)o < sizeof(optimizer_names) / sizeof(optimizer_names[0])
+               ? optimizer_names[o]
+               : "unknown";
+}
+
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+{
+    uint64_t w = table_bytes(t, cols);
+
+    switch (opt) {
+    case OPTIMIZER_ADAGRAD:
+        return 2 * w;
+    case OPTIMIZER_ROWWISE_ADAGRAD:
+        return w + (uint64_t)t->rows * table_dtype_size(t->dtype);
+    case OPTIMIZER_ADAM:
+        return 3 * w;
+    case OPTIMIZER_SGD:
+    default:
+        return w;
+    }
+}

@@ -1,0 +1,130 @@
+/*
+ * The algorithm dispatch: names and options of the algorithms, and
+ * plan_run(), which checks the inputs, runs one algorithm, and checks,
+ * evaluates and explains its plan (search.h).  Nothing below this file
+ * calls it: the algorithms are built from the problem's building blocks.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "problem/problem.h"
+#include "search/search.h"
+
+static const char *const alg_names[PLAN_ALG_COUNT] = {
+    [PLAN_ALG_RANDOM] = "random",
+    [PLAN_ALG_DIM_GREEDY] = "dim_greedy",
+    [PLAN_ALG_SIZE_GREEDY] = "size_greedy",
+    [PLAN_ALG_LOOKUP_GREEDY] = "lookup_greedy",
+    [PLAN_ALG_SIZE_LOOKUP_GREEDY] = "size_lookup_greedy",
+    [PLAN_ALG_TORCHREC_GREEDY] = "torchrec_greedy",
+    [PLAN_ALG_NEUROSHARD] = "neuroshard",
+};
+
+void plan_options_default(struct plan_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->alg = PLAN_ALG_SIZE_LOOKUP_GREEDY;
+    o->optimizer = OPTIMIZER_SGD;
+    o->column_splits = true;
+    o->local_search = true;
+    o->beam_width = 3;
+    o->beam_depth = 10;
+    o->candidates = 10;
+}
+
+int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)
+{
+    char known[256] = "";
+    size_t len = 0;
+    int i;
+
+    for (i = 0; i < PLAN_ALG_COUNT; i++) {
+        if (strcmp(s, alg_names[i]) == 0) {
+            *out = (enum plan_alg)i;
+            return 0;
+        }
+    }
+    for (i = 0; i < PLAN_ALG_COUNT; i++)
+        len += (size_t)snprintf(known + len, sizeof(known) - len, "%s%s",
+                                i ? ", " : "", alg_names[i]);
+    return sd_diag_set(d, SD_EINVAL, "algorithm \"%s\" is unknown (known: %s)",
+                       s, known);
+}
+
+const char *plan_alg_name(enum plan_alg a)
+{
+    return (unsigned)a < PLAN_ALG_COUNT ? alg_names[a] : "unknown";
+}
+
+/* Whether every pinned table is one whole shard on its device (p sorted). */
+static bool pins_kept(const struct plan *p, const struct table *tables,
+                      const int32_t *pins)
+{
+    size_t k;
+
+    if (pins == NULL)
+        return true;
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+
+        if (pins[s->table] >= 0 &&
+            (s->device != pins[s->table] || s->col_offset != 0 ||
+             s->col_width != tables[s->table].dim))
+            return false;
+    }
+    return true;
+}
+
+int plan_run(const struct table *tables, size_t ntables,
+             const struct topology *t, const struct plan_options *o,
+             const struct cost_model *m, struct plan *out, struct sd_diag *d)
+{
+    struct plan p;
+    int rv;
+
+    rv = plan_check_inputs(tables, ntables, t, d);
+    if (rv != 0)
+        return rv;
+
+    switch (o->alg) {
+    case PLAN_ALG_TORCHREC_GREEDY:
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins, &p,
+                                  d);
+        break;
+    case PLAN_ALG_RANDOM:
+    case PLAN_ALG_DIM_GREEDY:
+    case PLAN_ALG_SIZE_GREEDY:
+    case PLAN_ALG_LOOKUP_GREEDY:
+    case PLAN_ALG_SIZE_LOOKUP_GREEDY:
+        rv = plan_baseline(tables, ntables, t, o, &p, d);
+        break;
+    case PLAN_ALG_NEUROSHARD:
+        rv = plan_neuroshard(tables, ntables, t, o, &p, d);
+        break;
+    default:
+        return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
+                           (int)o->alg);
+    }
+    if (rv != 0)
+        return rv;
+    p.algorithm = plan_alg_name(o->alg);
+
+    /* Every algorithm's output is checked before anyone sees it: a plan
+     * that drops a column or overfills a device is a bug, not a result. */
+    rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
+    if (rv == 0 && !pins_kept(&p, tables, o->pins))
+        rv = sd_diag_set(d, SD_EINVAL, "%s: a pinned table was moved or split",
+                         p.algorithm);
+    if (rv == 0)
+        rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);
+    if (rv == 0)
+        rv = plan_explain(&p, tables, t, m);
+    if (rv != 0) {
+        if (rv == SD_ENOMEM)
+            sd_diag_set(d, rv, "out of memory");
+        plan_destroy(&p);
+        return rv;
+    }
+    *out = p;
+    return 0;
+}
