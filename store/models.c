@@ -1,6 +1,6 @@
 /*
- * Cost-model versions (store.h): storing, loading, activating and listing.  A
- * version's blobs are opaque here; the trainer owns their format.
+ * Cost-model versions (store.h): storing, loading, activating, listing and
+ * pruning.  A version's blobs are opaque here; the trainer owns their format.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -287,5 +287,41 @@ int store_model_list(struct store *st, int64_t profile_id, size_t limit,
         "listing models", &rows, &arr, n, d);
     if (rv == 0)
         *out = arr;
+    return rv;
+}
+
+int store_model_prune(struct store *st, int64_t profile_id, size_t keep,
+                      uint64_t *n, struct sd_diag *d)
+{
+    const struct store__arg *args;
+    int64_t deleted;
+    int rv;
+
+    rv = store__check_id(profile_id, false, "model prune", "profile_id", d);
+    if (rv == 0)
+        rv = store__check_no_batch(st, d);
+    if (rv == 0)
+        rv = store__tx_begin(st, d);
+    if (rv != 0)
+        return rv;
+    /* The same (profile, keep) picks the same versions in all three. */
+    args = STORE__ARGS(
+        STORE__INT(profile_id),
+        STORE__INT(keep > (size_t)INT64_MAX ? INT64_MAX : (int64_t)keep));
+    rv =
+        store__exec(st, STORE__SQL_MODEL_PRUNE_JOBS, args, "pruning models", d);
+    if (rv == 0)
+        rv = store__exec(st, STORE__SQL_MODEL_PRUNE_AUDIT, args,
+                         "pruning models", d);
+    if (rv == 0)
+        rv = store__exec(st, STORE__SQL_MODEL_PRUNE, args, "pruning models", d);
+    if (rv != 0) {
+        store__tx_rollback(st);
+        return rv;
+    }
+    deleted = sqlite3_changes64(st->db);
+    rv = store__tx_commit(st, d);
+    if (rv == 0 && n != NULL)
+        *n = (uint64_t)deleted;
     return rv;
 }

@@ -111,6 +111,14 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     "m.test_mape, m.train_samples, m.val_samples, m.test_samples, "            \
     "length(m.weights), length(m.norm), m.created_ms, m.active"
 #define MODEL_FROM " FROM models m JOIN profiles p ON p.id = m.profile_id"
+/*
+ * The versions store_model_prune() deletes: those of profile ?1 past the
+ * newest ?2 of their kind (ids grow with time), never the active one.
+ */
+#define MODEL_DOOMED                                                           \
+    "SELECT id FROM (SELECT id, active, row_number() OVER (PARTITION BY kind " \
+    "ORDER BY id DESC) AS newer FROM models WHERE profile_id = ?1) "           \
+    "WHERE newer > ?2 AND active = 0"
 #define JOB_SELECT                                                             \
     "SELECT j.id, j.kind, j.state, j.progress, j.message, j.profile_id, "      \
     "p.name, j.params, j.result_model_id, j.created_ms, j.started_ms, "        \
@@ -176,6 +184,17 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
     [STORE__SQL_MODEL_LIST] =
         "SELECT " MODEL_COLS MODEL_FROM " WHERE ?1 = 0 OR m.profile_id = ?1 "
         "ORDER BY m.created_ms DESC, m.id DESC LIMIT ?2",
+    /*
+     * Pruning (store_model_prune(), one transaction): the references to the
+     * doomed versions are cleared first, as the foreign keys require.
+     */
+    [STORE__SQL_MODEL_PRUNE_JOBS] =
+        "UPDATE jobs SET result_model_id = NULL "
+        "WHERE result_model_id IN (" MODEL_DOOMED ")",
+    [STORE__SQL_MODEL_PRUNE_AUDIT] = "UPDATE plan_audit SET model_id = NULL "
+                                     "WHERE model_id IN (" MODEL_DOOMED ")",
+    [STORE__SQL_MODEL_PRUNE] =
+        "DELETE FROM models WHERE id IN (" MODEL_DOOMED ")",
     [STORE__SQL_JOB_INSERT] =
         "INSERT INTO jobs (kind, state, progress, message, "
         "profile_id, params, created_ms) VALUES (?1, "

@@ -35,6 +35,9 @@ int store__err(sqlite3 *db, int rc, const char *what, struct sd_diag *d)
     case SQLITE_NOTADB:
         err = SD_EFORMAT;
         break;
+    case SQLITE_CORRUPT:
+        err = SD_ECORRUPT;
+        break;
     default:
         err = SD_ESTORE;
         break;
@@ -43,6 +46,12 @@ int store__err(sqlite3 *db, int rc, const char *what, struct sd_diag *d)
         return sd_diag_set(d, err,
                            "store: %s: %s (an id it refers to does "
                            "not exist)",
+                           what, msg);
+    if (err == SD_ECORRUPT)
+        return sd_diag_set(d, err,
+                           "store: %s: %s; the database file is damaged: "
+                           "stop shardd and restore it from a backup "
+                           "(docs/daemon.md, \"The store\")",
                            what, msg);
     return sd_diag_set(d, err, "store: %s: %s", what, msg);
 }

@@ -8,8 +8,9 @@
  *   sql.c       the schema migrations and the text of every cached statement
  *   stmt.c      error mapping, the statement cache, binding, stepping,
  *               transactions, and the field checks shared by the writers
- *   db.c        opening (header checks, migrations), closing, the
- *               integrity check
+ *   db.c        opening (file creation, header checks, quick_check,
+ *               migrations), closing, the integrity check
+ *   backup.c    online backups, their rotation, finding the newest
  *   profiles.c  samples.c  models.c  jobs.c  audit.c: the typed API
  *
  * One statement, one call: a writer runs a cached statement with
@@ -61,6 +62,9 @@ enum store__sql {
     STORE__SQL_MODEL_DEACTIVATE,
     STORE__SQL_MODEL_SET_ACTIVE,
     STORE__SQL_MODEL_LIST,
+    STORE__SQL_MODEL_PRUNE_JOBS,
+    STORE__SQL_MODEL_PRUNE_AUDIT,
+    STORE__SQL_MODEL_PRUNE,
     /* jobs.c */
     STORE__SQL_JOB_INSERT,
     STORE__SQL_JOB_GET,
@@ -162,8 +166,8 @@ int64_t store__limit(size_t limit);
  * Maps a SQLite result code to an SD_E* code, for the whole module, and puts
  * "store: <what>: <sqlite3_errmsg(db)>" into d.  busy or locked ->
  * SD_EBUSY, a constraint -> SD_EINVAL, no memory -> SD_ENOMEM, "not a
- * database" -> SD_EFORMAT, anything else -> SD_ESTORE.  db may be NULL (then
- * SQLite's text for rc).
+ * database" -> SD_EFORMAT, "malformed" (SQLITE_CORRUPT) -> SD_ECORRUPT,
+ * anything else -> SD_ESTORE.  db may be NULL (then SQLite's text for rc).
  */
 int store__err(sqlite3 *db, int rc, const char *what, struct sd_diag *d);
 
@@ -255,5 +259,35 @@ void store__col_text(sqlite3_stmt *s, int i, char *dst, size_t size);
 
 /* Unix milliseconds, CLOCK_REALTIME: the store's timestamps. */
 int64_t store__now_ms(void);
+
+/* ------------------------------------------------------------------------ */
+/* Files (db.c)                                                               */
+
+/* Longest path the module builds, terminating NUL included. */
+#define STORE__PATH_MAX 4096
+
+/*
+ * Runs PRAGMA quick_check on db.  Returns 0; SD_ECORRUPT with SQLite's first
+ * problem, on one line, in `problem` (d untouched); or another mapped error
+ * in d when the check could not run (SD_EBUSY, SD_ENOMEM, ...).
+ */
+int store__quick_check(sqlite3 *db, char *problem, size_t size,
+                       struct sd_diag *d);
+
+/*
+ * Creates a new empty file from the mkstemp() template `tmpl` (rewritten with
+ * the name it got), mode 0600 whatever the umask.  SD_ESTORE on failure.
+ */
+int store__make_private(char *tmpl, struct sd_diag *d);
+
+/*
+ * fsync()s the file or (dir) directory at path.  SD_EIO on failure.  Never
+ * on a database some handle of this process may have open: its close()
+ * would drop that handle's POSIX locks (db.c, check_magic()).
+ */
+int store__sync_path(const char *path, bool dir, struct sd_diag *d);
+
+/* The directory part of path ("." when none).  SD_EINVAL when too long. */
+int store__dir_of(const char *path, char *dir, size_t size);
 
 #endif /* SHARDD_STORE_INT_H */
