@@ -183,8 +183,7 @@ static int check_magic(struct store *st, const char *path, struct sd_diag *d)
     if (rc == SQLITE_OK && size >= (sqlite3_int64)sizeof(head))
         rc = f->pMethods->xRead(f, head, (int)sizeof(head), 0);
     if (rc != SQLITE_OK)
-        return sd_diag_set(d, SD_ESTORE, "store %s: reading it: %s", path,
-                           sqlite3_errstr(rc));
+        return store__err(NULL, rc, path, d); /* not the handle's error */
     if (size < (sqlite3_int64)sizeof(head) ||
         memcmp(head, sqlite_magic, sizeof(head)) != 0)
         return refuse_foreign(path, "not a SQLite database", d);

@@ -15,9 +15,10 @@
  *
  * One statement, one call: a writer runs a cached statement with
  *
- *   rv = store__exec(st, STORE__SQL_JOB_COUNT,
- *                    STORE__ARGS(STORE__TEXT(name), STORE__INT(id)),
- *                    "counting jobs", d);
+ *   rv = store__exec(st, STORE__SQL_JOB_CANCEL_UNFINISHED,
+ *                    STORE__ARGS(STORE__TEXT(message),
+ *                                STORE__INT(store__now_ms())),
+ *                    "cancelling jobs", d);
  *
  * and readers use store__one() (first row, decoded by a callback) or
  * store__all() (every row into a new array).  The arguments bind to ?1, ?2,
