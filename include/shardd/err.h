@@ -28,7 +28,8 @@
     XX(CANCELED, -13, "cancelled")                                             \
     XX(STATE, -14, "not possible in the current state")                        \
     XX(AUTH, -15, "not authorised")                                            \
-    XX(TIMEDOUT, -16, "deadline passed")
+    XX(TIMEDOUT, -16, "deadline passed")                                       \
+    XX(CORRUPT, -17, "the store is damaged")
 
 enum sd_err {
     SD_OK = 0,

@@ -2,11 +2,16 @@
  * The SQLite store: schema creation and migration bookkeeping, sample batches
  * and their durability (a real kill -9), decoding, models and activation,
  * jobs, the plan audit, refusal of newer or foreign databases, and bad input
- * leaving the database unchanged.  Every test works in a fresh temporary
- * directory.  The database header is read as bytes (sqlite.org/fileformat2:
- * offsets 18-19 the WAL flag, 60 user_version, 68 application_id), so the
- * test needs no <sqlite3.h>.
+ * leaving the database unchanged.  Then the damaged-store rules: an empty,
+ * truncated or damaged file, another application's database and a -wal
+ * without its database are refused and left as they were; backups and their
+ * rotation; file modes under umask 000; model pruning.  Every test works in
+ * a fresh temporary directory.  The database is read and damaged as bytes
+ * (sqlite.org/fileformat2: offsets 16-17 the page size, 18-19 the WAL flag,
+ * 60 user_version, 68 application_id; a b-tree page starts with its type,
+ * 13 for a table leaf), so the test needs no <sqlite3.h>.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,17 +36,30 @@ static void setup(void)
     snprintf(path, sizeof(path), "%s/shardd.db", dir);
 }
 
+/* Removes d and everything in it, directories included. */
+static void rm_tree(const char *d)
+{
+    struct dirent *e;
+    char p[512];
+    DIR *dp;
+
+    dp = opendir(d);
+    if (dp == NULL)
+        return;
+    while ((e = readdir(dp)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", d, e->d_name);
+        if (unlink(p) != 0)
+            rm_tree(p);
+    }
+    closedir(dp);
+    rmdir(d);
+}
+
 static void teardown(void)
 {
-    static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
-    char p[160];
-    size_t i;
-
-    for (i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
-        snprintf(p, sizeof(p), "%s%s", path, suffix[i]);
-        unlink(p);
-    }
-    rmdir(dir);
+    rm_tree(dir);
 }
 
 /* Size of path + suffix, -1 when it does not exist. */
@@ -59,14 +77,14 @@ static bool exists(const char *suffix)
     return file_size(suffix) >= 0;
 }
 
-/* Reads the whole database file; *len bytes, owned by the caller. */
-static unsigned char *slurp(size_t *len)
+/* Reads the whole file p; *len bytes, owned by the caller. */
+static unsigned char *slurp_file(const char *p, size_t *len)
 {
     unsigned char *buf;
     FILE *f;
     long n;
 
-    f = fopen(path, "rb");
+    f = fopen(p, "rb");
     if (f == NULL)
         return NULL;
     fseek(f, 0, SEEK_END);
@@ -80,6 +98,12 @@ static unsigned char *slurp(size_t *len)
     fclose(f);
     *len = (size_t)n;
     return buf;
+}
+
+/* Reads the whole database file; *len bytes, owned by the caller. */
+static unsigned char *slurp(size_t *len)
+{
+    return slurp_file(path, len);
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -844,8 +868,542 @@ static void test_bad_input(void)
     teardown();
 }
 
-int main(void)
+/* ------------------------------------------------------------------------ */
+/* A damaged store is never used silently                                   */
+
+/* Writes len bytes at offset off of the database file. */
+static void poke(long off, const void *bytes, size_t len)
 {
+    FILE *f = fopen(path, "r+b");
+
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    CHECK(fseek(f, off, SEEK_SET) == 0 && fwrite(bytes, 1, len, f) == len);
+    fclose(f);
+}
+
+static void poke_be32(long off, uint32_t v)
+{
+    unsigned char be[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                           (unsigned char)(v >> 8), (unsigned char)v};
+
+    poke(off, be, 4);
+}
+
+/* Overwrites page pgno (1-based) of `ps` bytes with seeded garbage. */
+static void garbage_page(size_t pgno, size_t ps)
+{
+    unsigned char *g = malloc(ps);
+    uint32_t x = 20261124;
+    size_t i;
+
+    for (i = 0; g != NULL && i < ps; i++) {
+        x = x * 1103515245u + 12345u;
+        g[i] = (unsigned char)(x >> 16);
+    }
+    if (g != NULL)
+        poke((long)((pgno - 1) * ps), g, ps);
+    free(g);
+}
+
+/* The page size in a database header (1 means 65536). */
+static size_t page_size(const unsigned char *buf)
+{
+    size_t ps = (size_t)buf[16] << 8 | buf[17];
+
+    return ps == 1 ? 65536 : ps;
+}
+
+/*
+ * The table b-tree leaf page (type 13) nearest the middle of the file, 0 if
+ * none: with hundreds of samples, one of the samples table's.
+ */
+static size_t middle_leaf(const unsigned char *buf, size_t len, size_t ps)
+{
+    size_t n = len / ps, k;
+
+    for (k = 0; k < n / 2; k++) {
+        if (buf[(n / 2 + k - 1) * ps] == 13)
+            return n / 2 + k;
+        if (n / 2 - k > 2 && buf[(n / 2 - k - 1) * ps] == 13)
+            return n / 2 - k;
+    }
+    return 0;
+}
+
+/* A store at path with n compute samples of 1 to 25 tables. */
+static int64_t fill_store(size_t n)
+{
+    struct table tables[25];
+    struct store_sample s;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof;
+    size_t i;
+    bool ok = true;
+
+    for (i = 0; i < 25; i++)
+        make_table(&tables[i], i);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    for (i = 0; i < n; i++) {
+        make_sample(&s, prof, tables, 1 + i % 25, 1 + (double)i);
+        ok = ok && store_sample_add(st, &s, NULL, &d) == 0;
+    }
+    CHECK(ok && store_sample_batch_commit(st, &d) == 0);
+    store_close(st);
+    return prof;
+}
+
+/* Copies file a to b; false on any failure. */
+static bool copy_file(const char *a, const char *b)
+{
+    unsigned char *buf;
+    size_t len = 0;
+    bool ok;
+    FILE *f;
+
+    buf = slurp_file(a, &len);
+    f = fopen(b, "wb");
+    ok = buf != NULL && f != NULL && fwrite(buf, 1, len, f) == len;
+    if (f != NULL)
+        ok = fclose(f) == 0 && ok;
+    free(buf);
+    return ok;
+}
+
+/*
+ * Opens path read-write, then read-only: both must fail with `want` and
+ * leave the file byte for byte as it was, with no log beside it.
+ */
+static void check_refused(int want, const char *why)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *before, *after;
+    size_t nbefore = 0, nafter = 0;
+    int rv;
+
+    before = slurp(&nbefore);
+    rv = store_open(path, 0, &st, &d);
+    CHECK(rv == want && st == NULL);
+    if (rv != want)
+        fprintf(stderr, "%s: got %s: %s\n", why, sd_err_name(rv), d.msg);
+    CHECK(strstr(d.msg, path) != NULL);
+    if (want == SD_ECORRUPT)
+        CHECK(strstr(d.msg, "damaged") != NULL &&
+              strstr(d.msg, ".recover") != NULL);
+    CHECK(!exists("-wal") && !exists("-journal"));
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == want && st == NULL);
+    CHECK(file_size("-wal") <= 0);
+    after = slurp(&nafter);
+    CHECK(before != NULL && after != NULL && nbefore == nafter &&
+          memcmp(before, after, nbefore) == 0);
+    free(before);
+    free(after);
+}
+
+/* An empty file (a lost store) is refused, never initialised. */
+static void test_empty_file(void)
+{
+    FILE *f;
+
+    setup();
+    f = fopen(path, "wb");
+    CHECK(f != NULL && fclose(f) == 0);
+    check_refused(SD_ECORRUPT, "empty file");
+    CHECK(file_size("") == 0);
+    teardown();
+}
+
+/*
+ * A garbage page in the middle of a store with samples, a garbage last page,
+ * and a store cut short are refused; the diag names the newest backup, and
+ * that backup, copied into place, is a whole store again.
+ */
+static void test_damaged(void)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *buf;
+    char backup[256];
+    size_t len = 0, ps = 0, pg = 0;
+    int64_t prof;
+
+    setup();
+    prof = fill_store(400);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_backup(st, NULL, 3, backup, sizeof(backup), &d) == 0);
+    store_close(st);
+    buf = slurp(&len);
+    if (buf != NULL) {
+        ps = page_size(buf);
+        pg = middle_leaf(buf, len, ps);
+    }
+    free(buf);
+    CHECK(ps >= 512 && len / ps > 100 && pg > 1);
+
+    garbage_page(pg, ps);
+    check_refused(SD_ECORRUPT, "garbage page in the middle");
+    CHECK(store_open(path, 0, &st, &d) == SD_ECORRUPT &&
+          strstr(d.msg, backup) != NULL);
+
+    /* Restoring the backup (docs/daemon.md) brings every sample back. */
+    CHECK(copy_file(backup, path));
+    st = NULL;
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(st != NULL && count(st, prof, STORE_KIND_COMPUTE) == 400);
+    CHECK(st != NULL && store_integrity_check(st, &d) == 0);
+    store_close(st);
+
+    garbage_page(len / ps, ps);
+    check_refused(SD_ECORRUPT, "garbage last page");
+
+    CHECK(copy_file(backup, path) && truncate(path, (off_t)(len - ps)) == 0);
+    check_refused(SD_ECORRUPT, "last page cut off");
+    teardown();
+}
+
+/* A minimal, empty SQLite database (one 4096-byte page): another program's. */
+static void write_empty_sqlite(void)
+{
+    unsigned char b[4096];
+    FILE *f;
+
+    memset(b, 0, sizeof(b));
+    memcpy(b, "SQLite format 3", 16);
+    b[16] = 0x10;      /* page size 4096 */
+    b[18] = b[19] = 1; /* rollback journal */
+    b[21] = 64;        /* payload fractions */
+    b[22] = b[23] = 32;
+    b[27] = b[31] = 1; /* change counter, size in pages */
+    b[47] = 4;         /* schema format */
+    b[59] = 1;         /* UTF-8 */
+    b[95] = 1;         /* version-valid-for */
+    b[100] = 13;       /* an empty table leaf: sqlite_schema */
+    b[105] = 0x10;     /* cell content at 4096 */
+    f = fopen(path, "wb");
+    CHECK(f != NULL && fwrite(b, 1, sizeof(b), f) == sizeof(b));
+    if (f != NULL)
+        fclose(f);
+}
+
+/*
+ * A SQLite database that is not shardd's is refused and left alone, even an
+ * empty one, and a -wal left without its database is not replayed into a new
+ * one.
+ */
+static void test_foreign(void)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+    char moved[160];
+    pid_t pid;
+    int status = 0;
+
+    setup();
+    write_empty_sqlite();
+    check_refused(SD_EFORMAT, "empty SQLite database");
+    CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT &&
+          strstr(d.msg, "without shardd's schema") != NULL);
+    teardown();
+
+    setup();
+    fill_store(3);
+    poke_be32(68, 0x12345678); /* application_id */
+    check_refused(SD_EFORMAT, "another application_id");
+    CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT &&
+          strstr(d.msg, "another application") != NULL);
+    poke_be32(68, 0); /* none, and tables */
+    check_refused(SD_EFORMAT, "no application_id");
+    poke_be32(68, STORE_APPLICATION_ID);
+    poke_be32(60, 0); /* ours, but no schema version */
+    check_refused(SD_EFORMAT, "no user_version");
+    poke_be32(60, STORE_SCHEMA_VERSION);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    store_close(st);
+
+    /* A child commits into the WAL and dies before any checkpoint. */
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        if (store_open(path, 0, &st, &d) != 0 || make_profile(st, "x") <= 0)
+            _exit(2);
+        raise(SIGKILL);
+        _exit(3);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
+    CHECK(file_size("-wal") > 0);
+    snprintf(moved, sizeof(moved), "%s/moved.db", dir);
+    CHECK(rename(path, moved) == 0);
+    st = NULL;
+    CHECK(store_open(path, 0, &st, &d) == SD_ECORRUPT && st == NULL &&
+          strstr(d.msg, "-wal") != NULL);
+    CHECK(!exists(""));
+    teardown();
+}
+
+/* Counts the entries of d whose names start with prefix. */
+static size_t count_files(const char *d, const char *prefix)
+{
+    struct dirent *e;
+    size_t n = 0;
+    DIR *dp;
+
+    dp = opendir(d);
+    while (dp != NULL && (e = readdir(dp)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (dp != NULL)
+        closedir(dp);
+    return n;
+}
+
+/* Backups open as stores with the same contents; rotation keeps `keep`. */
+static void test_backup(void)
+{
+    static const float w[] = {1, 2};
+    struct store_model m, *got = NULL;
+    struct store *st = NULL, *bk = NULL;
+    struct sd_diag d;
+    char name[5][256], newest[256], sub[160];
+    int64_t prof, v = 0;
+    size_t i;
+
+    setup();
+    prof = fill_store(50);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &v, &d) == 0 &&
+          store_model_activate(st, v, NULL, &d) == 0);
+    CHECK(store_backup_newest(path, NULL, newest, sizeof(newest), &d) ==
+          SD_ENOENT);
+    CHECK(store_backup(st, NULL, 0, NULL, 0, &d) == SD_EINVAL);
+    CHECK(store_backup(st, NULL, 2, name[0], 8, &d) == SD_EINVAL);
+    CHECK(count_files(dir, "shardd.db.backup-") == 0);
+
+    for (i = 0; i < 5; i++)
+        CHECK(store_backup(st, NULL, 2, name[i], sizeof(name[i]), &d) == 0);
+    CHECK(strncmp(name[4], dir, strlen(dir)) == 0 &&
+          strstr(name[4], "/shardd.db.backup-") != NULL);
+    CHECK(strcmp(name[3], name[4]) < 0);
+    CHECK(count_files(dir, "shardd.db.backup-") == 2);
+    CHECK(access(name[2], F_OK) != 0 && access(name[3], F_OK) == 0);
+    CHECK(store_backup_newest(path, NULL, newest, sizeof(newest), &d) == 0 &&
+          strcmp(newest, name[4]) == 0);
+
+    /* A backup is a whole store: same samples, same active model. */
+    CHECK(store_open(name[4], STORE_OPEN_READONLY, &bk, &d) == 0);
+    CHECK(bk != NULL && count(bk, prof, STORE_KIND_COMPUTE) == 50);
+    CHECK(bk != NULL &&
+          store_model_get_active(bk, prof, STORE_KIND_COMPUTE, &got, &d) == 0 &&
+          got->info.id == v);
+    store_model_free(got);
+    CHECK(bk != NULL && store_integrity_check(bk, &d) == 0);
+    store_close(bk);
+    /* Opening one leaves a -wal and -shm; they are not taken for backups. */
+    CHECK(store_backup_newest(path, NULL, newest, sizeof(newest), &d) == 0 &&
+          strcmp(newest, name[4]) == 0);
+    CHECK(store_backup(st, NULL, 1, NULL, 0, &d) == 0);
+    CHECK(count_files(dir, "shardd.db.backup-") == 1);
+
+    /* Into another directory. */
+    snprintf(sub, sizeof(sub), "%s/backups", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    CHECK(store_backup(st, sub, 3, name[0], sizeof(name[0]), &d) == 0 &&
+          strncmp(name[0], sub, strlen(sub)) == 0);
+    CHECK(store_backup_newest(path, sub, newest, sizeof(newest), &d) == 0 &&
+          strcmp(newest, name[0]) == 0);
+    CHECK(count_files(sub, "shardd.db.backup-") == 1);
+    CHECK(store_backup(st, "/nonexistent/dir", 3, NULL, 0, &d) != 0);
+
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_backup(st, NULL, 3, NULL, 0, &d) == SD_EINVAL);
+    store_sample_batch_abort(st);
+    CHECK(count_files(dir, "shardd.db.backup-") == 1); /* no .tmp- left */
+    store_close(st);
+    teardown();
+}
+
+static unsigned file_mode(const char *p)
+{
+    struct stat sb;
+
+    return stat(p, &sb) == 0 ? (unsigned)(sb.st_mode & 0777) : 0;
+}
+
+/* Under umask 000 the store, its -wal and -shm and backups are 0600. */
+static void test_modes(void)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+    char p[160], backup[256];
+    mode_t old;
+
+    old = umask(0);
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    make_profile(st, "cpu/test/4096");
+    CHECK(file_mode(path) == 0600);
+    snprintf(p, sizeof(p), "%s-wal", path);
+    CHECK(file_mode(p) == 0600);
+    snprintf(p, sizeof(p), "%s-shm", path);
+    CHECK(file_mode(p) == 0600);
+    CHECK(store_backup(st, NULL, 1, backup, sizeof(backup), &d) == 0);
+    CHECK(file_mode(backup) == 0600);
+    store_close(st);
+    CHECK(count_files(dir, "shardd.db.new-") == 0); /* no temp file left */
+    umask(old);
+    teardown();
+}
+
+/* Pruning keeps the newest versions of each kind and the active one. */
+static void test_prune(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store_model m;
+    struct store_model_info *list = NULL;
+    struct store_plan_audit a, *ga = NULL;
+    struct store_job j, gj;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, other, v[6], c[3], ov = 0, job = 0, rec = 0;
+    uint64_t n = 99;
+    size_t i, nl = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    other = make_profile(st, "cpu/other/4096");
+    for (i = 0; i < 6; i++) {
+        model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+        CHECK(store_model_put(st, &m, &v[i], &d) == 0);
+    }
+    for (i = 0; i < 3; i++) {
+        model_init(&m, prof, STORE_KIND_COMM, w, sizeof(w), NULL, 0, 0.1);
+        CHECK(store_model_put(st, &m, &c[i], &d) == 0);
+    }
+    model_init(&m, other, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &ov, &d) == 0);
+    CHECK(store_model_activate(st, v[1], NULL, &d) == 0);
+    /* A job and a plan record name versions that will go. */
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN;
+    j.profile_id = prof;
+    CHECK(store_job_create(st, &j, &job, &d) == 0);
+    CHECK(store_job_update(st, job, STORE_JOB_SUCCEEDED, 1, "done", v[0], &d) ==
+          0);
+    memset(&a, 0, sizeof(a));
+    snprintf(a.request_hash, sizeof(a.request_hash), "ab");
+    snprintf(a.algorithm, sizeof(a.algorithm), "greedy");
+    a.model_id = v[2];
+    a.ntables = a.ndevices = 1;
+    a.plan_json = "{}";
+    CHECK(store_plan_audit_put(st, &a, &rec, &d) == 0);
+
+    CHECK(store_model_prune(st, 0, 2, &n, &d) == SD_EINVAL && n == 99);
+    CHECK(store_sample_batch_begin(st, &d) == 0);
+    CHECK(store_model_prune(st, prof, 2, &n, &d) == SD_EINVAL);
+    store_sample_batch_abort(st);
+
+    /* compute: v5, v4 newest and v1 active stay; comm: c2, c1 stay. */
+    CHECK(store_model_prune(st, prof, 2, &n, &d) == 0 && n == 4);
+    CHECK(store_model_list(st, 0, 0, &list, &nl, &d) == 0 && nl == 6);
+    CHECK(nl == 6 && list[0].id == ov && list[1].id == c[2] &&
+          list[2].id == c[1] && list[3].id == v[5] && list[4].id == v[4] &&
+          list[5].id == v[1] && list[5].active);
+    free(list);
+    CHECK(store_job_get(st, job, &gj, &d) == 0 && gj.result_model_id == 0 &&
+          gj.state == STORE_JOB_SUCCEEDED);
+    CHECK(store_plan_audit_get(st, rec, &ga, &d) == 0 && ga->model_id == 0);
+    free(ga);
+    CHECK(store_integrity_check(st, &d) == 0);
+
+    CHECK(store_model_prune(st, prof, 2, &n, &d) == 0 && n == 0);
+    CHECK(store_model_prune(st, prof, 0, NULL, &d) == 0);
+    list = NULL;
+    CHECK(store_model_list(st, prof, 0, &list, &nl, &d) == 0 && nl == 1 &&
+          list[0].id == v[1]);
+    free(list);
+    list = NULL;
+    CHECK(store_model_list(st, other, 0, &list, &nl, &d) == 0 && nl == 1);
+    free(list);
+    store_close(st);
+    teardown();
+}
+
+/*
+ * The other process of test_locks: opens the store at p and closes it.  A
+ * close that believes it is the last one checkpoints and deletes the -wal.
+ */
+static int open_close(const char *p)
+{
+    struct store *st = NULL;
+    struct sd_diag d;
+
+    if (store_open(p, 0, &st, &d) != 0) {
+        fprintf(stderr, "open_close: %s\n", d.msg);
+        return 1;
+    }
+    store_close(st);
+    return 0;
+}
+
+/* Runs this executable as another process: test_store --open-close path. */
+static bool run_open_close(void)
+{
+    int status = 0;
+    pid_t pid;
+
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_store", "--open-close", path,
+              (char *)NULL);
+        _exit(127);
+    }
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
+/*
+ * Opening a second handle must not drop the locks of the first: POSIX locks
+ * belong to the process, and any close() of the file releases them all.  If
+ * they were dropped, another process's close would take itself for the last
+ * one and delete the -wal under the first handle, whose later commits would
+ * then be lost.
+ */
+static void test_locks(void)
+{
+    struct table t;
+    struct store_sample s;
+    struct store *a = NULL, *b = NULL, *c = NULL;
+    struct sd_diag d;
+    int64_t prof;
+
+    setup();
+    make_table(&t, 1);
+    CHECK(store_open(path, 0, &a, &d) == 0);
+    prof = make_profile(a, "cpu/test/4096");
+    make_sample(&s, prof, &t, 1, 1);
+    CHECK(store_sample_add(a, &s, NULL, &d) == 0);
+    CHECK(store_open(path, 0, &b, &d) == 0); /* the store exists: checked */
+    CHECK(run_open_close());
+    CHECK(exists("-wal"));
+    CHECK(store_sample_add(a, &s, NULL, &d) == 0);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &c, &d) == 0);
+    CHECK(c != NULL && count(c, prof, STORE_KIND_COMPUTE) == 2);
+    store_close(c);
+    store_close(b);
+    store_close(a);
+    teardown();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--open-close") == 0)
+        return open_close(argv[2]);
     test_open();
     test_samples();
     test_kill9();
@@ -854,5 +1412,12 @@ int main(void)
     test_audit();
     test_newer();
     test_bad_input();
+    test_empty_file();
+    test_damaged();
+    test_foreign();
+    test_backup();
+    test_modes();
+    test_prune();
+    test_locks();
     return tap_done();
 }
