@@ -17,7 +17,7 @@
 
 #include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
-#include "svc_int.h"
+#include "service_int.h"
 
 /* protobuf-c string fields are `char *`; packing only reads them. */
 static char *msg_str(const char *s)

@@ -9,7 +9,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "grpc/health/v1/health.pb-c.h"
-#include "svc_int.h"
+#include "service_int.h"
 
 /* ---------------------------------------------------------------------- */
 /* grpc.health.v1.Health/Check                                             */

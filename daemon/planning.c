@@ -22,7 +22,7 @@
 #include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
-#include "svc_int.h"
+#include "service_int.h"
 #include "wire.h"
 
 /* The batch when neither the request, the configuration nor a learned

@@ -9,7 +9,7 @@
 
 #include "profiler.h"
 #include "shardd/log.h"
-#include "svc_int.h"
+#include "service_int.h"
 
 const struct svc_method svc_methods[] = {
     /* path, admin, draining_ok, unary, stream, bidi */

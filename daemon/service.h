@@ -26,7 +26,7 @@
 #include "config.h"
 #include "shardd/err.h"
 
-struct svc; /* opaque: svc_int.h */
+struct svc; /* opaque: service_int.h */
 
 /* What the transport tells a method about its call. */
 struct svc_call {

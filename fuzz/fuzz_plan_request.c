@@ -37,7 +37,7 @@
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
-#include "svc_int.h"
+#include "service_int.h"
 
 #define DEADLINE_MS 60 /* the daemon keeps 50 for its reply */
 /* Every plan is audited into the store; dropping the records every so

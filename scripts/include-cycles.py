@@ -12,8 +12,9 @@ modules' folders); headers protoc-c generates at build time
  - Modules: a node per module (top-level folder), an edge A -> B when a file
    of A includes a file of B.  Any cycle fails.
  - Files: inside one module, a node per file, a .c and its .h (same path but
-   the extension) counting as one node, an edge A -> B when A includes B's
-   header.  A cycle fails for the modules named by --enforce and is printed
+   the extension) counting as one node, and so does a part's private header
+   (X_int.h, shared by X.c and the files X says it is split into); an edge
+   A -> B when A includes B's header.  A cycle fails for the modules named by --enforce and is printed
    for the others.
 
 Exit status 0 when nothing enforced is in a cycle, 1 otherwise.
@@ -54,8 +55,10 @@ def resolve(includer, name, files):
 
 
 def node(path):
-    """A .c/.h/.cu file's node: its path without the extension."""
-    return os.path.splitext(path)[0]
+    """A .c/.h/.cu file's node: its path without the extension, and without
+    _int for a private header (X_int.h belongs to X)."""
+    base = os.path.splitext(path)[0]
+    return base[:-4] if base.endswith("_int") else base
 
 
 def sccs(graph):

@@ -24,7 +24,7 @@
 #include "harness.h"
 #include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
-#include "svc_int.h"
+#include "service_int.h"
 #include "wire.h"
 
 #define NTABLES 24

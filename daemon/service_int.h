@@ -4,8 +4,8 @@
  * Estimate), health.c (health, reflection) and admin.c (Admin).  The
  * transport sees struct svc only as a pointer (service.h).
  */
-#ifndef SHARDD_DAEMON_SVC_INT_H
-#define SHARDD_DAEMON_SVC_INT_H
+#ifndef SHARDD_DAEMON_SERVICE_INT_H
+#define SHARDD_DAEMON_SERVICE_INT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,4 +53,4 @@ struct svc {
 /* The settings now: a reference the caller drops with conf_snap_unref(). */
 struct conf_snap *svc_conf(struct svc *s);
 
-#endif /* SHARDD_DAEMON_SVC_INT_H */
+#endif /* SHARDD_DAEMON_SERVICE_INT_H */
