@@ -15,9 +15,9 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "service_int.h"
 #include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
-#include "service_int.h"
 
 /* protobuf-c string fields are `char *`; packing only reads them. */
 static char *msg_str(const char *s)

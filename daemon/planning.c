@@ -18,11 +18,11 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "service_int.h"
 #include "shardd/hash.h"
 #include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
 #include "shardd/v1/types.pb-c.h"
-#include "service_int.h"
 #include "wire.h"
 
 /* The batch when neither the request, the configuration nor a learned

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "profiler.h"
-#include "shardd/log.h"
 #include "service_int.h"
+#include "shardd/log.h"
 
 const struct svc_method svc_methods[] = {
     /* path, admin, draining_ok, unary, stream, bidi */

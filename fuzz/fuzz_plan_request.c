@@ -35,9 +35,9 @@
 #include "fuzz.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
+#include "service_int.h"
 #include "shardd/log.h"
 #include "shardd/v1/planner.pb-c.h"
-#include "service_int.h"
 
 #define DEADLINE_MS 60 /* the daemon keeps 50 for its reply */
 /* Every plan is audited into the store; dropping the records every so

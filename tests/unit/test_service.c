@@ -22,9 +22,9 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "harness.h"
+#include "service_int.h"
 #include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
-#include "service_int.h"
 #include "wire.h"
 
 #define NTABLES 24
