@@ -27,7 +27,7 @@ const struct opt conf__opts[CONF_KEY_COUNT] = {
 #undef CONF_ROW
 };
 
-_Static_assert(CONF_KEY_COUNT <= 32, "a set of keys is a uint32_t");
+_Static_assert(CONF_KEY_COUNT <= 64, "a set of keys is a uint64_t");
 
 
 /* ---------------------------------------------------------------------- */
@@ -621,7 +621,7 @@ int conf_reload(const struct sd_config *running, int argc, char **argv,
                 struct conf_changes *ch, struct sd_diag *d)
 {
     struct sd_config t;
-    uint32_t changed = 0;
+    uint64_t changed = 0;
     bool help = false;
     int k, rv;
 
@@ -715,7 +715,7 @@ void conf_snap_unref(struct conf_snap *s)
     free(s);
 }
 
-size_t conf_keys_format(uint32_t set, char *buf, size_t size)
+size_t conf_keys_format(uint64_t set, char *buf, size_t size)
 {
     size_t need = 0, n;
     int k;

@@ -114,6 +114,16 @@
       CONF_RELOAD, "H", "retrain every H hours; 0: off")                       \
     X(RETRAIN_WINDOW_SAMPLES, retrain_window_samples, U32, 0, 10000000,        \
       "10000", CONF_RELOAD, "N", "retrain on the newest N samples; 0: all")    \
+    X(RETRAIN_MIN_INTERVAL_S, retrain_min_interval_s, U32, 0, 86400, "60",     \
+      CONF_RELOAD, "S", "at most one retrain a profile this often")            \
+    X(MODELS_KEEP, models_keep, U32, 1, 100000, "20", CONF_RELOAD, "N",        \
+      "model versions kept per profile")                                       \
+    X(BACKUP_EVERY_HOURS, backup_every_hours, U32, 0, 8760, "24", CONF_RELOAD, \
+      "H", "back the store up this often; 0: never")                           \
+    X(BACKUP_KEEP, backup_keep, U32, 1, 1000, "3", CONF_RELOAD, "N",           \
+      "backups kept (the oldest go)")                                          \
+    X(BACKUP_DIR, backup_dir, STRING, 0, 0, NULL, CONF_RESTART, "DIR",         \
+      "where backups go; none: beside the store")                              \
     X(LOG_LEVEL, log_level, WORD, 0, 0, "info", CONF_RELOAD,                   \
       "error|warn|info|debug", "log verbosity")
 
@@ -125,7 +135,7 @@ enum conf_key {
 };
 
 /* A set of keys: bit CONF_BIT(k) for key k. */
-#define CONF_BIT(k) (UINT32_C(1) << (k))
+#define CONF_BIT(k) (UINT64_C(1) << (k))
 
 /* Keys a SIGHUP cannot change: the running process keeps their values. */
 #define CONF_RESTART_BIT(K, name, type, min, max, def, flags, ...)             \
@@ -187,8 +197,8 @@ struct sd_config {
 
 /* What a SIGHUP changed; sets of keys as CONF_BIT()s. */
 struct conf_changes {
-    uint32_t applied; /* changed and taken into the new configuration */
-    uint32_t restart; /* changed but only a restart applies them */
+    uint64_t applied; /* changed and taken into the new configuration */
+    uint64_t restart; /* changed but only a restart applies them */
 };
 
 /*
@@ -277,7 +287,7 @@ const char *conf_key_name(enum conf_key k);
  * Writes the names of the keys in set into buf as "listen, threads" (""
  * for none), truncated to size; returns the length it needed, as snprintf.
  */
-size_t conf_keys_format(uint32_t set, char *buf, size_t size);
+size_t conf_keys_format(uint64_t set, char *buf, size_t size);
 
 /*
  * A new string data_dir/name (e.g. CONF_DB_FILE) for the caller to free();

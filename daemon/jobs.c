@@ -108,10 +108,56 @@ static int new_samples(struct store *st, int64_t profile_id, uint64_t *total,
     return rv;
 }
 
+/* When a retrain of the profile was last submitted (mu held); 0: never. */
+static int64_t *last_submit(struct jobs *jb, int64_t profile_id, bool add)
+{
+    size_t i, oldest = 0;
+
+    for (i = 0; i < JOBS_PROFILES_RATED; i++) {
+        if (jb->rated[i].profile_id == profile_id)
+            return &jb->rated[i].at_ms;
+        if (jb->rated[i].at_ms < jb->rated[oldest].at_ms)
+            oldest = i;
+    }
+    if (!add)
+        return NULL;
+    jb->rated[oldest].profile_id = profile_id;
+    jb->rated[oldest].at_ms = 0;
+    return &jb->rated[oldest].at_ms;
+}
+
+static void note_submitted(struct jobs *jb, int64_t profile_id)
+{
+    *last_submit(jb, profile_id, true) = sd_now_ms();
+}
+
 /*
- * jobs_retrain() on a given store connection (the caller serialises its
- * use).
+ * At most one new retrain of a profile per retrain_min_interval_s, forced
+ * or not: each stores a model version (26 forced retrains stored 26 models
+ * in 18 s).  SD_EBUSY with d saying when the next may start.
  */
+static int check_rate(struct jobs *jb, const struct store_profile *prof,
+                      struct sd_diag *d)
+{
+    int64_t *at, left = 0, every;
+
+    pthread_mutex_lock(&jb->mu);
+    every = (int64_t)jb->cf->c.retrain_min_interval_s * 1000;
+    at = last_submit(jb, prof->id, false);
+    if (at != NULL && *at != 0 && sd_now_ms() - *at < every)
+        left = every - (sd_now_ms() - *at);
+    pthread_mutex_unlock(&jb->mu);
+    if (left <= 0)
+        return 0;
+    return sd_diag_set(d, SD_EBUSY,
+                       "profile \"%.128s\": a retrain started %lld s ago; at "
+                       "most one every %lld s (retrain_min_interval_s), the "
+                       "next in %lld s",
+                       prof->name, (long long)((every - left) / 1000),
+                       (long long)(every / 1000),
+                       (long long)(left + 999) / 1000);
+}
+
 int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
                  bool force, struct store_job *out, struct sd_diag *d)
 {
@@ -138,6 +184,9 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
     /* A retrain of the profile already queued or running is joined. */
     rv = store_job_find_open(st, STORE_JOB_RETRAIN, prof.id, out, d);
     if (rv != SD_ENOENT)
+        return rv;
+    rv = check_rate(jb, &prof, d);
+    if (rv != 0)
         return rv;
     rv = new_samples(st, prof.id, &n, &fresh, &model_ms, d);
     if (rv != 0)
@@ -166,6 +215,7 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
         return rv;
     pthread_mutex_lock(&jb->mu);
     ring_put(jb, out);
+    note_submitted(jb, prof.id);
     pthread_cond_signal(&jb->cv);
     pthread_mutex_unlock(&jb->mu);
     sd_log(SD_LOG_INFO, "job %lld: retrain %s queued%s", (long long)id, profile,
@@ -266,6 +316,27 @@ static int store_new_model(struct store *st, int64_t profile_id,
     return rv;
 }
 
+/* Model versions of the profile past models_keep go (never the active
+ * one; best effort: a failure only leaves more versions). */
+static void prune_models(struct jobs *jb, struct store *st,
+                         const struct store_profile *prof)
+{
+    struct sd_diag d;
+    uint64_t n = 0;
+    uint32_t keep;
+
+    pthread_mutex_lock(&jb->mu);
+    keep = jb->cf->c.models_keep;
+    pthread_mutex_unlock(&jb->mu);
+    if (store_model_prune(st, prof->id, keep, &n, &d) != 0)
+        sd_log(SD_LOG_WARN, "profile %s: old models not pruned: %s", prof->name,
+               d.msg);
+    else if (n > 0)
+        sd_log(SD_LOG_INFO,
+               "profile %s: %llu model version(s) past the newest %u pruned",
+               prof->name, (unsigned long long)n, (unsigned)keep);
+}
+
 /* The retrain itself; returns the terminal state and fills msg / *model. */
 static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
                                     bool force, char *msg, size_t cap,
@@ -340,6 +411,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
         snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
         goto out_model;
     }
+    prune_models(jb, rc->st, &prof);
     if (models_acquire(jb->models, prof.name, &active, &d) == 0)
         old_mape = net_mape(active->net, gate, ngate);
     end = STORE_JOB_SUCCEEDED;
@@ -398,15 +470,48 @@ static void run_job(struct jobs *jb, struct store *st, struct store_job *j)
 }
 
 /*
+ * A rotating backup of the store (store_backup()) every backup_every_hours,
+ * the first at the thread's start: a damaged store has a copy at most that
+ * old to be restored from (docs/daemon.md).
+ */
+static void backup_if_due(struct jobs *jb, struct store *st)
+{
+    char written[JOBS_PATH_MAX + 64];
+    struct sd_diag d;
+    uint32_t hours, keep;
+    char *dir = NULL;
+    int64_t now = sd_wall_ms();
+
+    pthread_mutex_lock(&jb->mu);
+    hours = jb->cf->c.backup_every_hours;
+    keep = jb->cf->c.backup_keep;
+    if (jb->cf->c.backup_dir != NULL)
+        dir = strdup(jb->cf->c.backup_dir);
+    pthread_mutex_unlock(&jb->mu);
+    if (hours == 0 || (jb->last_backup_ms != 0 &&
+                       now - jb->last_backup_ms < (int64_t)hours * 3600 * 1000))
+        goto out_dir;
+    jb->last_backup_ms = now;
+    if (store_backup(st, dir, keep, written, sizeof(written), &d) != 0)
+        sd_log(SD_LOG_WARN, "store backup failed: %s", d.msg);
+    else
+        sd_log(SD_LOG_INFO, "store backed up to %s (the newest %u kept)",
+               written, (unsigned)keep);
+out_dir:
+    free(dir);
+}
+
+/*
  * Keeps the plan audit bounded: records older than JOBS_AUDIT_KEEP_MS go, and
  * past JOBS_AUDIT_KEEP_ROWS the oldest go (a busy daemon plans thousands of
  * small requests a second).
  */
-static void maintain_store(struct store *st)
+static void maintain_store(struct jobs *jb, struct store *st)
 {
     struct sd_diag d;
     uint64_t old = 0, over = 0;
 
+    backup_if_due(jb, st);
     if (store_plan_audit_prune(st, sd_wall_ms() - JOBS_AUDIT_KEEP_MS, &old,
                                &d) != 0 ||
         store_plan_audit_trim(st, JOBS_AUDIT_KEEP_ROWS, &over, &d) != 0)
@@ -462,7 +567,7 @@ static void *job_main(void *arg)
                d.msg);
         return NULL;
     }
-    maintain_store(st);
+    maintain_store(jb, st);
     pthread_mutex_lock(&jb->mu);
     while (!jb->stopping) {
         size_t best = SIZE_MAX;
@@ -481,7 +586,7 @@ static void *job_main(void *arg)
         }
         if (sd_now_ms() >= next_check) {
             pthread_mutex_unlock(&jb->mu);
-            maintain_store(st);
+            maintain_store(jb, st);
             check_schedule(jb, st);
             next_check = sd_now_ms() + JOBS_SCHEDULE_MS;
             pthread_mutex_lock(&jb->mu);

@@ -5,9 +5,11 @@
  * early-stopped on), trains a model reporting progress per epoch, stores
  * it, and activates it (models.h) when its error on the gate set is no
  * worse than the active model's on the same samples, or the request forced
- * it.  The thread also schedules retrains (retrain_every_samples new
- * samples, or retrain_every_hours after the newest model when there are
- * new samples) and keeps the plan audit bounded.
+ * it; model versions past models_keep are pruned (never the active one).
+ * The thread also schedules retrains (retrain_every_samples new samples, or
+ * retrain_every_hours after the newest model when there are new samples),
+ * keeps the plan audit bounded and backs the store up every
+ * backup_every_hours (rotating, backup_keep kept).
  *
  * Jobs live in the store; the recent ones are mirrored in memory so that
  * GetJob and WatchJob (polled on the loop thread) read memory.  A job cut
@@ -30,10 +32,11 @@
 #include "shardd/err.h"
 #include "store.h"
 
-#define JOBS_KEPT        64 /* recent jobs kept in memory */
-#define JOBS_MIN_SAMPLES 20 /* fewer: nothing worth training */
-#define JOBS_GATE_EVERY  10 /* every 10th sample is held out */
-#define JOBS_PATH_MAX    4096
+#define JOBS_KEPT           64 /* recent jobs kept in memory */
+#define JOBS_MIN_SAMPLES    20 /* fewer: nothing worth training */
+#define JOBS_GATE_EVERY     10 /* every 10th sample is held out */
+#define JOBS_PATH_MAX       4096
+#define JOBS_PROFILES_RATED 16 /* profiles whose last retrain is known */
 
 /* The plan audit keeps 30 days and at most this many records. */
 #define JOBS_AUDIT_KEEP_MS   (30LL * 24 * 3600 * 1000)
@@ -50,6 +53,11 @@ struct jobs {
 
     struct store_job ring[JOBS_KEPT]; /* (mu) recent jobs */
     size_t n, next;                   /* (mu) */
+    struct {
+        int64_t profile_id;
+        int64_t at_ms;            /* monotonic; 0: never */
+    } rated[JOBS_PROFILES_RATED]; /* (mu) the last retrain per profile */
+    int64_t last_backup_ms;       /* job thread only; 0: none yet */
 
     /* Fixed at jobs_init(). */
     char db_path[JOBS_PATH_MAX];
@@ -81,7 +89,9 @@ void jobs_configure(struct jobs *j, struct conf_snap *cf);
  * Starts a retrain of `profile` ("" or NULL: the server's own), or returns
  * the one already queued or running.  Without force, a profile with no
  * sample newer than its newest model is SD_ESTATE, as is one with fewer
- * than JOBS_MIN_SAMPLES samples.  *out gets the job.
+ * than JOBS_MIN_SAMPLES samples.  A new retrain within
+ * retrain_min_interval_s of the profile's last is SD_EBUSY, forced or not.
+ * *out gets the job.
  */
 int jobs_retrain(struct jobs *j, struct store *st, const char *profile,
                  bool force, struct store_job *out, struct sd_diag *d);

@@ -165,6 +165,8 @@ static grpc_status_code status_of(int err)
         return GRPC_STATUS_UNIMPLEMENTED;
     case SD_ECANCELED:
         return GRPC_STATUS_CANCELLED;
+    case SD_ECORRUPT: /* the store was damaged under the daemon */
+        return GRPC_STATUS_DATA_LOSS;
     default:
         return GRPC_STATUS_INTERNAL;
     }

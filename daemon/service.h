@@ -54,6 +54,8 @@ struct svc_call {
  *   SD_ETIMEDOUT              the deadline passed (DEADLINE_EXCEEDED)
  *   SD_ECANCELED              the client left (CANCELLED; never sent)
  *   SD_EUNSUPPORTED           a feature this build lacks (UNIMPLEMENTED)
+ *   SD_ECORRUPT               the store is damaged (DATA_LOSS)
+ * SD_EBUSY is also a retrain asked for within retrain_min_interval_s.
  */
 typedef int (*svc_method_fn)(struct svc *s, const struct svc_call *call,
                              const uint8_t *req, size_t len, uint8_t **resp,

@@ -55,6 +55,8 @@ static void setup(struct sd_config *c)
     c->profiler = false;
     c->retrain_every_samples = 0;
     c->retrain_every_hours = 0;
+    c->retrain_min_interval_s = 0;
+    c->backup_every_hours = 0;
     c->search_threads = 1;
 }
 
@@ -558,6 +560,61 @@ static void test_retrain_gate(struct svc *s)
     shardd__v1__job__free_unpacked(done, NULL);
 }
 
+/*
+ * Retrains are rate-limited, forced ones too (each stores a model), and
+ * model versions past models_keep are pruned, never the active one.
+ */
+static void test_retrain_limits(struct svc *s, struct sd_config *c)
+{
+    Shardd__V1__Job *j = NULL, *done;
+    Shardd__V1__ListModelsRequest lrq = SHARDD__V1__LIST_MODELS_REQUEST__INIT;
+    Shardd__V1__ListModelsResponse *lr;
+    uint8_t *req = NULL, *resp = NULL;
+    size_t len, resp_len, i, stored = 0, active = 0;
+    struct sd_diag d;
+    int seen = 0, k, rv;
+
+    c->models_keep = 2;
+    CHECK(svc_reconfigure(s, c) == 0);
+    for (k = 0; k < 3; k++) {
+        rv = retrain_bytes(s, true, &j, &d);
+        CHECK(rv == 0 && j != NULL);
+        if (j == NULL)
+            return;
+        done = wait_job(s, j->id, &seen);
+        CHECK(done != NULL &&
+              done->state == SHARDD__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
+        shardd__v1__job__free_unpacked(done, NULL);
+        shardd__v1__job__free_unpacked(j, NULL);
+    }
+    /* Two versions kept, plus the active one if it is older: never more. */
+    lrq.profile = (char *)net_embedded(NULL)->profile;
+    CHECK(wire_pack(&lrq.base, &req, &len, &d) == 0);
+    CHECK(admin_list_models(s, NULL, req, len, &resp, &resp_len, &d) == 0);
+    lr = shardd__v1__list_models_response__unpack(NULL, resp_len, resp);
+    CHECK(lr != NULL);
+    for (i = 0; lr != NULL && i < lr->n_models; i++) {
+        if (strcmp(lr->models[i]->version, "embedded") == 0)
+            continue;
+        stored++;
+        active += lr->models[i]->active;
+    }
+    CHECK(stored == 2);
+    CHECK(active == 1);
+    shardd__v1__list_models_response__free_unpacked(lr, NULL);
+    free(req);
+    free(resp);
+    /* One an hour: the next, even forced, is refused and says when. */
+    c->retrain_min_interval_s = 3600;
+    CHECK(svc_reconfigure(s, c) == 0);
+    rv = retrain_bytes(s, true, &j, &d);
+    CHECK(rv == SD_EBUSY);
+    CHECK(strstr(d.msg, "retrain_min_interval_s") != NULL);
+    c->retrain_min_interval_s = 0;
+    c->models_keep = 20;
+    CHECK(svc_reconfigure(s, c) == 0);
+}
+
 struct swap_worker {
     struct svc *s;
     atomic_bool *stop;
@@ -750,6 +807,7 @@ int main(void)
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
     test_hot_swap(s);
+    test_retrain_limits(s, &c);
     test_health(s);
     teardown(s, &c);
 
