@@ -71,6 +71,10 @@ fi
 if grep -q -- '--profiler-idle-ms' "$DIR/help"; then
     set -- "$@" --profiler-idle-ms 3600000
 fi
+# Retrains back to back (the rate limit is test_service's).
+if grep -q -- '--retrain-min-interval-s' "$DIR/help"; then
+    set -- "$@" --retrain-min-interval-s 0
+fi
 "$SHARDD" "$@" >"$DIR/shardd.log" 2>&1 &
 PID=$!
 # Up when it answers health, or at least answers (an older daemon has no

@@ -251,7 +251,10 @@ class Daemon:
         self.argv = [binary, "--listen", self.tcp]
         if unix:
             self.argv += ["--listen", self.unix]
-        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0"]
+        # No scheduled retrains or backups; retrains back to back (the
+        # rate limit and the backups are test_service's and test_limits').
+        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0",
+                      "--retrain-min-interval-s", "0", "--backup-every-hours", "0"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:
