@@ -92,6 +92,14 @@
       CONF_RELOAD, "MS", "search budget when a request gives 0")               \
     X(SEARCH_THREADS, search_threads, U32, 0, 256, "0", CONF_RELOAD, "N",      \
       "threads one search scores on; 0: one per CPU")                          \
+    X(MAX_TIME_BUDGET_MS, max_time_budget_ms, U32, 1, 600000, "60000",         \
+      CONF_RELOAD, "MS", "longest search a request may ask for")               \
+    X(SMALL_SEARCH_WORK, small_search_work, U32, 1, 1000000000, "100000",      \
+      CONF_RELOAD, "N", "tables x devices of a search in the small lane")      \
+    X(BIG_SEARCHES, big_searches, U32, 0, 256, "0", CONF_RESTART, "N",         \
+      "big searches at once; 0: threads - 1")                                  \
+    X(BIG_SEARCHES_PER_PEER, big_searches_per_peer, U32, 1, 256, "1",          \
+      CONF_RESTART, "N", "big searches of one client host at once")            \
     X(GRACE_S, grace_s, U32, 0, 3600, "10", CONF_RELOAD, "S",                  \
       "on SIGTERM, calls in flight get this long")                             \
     X(PLAN_CACHE_ENTRIES, plan_cache_entries, U32, 0, 100000, "256",           \

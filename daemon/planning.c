@@ -38,6 +38,7 @@ static void limits_of(const struct sd_config *c, struct wire_limits *l)
     l->max_tables = c->max_tables;
     l->default_batch = c->default_batch;
     l->default_budget_ms = c->default_time_budget_ms;
+    l->max_budget_ms = c->max_time_budget_ms;
     l->search_threads = (int32_t)c->search_threads;
 }
 
@@ -261,6 +262,93 @@ static int fit_deadline(const struct svc_call *call, struct plan_options *po,
 }
 
 /* ---------------------------------------------------------------------- */
+/* The lane of a Plan request                                              */
+
+/*
+ * One field of a protobuf message at *p (the wire format: a varint key,
+ * then a varint, 8 or 4 bytes, or a length and that many bytes); *p moves
+ * past it.  A varint's value goes to *v, a length-delimited field's bytes
+ * to *sub / *sublen.  False at the end or on bytes that are no field.
+ */
+static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
+                     uint64_t *v, const uint8_t **sub, size_t *sublen)
+{
+    uint64_t key = 0, x = 0;
+    int shift;
+
+    for (shift = 0; *p < end && shift < 64; shift += 7) {
+        key |= (uint64_t)(**p & 0x7f) << shift;
+        if ((*(*p)++ & 0x80) == 0)
+            break;
+    }
+    if (*p > end || shift >= 64)
+        return false;
+    *field = (uint32_t)(key >> 3);
+    switch (key & 7) {
+    case 0: /* varint */
+    case 2: /* length-delimited: the length first */
+        for (shift = 0; *p < end && shift < 64; shift += 7) {
+            x |= (uint64_t)(**p & 0x7f) << shift;
+            if ((*(*p)++ & 0x80) == 0)
+                break;
+        }
+        if (shift >= 64 || (*p)[-1] & 0x80)
+            return false;
+        *v = x;
+        if ((key & 7) == 0)
+            return true;
+        if (x > (uint64_t)(end - *p))
+            return false;
+        *sub = *p;
+        *sublen = (size_t)x;
+        *p += x;
+        return true;
+    case 1: /* 64-bit */
+        if (end - *p < 8)
+            return false;
+        *p += 8;
+        return true;
+    case 5: /* 32-bit */
+        if (end - *p < 4)
+            return false;
+        *p += 4;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/*
+ * A Plan is big when its tables x devices exceed small_search_work: read
+ * from the bytes (PlanRequest.tables = 1, .topology = 2 and its
+ * num_devices = 1) without decoding a table.
+ */
+enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
+{
+    const uint8_t *p = req, *end = req + len, *sub = NULL, *q;
+    uint64_t tables = 0, devices = 1, v = 0, work;
+    size_t sublen = 0, qlen;
+    uint32_t field;
+    struct conf_snap *cf;
+
+    while (p < end && pb_field(&p, end, &field, &v, &sub, &sublen)) {
+        if (field == 1)
+            tables++;
+        if (field != 2)
+            continue;
+        q = sub;
+        while (q < sub + sublen &&
+               pb_field(&q, sub + sublen, &field, &v, &sub, &qlen))
+            if (field == 1)
+                devices = v > 0 ? v : 1;
+    }
+    cf = svc_conf(s);
+    work = cf->c.small_search_work;
+    conf_snap_unref(cf);
+    return tables * devices > work ? SVC_LANE_BIG : SVC_LANE_SMALL;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Plan                                                                    */
 
 /* A Plan request decoded, with its defaults applied. */
@@ -399,7 +487,7 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     rv = fit_deadline(call, &a.po, &clamped, d);
     if (rv != 0)
         goto out_ask;
-    a.po.cancel = call != NULL ? call->cancel : NULL;
+    a.po.cancel = call != NULL ? call->stop : NULL;
     t0 = sd_now_ms_f();
     rv = plan_run(a.tables, a.n, &a.topo, &a.po, a.sc.m, &p, d);
     elapsed = sd_now_ms_f() - t0;
@@ -407,10 +495,14 @@ static int plan_request(struct svc *s, const struct svc_call *call,
         goto out_ask;
     /* Stopped because the client left: nobody takes this plan, and it is
      * not the request's answer, for the cache or the audit. */
-    if (a.po.cancel != NULL && atomic_load(a.po.cancel)) {
+    if (call != NULL && call->gone != NULL && atomic_load(call->gone)) {
         rv = sd_diag_set(d, SD_ECANCELED, "the client cancelled the call");
         goto out_plan;
     }
+    /* Stopped because the server is stopping: the best plan so far, as
+     * when the budget runs out (time_budget_exhausted), but not cached. */
+    if (a.po.cancel != NULL && atomic_load(a.po.cancel))
+        clamped = true;
     rv = plan_reply(&a, &p, elapsed, resp, resp_len, d);
     if (rv != 0)
         goto out_plan;

@@ -60,6 +60,12 @@
 
 #define RPC_ADDRESS_MAX 2048
 #define RPC_POLL_MS     100 /* how often a stream looks for news */
+/* After the grace period: searches told to stop get this long to reply
+ * with their best plan before the remaining calls are cancelled. */
+#define RPC_HALT_REPLY_MS          2000
+#define RPC_IDLE_CONNECTION_MS     (5 * 60 * 1000)
+#define RPC_HANDSHAKE_MS           (10 * 1000)
+#define RPC_STREAMS_PER_CONNECTION 256
 
 #define CONTAINER_OF(ptr, type, member)                                        \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
@@ -92,13 +98,17 @@ struct rpc_server {
     uv_timer_t grace;
 
     struct rpc_tag shutdown_tag;
-    bool draining;       /* rpc_server_shutdown() was called: lame duck */
-    bool stopping;       /* the gRPC server is shutting down */
-    bool server_gone;    /* its shutdown tag fired; server destroyed */
-    bool cq_shut;        /* grpc_completion_queue_shutdown() was called */
-    int live;            /* call objects not yet freed */
-    size_t queued;       /* unary calls with the threadpool */
-    size_t queued_bytes; /* and the bytes of their requests */
+    bool draining;            /* rpc_server_shutdown() was called: lame duck */
+    bool stopping;            /* the gRPC server is shutting down */
+    bool server_gone;         /* its shutdown tag fired; server destroyed */
+    bool cq_shut;             /* grpc_completion_queue_shutdown() was called */
+    int live;                 /* call objects not yet freed */
+    size_t queued;            /* unary calls with the threadpool or waiting */
+    size_t queued_bytes;      /* and the bytes of their requests */
+    struct rpc_call *working; /* those calls (a list through wnext/wprev) */
+    struct rpc_call *wait_head, *wait_tail; /* big searches not yet queued */
+    size_t big_running;                     /* big searches queued */
+    size_t max_big;                         /* at most this many */
 };
 
 /* One incoming call, registered (slot set) or unknown (slot NULL). */
@@ -116,8 +126,15 @@ struct rpc_call {
     int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
     bool closed;               /* RECV_CLOSE_ON_SERVER completed */
     atomic_bool gone;          /* closed and cancelled, for the worker */
+    atomic_bool stop;          /* gone, or the grace period ran out */
     bool queued;               /* the work item is with the threadpool */
-    bool md_sent;              /* initial metadata went out */
+    bool waiting;              /* in the big lane's queue, not yet queued */
+    bool counted;              /* in srv->queued and srv->working */
+    enum svc_lane lane;
+    char peer[64];                  /* the client's host: big lane caps */
+    struct rpc_call *wnext, *wprev; /* srv->working */
+    struct rpc_call *wait_next;     /* srv->wait_head .. wait_tail */
+    bool md_sent;                   /* initial metadata went out */
     int refs;
     int64_t deadline_ms; /* monotonic (sd_now_ms()); INT64_MAX: none */
     int64_t started_ms;  /* when the call came (for the debug log) */
@@ -243,6 +260,8 @@ static void on_async(uv_async_t *h)
 /* Calls                                                                   */
 
 static void request_call(struct rpc_server *srv, const struct rpc_slot *slot);
+static void work_run(uv_work_t *w);
+static void work_after(uv_work_t *w, int status);
 
 static void maybe_shutdown_cq(struct rpc_server *srv)
 {
@@ -337,6 +356,137 @@ static void call_abandon(struct rpc_call *c)
     call_unref(c);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Lanes: big searches take at most max_big workers (threads - 1 by      */
+/* default), and at most big_per_peer of them come from one client host, */
+/* so small requests always find a worker (docs/daemon.md, "Limits").    */
+
+/* The call counts as in flight: srv->queued, its bytes, srv->working. */
+static void work_add(struct rpc_call *c)
+{
+    struct rpc_server *srv = c->srv;
+
+    c->counted = true;
+    srv->queued++;
+    srv->queued_bytes += GRPC_SLICE_LENGTH(c->req);
+    c->wprev = NULL;
+    c->wnext = srv->working;
+    if (srv->working != NULL)
+        srv->working->wprev = c;
+    srv->working = c;
+}
+
+/* The call's work is over (done, cancelled, or it never started). */
+static void work_done(struct rpc_call *c)
+{
+    struct rpc_server *srv = c->srv;
+
+    if (!c->counted)
+        return;
+    c->counted = false;
+    srv->queued--;
+    srv->queued_bytes -= GRPC_SLICE_LENGTH(c->req);
+    if (c->wprev != NULL)
+        c->wprev->wnext = c->wnext;
+    else
+        srv->working = c->wnext;
+    if (c->wnext != NULL)
+        c->wnext->wprev = c->wprev;
+    c->wnext = c->wprev = NULL;
+}
+
+/* Big searches of c's client host running now. */
+static size_t peer_big(const struct rpc_server *srv, const struct rpc_call *c)
+{
+    const struct rpc_call *w;
+    size_t n = 0;
+
+    for (w = srv->working; w != NULL; w = w->wnext)
+        if (w->queued && w->lane == SVC_LANE_BIG &&
+            strcmp(w->peer, c->peer) == 0)
+            n++;
+    return n;
+}
+
+static bool big_may_start(const struct rpc_server *srv,
+                          const struct rpc_call *c)
+{
+    return srv->big_running < srv->max_big &&
+           peer_big(srv, c) < srv->cfg.big_per_peer;
+}
+
+static void wait_push(struct rpc_server *srv, struct rpc_call *c)
+{
+    c->waiting = true;
+    c->wait_next = NULL;
+    if (srv->wait_tail != NULL)
+        srv->wait_tail->wait_next = c;
+    else
+        srv->wait_head = c;
+    srv->wait_tail = c;
+}
+
+static void wait_remove(struct rpc_server *srv, struct rpc_call *c)
+{
+    struct rpc_call **at, *prev = NULL;
+
+    for (at = &srv->wait_head; *at != NULL; prev = *at, at = &(*at)->wait_next)
+        if (*at == c) {
+            *at = c->wait_next;
+            if (srv->wait_tail == c)
+                srv->wait_tail = prev;
+            break;
+        }
+    c->waiting = false;
+    c->wait_next = NULL;
+}
+
+/* Hands the call's work to the threadpool. */
+static void dispatch(struct rpc_call *c)
+{
+    c->work.data = c;
+    if (uv_queue_work(c->srv->loop, &c->work, work_run, work_after) != 0) {
+        work_done(c);
+        call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
+        return;
+    }
+    c->queued = true;
+    if (c->lane == SVC_LANE_BIG)
+        c->srv->big_running++;
+}
+
+/* Starts the waiting big searches that may start now, oldest first. */
+static void dispatch_waiting(struct rpc_server *srv)
+{
+    struct rpc_call *c = srv->wait_head, *next;
+
+    for (; c != NULL && srv->big_running < srv->max_big; c = next) {
+        next = c->wait_next;
+        if (peer_big(srv, c) >= srv->cfg.big_per_peer)
+            continue;
+        wait_remove(srv, c);
+        dispatch(c);
+    }
+}
+
+/* The client's host from gRPC's peer ("ipv4:10.0.0.7:51234"), without the
+ * port; every unix-socket client is one host, "unix". */
+static void peer_of(struct rpc_call *c)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    char *colon;
+
+    snprintf(c->peer, sizeof(c->peer), "%s", peer != NULL ? peer : "?");
+    gpr_free(peer);
+    if (strncmp(c->peer, "unix", 4) == 0) {
+        snprintf(c->peer, sizeof(c->peer), "unix");
+        return;
+    }
+    colon = strrchr(c->peer, ':');
+    if (colon != NULL && colon != strchr(c->peer, ':'))
+        *colon = '\0';
+}
+
 static void on_close(struct rpc_tag *t, bool ok)
 {
     struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_close);
@@ -348,7 +498,13 @@ static void on_close(struct rpc_tag *t, bool ok)
      * flag and stops (uv_cancel() then fails and changes nothing). */
     if (c->cancelled && c->queued) {
         atomic_store(&c->gone, true);
+        atomic_store(&c->stop, true);
         uv_cancel((uv_req_t *)&c->work);
+    }
+    if (c->cancelled && c->waiting) { /* never started: let it go */
+        wait_remove(c->srv, c);
+        work_done(c);
+        call_abandon(c);
     }
     call_unref(c);
 }
@@ -358,7 +514,7 @@ static void work_run(uv_work_t *w)
 {
     struct rpc_call *c = w->data;
 
-    struct svc_call call = {c->deadline_ms, &c->gone};
+    struct svc_call call = {c->deadline_ms, &c->stop, &c->gone};
 
     /* A call whose deadline passed while it waited for a worker is not
      * worked on: its client has given up. */
@@ -378,8 +534,10 @@ static void work_after(uv_work_t *w, int status)
     struct rpc_call *c = w->data;
 
     c->queued = false;
-    c->srv->queued--;
-    c->srv->queued_bytes -= GRPC_SLICE_LENGTH(c->req);
+    if (c->lane == SVC_LANE_BIG)
+        c->srv->big_running--;
+    work_done(c);
+    dispatch_waiting(c->srv);
     /* status is UV_ECANCELED when on_close() cancelled the work; then the
      * call is closed and cancelled, and abandoned here. */
     (void)status;
@@ -686,6 +844,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
         return;
     }
+    peer_of(c);
     if (c->slot->method->admin && authorize(c) != 0) {
         call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
         return;
@@ -727,14 +886,17 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         call_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, c->diag.msg);
         return;
     }
-    c->work.data = c;
-    if (uv_queue_work(srv->loop, &c->work, work_run, work_after) != 0) {
-        call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
-    } else {
-        c->queued = true;
-        srv->queued++;
-        srv->queued_bytes += GRPC_SLICE_LENGTH(c->req);
+    c->lane =
+        c->slot->method->lane != NULL
+            ? c->slot->method->lane(srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
+                                    GRPC_SLICE_LENGTH(c->req))
+            : SVC_LANE_SMALL;
+    work_add(c);
+    if (c->lane == SVC_LANE_BIG && !big_may_start(srv, c)) {
+        wait_push(srv, c); /* dispatch_waiting() starts it later */
+        return;
     }
+    dispatch(c);
 }
 
 /* Asks gRPC for the next call of one method (slot NULL: any other). */
@@ -752,6 +914,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     c->slot = slot;
     c->refs = 1;
     atomic_init(&c->gone, false);
+    atomic_init(&c->stop, false);
     c->t_new.done = on_new_call;
     c->t_send.done = on_send_done;
     c->t_close.done = on_close;
@@ -794,15 +957,37 @@ static void on_shutdown_done(struct rpc_tag *t, bool ok)
     maybe_shutdown_cq(srv);
 }
 
-static void on_grace_over(uv_timer_t *h)
+static void on_halt_over(uv_timer_t *h)
 {
     struct rpc_server *srv = h->data;
 
     if (srv->server != NULL) {
-        sd_log(SD_LOG_WARN, "grace period over: cancelling the calls "
-                            "still running");
+        sd_log(SD_LOG_WARN, "cancelling the calls still running");
         grpc_server_cancel_all_calls(srv->server);
     }
+}
+
+/*
+ * The grace period is over: every search still running stops as at the
+ * end of its budget and answers with its best plan so far (marked
+ * time_budget_exhausted), then, RPC_HALT_REPLY_MS later, what is left is
+ * cancelled.
+ */
+static void on_grace_over(uv_timer_t *h)
+{
+    struct rpc_server *srv = h->data;
+    struct rpc_call *c;
+    size_t n = 0;
+
+    if (srv->server == NULL)
+        return;
+    for (c = srv->working; c != NULL; c = c->wnext, n++)
+        atomic_store(&c->stop, true);
+    sd_log(SD_LOG_WARN,
+           "grace period over: %zu call(s) still running answer with what "
+           "they have",
+           n);
+    uv_timer_start(&srv->grace, on_halt_over, RPC_HALT_REPLY_MS, 0);
 }
 
 /* Undoes a start that failed before the cq thread ran: synchronous. */
@@ -904,7 +1089,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
 {
     struct rpc_server *srv;
     grpc_channel_args ch_args;
-    grpc_arg args[5];
+    grpc_arg args[8];
     size_t i;
     int rv;
 
@@ -923,6 +1108,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     }
     srv->loop = loop;
     srv->cfg = *cfg;
+    srv->max_big = cfg->max_big > 0 ? cfg->max_big : 1;
     pthread_mutex_init(&srv->mu, NULL);
     srv->shutdown_tag.done = on_shutdown_done;
 
@@ -947,6 +1133,18 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     args[4].type = GRPC_ARG_INTEGER;
     args[4].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
     args[4].value.integer = 10 * 1000;
+    /* A connection idle this long is closed (clients reconnect on their
+     * next call), one that has not finished its handshake by then too, and
+     * one connection carries at most this many calls at once. */
+    args[5].type = GRPC_ARG_INTEGER;
+    args[5].key = (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+    args[5].value.integer = RPC_IDLE_CONNECTION_MS;
+    args[6].type = GRPC_ARG_INTEGER;
+    args[6].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+    args[6].value.integer = RPC_HANDSHAKE_MS;
+    args[7].type = GRPC_ARG_INTEGER;
+    args[7].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    args[7].value.integer = RPC_STREAMS_PER_CONNECTION;
     ch_args.num_args = sizeof(args) / sizeof(args[0]);
     ch_args.args = args;
 

@@ -31,6 +31,8 @@ struct rpc_config {
     uint64_t lame_duck_ms;    /* first: new calls UNAVAILABLE this long */
     size_t max_queued; /* unary calls in flight; more: RESOURCE_EXHAUSTED */
     size_t max_queued_bytes; /* and their request bytes (>= a message) */
+    size_t max_big;          /* big-lane searches at once (>= 1) */
+    size_t big_per_peer;     /* of them, from one client host (>= 1) */
     uint32_t unix_mode;      /* permission bits of unix sockets */
     int64_t unix_gid;        /* their group; -1: the process's */
     const struct svc_method *methods; /* borrowed; must outlive the server */

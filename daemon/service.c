@@ -12,23 +12,33 @@
 #include "shardd/log.h"
 
 const struct svc_method svc_methods[] = {
-    /* path, admin, draining_ok, unary, stream, bidi */
-    {"/shardd.v1.Planner/Plan", false, false, svc_plan, NULL, NULL},
-    {"/shardd.v1.Planner/Estimate", false, false, svc_estimate, NULL, NULL},
-    {"/grpc.health.v1.Health/Check", false, true, svc_health, NULL, NULL},
-    {"/grpc.health.v1.Health/Watch", false, true, NULL, svc_health_watch, NULL},
-    {"/shardd.v1.Admin/GetStatus", true, false, admin_status, NULL, NULL},
-    {"/shardd.v1.Admin/ListModels", true, false, admin_list_models, NULL, NULL},
-    {"/shardd.v1.Admin/ActivateModel", true, false, admin_activate, NULL, NULL},
-    {"/shardd.v1.Admin/Retrain", true, false, admin_retrain, NULL, NULL},
-    {"/shardd.v1.Admin/GetJob", true, false, admin_get_job, NULL, NULL},
-    {"/shardd.v1.Admin/WatchJob", true, false, NULL, admin_watch_job, NULL},
-    {"/shardd.v1.Admin/SetProfiler", true, false, admin_set_profiler, NULL,
-     NULL},
-    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", false,
-     false, NULL, NULL, svc_reflect},
-    {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", false, false,
-     NULL, NULL, svc_reflect},
+    {.path = "/shardd.v1.Planner/Plan", .fn = svc_plan, .lane = svc_plan_lane},
+    {.path = "/shardd.v1.Planner/Estimate", .fn = svc_estimate},
+    {.path = "/grpc.health.v1.Health/Check",
+     .draining_ok = true,
+     .fn = svc_health},
+    {.path = "/grpc.health.v1.Health/Watch",
+     .draining_ok = true,
+     .stream = svc_health_watch},
+    {.path = "/shardd.v1.Admin/GetStatus", .admin = true, .fn = admin_status},
+    {.path = "/shardd.v1.Admin/ListModels",
+     .admin = true,
+     .fn = admin_list_models},
+    {.path = "/shardd.v1.Admin/ActivateModel",
+     .admin = true,
+     .fn = admin_activate},
+    {.path = "/shardd.v1.Admin/Retrain", .admin = true, .fn = admin_retrain},
+    {.path = "/shardd.v1.Admin/GetJob", .admin = true, .fn = admin_get_job},
+    {.path = "/shardd.v1.Admin/WatchJob",
+     .admin = true,
+     .stream = admin_watch_job},
+    {.path = "/shardd.v1.Admin/SetProfiler",
+     .admin = true,
+     .fn = admin_set_profiler},
+    {.path = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+     .bidi = svc_reflect},
+    {.path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+     .bidi = svc_reflect},
 };
 
 const size_t svc_nmethods = sizeof(svc_methods) / sizeof(svc_methods[0]);
@@ -131,7 +141,6 @@ static int open_parts(struct svc *s, const struct sd_config *c,
 int svc_open(const struct sd_config *cfg, struct svc **out, struct sd_diag *d)
 {
     struct svc *s = calloc(1, sizeof(*s));
-    struct sd_diag why;
     int rv;
 
     if (s == NULL)
@@ -150,11 +159,10 @@ int svc_open(const struct sd_config *cfg, struct svc **out, struct sd_diag *d)
         rv = sd_diag_set(d, SD_EINVAL, "data_dir: the path is too long");
         goto fail_conf;
     }
-    rv = store_open(s->db_path, 0, &s->st, &why);
-    if (rv != 0) {
-        sd_diag_set(d, rv, "store %s: %s", s->db_path, why.msg);
+    /* The store's messages name the file and what to do. */
+    rv = store_open(s->db_path, 0, &s->st, d);
+    if (rv != 0)
         goto fail_conf;
-    }
     rv = open_parts(s, cfg, d);
     if (rv != 0)
         goto fail_store;

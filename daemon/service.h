@@ -31,10 +31,22 @@ struct svc; /* opaque: service_int.h */
 /* What the transport tells a method about its call. */
 struct svc_call {
     int64_t deadline_ms; /* monotonic (sd_now_ms()); INT64_MAX: none */
-    /* Set (by the transport) when the client cancels the call or its
-     * deadline passes while a method works on it; NULL where nothing can
-     * cancel.  A search stops at it and the method returns SD_ECANCELED. */
-    const atomic_bool *cancel;
+    /* Set (by the transport) when the work should stop: the client left,
+     * or the server is stopping and its grace period ran out.  A search
+     * stops at it as at the end of its budget.  NULL: nothing stops it. */
+    const atomic_bool *stop;
+    /* Set too when the client left (cancelled, or its deadline passed):
+     * nobody takes the answer, and the method returns SD_ECANCELED.  When
+     * only `stop` is set, a search answers with its best plan so far,
+     * marked time_budget_exhausted.  May be NULL. */
+    const atomic_bool *gone;
+};
+
+/* Which queue of workers a unary call waits in: big searches may take
+ * every worker but one, so small requests always find one. */
+enum svc_lane {
+    SVC_LANE_SMALL = 0,
+    SVC_LANE_BIG = 1,
 };
 
 /*
@@ -82,6 +94,14 @@ typedef int (*svc_stream_fn)(struct svc *s, const uint8_t *req, size_t len,
 typedef int (*svc_bidi_fn)(struct svc *s, const uint8_t *req, size_t len,
                            uint8_t **resp, size_t *resp_len, struct sd_diag *d);
 
+/*
+ * The lane of a unary request, judged from its bytes on the transport's
+ * loop thread: quick (it skims the message, decodes nothing big) and never
+ * failing (bytes that are no request are small: the method refuses them).
+ */
+typedef enum svc_lane (*svc_lane_fn)(struct svc *s, const uint8_t *req,
+                                     size_t len);
+
 /* One method: its full path and exactly one of fn, stream and bidi. */
 struct svc_method {
     const char *path; /* "/shardd.v1.Planner/Plan" */
@@ -90,6 +110,7 @@ struct svc_method {
     svc_method_fn fn;
     svc_stream_fn stream;
     svc_bidi_fn bidi;
+    svc_lane_fn lane; /* fn only; NULL: always SVC_LANE_SMALL */
 };
 
 /* Every method the service serves (static). */
@@ -137,6 +158,7 @@ int svc_authorize(struct svc *s, bool unix_peer, const char *bearer,
 void svc_describe(struct svc *s, char *buf, size_t size);
 
 /* The methods, for callers without the transport (tests, fuzzing). */
+enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len);
 int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
              size_t len, uint8_t **resp, size_t *resp_len, struct sd_diag *d);
 int svc_estimate(struct svc *s, const struct svc_call *call, const uint8_t *req,

@@ -261,6 +261,11 @@ static void rpc_config_of(const struct sd_config *c, struct svc *svc,
                               : MAX_QUEUED_BYTES;
     r->lame_duck_ms = LAME_DUCK_MS;
     r->unix_mode = c->socket_mode;
+    /* Big searches leave at least one worker to small requests. */
+    r->max_big = c->big_searches > 0 ? c->big_searches
+                 : c->threads > 1    ? c->threads - 1
+                                     : 1;
+    r->big_per_peer = c->big_searches_per_peer;
     r->methods = svc_methods;
     r->nmethods = svc_nmethods;
     r->svc = svc;

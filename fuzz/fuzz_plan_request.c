@@ -263,7 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const svc_method_fn methods[4] = {svc_plan, svc_estimate, svc_health,
                                              reflect_one};
     static uint64_t runs;
-    struct svc_call call = {0, NULL};
+    struct svc_call call = {0, NULL, NULL};
     struct sd_diag d;
     uint8_t *resp = NULL, *req;
     size_t resp_len = 0, len;

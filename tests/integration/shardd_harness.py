@@ -234,6 +234,17 @@ def free_port():
     return port
 
 
+_FLAGS = {}
+
+
+def _flags(binary):
+    """The --help text of a shardd binary (cached)."""
+    if binary not in _FLAGS:
+        _FLAGS[binary] = subprocess.run([binary, "--help"], capture_output=True,
+                                        text=True).stdout
+    return _FLAGS[binary]
+
+
 class Daemon:
     """One shardd process on 127.0.0.1:<free port> and unix:<tmp>/s.sock."""
 
@@ -253,8 +264,12 @@ class Daemon:
             self.argv += ["--listen", self.unix]
         # No scheduled retrains or backups; retrains back to back (the
         # rate limit and the backups are test_service's and test_limits').
-        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0",
-                      "--retrain-min-interval-s", "0", "--backup-every-hours", "0"]
+        # Flags a binary does not know are left out of these defaults, so
+        # that a test can be run against an older shardd to see it fail.
+        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0"]
+        for flag in ("--retrain-min-interval-s", "--backup-every-hours"):
+            if flag in _flags(binary):
+                self.argv += [flag, "0"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:

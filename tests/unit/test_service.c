@@ -364,7 +364,7 @@ static void test_cache_policy(void)
     struct sd_config c;
     struct svc *s;
     Shardd__V1__PlanResponse *r = NULL;
-    struct svc_call call = {INT64_MAX, NULL};
+    struct svc_call call = {INT64_MAX, NULL, NULL};
     struct ask big = {.ntables = NTABLES};
     struct sd_diag d;
     int rv;
