@@ -186,8 +186,10 @@ int wire_tables_in(const struct wire_limits *l, Shardd__V1__Table *const *in,
     tables = calloc(n, sizeof(*tables));
     if (tables == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
-    for (i = 0; i < n && rv == 0; i++)
+    for (i = 0; i < n && rv == 0; i++) {
         rv = table_in(in[i], i, &tables[i], d);
+        table_normalize_bins(&tables[i]);
+    }
     if (rv == 0)
         rv = table_validate_all(tables, n, d);
     if (rv != 0) {

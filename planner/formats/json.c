@@ -122,6 +122,7 @@ static int parse_table(const json_t *o, size_t idx, struct table *t,
                            "tables[%zu] \"%s\": dtype is not \"fp32\" or "
                            "\"fp16\"",
                            idx, t->name);
+    table_normalize_bins(t);
     return table_validate(t, idx, d);
 }
 

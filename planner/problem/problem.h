@@ -65,10 +65,19 @@ uint64_t table_bytes(const struct table *t, int32_t cols);
 /*
  * Checks one table: name non-empty, rows in [1, TABLE_ROWS_MAX], dim a
  * multiple of 4 in [4, 1024], pooling factor finite in [0, TABLE_PF_MAX],
- * bins finite in [0, 1] summing to at most 1 (within 1e-6).  `idx` is the
- * table's position, used in the message.  Returns 0 or SD_EINVAL with d set.
+ * bins finite in [0, 1] summing to at most 1 + TABLE_BINS_SLACK.  `idx` is
+ * the table's position, used in the message.  Returns 0 or SD_EINVAL with d
+ * set.
  */
 int table_validate(const struct table *t, size_t idx, struct sd_diag *d);
+
+/*
+ * Bins a user wrote rounded (to 6 decimals, say) can sum to a little over
+ * 1: a sum in (1, 1 + TABLE_BINS_SLACK] is scaled back to 1.  Inputs call
+ * it before validating; anything else is left as it is.
+ */
+#define TABLE_BINS_SLACK 1e-3
+void table_normalize_bins(struct table *t);
 
 /*
  * Checks every table and that names are unique.  Returns 0 or SD_EINVAL with

@@ -43,6 +43,19 @@ int32_t table_split_levels(int32_t dim)
     return levels;
 }
 
+void table_normalize_bins(struct table *t)
+{
+    double sum = 0;
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        sum += t->bins[k];
+    if (!(sum > 1.0 && sum <= 1.0 + TABLE_BINS_SLACK))
+        return;
+    for (k = 0; k < TABLE_NBINS; k++)
+        t->bins[k] /= sum;
+}
+
 int table_validate(const struct table *t, size_t idx, struct sd_diag *d)
 {
     double sum = 0;
@@ -75,10 +88,11 @@ int table_validate(const struct table *t, size_t idx, struct sd_diag *d)
                                idx, t->name, k, t->bins[k]);
         sum += t->bins[k];
     }
-    if (sum > 1.0 + 1e-6)
+    if (sum > 1.0 + TABLE_BINS_SLACK)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": bins sum to %g, more than 1",
-                           idx, t->name, sum);
+                           "tables[%zu] \"%s\": bins sum to %.9g, more than 1 "
+                           "(up to 1 + %g is taken for rounding)",
+                           idx, t->name, sum, TABLE_BINS_SLACK);
     if (t->dtype != TABLE_DTYPE_FP32 && t->dtype != TABLE_DTYPE_FP16)
         return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": dtype %d unknown",
                            idx, t->name, (int)t->dtype);

@@ -937,34 +937,119 @@ static void ns_local(struct ns *s, struct ns_state *st)
 /* ------------------------------------------------------------------------ */
 /* Set-up and the entry point                                                */
 
-/* Why nothing fits: the table whose narrowest piece exceeds every device,
- * else the totals. */
+/* A piece of the no-fit diagnosis: one narrowest slice of a table. */
+struct ns_fit {
+    uint64_t bytes;
+    uint32_t table;
+};
+
+static int cmp_fit_desc(const void *a, const void *b)
+{
+    const struct ns_fit *x = a, *y = b;
+
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return (x->table > y->table) - (x->table < y->table);
+}
+
+/* The narrowest level table i may take (0: whole). */
+static int32_t narrowest(struct ns *s, size_t i)
+{
+    return piece_pinned(s, i) || !s->o->column_splits ? 0
+                                                      : s->tl[i].nlevels - 1;
+}
+
+/*
+ * Why nothing fits, naming the table: the one whose narrowest piece
+ * exceeds every device, else the first piece that finds no room when the
+ * narrowest pieces are placed largest first onto the device with the most
+ * room (pinned tables on their devices first); with what would help.
+ */
 static int no_fit(struct ns *s, struct sd_diag *d)
 {
-    uint64_t total = 0, cap = 0, largest = topology_mem_max(s->t);
-    size_t i;
-    int32_t r;
+    uint64_t total = 0, cap = 0, largest = topology_mem_max(s->t), *room;
+    struct ns_fit *pieces;
+    size_t i, np = 0, k;
+    int32_t r, best;
+    int rv;
 
     for (i = 0; i < s->ntables; i++) {
-        int32_t narrowest = piece_pinned(s, i) ? 0 : s->tl[i].nlevels - 1;
-        struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest);
+        struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest(s, i));
 
         if (lv->bytes > largest)
-            return sd_diag_set(d, SD_ENOSPACE,
-                               "table \"%s\": even at %d columns it needs "
-                               "%llu bytes, %llu more than a device has",
-                               s->tables[i].name, (int)lv->cols,
-                               (unsigned long long)lv->bytes,
-                               (unsigned long long)(lv->bytes - largest));
+            return sd_diag_set(
+                d, SD_ENOSPACE,
+                "table \"%s\": even at %d columns it needs "
+                "%llu bytes, %llu more than a device has%s",
+                s->tables[i].name, (int)lv->cols, (unsigned long long)lv->bytes,
+                (unsigned long long)(lv->bytes - largest),
+                s->o->column_splits ? ""
+                                    : "; allow column splits, or give the "
+                                      "devices more memory");
         total += ns_level(s, (uint32_t)i, 0)->bytes;
+        np += (size_t)1 << narrowest(s, i);
     }
     for (r = 0; r < s->n; r++)
         cap += topology_mem(s->t, r);
-    return sd_diag_set(d, SD_ENOSPACE,
-                       "no placement fits: the tables need %llu bytes, the "
-                       "%d devices have %llu in all",
-                       (unsigned long long)total, (int)s->n,
-                       (unsigned long long)cap);
+    room = calloc((size_t)s->n, sizeof(*room));
+    pieces = calloc(np ? np : 1, sizeof(*pieces));
+    if (room == NULL || pieces == NULL) {
+        rv = sd_diag_set(d, SD_ENOSPACE,
+                         "no placement fits: the tables need %llu bytes, the "
+                         "%d devices have %llu in all",
+                         (unsigned long long)total, (int)s->n,
+                         (unsigned long long)cap);
+        goto out_free;
+    }
+    for (r = 0; r < s->n; r++)
+        room[r] = topology_mem(s->t, r);
+    np = 0;
+    for (i = 0; i < s->ntables; i++) {
+        uint64_t b = ns_level(s, (uint32_t)i, narrowest(s, i))->bytes;
+
+        if (piece_pinned(s, i)) { /* fits: plan_check_pins() said so */
+            room[s->pins[i]] -= b;
+            continue;
+        }
+        for (k = 0; k < (size_t)1 << narrowest(s, i); k++)
+            pieces[np++] = (struct ns_fit){b, (uint32_t)i};
+    }
+    qsort(pieces, np, sizeof(*pieces), cmp_fit_desc);
+    for (k = 0; k < np; k++) {
+        const struct ns_level *lv =
+            ns_level(s, pieces[k].table, narrowest(s, pieces[k].table));
+
+        for (best = 0, r = 1; r < s->n; r++)
+            if (room[r] > room[best])
+                best = r;
+        if (pieces[k].bytes <= room[best]) {
+            room[best] -= pieces[k].bytes;
+            continue;
+        }
+        rv = sd_diag_set(
+            d, SD_ENOSPACE,
+            "no placement fits: table \"%s\" (%llu bytes at %d of its %d "
+            "columns) finds no device with room once the larger ones are "
+            "placed (the most left is %llu bytes; the tables need %llu bytes, "
+            "the %d devices have %llu in all); %s",
+            s->tables[pieces[k].table].name,
+            (unsigned long long)pieces[k].bytes, (int)lv->cols,
+            (int)s->tables[pieces[k].table].dim, (unsigned long long)room[best],
+            (unsigned long long)total, (int)s->n, (unsigned long long)cap,
+            s->o->column_splits ? "give the devices more memory"
+                                : "allow column splits, or give the devices "
+                                  "more memory");
+        goto out_free;
+    }
+    rv = sd_diag_set(d, SD_ENOSPACE,
+                     "no placement fits: the tables need %llu bytes, the %d "
+                     "devices have %llu in all; give the devices more memory",
+                     (unsigned long long)total, (int)s->n,
+                     (unsigned long long)cap);
+out_free:
+    free(pieces);
+    free(room);
+    return rv;
 }
 
 static int devs_alloc(struct ns_devs *d, size_t n)

@@ -217,6 +217,29 @@ static void test_memory(void)
     CHECK(strstr(d.msg, "\"t1\"") != NULL);
     CHECK(strstr(d.msg, "more than a device has") != NULL);
 
+    /* Three tables of 0.6 device each on two devices, whole: each fits a
+     * device, together they cannot.  The message names the table left
+     * over and what would help (it compared the totals only). */
+    tb[1].rows = 1000;
+    {
+        struct topology two;
+
+        for (k = 0; k < 3; k++) {
+            tb[k].rows = 1000000;
+            tb[k].dim = 64;
+        }
+        topology_default(&two, 2,
+                         shard_bytes(&tb[0], 64, OPTIMIZER_SGD) * 5 / 3);
+        two.batch_size = net->batch_size;
+        o.column_splits = false;
+        CHECK(run(tb, 3, &two, &o, &p, &d) == SD_ENOSPACE);
+        CHECK(strstr(d.msg, "no placement fits: table \"t") == d.msg);
+        CHECK(strstr(d.msg, "allow column splits") != NULL);
+        o.column_splits = true;
+        CHECK(run(tb, 3, &two, &o, &p, &d) == 0);
+        plan_destroy(&p);
+    }
+
     /* No model, no neuroshard. */
     o.net = NULL;
     CHECK(plan_neuroshard(tb, 6, &topo, &o, &p, &d) == SD_EINVAL);
