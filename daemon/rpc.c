@@ -1,31 +1,9 @@
 /*
- * The gRPC C-core server of shardd on a libuv loop; the only file of the
- * project that includes gRPC headers (scripts/check-layering.sh).
- *
- * Threads (shared/reference/grpc_c_core.md section 4, option A):
- *  - the cq thread blocks in grpc_completion_queue_next() (which is also
- *    what moves gRPC's socket I/O in 1.51), appends every completed tag to a
- *    locked list and wakes the loop with uv_async_send();
- *  - the loop thread drains the list and runs each tag's callback, so every
- *    grpc_call_start_batch() and every change to call state happens there
- *    and needs no lock;
- *  - uv threadpool workers run the service functions (the search); they
- *    never touch a call.
- *
- * A call object is reference counted: one reference for the application
- * (held from the new-call event until the reply is handed to gRPC or the
- * call is abandoned, i.e. across the uv_queue_work), and one for each batch
- * in flight (the close watch, the send).  The completion queue is shut down
- * only once the server's shutdown tag fired AND no call object is left,
- * because a call still being searched for will start a batch later.
+ * The gRPC C-core server of shardd on a libuv loop (rpc.h): start and bind,
+ * the completion-queue thread, new calls, shutdown.  A call's life is
+ * rpc_call.c's; the threads and references are described in rpc_int.h.
  */
-#include "rpc.h"
-
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,160 +12,14 @@
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
-#include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
-#include <uv.h>
 
+#include "rpc_int.h"
 #include "shardd/log.h"
-
-/*
- * A tag travels loop -> gRPC -> cq thread.  gRPC (a Debian build) is not
- * instrumented, so ThreadSanitizer cannot see that hand-off order the
- * writes before it; the TSan build says so explicitly.  No-ops otherwise.
- */
-#if defined(__SANITIZE_THREAD__)
-#    include <sanitizer/tsan_interface.h>
-#    define TAG_HANDOFF(t)  __tsan_release(t)
-#    define TAG_RECEIVED(t) __tsan_acquire(t)
-#else
-#    define TAG_HANDOFF(t)  ((void)(t))
-#    define TAG_RECEIVED(t) ((void)(t))
-#endif
-
-#define RPC_ADDRESS_MAX 2048
-#define RPC_POLL_MS     100 /* how often a stream looks for news */
-/* After the grace period: searches told to stop get this long to reply
- * with their best plan before the remaining calls are cancelled. */
-#define RPC_HALT_REPLY_MS          2000
-#define RPC_IDLE_CONNECTION_MS     (5 * 60 * 1000)
-#define RPC_HANDSHAKE_MS           (10 * 1000)
-#define RPC_STREAMS_PER_CONNECTION 256
-
-#define CONTAINER_OF(ptr, type, member)                                        \
-    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
-
-/* A completion-queue tag: what to run on the loop when it completes. */
-struct rpc_tag {
-    void (*done)(struct rpc_tag *t, bool ok);
-    struct rpc_tag *next; /* cq thread -> loop list, under rpc_server.mu */
-    bool ok;
-};
-
-struct rpc_slot {
-    const struct svc_method *method;
-    void *handle; /* grpc_server_register_method() */
-};
-
-struct rpc_server {
-    uv_loop_t *loop;
-    struct rpc_config cfg;
-    char address[RPC_ADDRESS_MAX];
-    grpc_server *server;       /* NULL once destroyed */
-    grpc_completion_queue *cq; /* NULL once destroyed */
-    struct rpc_slot *slots;
-
-    pthread_t thread;
-    pthread_mutex_t mu;
-    struct rpc_tag *head, *tail; /* guarded by mu */
-    bool cq_drained;             /* guarded by mu: GRPC_QUEUE_SHUTDOWN seen */
-    uv_async_t async;
-    uv_timer_t grace;
-
-    struct rpc_tag shutdown_tag;
-    bool draining;            /* rpc_server_shutdown() was called: lame duck */
-    bool stopping;            /* the gRPC server is shutting down */
-    bool server_gone;         /* its shutdown tag fired; server destroyed */
-    bool cq_shut;             /* grpc_completion_queue_shutdown() was called */
-    int live;                 /* call objects not yet freed */
-    size_t queued;            /* unary calls with the threadpool or waiting */
-    size_t queued_bytes;      /* and the bytes of their requests */
-    struct rpc_call *working; /* those calls (a list through wnext/wprev) */
-    struct rpc_call *wait_head, *wait_tail; /* big searches not yet queued */
-    size_t big_running;                     /* big searches queued */
-    size_t max_big;                         /* at most this many */
-};
-
-/* One incoming call, registered (slot set) or unknown (slot NULL). */
-struct rpc_call {
-    struct rpc_tag t_new, t_send, t_close, t_msg, t_recv;
-    struct rpc_server *srv;
-    const struct rpc_slot *slot;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array md;
-    grpc_call_details details; /* unknown methods only */
-    grpc_byte_buffer *payload; /* the request, until read */
-    grpc_byte_buffer *out;     /* the reply, while its batch is in flight */
-    grpc_byte_buffer *in;      /* bidi: the message being received */
-    int cancelled;             /* set by RECV_CLOSE_ON_SERVER */
-    bool closed;               /* RECV_CLOSE_ON_SERVER completed */
-    atomic_bool gone;          /* closed and cancelled, for the worker */
-    atomic_bool stop;          /* gone, or the grace period ran out */
-    bool queued;               /* the work item is with the threadpool */
-    bool waiting;              /* in the big lane's queue, not yet queued */
-    bool counted;              /* in srv->queued and srv->working */
-    enum svc_lane lane;
-    char peer[64];                  /* the client's host: big lane caps */
-    struct rpc_call *wnext, *wprev; /* srv->working */
-    struct rpc_call *wait_next;     /* srv->wait_head .. wait_tail */
-    bool md_sent;                   /* initial metadata went out */
-    int refs;
-    int64_t deadline_ms; /* monotonic (sd_now_ms()); INT64_MAX: none */
-    int64_t started_ms;  /* when the call came (for the debug log) */
-
-    /* Server streaming: polled by a timer on the loop. */
-    uv_timer_t poll;
-    bool polling;      /* the timer is open (it holds a reference) */
-    bool sending;      /* a message batch is in flight */
-    bool finish_after; /* that message is the last one */
-    bool ended;        /* the status has been sent */
-    void *sstate;      /* the method's, free()d with the call */
-
-    /* The work item: request in, reply or error out. */
-    uv_work_t work;
-    grpc_slice req; /* contiguous request bytes */
-    uint8_t *resp;
-    size_t resp_len;
-    int err;
-    struct sd_diag diag;
-};
-
-/* ---------------------------------------------------------------------- */
-/* Error mapping: SD_E* to gRPC status, once, here                          */
-
-static grpc_status_code status_of(int err)
-{
-    switch (err) {
-    case SD_EINVAL:
-    case SD_EFORMAT:
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    case SD_ENOSPACE: /* tables do not fit: docs/api.md */
-    case SD_ERANGE:   /* over a server limit */
-    case SD_ENOMEM:
-    case SD_EBUSY:
-        return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case SD_ENOENT: /* no such model version, job, service */
-        return GRPC_STATUS_NOT_FOUND;
-    case SD_ESTATE: /* no model for the profile, no new samples */
-        return GRPC_STATUS_FAILED_PRECONDITION;
-    case SD_EAUTH:
-        return GRPC_STATUS_UNAUTHENTICATED;
-    case SD_ETIMEDOUT:
-        return GRPC_STATUS_DEADLINE_EXCEEDED;
-    case SD_EUNSUPPORTED:
-        return GRPC_STATUS_UNIMPLEMENTED;
-    case SD_ECANCELED:
-        return GRPC_STATUS_CANCELLED;
-    case SD_ECORRUPT: /* the store was damaged under the daemon */
-        return GRPC_STATUS_DATA_LOSS;
-    default:
-        return GRPC_STATUS_INTERNAL;
-    }
-}
 
 /* ---------------------------------------------------------------------- */
 /* cq thread -> loop                                                       */
@@ -257,519 +89,6 @@ static void on_async(uv_async_t *h)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Calls                                                                   */
-
-static void request_call(struct rpc_server *srv, const struct rpc_slot *slot);
-static void work_run(uv_work_t *w);
-static void work_after(uv_work_t *w, int status);
-
-static void maybe_shutdown_cq(struct rpc_server *srv)
-{
-    if (srv->server_gone && srv->live == 0 && !srv->cq_shut) {
-        srv->cq_shut = true;
-        grpc_completion_queue_shutdown(srv->cq); /* the thread then exits */
-    }
-}
-
-static void call_unref(struct rpc_call *c)
-{
-    struct rpc_server *srv = c->srv;
-
-    if (--c->refs > 0)
-        return;
-    grpc_metadata_array_destroy(&c->md);
-    if (c->slot == NULL)
-        grpc_call_details_destroy(&c->details);
-    if (c->payload != NULL)
-        grpc_byte_buffer_destroy(c->payload);
-    if (c->out != NULL)
-        grpc_byte_buffer_destroy(c->out);
-    if (c->in != NULL)
-        grpc_byte_buffer_destroy(c->in);
-    grpc_slice_unref(c->req);
-    free(c->resp);
-    free(c->sstate);
-    if (c->call != NULL)
-        grpc_call_unref(c->call);
-    free(c);
-    srv->live--;
-    maybe_shutdown_cq(srv);
-}
-
-static void on_send_done(struct rpc_tag *t, bool ok)
-{
-    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_send);
-
-    (void)ok; /* false: the client is gone; nothing more to do either way */
-    if (c->out != NULL) {
-        grpc_byte_buffer_destroy(c->out);
-        c->out = NULL;
-    }
-    call_unref(c);
-}
-
-/*
- * Sends the reply (`resp`, owned by the byte buffer from here on, may be
- * NULL for a status only) and the status in one batch.  The application's
- * reference passes to the batch.
- */
-static void call_reply(struct rpc_call *c, grpc_status_code code,
-                       const char *details)
-{
-    grpc_op ops[3];
-    grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
-    grpc_call_error e;
-    size_t n = 0;
-
-    memset(ops, 0, sizeof(ops));
-    if (!c->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        c->md_sent = true;
-    }
-    c->ended = true;
-    if (c->resp != NULL) {
-        grpc_slice s = grpc_slice_new(c->resp, c->resp_len, free);
-
-        c->resp = NULL; /* the slice frees it */
-        c->out = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = c->out;
-    }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = code;
-    ops[n++].data.send_status_from_server.status_details = &det;
-    TAG_HANDOFF(&c->t_send);
-    e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
-    grpc_slice_unref(det); /* not retained past start_batch */
-    if (e != GRPC_CALL_OK) {
-        sd_log(SD_LOG_ERROR, "cannot send a reply: %s",
-               grpc_call_error_to_string(e));
-        call_unref(c);
-    }
-}
-
-/* Gives up on a call whose client is gone: no status is owed. */
-static void call_abandon(struct rpc_call *c)
-{
-    grpc_call_cancel(c->call, NULL);
-    call_unref(c);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Lanes: big searches take at most max_big workers (threads - 1 by      */
-/* default), and at most big_per_peer of them come from one client host, */
-/* so small requests always find a worker (docs/daemon.md, "Limits").    */
-
-/* The call counts as in flight: srv->queued, its bytes, srv->working. */
-static void work_add(struct rpc_call *c)
-{
-    struct rpc_server *srv = c->srv;
-
-    c->counted = true;
-    srv->queued++;
-    srv->queued_bytes += GRPC_SLICE_LENGTH(c->req);
-    c->wprev = NULL;
-    c->wnext = srv->working;
-    if (srv->working != NULL)
-        srv->working->wprev = c;
-    srv->working = c;
-}
-
-/* The call's work is over (done, cancelled, or it never started). */
-static void work_done(struct rpc_call *c)
-{
-    struct rpc_server *srv = c->srv;
-
-    if (!c->counted)
-        return;
-    c->counted = false;
-    srv->queued--;
-    srv->queued_bytes -= GRPC_SLICE_LENGTH(c->req);
-    if (c->wprev != NULL)
-        c->wprev->wnext = c->wnext;
-    else
-        srv->working = c->wnext;
-    if (c->wnext != NULL)
-        c->wnext->wprev = c->wprev;
-    c->wnext = c->wprev = NULL;
-}
-
-/* Big searches of c's client host running now. */
-static size_t peer_big(const struct rpc_server *srv, const struct rpc_call *c)
-{
-    const struct rpc_call *w;
-    size_t n = 0;
-
-    for (w = srv->working; w != NULL; w = w->wnext)
-        if (w->queued && w->lane == SVC_LANE_BIG &&
-            strcmp(w->peer, c->peer) == 0)
-            n++;
-    return n;
-}
-
-static bool big_may_start(const struct rpc_server *srv,
-                          const struct rpc_call *c)
-{
-    return srv->big_running < srv->max_big &&
-           peer_big(srv, c) < srv->cfg.big_per_peer;
-}
-
-static void wait_push(struct rpc_server *srv, struct rpc_call *c)
-{
-    c->waiting = true;
-    c->wait_next = NULL;
-    if (srv->wait_tail != NULL)
-        srv->wait_tail->wait_next = c;
-    else
-        srv->wait_head = c;
-    srv->wait_tail = c;
-}
-
-static void wait_remove(struct rpc_server *srv, struct rpc_call *c)
-{
-    struct rpc_call **at, *prev = NULL;
-
-    for (at = &srv->wait_head; *at != NULL; prev = *at, at = &(*at)->wait_next)
-        if (*at == c) {
-            *at = c->wait_next;
-            if (srv->wait_tail == c)
-                srv->wait_tail = prev;
-            break;
-        }
-    c->waiting = false;
-    c->wait_next = NULL;
-}
-
-/* Hands the call's work to the threadpool. */
-static void dispatch(struct rpc_call *c)
-{
-    c->work.data = c;
-    if (uv_queue_work(c->srv->loop, &c->work, work_run, work_after) != 0) {
-        work_done(c);
-        call_reply(c, GRPC_STATUS_INTERNAL, "cannot queue the request");
-        return;
-    }
-    c->queued = true;
-    if (c->lane == SVC_LANE_BIG)
-        c->srv->big_running++;
-}
-
-/* Starts the waiting big searches that may start now, oldest first. */
-static void dispatch_waiting(struct rpc_server *srv)
-{
-    struct rpc_call *c = srv->wait_head, *next;
-
-    for (; c != NULL && srv->big_running < srv->max_big; c = next) {
-        next = c->wait_next;
-        if (peer_big(srv, c) >= srv->cfg.big_per_peer)
-            continue;
-        wait_remove(srv, c);
-        dispatch(c);
-    }
-}
-
-/* The client's host from gRPC's peer ("ipv4:10.0.0.7:51234"), without the
- * port; every unix-socket client is one host, "unix". */
-static void peer_of(struct rpc_call *c)
-{
-    char *peer = grpc_call_get_peer(c->call);
-    char *colon;
-
-    snprintf(c->peer, sizeof(c->peer), "%s", peer != NULL ? peer : "?");
-    gpr_free(peer);
-    if (strncmp(c->peer, "unix", 4) == 0) {
-        snprintf(c->peer, sizeof(c->peer), "unix");
-        return;
-    }
-    colon = strrchr(c->peer, ':');
-    if (colon != NULL && colon != strchr(c->peer, ':'))
-        *colon = '\0';
-}
-
-static void on_close(struct rpc_tag *t, bool ok)
-{
-    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_close);
-
-    (void)ok; /* RECV_CLOSE_ON_SERVER always succeeds */
-    c->closed = true;
-    /* The client is gone (cancelled, deadline, or the grace period ran
-     * out): a search not yet started is skipped, and one running sees the
-     * flag and stops (uv_cancel() then fails and changes nothing). */
-    if (c->cancelled && c->queued) {
-        atomic_store(&c->gone, true);
-        atomic_store(&c->stop, true);
-        uv_cancel((uv_req_t *)&c->work);
-    }
-    if (c->cancelled && c->waiting) { /* never started: let it go */
-        wait_remove(c->srv, c);
-        work_done(c);
-        call_abandon(c);
-    }
-    call_unref(c);
-}
-
-/* Worker thread: the method itself.  No gRPC here. */
-static void work_run(uv_work_t *w)
-{
-    struct rpc_call *c = w->data;
-
-    struct svc_call call = {c->deadline_ms, &c->stop, &c->gone};
-
-    /* A call whose deadline passed while it waited for a worker is not
-     * worked on: its client has given up. */
-    if (c->deadline_ms != INT64_MAX && sd_now_ms() >= c->deadline_ms) {
-        c->err = sd_diag_set(&c->diag, SD_ETIMEDOUT,
-                             "the deadline passed before a worker was free");
-        return;
-    }
-    c->err = c->slot->method->fn(
-        c->srv->cfg.svc, &call, GRPC_SLICE_START_PTR(c->req),
-        GRPC_SLICE_LENGTH(c->req), &c->resp, &c->resp_len, &c->diag);
-}
-
-/* Loop thread: the work is done; reply unless the client left. */
-static void work_after(uv_work_t *w, int status)
-{
-    struct rpc_call *c = w->data;
-
-    c->queued = false;
-    if (c->lane == SVC_LANE_BIG)
-        c->srv->big_running--;
-    work_done(c);
-    dispatch_waiting(c->srv);
-    /* status is UV_ECANCELED when on_close() cancelled the work; then the
-     * call is closed and cancelled, and abandoned here. */
-    (void)status;
-    if (c->closed && c->cancelled) {
-        call_abandon(c);
-        return;
-    }
-    sd_log(SD_LOG_DEBUG, "%s: %s in %lld ms", c->slot->method->path,
-           c->err != 0 ? sd_err_name(c->err) : "OK",
-           (long long)(sd_now_ms() - c->started_ms));
-    if (c->err != 0) {
-        grpc_status_code code = status_of(c->err);
-
-        if (code == GRPC_STATUS_INTERNAL)
-            sd_log(SD_LOG_ERROR, "%s: %s (%s)", c->slot->method->path,
-                   c->diag.msg, sd_err_name(c->err));
-        free(c->resp);
-        c->resp = NULL;
-        call_reply(c, code, c->diag.msg);
-        return;
-    }
-    call_reply(c, GRPC_STATUS_OK, NULL);
-}
-
-/* Starts a batch of one op whose completion runs t; the batch holds a
- * reference.  False when gRPC refused it. */
-static bool start_one(struct rpc_call *c, grpc_op *op, struct rpc_tag *t)
-{
-    c->refs++;
-    TAG_HANDOFF(t);
-    if (grpc_call_start_batch(c->call, op, 1, t, NULL) == GRPC_CALL_OK)
-        return true;
-    c->refs--;
-    return false;
-}
-
-/* Watches for cancellation and deadline while the call is worked on. */
-static void watch_close(struct rpc_call *c)
-{
-    grpc_op op;
-
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    start_one(c, &op, &c->t_close);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Server streaming                                                        */
-
-static void on_poll_closed(uv_handle_t *h)
-{
-    call_unref(h->data);
-}
-
-static void stream_stop_polling(struct rpc_call *c)
-{
-    if (!c->polling)
-        return;
-    c->polling = false;
-    uv_timer_stop(&c->poll);
-    uv_close((uv_handle_t *)&c->poll, on_poll_closed);
-}
-
-/* Ends a stream with a status (the application's reference goes with it). */
-static void stream_finish(struct rpc_call *c, grpc_status_code code,
-                          const char *details)
-{
-    stream_stop_polling(c);
-    call_reply(c, code, details);
-}
-
-static void bidi_recv(struct rpc_call *c);
-
-static void on_msg_sent(struct rpc_tag *t, bool ok)
-{
-    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_msg);
-
-    c->sending = false;
-    if (c->out != NULL) {
-        grpc_byte_buffer_destroy(c->out);
-        c->out = NULL;
-    }
-    if (!ok) { /* the client is gone */
-        if (!c->ended) {
-            stream_stop_polling(c);
-            call_abandon(c);
-        }
-    } else if (c->finish_after && !c->ended) {
-        stream_finish(c, GRPC_STATUS_OK, NULL);
-    } else if (c->slot->method->bidi != NULL && !c->ended) {
-        bidi_recv(c); /* answered: the next request */
-    }
-    call_unref(c); /* the batch's reference */
-}
-
-/* Sends one message of a stream (msg: owned by the byte buffer from here). */
-static void stream_send(struct rpc_call *c, uint8_t *msg, size_t len)
-{
-    grpc_slice sl = grpc_slice_new(msg, len, free);
-    grpc_op ops[2];
-    size_t n = 0;
-
-    memset(ops, 0, sizeof(ops));
-    if (!c->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        c->md_sent = true;
-    }
-    c->out = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = c->out;
-    c->refs++;
-    c->sending = true;
-    TAG_HANDOFF(&c->t_msg);
-    if (grpc_call_start_batch(c->call, ops, n, &c->t_msg, NULL) !=
-        GRPC_CALL_OK) {
-        c->sending = false;
-        c->refs--;
-        grpc_byte_buffer_destroy(c->out);
-        c->out = NULL;
-        stream_finish(c, GRPC_STATUS_INTERNAL, "cannot send");
-    }
-}
-
-/* Loop thread: asks the method for news and sends it. */
-static void stream_poll(struct rpc_call *c)
-{
-    struct rpc_server *srv = c->srv;
-    uint8_t *msg = NULL;
-    size_t len = 0;
-    bool last = false;
-    int rv;
-
-    if (c->sending || c->ended)
-        return;
-    if (c->closed && c->cancelled) { /* the client left */
-        stream_stop_polling(c);
-        c->ended = true;
-        call_abandon(c);
-        return;
-    }
-    /* Streams end with the lame duck, but those still served then (health
-     * Watch, which reports NOT_SERVING) end when the listeners close. */
-    if (srv->stopping || (srv->draining && !c->slot->method->draining_ok)) {
-        stream_finish(c, GRPC_STATUS_UNAVAILABLE, "the server is stopping");
-        return;
-    }
-    rv = c->slot->method->stream(srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
-                                 GRPC_SLICE_LENGTH(c->req), &c->sstate, &msg,
-                                 &len, &last, &c->diag);
-    if (rv != 0) {
-        stream_finish(c, status_of(rv), c->diag.msg);
-        return;
-    }
-    if (msg != NULL) {
-        c->finish_after = last;
-        stream_send(c, msg, len);
-    } else if (last) {
-        stream_finish(c, GRPC_STATUS_OK, NULL);
-    }
-}
-
-static void on_poll_timer(uv_timer_t *h)
-{
-    stream_poll(h->data);
-}
-
-static void stream_start(struct rpc_call *c)
-{
-    uv_timer_init(c->srv->loop, &c->poll);
-    c->poll.data = c;
-    c->polling = true;
-    c->refs++; /* the timer's, dropped in on_poll_closed */
-    uv_timer_start(&c->poll, on_poll_timer, RPC_POLL_MS, RPC_POLL_MS);
-    stream_poll(c);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Bidirectional streams: receive a request, send its answer, again        */
-
-static void on_bidi_recv(struct rpc_tag *t, bool ok)
-{
-    struct rpc_call *c = CONTAINER_OF(t, struct rpc_call, t_recv);
-    grpc_byte_buffer_reader rd;
-    grpc_slice req;
-    uint8_t *msg = NULL;
-    size_t len = 0;
-    int rv;
-
-    if (!ok || (c->closed && c->cancelled)) { /* the client is gone */
-        if (!c->ended) {
-            c->ended = true;
-            call_abandon(c);
-        }
-    } else if (c->in == NULL) { /* the client half-closed: all answered */
-        call_reply(c, GRPC_STATUS_OK, NULL);
-    } else if (!grpc_byte_buffer_reader_init(&rd, c->in)) {
-        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT,
-                   "cannot decompress the request");
-    } else {
-        req = grpc_byte_buffer_reader_readall(&rd);
-        grpc_byte_buffer_reader_destroy(&rd);
-        rv =
-            c->slot->method->bidi(c->srv->cfg.svc, GRPC_SLICE_START_PTR(req),
-                                  GRPC_SLICE_LENGTH(req), &msg, &len, &c->diag);
-        grpc_slice_unref(req);
-        if (rv != 0)
-            call_reply(c, status_of(rv), c->diag.msg);
-        else
-            stream_send(c, msg, len);
-    }
-    if (c->in != NULL) {
-        grpc_byte_buffer_destroy(c->in);
-        c->in = NULL;
-    }
-    call_unref(c); /* the batch's reference */
-}
-
-/* Waits for the next request message of a bidi call. */
-static void bidi_recv(struct rpc_call *c)
-{
-    grpc_op op;
-
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &c->in;
-    if (!start_one(c, &op, &c->t_recv))
-        call_reply(c, GRPC_STATUS_INTERNAL, "cannot receive");
-}
-
-/* ---------------------------------------------------------------------- */
 /* New calls                                                               */
 
 /* The client's deadline on our monotonic clock (INT64_MAX: none). */
@@ -823,44 +142,44 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     char *method;
 
     if (!ok) { /* the server is shutting down: no call came */
-        call_unref(c);
+        rpc__call_unref(c);
         return;
     }
     if (!srv->stopping)
-        request_call(srv, c->slot); /* be ready for the next one */
-    watch_close(c);
+        rpc__request_call(srv, c->slot); /* be ready for the next one */
+    rpc__watch_close(c);
 
     /* Lame duck: answered, so that the client retries elsewhere (gRPC
      * itself would cancel a call that races its GOAWAY). */
     if (srv->draining && (c->slot == NULL || !c->slot->method->draining_ok)) {
-        call_reply(c, GRPC_STATUS_UNAVAILABLE,
-                   "the server is stopping; retry on another");
+        rpc__call_reply(c, GRPC_STATUS_UNAVAILABLE,
+                        "the server is stopping; retry on another");
         return;
     }
     if (c->slot == NULL) {
         method = grpc_slice_to_c_string(c->details.method);
         sd_log(SD_LOG_INFO, "unknown method %s", method);
         gpr_free(method);
-        call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
+        rpc__call_reply(c, GRPC_STATUS_UNIMPLEMENTED, "method not implemented");
         return;
     }
-    peer_of(c);
+    rpc__peer_of(c);
     if (c->slot->method->admin && authorize(c) != 0) {
-        call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
+        rpc__call_reply(c, GRPC_STATUS_UNAUTHENTICATED, c->diag.msg);
         return;
     }
     c->started_ms = sd_now_ms();
     if (c->slot->method->bidi != NULL) {
-        bidi_recv(c);
+        rpc__bidi_recv(c);
         return;
     }
     if (c->payload == NULL) {
-        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "no request message");
+        rpc__call_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "no request message");
         return;
     }
     if (!grpc_byte_buffer_reader_init(&rd, c->payload)) {
-        call_reply(c, GRPC_STATUS_INVALID_ARGUMENT,
-                   "cannot decompress the request");
+        rpc__call_reply(c, GRPC_STATUS_INVALID_ARGUMENT,
+                        "cannot decompress the request");
         return;
     }
     grpc_slice_unref(c->req);
@@ -871,7 +190,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
     c->deadline_ms = deadline_of(c->deadline);
 
     if (c->slot->method->stream != NULL) {
-        stream_start(c);
+        rpc__stream_start(c);
         return;
     }
     /* Past the queue limit a client is better told now than after a wait
@@ -883,7 +202,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
                  "the server is busy: %zu requests (%zu MiB) in flight; "
                  "retry later",
                  srv->queued, srv->queued_bytes >> 20);
-        call_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, c->diag.msg);
+        rpc__call_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, c->diag.msg);
         return;
     }
     c->lane =
@@ -891,18 +210,18 @@ static void on_new_call(struct rpc_tag *t, bool ok)
             ? c->slot->method->lane(srv->cfg.svc, GRPC_SLICE_START_PTR(c->req),
                                     GRPC_SLICE_LENGTH(c->req))
             : SVC_LANE_SMALL;
-    work_add(c);
-    if (c->lane == SVC_LANE_BIG && !big_may_start(srv, c)) {
-        wait_push(srv, c); /* dispatch_waiting() starts it later */
+    rpc__work_add(c);
+    if (c->lane == SVC_LANE_BIG && !rpc__big_may_start(srv, c)) {
+        rpc__wait_push(srv, c); /* rpc__dispatch_waiting() starts it later */
         return;
     }
-    dispatch(c);
+    rpc__dispatch(c);
 }
 
 /* Asks gRPC for the next call of one method (slot NULL: any other). */
-static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
+void rpc__request_call(struct rpc_server *srv, const struct rpc_slot *slot)
 {
-    struct rpc_call *c = calloc(1, sizeof(*c));
+    struct rpc_call *c = rpc__call_new(srv, slot, on_new_call);
     grpc_call_error e;
 
     if (c == NULL) {
@@ -910,19 +229,6 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
                slot ? slot->method->path : "the catch-all");
         return;
     }
-    c->srv = srv;
-    c->slot = slot;
-    c->refs = 1;
-    atomic_init(&c->gone, false);
-    atomic_init(&c->stop, false);
-    c->t_new.done = on_new_call;
-    c->t_send.done = on_send_done;
-    c->t_close.done = on_close;
-    c->t_msg.done = on_msg_sent;
-    c->t_recv.done = on_bidi_recv;
-    c->req = grpc_empty_slice();
-    grpc_metadata_array_init(&c->md);
-    srv->live++;
     TAG_HANDOFF(&c->t_new);
     if (slot != NULL) {
         /* A bidi method reads its messages itself: no payload here. */
@@ -938,7 +244,7 @@ static void request_call(struct rpc_server *srv, const struct rpc_slot *slot)
     if (e != GRPC_CALL_OK) {
         sd_log(SD_LOG_ERROR, "cannot request calls: %s",
                grpc_call_error_to_string(e));
-        call_unref(c);
+        rpc__call_unref(c);
     }
 }
 
@@ -954,7 +260,7 @@ static void on_shutdown_done(struct rpc_tag *t, bool ok)
     grpc_server_destroy(srv->server);
     srv->server = NULL;
     srv->server_gone = true;
-    maybe_shutdown_cq(srv);
+    rpc__maybe_shutdown_cq(srv);
 }
 
 static void on_halt_over(uv_timer_t *h)
@@ -1153,7 +459,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
     for (i = 0; i < cfg->nmethods; i++) {
         srv->slots[i].method = &cfg->methods[i];
-        /* A bidi call's messages are read one by one (bidi_recv()). */
+        /* A bidi call's messages are read one by one (rpc__bidi_recv()). */
         srv->slots[i].handle = grpc_server_register_method(
             srv->server, cfg->methods[i].path, NULL,
             cfg->methods[i].bidi != NULL
@@ -1183,8 +489,8 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_config *cfg,
     }
     grpc_server_start(srv->server);
     for (i = 0; i < cfg->nmethods; i++)
-        request_call(srv, &srv->slots[i]);
-    request_call(srv, NULL); /* unknown methods: UNIMPLEMENTED at once */
+        rpc__request_call(srv, &srv->slots[i]);
+    rpc__request_call(srv, NULL); /* unknown methods: UNIMPLEMENTED at once */
     atomic_store(&grpc_starting, false);
     *out = srv;
     return 0;
