@@ -102,7 +102,7 @@ struct ns_work {
     int32_t *assign;
     int32_t *sfx_cols;   /* narrowest piece from order[k] on */
     uint64_t *sfx_bytes; /* smallest piece from order[k] on */
-    int64_t greedy_runs, states;
+    int64_t greedy_runs, states, evaluations;
 };
 
 struct ns {
@@ -443,6 +443,7 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
             w->stash[nstash++] = heap_pop(d);
         }
         if (best >= 0) {
+            w->evaluations++;
             devs_apply(s, d, best, lv, +1);
             w->assign[it->idx] = best;
             heap_down(d, 0); /* its load only grew */
@@ -1329,6 +1330,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     }
     for (k = 0; k < s.nthreads; k++) {
         st.greedy_runs += s.work[k].greedy_runs;
+        st.evaluations += s.work[k].evaluations;
         st.states += s.work[k].states;
     }
     st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */
