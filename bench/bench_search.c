@@ -12,9 +12,9 @@
  *               more); the median time is printed
  *   threads     the search's threads (default 0: one per CPU)
  *   max tables  skip cases with more tables (default 20000)
- * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs, on the two
- * smaller cases, the search's parts switched off in turn (one thread, no
- * local search, the table-wise grid alone, pins and two capacities).
+ * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs the search's
+ * parts switched off in turn (one thread, no local search, no beam, the
+ * table-wise grid alone, pins and two capacities).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,17 +37,20 @@ static const struct bench_case cases[] = {
 struct variant {
     const char *name;
     bool splits, local;
-    int32_t threads;  /* -1: the command line's */
-    bool constrained; /* pins and two capacities */
+    int32_t threads;    /* -1: the command line's */
+    bool constrained;   /* pins and two capacities */
+    int32_t beam_depth; /* -1: the default */
 };
 
 static const struct variant variants[] = {
-    {"full", true, true, -1, false},
-    {"1 thread", true, true, 1, false},
-    {"no local search", true, false, -1, false},
-    {"table-wise grid only", false, false, -1, false},
-    {"pins + 2 capacities", true, true, -1, true},
+    {"full", true, true, -1, false, -1},
+    {"1 thread", true, true, 1, false, -1},
+    {"no local search", true, false, -1, false, -1},
+    {"no beam", true, true, -1, false, 0},
+    {"table-wise grid only", false, false, -1, false, -1},
+    {"pins + 2 capacities", true, true, -1, true, -1},
 };
+#define NVARIANTS (sizeof(variants) / sizeof(variants[0]))
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -103,6 +106,8 @@ static int run(const struct cost_net *net, const struct table *tables, size_t n,
     o.local_search = v->local;
     o.threads = v->threads >= 0 ? v->threads : threads;
     o.pins = v->constrained ? pins : NULL;
+    if (v->beam_depth >= 0)
+        o.beam_depth = v->beam_depth;
     o.time_budget_ms = 0; /* the whole search, however long */
     net_cost_model_init(&ncm, net);
     for (i = 0; i < repeats; i++) {
@@ -165,7 +170,7 @@ int main(int argc, char **argv)
         struct topology topo;
         int32_t *pins = NULL;
         uint64_t *caps = NULL;
-        size_t k, nv = variants_too && bc->ntables <= 2000 ? 5 : 1;
+        size_t k, nv = variants_too ? NVARIANTS : 1;
 
         if (bc->ntables > max_tables)
             continue;

@@ -87,17 +87,51 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
 
+#if defined(__GNUC__)
+/* Four floats in one vector register (GCC and clang's vector extension):
+ * the head's 64 multiply-adds as 16 vector steps. */
+typedef float net_v4 __attribute__((vector_size(16)));
+typedef int32_t net_v4i __attribute__((vector_size(16)));
+
+static net_v4 v4_load(const float *p)
+{
+    net_v4 v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+#endif
+
 double net_head_raw(const struct cost_net *m, const float z[NET_H2])
 {
     const float *w4 = m->p + NET_W4;
     float acc[8] = {0};
-    int o, k;
+    int o;
 
-    /* Eight independent sums the compiler can keep in one vector register
-     * (a single running sum would serialise the 64 steps). */
+    /* Eight independent sums (a single running sum would serialise the 64
+     * steps): lane k adds the products of columns o + k, o = 0, 8, ...,
+     * the same order with or without vectors, so the same result. */
+#if defined(__GNUC__)
+    net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
+
+    for (o = 0; o < NET_H2; o += 8) {
+        net_v4 z0 = v4_load(z + o), z1 = v4_load(z + o + 4);
+
+        /* max(z, 0): the lanes where z > 0 kept, the others +0. */
+        z0 = (net_v4)((net_v4i)z0 & (z0 > zero));
+        z1 = (net_v4)((net_v4i)z1 & (z1 > zero));
+        a0 += v4_load(w4 + o) * z0;
+        a1 += v4_load(w4 + o + 4) * z1;
+    }
+    memcpy(acc, &a0, sizeof(a0));
+    memcpy(acc + 4, &a1, sizeof(a1));
+#else
+    int k;
+
     for (o = 0; o < NET_H2; o += 8)
         for (k = 0; k < 8; k++)
             acc[k] += w4[o + k] * (z[o + k] > 0 ? z[o + k] : 0);
+#endif
     return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
            ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }

@@ -46,12 +46,37 @@ const struct cost_model cost_model_analytic = {
     .ctx = NULL,
 };
 
+double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
+                                double host_dims, double total_dims)
+{
+    const double esz = 4.0; /* pooled embeddings travel as fp32 */
+    int32_t n = t->ndevices, per_host = t->devices_per_host;
+    double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
+    double send_in = slice * dim * (per_host - 1);
+    double send_out = slice * dim * (n - per_host);
+    double recv_in = slice * (host_dims - dim);
+    double recv_out = slice * (total_dims - host_dims);
+    double ms;
+
+    if (n == 1)
+        return 0;
+    /* Intra-host and inter-host transfers run on separate links at the
+     * same time; each link is as slow as its busier direction. */
+    ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
+    if (n > per_host) {
+        double inter =
+            (send_out > recv_out ? send_out : recv_out) / t->inter_host_bw;
+
+        if (inter > ms)
+            ms = inter;
+    }
+    return ms + t->link_latency_ms * (double)(n - 1);
+}
+
 void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
                           double *fwd_ms, double *bwd_ms)
 {
-    const double esz = 4.0; /* pooled embeddings travel as fp32 */
     int32_t n = t->ndevices, per_host = t->devices_per_host, h0, r;
-    double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
     double total = 0;
 
     for (r = 0; r < n; r++)
@@ -63,31 +88,10 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
 
         for (r = h0; r < h0 + per_host; r++)
             host += dim_sum[r];
-        for (r = h0; r < h0 + per_host; r++) {
-            double send_in = slice * dim_sum[r] * (per_host - 1);
-            double send_out = slice * dim_sum[r] * (n - per_host);
-            double recv_in = slice * (host - dim_sum[r]);
-            double recv_out = slice * (total - host);
-            double ms;
-
-            if (n == 1) {
-                fwd_ms[r] = bwd_ms[r] = 0;
-                continue;
-            }
-            /* Intra-host and inter-host transfers run on separate links at
-             * the same time; each link is as slow as its busier direction. */
-            ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
-            if (n > per_host) {
-                double inter = (send_out > recv_out ? send_out : recv_out) /
-                               t->inter_host_bw;
-
-                if (inter > ms)
-                    ms = inter;
-            }
-            ms += t->link_latency_ms * (double)(n - 1);
-            /* The backward exchange moves gradients of the same shape. */
-            fwd_ms[r] = bwd_ms[r] = ms;
-        }
+        /* The backward exchange moves gradients of the same shape. */
+        for (r = h0; r < h0 + per_host; r++)
+            fwd_ms[r] = bwd_ms[r] =
+                cost_comm_alpha_beta_one(t, dim_sum[r], host, total);
     }
 }
 
@@ -118,7 +122,7 @@ int plan_explain(struct plan *p, const struct table *tables,
 {
     struct plan_explain *e = &p->explain;
     int32_t n = p->ndevices, r, crit = 0, *dims = NULL;
-    double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm;
+    double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm, latency;
     size_t k, i;
     int64_t total_dim = 0;
 
@@ -176,14 +180,22 @@ int plan_explain(struct plan *p, const struct table *tables,
         if (ms > largest)
             largest = ms;
     }
-    /* The slowest device is ready no earlier than the mean compute or the
-     * largest piece; then the forward exchange of perfectly balanced dims
-     * is the least any plan waits for (rounded down, so it stays a bound;
-     * the backward exchange overlaps the ready time and is left out). */
+    /*
+     * The slowest device is ready (compute + backward exchange) no earlier
+     * than the mean of compute + backward exchange, and that mean is at
+     * least the mean compute plus the exchange of perfectly balanced dims:
+     * a device's exchange is a maximum of linear functions of the dims,
+     * convex, and the same for every device, so its mean over the devices
+     * is at least its value at the mean (Jensen).  The same holds for the
+     * forward exchange every device then waits for.  The largest piece is
+     * ready no earlier than its compute plus the exchange's latency term.
+     * Balanced dims are rounded down, so this stays a bound.
+     */
     for (r = 0; r < n; r++)
         dims[r] = (int32_t)(total_dim / n);
     cost_comm_alpha_beta(t, dims, fwd, bwd);
     comm = fwd[0];
+    latency = n > 1 ? t->link_latency_ms * (double)(n - 1) : 0;
     /* A piece costs no more than the device holding it; a model that says
      * otherwise (it is not monotone everywhere) must not lift the bound
      * above a device the plan actually has. */
@@ -193,7 +205,10 @@ int plan_explain(struct plan *p, const struct table *tables,
                           : max_compute;
     if (largest > max_compute)
         largest = max_compute;
-    e->lower_bound_ms = (sum / n > largest ? sum / n : largest) + comm;
+    e->lower_bound_ms =
+        (sum / n + bwd[0] > largest + latency ? sum / n + bwd[0]
+                                              : largest + latency) +
+        comm;
     e->gap = e->lower_bound_ms > 0 ? p->cost_ms / e->lower_bound_ms - 1 : 0;
     free(dims);
     free(fwd);

@@ -386,6 +386,14 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
                           double *fwd_ms, double *bwd_ms);
 
 /*
+ * One device's exchange of the model above (forward and backward alike):
+ * its own dim, the sum of its host's dims and of all dims.  O(1), for a
+ * search that changes a few devices at a time.
+ */
+double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
+                                double host_dims, double total_dims);
+
+/*
  * The plan cost of per-device compute and dim sums (neuroshard.md 6.1, the
  * alpha-beta comm): max_r(compute_r + bwd_r) + max_r fwd_r.  O(N).
  */
