@@ -14,7 +14,8 @@
  *   max tables  skip cases with more tables (default 20000)
  * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs the search's
  * parts switched off in turn (one thread, no local search, no beam, the
- * table-wise grid alone, pins and two capacities).
+ * table-wise grid alone, pins and two capacities); with a variant's name
+ * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,7 +146,7 @@ int main(int argc, char **argv)
     int repeats = argc > 1 ? atoi(argv[1]) : 3;
     int32_t threads = argc > 2 ? atoi(argv[2]) : 0;
     size_t max_tables = argc > 3 ? (size_t)atoll(argv[3]) : 20000;
-    bool variants_too = getenv("SHARDD_BENCH_VARIANTS") != NULL;
+    const char *only = getenv("SHARDD_BENCH_VARIANTS");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = threads > 0 ? threads : ncpu > 0 ? (int)ncpu : 1;
     struct sd_diag d;
@@ -170,7 +171,7 @@ int main(int argc, char **argv)
         struct topology topo;
         int32_t *pins = NULL;
         uint64_t *caps = NULL;
-        size_t k, nv = variants_too ? NVARIANTS : 1;
+        size_t k, nv = only ? NVARIANTS : 1;
 
         if (bc->ntables > max_tables)
             continue;
@@ -194,6 +195,9 @@ int main(int argc, char **argv)
             struct result r;
             int reps = bc->ntables >= 10000 ? 1 : repeats;
 
+            if (only && strcmp(only, "1") != 0 &&
+                strcmp(only, variants[v].name) != 0)
+                continue;
             topo.mem_by_device = variants[v].constrained ? caps : NULL;
             if (run(net, tables, bc->ntables, &topo, &variants[v], threads,
                     pins, reps, &r) != 0)

@@ -70,6 +70,7 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
     rv = models_acquire(&s->models, profile, &sc->dm, &why);
     if (rv == 0) {
         net_cost_model_init(&sc->ncm, sc->dm->net);
+        sc->ncm.memo = sc->dm->memo;
         sc->m = &sc->ncm.cm;
         sc->profile = sc->dm->net->profile;
         return 0;
@@ -404,6 +405,7 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     if (rv != 0)
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
+    a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv != 0)
         return rv;

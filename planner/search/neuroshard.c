@@ -41,13 +41,27 @@
 #include "search/search.h"
 
 /* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
-#define NS_LEVELS_MAX  9
-#define NS_GRID_STEPS  11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
-#define NS_THREADS_MAX 16
+#define NS_LEVELS_MAX 9
+#define NS_GRID_STEPS 11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
+/*
+ * Above this many devices the grid is one uncapped run.  With ten or so
+ * tables a device, a cap of 1.0-1.5 x the mean columns binds on most of
+ * them and forces worse compute balance: on bench_search's cases of 128 to
+ * 2,048 devices the uncapped run found plans as good or better (at 10,000
+ * tables on 1,024 devices a gap of 0.57 % against 1.10 %) in a tenth of the
+ * time.  At 64 devices the grid still paid (0.36 % against 0.67 %).
+ */
+#define NS_GRID_DEVICES 64
+#define NS_THREADS_MAX  16
 /* Devices a local-search move may target: the least ready ones. */
 #define NS_TARGETS 4
 /* Up to this many devices a greedy run scans them; more get a tree. */
 #define NS_SCAN_MAX 16
+/* The beam stops after this many levels in a row that did not lower the
+ * best cost by NS_GAIN of it: on the benchmark tasks the best is found by
+ * the third level, and later ones cost as much and find nothing. */
+#define NS_PATIENCE 2
+#define NS_GAIN     1e-4
 /* Pieces the local search may add by splitting, on n devices. */
 #define NS_LOCAL_SPLITS(n) (64 + 2 * (n))
 
@@ -186,12 +200,11 @@ static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 
     if (!lv->ready) {
         const struct table *tb = &s->tables[table];
-        float lat[NET_LAT], z[NET_H2];
+        float z[NET_H2];
         int o;
 
         lv->cols = tb->dim >> level;
-        net_latent(s->net, tb, lv->cols, lat);
-        net_project(s->net, lat, lv->proj);
+        net_projected(s->net, s->o->memo, tb, lv->cols, lv->proj);
         net_head_init(s->net, z);
         for (o = 0; o < NET_H2; o++)
             z[o] += lv->proj[o];
@@ -629,6 +642,11 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
     }
     w->states++;
     st->cost = INFINITY;
+    if (s->n > NS_GRID_DEVICES) {
+        st->cost = ns_greedy(s, w, nfree, 0, false, &next_cap);
+        memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        return;
+    }
     for (step = 0; step < NS_GRID_STEPS;) {
         double c =
             ns_greedy(s, w, nfree, 1.0 + 0.05 * step, step > 0, &next_cap);
@@ -830,10 +848,23 @@ static void score_all(struct ns *s, struct ns_state *kids, size_t n)
     }
 }
 
+/* Piece placements scored so far, on all threads. */
+static int64_t evaluations(const struct ns *s)
+{
+    int64_t n = 0;
+    int k;
+
+    for (k = 0; k < s->nthreads; k++)
+        n += s->work[k].evaluations;
+    return n;
+}
+
 static int ns_beam(struct ns *s, struct ns_state *best)
 {
-    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b;
+    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->o->candidates, nkids, i;
+    int64_t budget = s->o->beam_evaluations, spent = 0, before;
+    double per_kid; /* placements one child costs: the roots' to start */
     struct ns_state *beam, *next, *kids, *tmp;
     bool *pick = NULL;
     int rv = SD_ENOMEM;
@@ -852,8 +883,12 @@ static int ns_beam(struct ns *s, struct ns_state *best)
         if (state_alloc(&kids[i], s->cap) != 0)
             goto out_free;
 
+    per_kid = (double)evaluations(s) /
+              (double)(s->work[0].states > 0 ? s->work[0].states : 1);
     state_copy(&beam[0], best);
     for (level = 0; level < s->o->beam_depth; level++) {
+        double was = best->cost;
+
         nkids = 0;
         for (b = 0; b < nbeam; b++) {
             pick_candidates(s, &beam[b], pick);
@@ -865,7 +900,15 @@ static int ns_beam(struct ns *s, struct ns_state *best)
                     nkids++;
             }
         }
+        /* Placements are counted, not timed: the same plan on any
+         * machine.  A level's cost is estimated from the last one's. */
+        if (budget > 0 && spent + per_kid * (double)nkids > (double)budget)
+            break;
+        before = evaluations(s);
         score_all(s, kids, nkids);
+        spent += evaluations(s) - before;
+        if (nkids > 0)
+            per_kid = (double)(evaluations(s) - before) / (double)nkids;
         nnext = 0;
         for (i = 0; i < nkids; i++) {
             beam_offer(next, &nnext, w, &kids[i]);
@@ -877,7 +920,8 @@ static int ns_beam(struct ns *s, struct ns_state *best)
             s->st->budget_exhausted = true;
             break;
         }
-        if (nnext == 0)
+        idle = best->cost < was * (1 - NS_GAIN) ? 0 : idle + 1;
+        if (nnext == 0 || idle >= NS_PATIENCE)
             break;
         tmp = beam;
         beam = next;
@@ -1516,6 +1560,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
         struct net_cost_model ncm;
 
         net_cost_model_init(&ncm, o->net);
+        ncm.memo = o->memo;
         rv = plan_evaluate(out, tables, ntables, t, o->optimizer, &ncm.cm);
         if (rv != 0) {
             plan_destroy(out);
