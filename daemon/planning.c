@@ -490,9 +490,15 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
+    /* With other searches running the CPUs are taken: more threads for
+     * this one would only add their start and switches (a plan does not
+     * depend on its thread count). */
+    if (atomic_fetch_add(&s->searching, 1) > 0)
+        a.po.threads = 1;
     t0 = sd_now_ms_f();
     rv = plan_run(a.tables, a.n, &a.topo, &a.po, a.sc.m, &p, d);
     elapsed = sd_now_ms_f() - t0;
+    atomic_fetch_sub(&s->searching, 1);
     if (rv != 0)
         goto out_ask;
     /* Stopped because the client left: nobody takes this plan, and it is

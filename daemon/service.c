@@ -111,8 +111,7 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     rv = ensure_profile(s, c->profiler_batch, d);
     if (rv != 0)
         return rv;
-    rv = models_init(&s->models, s->st, s->profile, c->latent_cache_entries,
-                     d);
+    rv = models_init(&s->models, s->st, s->profile, c->latent_cache_entries, d);
     if (rv != 0)
         return rv;
     rv = reflect_open(&s->reflect, d);
@@ -149,6 +148,7 @@ int svc_open(const struct sd_config *cfg, struct svc **out, struct sd_diag *d)
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->store_mu, NULL);
     atomic_init(&s->draining, false);
+    atomic_init(&s->searching, 0);
     s->started_ms = sd_wall_ms();
     rv = conf_snap_new(cfg, &s->cf);
     if (rv != 0) {

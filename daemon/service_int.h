@@ -48,6 +48,7 @@ struct svc {
     struct profw profw;
     struct reflect *reflect; /* read only */
     atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
+    atomic_int searching;    /* Plan searches running now */
 };
 
 /* The settings now: a reference the caller drops with conf_snap_unref(). */

@@ -48,7 +48,9 @@ struct plan_options {
     bool local_search;     /* neuroshard: final move/swap pass */
     int32_t beam_width;    /* 3 */
     int32_t beam_depth;    /* 10 */
-    int32_t candidates;    /* top-k by size and by cost to split; 10 */
+    /* top-k by size and by cost to split; 10 (at most one in ten tables,
+     * never fewer than 5: neuroshard.c) */
+    int32_t candidates;
     /*
      * neuroshard: the beam's budget in piece placements (4,000,000; 0:
      * none).  A level that would go over it is not started: unlike the
