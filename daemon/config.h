@@ -74,6 +74,8 @@
       "permissions of unix sockets, octal")                                    \
     X(SOCKET_GROUP, socket_group, STRING, 0, 0, NULL, CONF_RESTART, "GROUP",   \
       "group of unix sockets; none: the daemon's")                             \
+    X(HTTP_LISTEN, http_listen, STRING, 0, 0, NULL, CONF_RESTART, "HOST:PORT", \
+      "serve /metrics and the status page; none: off")                         \
     X(CONFIG, config, PATH, 0, 0, NULL, CONF_RESTART | CONF_NOFILE, "FILE",    \
       "read this config file (also SHARDD_CONFIG)")                            \
     X(ADMIN_TOKEN, admin_token, SECRET, 0, 0, "", CONF_RELOAD, "TOKEN",        \

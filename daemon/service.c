@@ -148,6 +148,7 @@ int svc_open(const struct sd_config *cfg, struct svc **out, struct sd_diag *d)
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->store_mu, NULL);
     atomic_init(&s->draining, false);
+    metrics_init(&s->metrics);
     s->started_ms = sd_wall_ms();
     rv = conf_snap_new(cfg, &s->cf);
     if (rv != 0) {

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "jobs.h"
 #include "kernels.h"
+#include "metrics.h"
 #include "models.h"
 #include "profw.h"
 #include "reflect.h"
@@ -48,9 +49,16 @@ struct svc {
     struct profw profw;
     struct reflect *reflect; /* read only */
     atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
+    struct metrics metrics;  /* the transport records, ops.c renders */
 };
 
 /* The settings now: a reference the caller drops with conf_snap_unref(). */
 struct conf_snap *svc_conf(struct svc *s);
+
+/* ops.c: resident bytes of this process (0 when unknown), the store's
+ * bytes on disk (database, WAL, shared memory), a profiler state's name. */
+uint64_t svc__rss_bytes(void);
+uint64_t svc__store_bytes(struct svc *s);
+const char *svc__profiler_state_name(enum profw_state st);
 
 #endif /* SHARDD_DAEMON_SERVICE_INT_H */

@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "http.h"
 #include "rpc.h"
 #include "service.h"
 #include "shardd/log.h"
@@ -152,6 +153,7 @@ static void notify(const char *state)
 
 struct daemon_state {
     struct rpc_server *rpc;
+    struct http_server *http; /* NULL: http_listen unset */
     struct svc *svc;
     struct sd_config *cfg;
     int argc;
@@ -370,6 +372,12 @@ int main(int argc, char **argv)
         sd_log(SD_LOG_ERROR, "%s", d.msg);
         goto fail_svc;
     }
+    st.http = NULL;
+    if (cfg.http_listen != NULL &&
+        http_server_start(cfg.http_listen, svc, &st.http, &d) != 0) {
+        sd_log(SD_LOG_ERROR, "%s", d.msg);
+        goto fail_rpc;
+    }
     if (svc_start_workers(svc, &d) != 0)
         sd_log(SD_LOG_WARN, "%s", d.msg);
     st.svc = svc;
@@ -380,10 +388,14 @@ int main(int argc, char **argv)
     svc_describe(svc, what, sizeof(what));
     sd_log(SD_LOG_INFO, "shardd %s: serving on %s; %s; data in %s",
            SHARDD_VERSION, rpc_server_address(st.rpc), what, cfg.data_dir);
+    if (st.http != NULL)
+        sd_log(SD_LOG_INFO, "http: metrics and status page on http://%s/",
+               http_server_address(st.http));
     notify("READY=1");
 
     uv_run(loop, UV_RUN_DEFAULT); /* returns once every handle is closed */
 
+    http_server_stop(st.http); /* /readyz said NOT_SERVING while draining */
     rpc_server_free(st.rpc);
     rv = uv_loop_close(loop);
     if (rv != 0)
@@ -396,6 +408,13 @@ int main(int argc, char **argv)
     sd_log(SD_LOG_INFO, "stopped");
     return 0;
 
+fail_rpc:
+    /* Nothing was accepted yet: the server stops at once. */
+    rpc_server_set_grace(st.rpc, 0);
+    rpc_server_shutdown(st.rpc);
+    uv_run(loop, UV_RUN_DEFAULT);
+    rpc_server_free(st.rpc);
+    uv_loop_close(loop);
 fail_svc:
     svc_close(svc);
 fail_prepare:

@@ -231,4 +231,8 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
     [STORE__SQL_AUDIT_TRIM] =
         "DELETE FROM plan_audit WHERE id <= (SELECT id FROM "
         "plan_audit ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+    [STORE__SQL_AUDIT_LIST] =
+        "SELECT id, request_hash, algorithm, model_id, "
+        "ntables, ndevices, plan_cost_ms, created_ms FROM plan_audit "
+        "ORDER BY id DESC LIMIT ?1",
 };

@@ -554,6 +554,15 @@ int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
 int store_plan_audit_get(struct store *st, int64_t id,
                          struct store_plan_audit **out, struct sd_diag *d);
 
+/*
+ * Lists the newest `limit` records (0: all), newest first, without their
+ * plans (plan_json NULL).  *out (NULL when *n is 0) is owned by the
+ * caller: free() it.
+ */
+int store_plan_audit_list(struct store *st, size_t limit,
+                          struct store_plan_audit **out, size_t *n,
+                          struct sd_diag *d);
+
 /* Deletes all but the newest `keep` records; sets *n (may be NULL). */
 int store_plan_audit_trim(struct store *st, uint64_t keep, uint64_t *n,
                           struct sd_diag *d);

@@ -80,6 +80,7 @@ enum store__sql {
     STORE__SQL_AUDIT_GET,
     STORE__SQL_AUDIT_PRUNE,
     STORE__SQL_AUDIT_TRIM,
+    STORE__SQL_AUDIT_LIST,
     STORE__SQL_COUNT
 };
 
