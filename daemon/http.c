@@ -6,6 +6,7 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ extern const size_t sd_www_index_html_len, sd_www_app_js_len,
 
 struct http_server {
     struct MHD_Daemon *mhd;
+    atomic_bool started; /* before: MHD's messages are debug lines (a bind
+                          * failure is shardd's one line) */
     struct svc *svc;
     char address[HTTP_ADDRESS_MAX];
 };
@@ -194,15 +197,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 
 static void log_from_mhd(void *cls, const char *fmt, va_list ap)
 {
+    struct http_server *h = cls;
     char line[256];
     size_t n;
 
-    (void)cls;
     vsnprintf(line, sizeof(line), fmt, ap);
     n = strlen(line);
     while (n > 0 && line[n - 1] == '\n')
         line[--n] = '\0';
-    sd_log(SD_LOG_WARN, "http: %s", line);
+    sd_log(atomic_load(&h->started) ? SD_LOG_WARN : SD_LOG_DEBUG, "http: %s",
+           line);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -271,7 +275,7 @@ int http_server_start(const char *listen, struct svc *svc,
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
             (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
         0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, log_from_mhd,
-        NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)HTTP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_END);
@@ -283,6 +287,7 @@ int http_server_start(const char *listen, struct svc *svc,
                            "address or no permission)",
                            listen);
     }
+    atomic_store(&h->started, true);
     info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     snprintf(h->address, sizeof(h->address),
              strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host,
