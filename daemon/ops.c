@@ -231,6 +231,7 @@ int svc_metrics_text(struct svc *s, char **out, size_t *len, struct sd_diag *d)
           (double)svc__store_bytes(s));
     gauge(&t, "shardd_process_resident_memory_bytes",
           "Resident memory of the daemon process.", (double)svc__rss_bytes());
+    svc__fleet_metrics(s, &t);
     if (t.oom || t.p == NULL) {
         free(t.p);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");

@@ -159,7 +159,7 @@ int svc_status_json(struct svc *s, char **out, size_t *len, struct sd_diag *d)
     if (root == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     rv = status_store(s, root, d);
-    bad = 0;
+    bad = svc__fleet_json(s, root);
     if (rv != 0) {
         json_decref(root);
         return rv;

@@ -12,6 +12,7 @@
 
 #include "cache.h"
 #include "config.h"
+#include "fleet.h"
 #include "jobs.h"
 #include "kernels.h"
 #include "metrics.h"
@@ -50,6 +51,7 @@ struct svc {
     struct reflect *reflect; /* read only */
     atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
     struct metrics metrics;  /* the transport records, ops.c renders */
+    struct fleet fleet;      /* fleet.c */
 };
 
 /* The settings now: a reference the caller drops with conf_snap_unref(). */
@@ -60,5 +62,11 @@ struct conf_snap *svc_conf(struct svc *s);
 uint64_t svc__rss_bytes(void);
 uint64_t svc__store_bytes(struct svc *s);
 const char *svc__profiler_state_name(enum profw_state st);
+
+/* fleet.c: the fleet's part of /metrics and of /api/status (returns
+ * non-zero when out of memory). */
+struct mtext;
+void svc__fleet_metrics(struct svc *s, struct mtext *t);
+int svc__fleet_json(struct svc *s, void *json_root);
 
 #endif /* SHARDD_DAEMON_SERVICE_INT_H */

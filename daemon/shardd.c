@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "fleet_sync.h"
 #include "http.h"
 #include "rpc.h"
 #include "service.h"
@@ -154,6 +155,7 @@ static void notify(const char *state)
 struct daemon_state {
     struct rpc_server *rpc;
     struct http_server *http; /* NULL: http_listen unset */
+    struct fleet_sync *sync;  /* NULL: not a profiler or planner of a fleet */
     struct svc *svc;
     struct sd_config *cfg;
     int argc;
@@ -176,6 +178,7 @@ static void on_stop_signal(uv_signal_t *h, int signum)
            signum == SIGINT ? "SIGINT" : "SIGTERM", st->cfg->grace_s);
     notify("STOPPING=1");
     svc_set_draining(st->svc);
+    fleet_sync_request_stop(st->sync);
     /* Closing the handles restores the default action: the next signal
      * ends the process at once. */
     uv_close((uv_handle_t *)&st->sigint, NULL);
@@ -350,6 +353,14 @@ int main(int argc, char **argv)
         fputs(conf_usage(), stdout);
         return 0;
     }
+    if ((cfg.fleet_role == CONF_FLEET_PROFILER ||
+         cfg.fleet_role == CONF_FLEET_PLANNER) &&
+        cfg.fleet_trainer == NULL) {
+        sd_log(SD_LOG_ERROR, "fleet_role: a %s needs fleet_trainer",
+               cfg.fleet_role == CONF_FLEET_PROFILER ? "profiler" : "planner");
+        conf_free(&cfg);
+        return EXIT_USAGE;
+    }
     if (cfg.print_config) {
         conf_print(stdout, &cfg);
         conf_free(&cfg);
@@ -380,6 +391,12 @@ int main(int argc, char **argv)
     }
     if (svc_start_workers(svc, &d) != 0)
         sd_log(SD_LOG_WARN, "%s", d.msg);
+    st.sync = NULL;
+    if ((cfg.fleet_role == CONF_FLEET_PROFILER ||
+         cfg.fleet_role == CONF_FLEET_PLANNER) &&
+        fleet_sync_start(svc, (int)cfg.fleet_role, cfg.fleet_trainer,
+                         cfg.admin_token, cfg.fleet_sync_ms, &st.sync, &d) != 0)
+        sd_log(SD_LOG_ERROR, "fleet: %s; this node works alone", d.msg);
     st.svc = svc;
     st.cfg = &cfg;
     st.argc = argc;
@@ -396,6 +413,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT); /* returns once every handle is closed */
 
     http_server_stop(st.http); /* /readyz said NOT_SERVING while draining */
+    fleet_sync_stop(st.sync);
     rpc_server_free(st.rpc);
     rv = uv_loop_close(loop);
     if (rv != 0)
