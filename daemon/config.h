@@ -141,7 +141,7 @@
     X(FLEET_TRAINER, fleet_trainer, STRING, 0, 0, NULL, CONF_RESTART, "ADDR",  \
       "the trainer (profiler, planner roles)")                                 \
     X(FLEET_NODE, fleet_node, STRING, 0, 0, NULL, CONF_RESTART, "NAME",        \
-      "this node's name in the fleet; none: the host name")                    \
+      "node name in the fleet; none: the host name")                           \
     X(FLEET_PROFILE, fleet_profile, STRING, 0, 0, NULL, CONF_RESTART, "NAME",  \
       "the profile a planner fetches; none: its own")                          \
     X(FLEET_SYNC_MS, fleet_sync_ms, U32, 100, 3600000, "2000", CONF_RESTART,   \
