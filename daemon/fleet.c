@@ -16,16 +16,8 @@
 #include "shardd/log.h"
 #include "shardd/v1/fleet.pb-c.h"
 
-void fleet_init(struct fleet *f)
-{
-    memset(f, 0, sizeof(*f));
-    pthread_mutex_init(&f->mu, NULL);
-}
-
-void fleet_destroy(struct fleet *f)
-{
-    pthread_mutex_destroy(&f->mu);
-}
+_Static_assert(FLEET_PUSH_MAX == SVC_FLEET_PUSH_MAX,
+               "a node's push: one size in service.h and fleet_state.h");
 
 /* ---------------------------------------------------------------------- */
 /* Trainer: PushSamples                                                    */

@@ -12,7 +12,7 @@
 
 #include "cache.h"
 #include "config.h"
-#include "fleet.h"
+#include "fleet_state.h"
 #include "jobs.h"
 #include "kernels.h"
 #include "metrics.h"

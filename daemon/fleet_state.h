@@ -5,16 +5,18 @@
  * exchange with the trainer.  The exchanges themselves are fleet.c's
  * (service.h: the Fleet methods and svc_fleet_*()); the thread that talks
  * to the trainer is the transport's (fleet_sync.c).  Thread-safe: a mutex
- * guards everything.
+ * guards everything.  A header of its own, without functions in a .c, so
+ * that fleet.c and fleet_node.c, parts of the service, include the
+ * service's private header without an include cycle.
  */
-#ifndef SHARDD_DAEMON_FLEET_H
-#define SHARDD_DAEMON_FLEET_H
+#ifndef SHARDD_DAEMON_FLEET_STATE_H
+#define SHARDD_DAEMON_FLEET_STATE_H
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "models.h"
-#include "service.h"
 
 #define FLEET_PUSH_MAX  SVC_FLEET_PUSH_MAX
 #define FLEET_RECV_MAX  1024 /* samples a trainer takes in one push */
@@ -40,7 +42,15 @@ struct fleet {
     char last_error[FLEET_ERROR_MAX];
 };
 
-void fleet_init(struct fleet *f);
-void fleet_destroy(struct fleet *f);
+static inline void fleet_init(struct fleet *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+}
 
-#endif /* SHARDD_DAEMON_FLEET_H */
+static inline void fleet_destroy(struct fleet *f)
+{
+    pthread_mutex_destroy(&f->mu);
+}
+
+#endif /* SHARDD_DAEMON_FLEET_STATE_H */
