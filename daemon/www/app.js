@@ -36,7 +36,8 @@ function linePlot(svg, series, w, h, yfmt) {
   clear(svg);
   const pts = series.flatMap(s => s.points);
   if (pts.length === 0) {
-    el("text", { x: 10, y: 20, class: "muted" }, svg).textContent = "no data yet";
+    el("text", { x: 10, y: 20, "font-size": 12, fill: "#7a8194" }, svg).textContent =
+      "no data yet (stored model versions appear here after a retrain)";
     return;
   }
   const x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
