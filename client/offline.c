@@ -172,6 +172,9 @@ int offline_plan(const struct ctl_opts *o)
         snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
                  " (scaled from batch %lld)", (long long)net->batch_size);
     }
+    rv = ctl_write_svg(o, "plan", &p, &topo);
+    if (rv != 0)
+        goto out_plan;
     if (o->json)
         text = json_plan(&p, tables);
     else if (o->torchrec)
@@ -187,6 +190,7 @@ int offline_plan(const struct ctl_opts *o)
         rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
     free(text);
+out_plan:
     plan_destroy(&p);
 out_tables:
     free(pins);

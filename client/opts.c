@@ -45,10 +45,11 @@ static const char usage_text[] =
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
     "              [--no-splits] [--no-local-search] [--threads T]\n"
-    "              [--json | --torchrec]\n"
+    "              [--json | --torchrec] [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
-    "      device.\n"
+    "      device.  --svg also writes the per-device picture (compute,\n"
+    "      comm, the wait, memory; the critical device outlined).\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -85,8 +86,9 @@ static const char usage_text[] =
     "      its API does not carry (null in --json).\n"
     "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
     "              [--task K] [--batch-size B] [--devices-per-host L]\n"
-    "              [--optimizer NAME] [--profile NAME]\n"
-    "      Predicted per-device costs of a given plan (a --json plan file).\n"
+    "              [--optimizer NAME] [--profile NAME] [--svg FILE]\n"
+    "      Predicted per-device costs of a given plan (a --json plan file);\n"
+    "      --svg also writes their picture.\n"
     "  status                       daemon version, devices, model, jobs\n"
     "  models [--profile P] [--limit N]   stored cost models, newest first\n"
     "  activate VERSION             make a stored model the active one\n"
@@ -216,6 +218,7 @@ static const struct opt_def opt_defs[] = {
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
+    {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
