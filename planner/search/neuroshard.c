@@ -63,8 +63,6 @@
 #define NS_PATIENCE       2
 #define NS_CANDIDATES_MIN 5
 #define NS_GAIN           1e-4
-/* Pieces the local search may add by splitting, on n devices. */
-#define NS_LOCAL_SPLITS(n) (64 + 2 * (n))
 
 struct ns_level {
     float proj[NET_H2]; /* W3 * latent of the table at this width */
@@ -1384,13 +1382,10 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         return SD_ENOMEM;
     if (o->column_splits)
         root_levels(s);
-    /* Room for the root's pieces, one more per beam level, and the local
-     * search's splits. */
+    /* Room for the root's pieces and one more per beam level. */
     s->cap = (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
     for (i = 0; i < ntables; i++)
         s->cap += (size_t)1 << s->presplit[i];
-    if (o->column_splits && o->local_search)
-        s->cap += NS_LOCAL_SPLITS((size_t)s->n);
     s->nthreads = o->threads > 0 ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;

@@ -27,8 +27,8 @@
 #include "shardd/v1/admin.pb-c.h"
 #include "wire.h"
 
-#define NTABLES 24  /* a request's tables */
-#define POOL    400 /* the tables of the longest search */
+#define NTABLES 24   /* a request's tables */
+#define POOL    1000 /* the tables of the longest search */
 #define NDEV    4
 
 static char dir[64];
@@ -391,12 +391,13 @@ static void test_cache_policy(void)
     CHECK(!plan_hit(s, 5));
     CHECK(!plan_hit(s, 5));
     /* A plan cut short by the call's deadline is not the request's answer:
-     * not cached.  51 ms leaves 1 ms after the daemon's 50 ms reply margin,
-     * too little for a search of 400 tables (some 30 ms)... */
+     * not cached.  70 ms leaves 20 ms after the daemon's 50 ms reply
+     * margin: time to read the request, too little for a search of 1,000
+     * tables (some 100 ms on one thread)... */
     c.plan_cache_entries = 8;
     CHECK(svc_reconfigure(s, &c) == 0);
     big.ntables = POOL;
-    call.deadline_ms = sd_now_ms() + 51;
+    call.deadline_ms = sd_now_ms() + 70;
     rv = plan_bytes(s, &big, &call, &r, &d);
     CHECK(rv == 0);
     if (rv == 0) {
