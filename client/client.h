@@ -95,7 +95,8 @@ struct ctl_opts {
     const char *backend;
     const char *model;
     const char *profile;
-    const char *svg; /* plan, estimate --svg: the picture's file */
+    const char *svg;             /* plan, estimate --svg: the picture's file */
+    const char *torchrec_module; /* plan --torchrec: the module path */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */

@@ -45,11 +45,14 @@ static const char usage_text[] =
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
     "              [--no-splits] [--no-local-search] [--threads T]\n"
-    "              [--json | --torchrec] [--svg FILE]\n"
+    "              [--json | --torchrec [--torchrec-module PATH]]\n"
+    "              [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
-    "      device.  --svg also writes the per-device picture (compute,\n"
-    "      comm, the wait, memory; the critical device outlined).\n"
+    "      device.  --torchrec writes TorchRec's ShardingPlan for module\n"
+    "      PATH (default embedding_bags).  --svg also writes the per-device\n"
+    "      picture (compute, comm, the wait, memory; the critical device\n"
+    "      outlined).\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -218,6 +221,7 @@ static const struct opt_def opt_defs[] = {
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
+    {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
     {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},

@@ -147,9 +147,11 @@ struct ns {
     double dim_mean;
     int32_t candidates;  /* o->candidates, for this many tables */
     const int32_t *pins; /* per table: its device or -1; NULL: none */
-    int32_t *forced;     /* per table: the level memory forces (0: whole) */
-    int32_t *presplit;   /* per table: the level it starts at (>= forced) */
-    bool any_presplit;   /* some table starts split beyond memory's needs */
+    /* The exchanges of row-split and replicated tables (NULL: none). */
+    double *fixed_fwd, *fixed_bwd;
+    int32_t *forced;   /* per table: the level memory forces (0: whole) */
+    int32_t *presplit; /* per table: the level it starts at (>= forced) */
+    bool any_presplit; /* some table starts split beyond memory's needs */
     size_t npinned;
     struct ns_devs base;        /* the pinned tables placed, nothing else */
     struct ns_table *tl;        /* levels are filled on the main thread only */
@@ -435,7 +437,8 @@ static double devs_plan_ms(const struct ns *s, struct ns_work *w)
 
     for (r = 0; r < s->n; r++)
         w->comp[r] = w->dv.count[r] ? net_softplus(w->dv.raw[r]) * s->scale : 0;
-    return cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+    return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
+                        w->fwd, w->bwd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -979,7 +982,8 @@ static double try_step(const struct ns *s, struct ns_work *w,
     w->comp[y] = comp_with(s, w, y, a, b);
     w->dv.dim[x] -= moved;
     w->dv.dim[y] += moved;
-    c = cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+    c = cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
+                     w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dv.dim[x] = dx;
