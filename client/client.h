@@ -11,6 +11,8 @@
  *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
+ *  - comm.c:         comm-profile: collectives timed on this machine's
+ *                    devices.
  *  - format.c:       human-readable plan reports, offline and online.
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
  *  - online_admin.c: status, models, activate, profiler, retrain, job,
@@ -24,10 +26,11 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, online.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c
  *   measure.c      -> common.c, format.c
+ *   comm.c         -> common.c
  *   online.c       -> online_admin.c, online_call.c, common.c, format.c
  *   online_admin.c -> online_call.c, rpc.c, common.c
  *   online_call.c  -> rpc.c, rpc_json.c, common.c
@@ -67,6 +70,7 @@ enum ctl_cmd {
     CTL_CMD_TRAIN,
     CTL_CMD_SCORE,
     CTL_CMD_EVAL,
+    CTL_CMD_COMM_PROFILE,
     CTL_CMD_ESTIMATE,
     CTL_CMD_STATUS,
     CTL_CMD_MODELS,
@@ -100,6 +104,7 @@ struct ctl_opts {
     bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;
     bool no_flush;
+    bool collectives; /* comm-profile --collectives */
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
     double max_gb;
@@ -200,6 +205,7 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
+int comm_profile(const struct ctl_opts *o); /* comm.c */
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */

@@ -5,11 +5,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profiler.h"
 #include "shardd/log.h"
+
+/* Uploads m's net to device 0 of be (NULL: none); a failure is logged and
+ * leaves m without a resident copy. */
+static void make_resident(struct dmodel *m, const struct kern_backend *be)
+{
+    struct sd_diag d;
+
+    if (be == NULL)
+        return;
+    if (prof_net_upload(be, 0, m->net, &m->resident, &d) != 0) {
+        m->resident = NULL;
+        sd_log(SD_LOG_WARN, "model %s: not resident on %s device 0: %s",
+               m->version, be->name, d.msg);
+        return;
+    }
+    sd_log(SD_LOG_INFO, "model %s of %s resident on %s device 0 (%llu bytes)",
+           m->version, m->net->profile, be->name,
+           (unsigned long long)kern_net_bytes(m->resident));
+}
 
 static struct dmodel *dmodel_new(const struct cost_net *net, bool embedded,
                                  int64_t id,
-                                 const struct store_model_metrics *metrics)
+                                 const struct store_model_metrics *metrics,
+                                 const struct kern_backend *be)
 {
     struct dmodel *m = calloc(1, sizeof(*m));
 
@@ -25,6 +46,7 @@ static struct dmodel *dmodel_new(const struct cost_net *net, bool embedded,
         snprintf(m->version, sizeof(m->version), "%lld", (long long)id);
     if (metrics != NULL)
         m->metrics = *metrics;
+    make_resident(m, be);
     return m;
 }
 
@@ -38,6 +60,7 @@ void dmodel_release(struct dmodel *m)
 {
     if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
+    kern_net_close(m->resident);
     if (!m->embedded)
         free((void *)m->net);
     free(m);
@@ -152,7 +175,8 @@ static int load_active(struct models *ms, struct store *st,
     if (rv == 0) {
         rv = models_parse_stored(sm, &net, &why);
         if (rv == 0)
-            m = dmodel_new(net, false, sm->info.id, &sm->info.metrics);
+            m = dmodel_new(net, false, sm->info.id, &sm->info.metrics,
+                           ms->resident_be);
         store_model_free(sm);
     }
     if (rv != 0) {
@@ -172,7 +196,7 @@ static int load_active(struct models *ms, struct store *st,
 }
 
 int models_init(struct models *ms, struct store *st, const char *own_profile,
-                struct sd_diag *d)
+                const struct kern_backend *resident_be, struct sd_diag *d)
 {
     const struct cost_net *emb = net_embedded(d);
     struct store_profile *profs = NULL;
@@ -184,9 +208,10 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
     memset(ms, 0, sizeof(*ms));
     pthread_mutex_init(&ms->mu, NULL);
     snprintf(ms->own_profile, sizeof(ms->own_profile), "%s", own_profile);
+    ms->resident_be = resident_be;
     snprintf(ms->default_profile, sizeof(ms->default_profile), "%s",
              emb->profile);
-    ms->embedded = dmodel_new(emb, true, 0, NULL);
+    ms->embedded = dmodel_new(emb, true, 0, NULL, resident_be);
     if (ms->embedded == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail;
@@ -288,7 +313,7 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     *info = sm->info;
     info->active = true;
 
-    m = dmodel_new(net, false, id, &sm->info.metrics);
+    m = dmodel_new(net, false, id, &sm->info.metrics, ms->resident_be);
     if (m == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail_net;

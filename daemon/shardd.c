@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "kernels.h"
 #include "rpc.h"
 #include "service.h"
 #include "shardd/log.h"
@@ -346,6 +347,12 @@ int main(int argc, char **argv)
     }
     if (help) {
         fputs(conf_usage(), stdout);
+        return 0;
+    }
+    if (cfg.print_version) {
+        printf("shardd %s (backends: cpu%s)\n", SHARDD_VERSION,
+               kern_have_cuda() ? ", cuda" : "");
+        conf_free(&cfg);
         return 0;
     }
     if (cfg.print_config) {
