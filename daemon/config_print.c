@@ -157,7 +157,7 @@ const char *conf_usage(void)
     }
     append(text, sizeof(text), &len,
            "  %-*s print the effective configuration and exit\n"
-           "  %-*s print the version and the backends built, and exit\n"
+           "  %-*s print the version and the backends built\n"
            "  %-*s this text\n",
            USAGE_HELP_COL - 3, "--print-config", USAGE_HELP_COL - 3,
            "--version", USAGE_HELP_COL - 3, "-h, --help");

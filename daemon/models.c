@@ -22,7 +22,8 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
                m->version, be->name, d.msg);
         return;
     }
-    sd_log(SD_LOG_INFO, "model %s of %s resident on %s device 0 (%llu bytes)",
+    /* Debug: a start-up failure after this stays one line at info. */
+    sd_log(SD_LOG_DEBUG, "model %s of %s resident on %s device 0 (%llu bytes)",
            m->version, m->net->profile, be->name,
            (unsigned long long)kern_net_bytes(m->resident));
 }

@@ -5,7 +5,8 @@
  * latents before its first layer: fp32 rounding, not bit for bit);
  * cuBLAS's sgemm against a double-precision product in every
  * transposition; and training with cuBLAS's products against CBLAS's: 30
- * epochs, predictions within 1e-2 relative (docs/gpu.md), then a default
+ * epochs, the predictions' relative differences within 1e-2 (median) and
+ * 5e-2 (95th percentile; docs/gpu.md), then a default
  * run whose held-out MAPEs are printed side by side.  Prints how long a
  * batch takes on each (figures, not checks).  Exits 77 (skipped) where
  * the cuda backend is not built or no GPU answers.  `-s SEED` replays.
@@ -18,10 +19,11 @@
 #include "harness.h"
 #include "profiler.h"
 
-#define NSHARDS    20000
-#define MAX_TABLES 15
-#define SCORE_TOL  1e-4
-#define TRAIN_TOL  1e-2
+#define NSHARDS          20000
+#define MAX_TABLES       15
+#define SCORE_TOL        1e-4
+#define TRAIN_TOL_MEDIAN 1e-2
+#define TRAIN_TOL_P95    5e-2
 
 static double now_ms(void)
 {
@@ -186,22 +188,36 @@ out:
     free(c);
 }
 
-static double worst_difference(const struct cost_net *x,
-                               const struct cost_net *y,
-                               const struct shards *sh)
+static int cmp_double(const void *a, const void *b)
 {
-    double worst = 0, u, v;
-    size_t i;
+    double x = *(const double *)a, y = *(const double *)b;
 
+    return (x > y) - (x < y);
+}
+
+/* The median and 95th percentile of two models' relative differences. */
+static void differences(const struct cost_net *x, const struct cost_net *y,
+                        const struct shards *sh, double *median, double *p95)
+{
+    double *e = calloc(sh->n, sizeof(*e)), u, v;
+    size_t i, n = 0;
+
+    *median = *p95 = 1;
+    if (e == NULL)
+        return;
     for (i = 0; i < sh->n; i++) {
         if (sh->s[i].ntables == 0)
             continue;
         u = net_tables_ms(x, sh->s[i].tables, sh->s[i].ntables);
         v = net_tables_ms(y, sh->s[i].tables, sh->s[i].ntables);
-        if (fabs(u - v) / u > worst)
-            worst = fabs(u - v) / u;
+        e[n++] = fabs(u - v) / u;
     }
-    return worst;
+    if (n > 0) {
+        qsort(e, n, sizeof(*e), cmp_double);
+        *median = e[n / 2];
+        *p95 = e[(size_t)(0.95 * (double)(n - 1))];
+    }
+    free(e);
 }
 
 static int train(const struct shards *sh, const struct net_gemm *g,
@@ -229,7 +245,7 @@ static void test_training(const struct kern_backend *cuda, struct shards *sh)
     struct cost_net *ref = NULL, *dev = NULL;
     struct prof_gemm pg;
     struct sd_diag d;
-    double t_ref, t_dev, worst;
+    double t_ref, t_dev, median, p95;
     size_t i, n = 0;
     int rv;
 
@@ -246,11 +262,11 @@ static void test_training(const struct kern_backend *cuda, struct shards *sh)
     CHECK(train(sh, NULL, 30, &ref, &t_ref) == 0);
     CHECK(train(sh, &pg.hook, 30, &dev, &t_dev) == 0);
     if (ref != NULL && dev != NULL) {
-        worst = worst_difference(ref, dev, sh);
+        differences(ref, dev, sh, &median, &p95);
         printf("30 epochs on %zu shards: CBLAS %.0f ms, cuBLAS %.0f ms; "
-               "predictions differ by at most %.3g relative\n",
-               n, t_ref, t_dev, worst);
-        CHECK(worst <= TRAIN_TOL);
+               "predictions differ by %.3g (median), %.3g (p95) relative\n",
+               n, t_ref, t_dev, median, p95);
+        CHECK(median <= TRAIN_TOL_MEDIAN && p95 <= TRAIN_TOL_P95);
     }
     free(ref);
     free(dev);
