@@ -5,6 +5,10 @@
  * table-batched embedding bag of one device's shard: forward (sum pooling
  * per bag), backward (pooled-output gradients scattered to the rows) and an
  * exact SGD update, fp32, over every table of the shard in one pass.
+ * Beside it: the compute cost model resident on a device and scored in
+ * batches, sgemm for training it, collectives timed across devices, and
+ * the idle gate's readings (docs/gpu.md); each has a cpu implementation
+ * that is its specification.
  *
  * Synchronous and loop-agnostic: call from worker threads.  Only
  * kernels/cuda/ includes CUDA headers; nothing here exposes CUDA types.

@@ -1,10 +1,12 @@
 /*
- * The seam between the cuda backend's host logic (backend_cuda.c, C11) and
- * its device code (tbe.cu): the argument blocks of the kernels and the
- * extern "C" launch shims.  Each shim enqueues one kernel on a stream and
- * returns the launch status (cudaGetLastError()), never synchronising;
- * backend_cuda.c maps any error to SD_E* codes.  Included only under
- * kernels/cuda/.
+ * The seam between the cuda backend's host logic (backend_cuda.c,
+ * net_cuda.c, nccl_cuda.c, nvml_cuda.c, libs.c: C11) and its device code
+ * (tbe.cu, net.cu): the argument blocks of the kernels and the extern "C"
+ * launch shims, and what the host files share (the error mapping, the
+ * run-time libraries, the ops of the vtable).  Each shim enqueues one
+ * kernel on a stream and returns the launch status (cudaGetLastError()),
+ * never synchronising; the host files map any error to SD_E* codes.
+ * Included only under kernels/cuda/.
  */
 #ifndef SHARDD_CUDA_INTERNAL_H
 #define SHARDD_CUDA_INTERNAL_H
