@@ -249,6 +249,10 @@ void format_plan_text(FILE *out, const struct plan *p,
  * driver_ms that is negative, and stats.states < 0 (then only search_ms,
  * greedy_runs, splits and budget_exhausted are known).
  */
+/* The count of tables per scheme, and TorchRec's table of the tables that
+ * are not table-wise (the first 20). */
+void format_schemes(FILE *out, const struct plan *p,
+                    const struct table *tables);
 void format_explain(FILE *out, const struct plan *p,
                     const struct table *tables);
 

@@ -595,19 +595,6 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                      "lower_bound_ms", e->lower_bound_ms, "gap", e->gap);
 }
 
-/* The scheme of a table's shards [first, end): as they say, except that
- * shards of every row are table-wise alone and column-wise together (a plan
- * not yet validated says table-wise for both). */
-static enum plan_scheme scheme_of(const struct plan *p, size_t first,
-                                  size_t end)
-{
-    enum plan_scheme sc = (enum plan_scheme)p->shards[first].scheme;
-
-    if (sc == SCHEME_TW || sc == SCHEME_CW)
-        return end - first == 1 ? SCHEME_TW : SCHEME_CW;
-    return sc;
-}
-
 char *json_plan(const struct plan *p, const struct table *tables)
 {
     json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
@@ -624,16 +611,13 @@ char *json_plan(const struct plan *p, const struct table *tables)
         json_t *so = json_object();
 
         if (k == 0 || s->table != p->shards[k - 1].table) {
-            size_t end = k;
-
-            while (end < p->nshards && p->shards[end].table == s->table)
-                end++;
             cur = json_object();
             shards = json_array();
             bad |= json_object_set_new(cur, "name",
                                        json_string(tables[s->table].name));
             bad |= json_object_set_new(
-                cur, "scheme", json_string(scheme_name(scheme_of(p, k, end))));
+                cur, "scheme",
+                json_string(scheme_name(plan_table_scheme(p, k))));
             bad |= json_object_set_new(cur, "shards", shards);
             bad |= json_array_append_new(tbls, cur);
             if (bad) { /* shards may be gone with cur */
@@ -682,7 +666,7 @@ char *json_plan(const struct plan *p, const struct table *tables)
 static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
                               const struct table *tb, const struct topology *t)
 {
-    enum plan_scheme sc = scheme_of(p, first, end);
+    enum plan_scheme sc = plan_table_scheme(p, first);
     json_t *o = json_object(), *ranks = json_array(), *shards = json_array();
     int bad = o == NULL || ranks == NULL || shards == NULL;
     size_t k;

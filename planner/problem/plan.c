@@ -78,6 +78,18 @@ void plan_sort(struct plan *p)
         qsort(p->shards, p->nshards, sizeof(*p->shards), cmp_shard);
 }
 
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first)
+{
+    enum plan_scheme sc = (enum plan_scheme)p->shards[first].scheme;
+    size_t end = first + 1;
+
+    if (sc != SCHEME_TW && sc != SCHEME_CW)
+        return sc;
+    while (end < p->nshards && p->shards[end].table == p->shards[first].table)
+        end++;
+    return end - first == 1 ? SCHEME_TW : SCHEME_CW;
+}
+
 /* What validation needs besides the plan. */
 struct check {
     const struct table *t;

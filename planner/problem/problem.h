@@ -351,6 +351,12 @@ int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
 int plan_add_shard(struct plan *p, const struct shard *s);
 /* Sorts shards by (table, col_offset, row_offset, device). */
 void plan_sort(struct plan *p);
+/*
+ * The scheme of the table whose sorted shards start at `first`: as they
+ * say, except that shards of every row are table-wise alone and column-wise
+ * together (before plan_validate() they all say table-wise).
+ */
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first);
 
 /*
  * Checks a plan against its tables and topology: every shard names an
