@@ -490,6 +490,7 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
+    a.po.beam_evaluations = cf->c.beam_evaluations;
     /* With other searches running the CPUs are taken: more threads for
      * this one would only add their start and switches (a plan does not
      * depend on its thread count). */

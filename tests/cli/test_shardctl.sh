@@ -271,7 +271,7 @@ printf '{"tables":[' >"$DIR/bad.json"
 plan_bad 'malformed JSON at line 1'
 # A table larger than every device: named, with the shortfall in bytes.
 tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
-plan_bad 'table "huge": even at 4 columns it needs 1600000000 bytes'
+plan_bad 'table "huge" needs 51200000000 bytes: even in row blocks over all 2 devices a block needs 25600000000'
 expect_fail 2 'table "huge": needs 51200000000 bytes' plan --offline \
     --tables "$DIR/bad.json" --devices 2 --mem-gb 1 --alg size_greedy
 expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \

@@ -157,18 +157,20 @@ static void test_score_is_evaluated_cost(void)
     free(tb);
 }
 
-/* A table too big for any device fits once split; one too big even at its
- * narrowest is named, with the shortfall. */
+/* A table too big for any device fits once split: in row blocks over a
+ * host, or, allowed only column slices, in those; one too big even for all
+ * devices together is named, with the shortfall. */
 static void test_memory(void)
 {
     struct table *tb = make_tables(6, 3);
+    struct table_constraint cons[6];
     struct topology topo;
     struct plan_options o;
     struct plan p;
     struct sd_diag d = {{0}};
     uint64_t whole;
     size_t k;
-    int32_t widest = 0;
+    int32_t widest = 0, blocks = 0;
 
     tb[0].rows = 4000000;
     tb[0].dim = 128;
@@ -181,14 +183,34 @@ static void test_memory(void)
     o.alg = PLAN_ALG_NEUROSHARD;
     CHECK(run(tb, 6, &topo, &o, &p, &d) == 0);
     for (k = 0; k < p.nshards; k++)
+        if (p.shards[k].table == 0) {
+            blocks++;
+            CHECK(p.shards[k].scheme == SCHEME_TWRW);
+            CHECK(p.shards[k].col_width == 128);
+            CHECK(shard_block_bytes(&tb[0], &p.shards[k], OPTIMIZER_SGD) <=
+                  topo.mem_bytes);
+        }
+    CHECK(blocks == 4); /* one host of four devices */
+    CHECK(p.nnotes == 1 && strstr(p.notes[0], "split in rows") != NULL);
+    plan_destroy(&p);
+
+    /* Column slices only: the column search cuts it as before. */
+    memset(cons, 0, sizeof(cons));
+    for (k = 0; k < 6; k++)
+        cons[k].host = -1;
+    cons[0].schemes = 1u << SCHEME_CW;
+    o.constraints = cons;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == 0);
+    for (k = 0; k < p.nshards; k++)
         if (p.shards[k].table == 0 && p.shards[k].col_width > widest)
             widest = p.shards[k].col_width;
     CHECK(widest > 0 && widest <= 64);
     CHECK(p.stats.splits >= 1);
+    CHECK(p.shards[0].scheme == SCHEME_CW && p.shards[0].row_count == 0);
     plan_destroy(&p);
 
-    /* 400 GB in one table needs 32 pieces: more splits than the beam's
-     * ten levels make, so the search starts from them. */
+    /* 400 GB in one table in column slices needs 32 pieces: more splits
+     * than the beam's ten levels make, so the search starts from them. */
     tb[0].rows = 100000000;
     tb[0].dim = 1024;
     {
@@ -207,15 +229,25 @@ static void test_memory(void)
         CHECK(pieces >= 32);
         plan_destroy(&p);
     }
+    o.constraints = NULL;
     tb[0].rows = 1000;
     tb[0].dim = 8;
 
-    /* 4 columns of 2^30 rows: no split helps. */
+    /* 4 columns of 2^30 rows (16 GiB) on 6 GiB in all: no split helps. */
     tb[1].rows = (int64_t)1 << 30;
     tb[1].dim = 4;
     CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "\"t1\"") != NULL);
+    CHECK(strstr(d.msg, "even in row blocks over all 4 devices") != NULL);
+    /* ... and allowed column slices only, it says the slice is too big. */
+    memset(cons, 0, sizeof(cons));
+    for (k = 0; k < 6; k++)
+        cons[k].host = -1;
+    cons[1].schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW);
+    o.constraints = cons;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "more than a device has") != NULL);
+    o.constraints = NULL;
 
     /* Three tables of 0.6 device each on two devices, whole: each fits a
      * device, together they cannot.  The message names the table left
