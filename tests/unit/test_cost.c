@@ -98,10 +98,10 @@ static void test_evaluate(void)
     t.intra_host_bw = 1000;
     t.link_latency_ms = 0.5;
     CHECK(plan_init(&p, 3) == 0);
-    plan_add(&p, 0, 0, 0, 8);  /* device 0: a (8) + b (16) = 24 columns */
+    plan_add(&p, 0, 0, 0, 8); /* device 0: a (8) + b (16) = 24 columns */
     plan_add(&p, 1, 0, 0, 16);
-    plan_add(&p, 2, 1, 0, 8);  /* device 1: c, 8 columns */
-    plan_add(&p, 3, 2, 0, 4);  /* device 2: d, 4 columns */
+    plan_add(&p, 2, 1, 0, 8); /* device 1: c, 8 columns */
+    plan_add(&p, 3, 2, 0, 4); /* device 2: d, 4 columns */
     CHECK(plan_evaluate(&p, tb, 4, &t, OPTIMIZER_SGD, &m) == 0);
 
     CHECK(p.devices[0].nshards == 2 && p.devices[1].nshards == 1 &&
