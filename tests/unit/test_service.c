@@ -7,7 +7,9 @@
  *  - Plan and Estimate round trips; an unset PlanOptions means the
  *    documented defaults (column splits allowed); field-named refusals.
  *  - The plan cache: hits, eviction at the entry limit, a limit of 0, a plan
- *    cut short by the deadline not cached, trimming on reload.
+ *    cut short by the deadline not cached, trimming on reload; a hit is the
+ *    stored reply byte for byte but for cache_hit; a model never answers
+ *    from another model's plans.
  *  - Retraining: the gate keeps a worse model out unless forced, and the
  *    job moves QUEUED -> RUNNING -> SUCCEEDED.
  *  - Model hot-swap while other threads plan: every plan succeeds, each on
@@ -98,16 +100,14 @@ struct ask {
     const int32_t *pins;
 };
 
-static int plan_bytes(struct svc *s, const struct ask *a,
-                      const struct svc_call *call,
-                      Shardd__V1__PlanResponse **out, struct sd_diag *d)
+/* The request bytes of a (owned by the caller, free()). */
+static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
+                    struct sd_diag *d)
 {
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__PlanOptions po = SHARDD__V1__PLAN_OPTIONS__INIT;
     struct wire_arena arena = WIRE_ARENA_INIT;
     struct topology t;
-    uint8_t *req = NULL, *resp = NULL;
-    size_t len, resp_len;
     int rv;
 
     topology_default(&t, NDEV, a->mem_bytes ? a->mem_bytes : (8ull << 30));
@@ -123,12 +123,37 @@ static int plan_bytes(struct svc *s, const struct ask *a,
             po.constraints = wire_pins_out(&arena, a->pins, pool, a->ntables);
         rq.options = &po;
     }
-    rv = wire_pack(&rq.base, &req, &len, d);
+    rv = wire_pack(&rq.base, req, len, d);
     wire_arena_free(&arena);
+    return rv;
+}
+
+/* The reply bytes of a (owned by the caller, free()). */
+static int plan_raw(struct svc *s, const struct ask *a,
+                    const struct svc_call *call, uint8_t **resp,
+                    size_t *resp_len, struct sd_diag *d)
+{
+    uint8_t *req = NULL;
+    size_t len;
+    int rv;
+
+    rv = ask_pack(a, &req, &len, d);
     if (rv != 0)
         return rv;
-    rv = svc_plan(s, call, req, len, &resp, &resp_len, d);
+    rv = svc_plan(s, call, req, len, resp, resp_len, d);
     free(req);
+    return rv;
+}
+
+static int plan_bytes(struct svc *s, const struct ask *a,
+                      const struct svc_call *call,
+                      Shardd__V1__PlanResponse **out, struct sd_diag *d)
+{
+    uint8_t *resp = NULL;
+    size_t resp_len;
+    int rv;
+
+    rv = plan_raw(s, a, call, &resp, &resp_len, d);
     if (rv != 0)
         return rv;
     *out = shardd__v1__plan_response__unpack(NULL, resp_len, resp);
@@ -413,6 +438,92 @@ static void test_cache_policy(void)
         shardd__v1__plan_response__free_unpacked(r, NULL);
     }
     teardown(s, &c);
+}
+
+static int activate_bytes(struct svc *s, const char *version);
+
+/* A reply, as bytes. */
+struct reply {
+    uint8_t *b;
+    size_t n;
+    bool hit;
+    char model[32];
+};
+
+static void reply_of(struct svc *s, const struct ask *a, struct reply *r)
+{
+    Shardd__V1__PlanResponse *m = NULL;
+    struct sd_diag d;
+
+    memset(r, 0, sizeof(*r));
+    CHECK(plan_raw(s, a, NULL, &r->b, &r->n, &d) == 0);
+    if (r->b != NULL)
+        m = shardd__v1__plan_response__unpack(NULL, r->n, r->b);
+    CHECK(m != NULL);
+    if (m == NULL)
+        return;
+    r->hit = m->cache_hit;
+    snprintf(r->model, sizeof(r->model), "%s", m->basis->model_version);
+    shardd__v1__plan_response__free_unpacked(m, NULL);
+}
+
+/* Whether two replies are the same bytes once cache_hit is cleared in the
+ * second (a hit is the stored reply, search figures and hash included). */
+static bool same_but_hit(const struct reply *a, const struct reply *b)
+{
+    Shardd__V1__PlanResponse *m;
+    uint8_t *again = NULL;
+    size_t n = 0;
+    bool same;
+    struct sd_diag d;
+
+    m = shardd__v1__plan_response__unpack(NULL, b->n, b->b);
+    if (m == NULL)
+        return false;
+    m->cache_hit = false;
+    same = wire_pack(&m->base, &again, &n, &d) == 0 && n == a->n &&
+           memcmp(again, a->b, n) == 0;
+    free(again);
+    shardd__v1__plan_response__free_unpacked(m, NULL);
+    return same;
+}
+
+/*
+ * A hit is the stored answer, byte for byte apart from cache_hit, and a
+ * model answers only from its own plans: after an activation the same
+ * request is planned again by the new model; activating the first model
+ * again brings its own plan back.  Runs where stored model 1 exists (after
+ * test_retrain_gate).
+ */
+static void test_cache_keys_on_model(struct svc *s)
+{
+    struct ask a = {.ntables = 12, .seed = 4242};
+    struct reply first, hit, other, other_hit, back;
+
+    CHECK(activate_bytes(s, "embedded") == 0);
+    reply_of(s, &a, &first);
+    reply_of(s, &a, &hit);
+    CHECK(!first.hit && hit.hit);
+    CHECK(strcmp(first.model, "embedded") == 0);
+    CHECK(strcmp(hit.model, "embedded") == 0);
+    CHECK(same_but_hit(&first, &hit));
+
+    CHECK(activate_bytes(s, "1") == 0);
+    reply_of(s, &a, &other);
+    CHECK(!other.hit && strcmp(other.model, "1") == 0);
+    reply_of(s, &a, &other_hit);
+    CHECK(other_hit.hit && strcmp(other_hit.model, "1") == 0);
+    CHECK(same_but_hit(&other, &other_hit));
+
+    CHECK(activate_bytes(s, "embedded") == 0);
+    reply_of(s, &a, &back);
+    CHECK(back.hit && strcmp(back.model, "embedded") == 0);
+    CHECK(same_but_hit(&first, &back));
+    free(first.b);
+    free(hit.b);
+    free(other.b);
+    free(other_hit.b);
+    free(back.b);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -838,6 +949,7 @@ int main(void)
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
     test_hot_swap(s);
+    test_cache_keys_on_model(s);
     test_retrain_limits(s, &c);
     test_health(s);
     teardown(s, &c);
