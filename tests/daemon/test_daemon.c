@@ -6,7 +6,8 @@
  * errors clients rely on (INVALID_ARGUMENT naming the table and field,
  * RESOURCE_EXHAUSTED when nothing fits, UNIMPLEMENTED for unknown methods),
  * Estimate of the plan it got, a second daemon refused by the pidfile, and
- * a graceful stop: exit status 0 and the pidfile gone.
+ * a graceful stop: a search in flight at SIGTERM answers with its best plan
+ * when the grace period ends, then exit status 0 and the pidfile gone.
  *
  * Waits are bounded polls (the socket to appear, the child to exit); calls
  * wait for the channel to be ready within their deadline.
@@ -39,9 +40,12 @@
 
 #define NTABLES    8
 #define NDEVICES   4
-#define NBIG       200 /* tables of the request in flight at SIGTERM */
+#define NBIG       8000 /* tables of the request in flight at SIGTERM, */
+#define NBIG_DEV   1024 /* on these devices: a 15-30 s search here */
+#define GRACE_S    "2"  /* shardd --grace-s */
 #define GIB        ((uint64_t)1 << 30)
-#define CALL_MS    20000 /* per call; the daemon answers in milliseconds */
+#define CALL_MS    20000  /* per call; the daemon answers in milliseconds */
+#define BIG_MS     120000 /* the big call's deadline: past its budget */
 #define POLL_MS    20
 #define START_POLL 500 /* x POLL_MS: 10 s for the socket to appear */
 #define EXIT_POLL  750 /* x POLL_MS: 15 s to exit after SIGTERM */
@@ -63,8 +67,11 @@ static pid_t start_daemon(const char *bin)
     pid_t pid = fork();
 
     if (pid == 0) {
+        /* One search thread: the big search below lasts seconds even on a
+         * machine with many cores (plans do not depend on it). */
         execl(bin, bin, "--listen", listen_addr, "--data-dir", dir, "--threads",
-              "2", "--profiler", "off", (char *)NULL);
+              "2", "--search-threads", "1", "--grace-s", GRACE_S, "--profiler",
+              "off", (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }
@@ -145,11 +152,11 @@ struct pending {
  */
 static int start_call(struct client *c, const char *method,
                       const ProtobufCMessage *req, bool wait_ready,
-                      struct pending *p)
+                      long deadline_ms, struct pending *p)
 {
     gpr_timespec deadline =
         gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                     gpr_time_from_millis(CALL_MS, GPR_TIMESPAN));
+                     gpr_time_from_millis(deadline_ms, GPR_TIMESPAN));
     grpc_op ops[6];
 
     memset(p, 0, sizeof(*p));
@@ -228,7 +235,7 @@ static void call(struct client *c, const char *method,
 {
     struct pending p;
 
-    if (start_call(c, method, req, true, &p) != 0) {
+    if (start_call(c, method, req, true, CALL_MS, &p) != 0) {
         memset(r, 0, sizeof(*r));
         r->status = GRPC_STATUS_UNKNOWN;
         snprintf(r->details, sizeof(r->details), "start_batch failed");
@@ -535,9 +542,13 @@ static void check_unknown_method(struct client *c)
 }
 
 /*
- * SIGTERM while a search runs (200 tables on 8 devices): the call is served
- * (the daemon drains), or refused as UNAVAILABLE if it had not got in yet;
- * never lost.
+ * SIGTERM while a big search runs (8000 tables on 1024 devices, a budget of
+ * 60 s, a deadline past it): the search is surely in flight (it has not
+ * answered after a second), and the one right outcome is OK with its best
+ * plan so far, every table placed, marked time_budget_exhausted, once the
+ * grace period (2 s) is over.  The wait for it is a generous bound: a
+ * daemon that let the search run to its budget would answer after 15 s or
+ * more, not exhausted, and one that cancelled it would answer CANCELLED.
  */
 static void check_drain(struct client *c, pid_t pid)
 {
@@ -545,11 +556,13 @@ static void check_drain(struct client *c, pid_t pid)
     static Shardd__V1__Table *big_ptrs[NBIG];
     static char big_names[NBIG][16];
     Shardd__V1__PlanRequest req = SHARDD__V1__PLAN_REQUEST__INIT;
-    Shardd__V1__Topology t8 = SHARDD__V1__TOPOLOGY__INIT;
+    Shardd__V1__Topology tb = SHARDD__V1__TOPOLOGY__INIT;
+    Shardd__V1__PlanOptions opt = SHARDD__V1__PLAN_OPTIONS__INIT;
     Shardd__V1__PlanResponse *pr;
     struct pending p;
     struct reply r;
-    bool done_early;
+    bool done_early, answered;
+    size_t placed = 0;
     int i;
 
     for (i = 0; i < NBIG; i++) {
@@ -559,30 +572,61 @@ static void check_drain(struct client *c, pid_t pid)
         big[i].rows += 1000 * i;
         big_ptrs[i] = &big[i];
     }
-    t8.num_devices = 8;
-    t8.mem_bytes_per_device = 64 * GIB;
+    tb.num_devices = NBIG_DEV;
+    tb.mem_bytes_per_device = 64 * GIB;
+    opt.seed = 7;
+    opt.time_budget_ms = 60000;
     req.n_tables = NBIG;
     req.tables = big_ptrs;
-    req.topology = &t8;
-    req.options = &options;
-    if (start_call(c, "/shardd.v1.Planner/Plan", &req.base, false, &p) != 0) {
+    req.topology = &tb;
+    req.options = &opt;
+    if (start_call(c, "/shardd.v1.Planner/Plan", &req.base, false, BIG_MS,
+                   &p) != 0) {
         CHECK(!"start_call");
         kill(pid, SIGTERM);
         return;
     }
-    /* Let the request reach the daemon: the client's I/O runs in pluck. */
-    done_early = poll_call(c, &p, 30);
+    /* The request reaches the daemon (the client's I/O runs in pluck) and
+     * its search starts; it must still be running a second later. */
+    done_early = poll_call(c, &p, 1000);
+    CHECK(!done_early);
     CHECK(kill(pid, SIGTERM) == 0);
-    if (!done_early)
+    answered = done_early || poll_call(c, &p, 30000);
+    CHECK(answered);
+    if (!answered) {
+        kill(pid, SIGKILL); /* the call then ends and frees */
         poll_call(c, &p, -1);
-    finish_call(&p, &shardd__v1__plan_response__descriptor, &r);
-    CHECK(r.status == GRPC_STATUS_OK || r.status == GRPC_STATUS_UNAVAILABLE);
-    if (r.msg != NULL) {
-        pr = (Shardd__V1__PlanResponse *)r.msg;
-        CHECK(pr->n_tables == NBIG);
     }
-    printf("call in flight at SIGTERM (%s before it): status %d %s\n",
-           done_early ? "done" : "running", (int)r.status, r.details);
+    finish_call(&p, &shardd__v1__plan_response__descriptor, &r);
+    CHECK(r.status == GRPC_STATUS_OK);
+    pr = (Shardd__V1__PlanResponse *)r.msg;
+    CHECK(pr != NULL && pr->n_tables == NBIG);
+    CHECK(pr != NULL && pr->search != NULL &&
+          pr->search->time_budget_exhausted);
+    /* Every column of every table placed once, on a device that exists. */
+    for (i = 0; pr != NULL && i < (int)pr->n_tables && i < NBIG; i++) {
+        const Shardd__V1__TablePlacement *tp = pr->tables[i];
+        int32_t next = 0;
+        bool ok = strcmp(tp->table, big_names[i]) == 0 && tp->n_shards > 0;
+        size_t k;
+
+        for (k = 0; k < tp->n_shards; k++) {
+            const Shardd__V1__Shard *sh = tp->shards[k];
+
+            ok = ok && sh->col_offset == next && sh->col_width > 0 &&
+                 sh->device >= 0 && sh->device < NBIG_DEV;
+            next += sh->col_width;
+        }
+        placed += ok && next == big[i].dim;
+    }
+    CHECK(placed == NBIG);
+    printf("search in flight at SIGTERM: status %d %s; %zu tables placed, "
+           "search %.0f ms, budget exhausted %d\n",
+           (int)r.status, r.details, placed,
+           pr != NULL && pr->search != NULL ? pr->search->search_time_ms : -1,
+           pr != NULL && pr->search != NULL
+               ? (int)pr->search->time_budget_exhausted
+               : -1);
     reply_free(&r);
 }
 
