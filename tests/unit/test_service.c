@@ -14,7 +14,10 @@
  *    job moves QUEUED -> RUNNING -> SUCCEEDED.
  *  - Model hot-swap while other threads plan: every plan succeeds, each on
  *    one of the two models.
- *  - The profiler worker's proposal queue, full, keeps every entry whole.
+ *  - The profiler worker's proposal queue, full, keeps every entry whole;
+ *    a request (or a pause) arriving while a sample is being timed drops
+ *    that sample, and the worker measures again after; with no request
+ *    yet it waits profiler_idle_ms from its start.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -69,6 +72,16 @@ static void teardown(struct svc *s, struct sd_config *c)
 
     svc_close(s);
     conf_free(c);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Removes the data directory of a test that opened no service. */
+static void teardown_dir(void)
+{
+    char cmd[128];
+
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
@@ -916,6 +929,173 @@ static void test_proposal_ring(void)
     conf_free(&c);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The profiler worker steps aside                                         */
+
+/*
+ * The cpu backend with a gate in its timing: the profiler thread, once in
+ * shard_time, says so (gate_in) and waits for the test to open the gate
+ * (gate_open), then times for real, where the abort flag is honoured.
+ * While it waits nothing can be committed, so the test knows exactly what
+ * the store holds at the moment a request arrives.
+ */
+static atomic_int gate_in, gate_open;
+static struct kern_backend gated;
+
+static int gated_time(struct kern_shard *sh, const struct kern_timing_opts *o,
+                      struct kern_timing *out)
+{
+    atomic_fetch_add(&gate_in, 1);
+    while (!atomic_load(&gate_open))
+        sleep_ms(1);
+    return kern_backend_cpu.shard_time(sh, o, out);
+}
+
+/* Compute samples of the profile the worker measures (0 before it made
+ * the profile). */
+static uint64_t stored_samples(const char *db, const char *profile)
+{
+    struct store *st = NULL;
+    struct store_profile prof;
+    struct sd_diag d;
+    uint64_t n = 0;
+
+    if (store_open(db, STORE_OPEN_READONLY, &st, &d) != 0)
+        return 0;
+    if (store_profile_get(st, profile, &prof, &d) == 0)
+        CHECK(store_sample_count(st, prof.id, STORE_KIND_COMPUTE, 0, &n, &d) ==
+              0);
+    store_close(st);
+    return n;
+}
+
+/* Waits up to ms for *flag to reach at least want; whether it did. */
+static bool wait_for(atomic_int *flag, int want, long ms)
+{
+    long t;
+
+    for (t = 0; t < ms && atomic_load(flag) < want; t += 5)
+        sleep_ms(5);
+    return atomic_load(flag) >= want;
+}
+
+/*
+ * A request arriving while a sample is being timed: the worker drops that
+ * sample (the store holds what it held when the request came), marks when
+ * it was asked (abort_ms), and measures again once the request has ended
+ * (profiler_idle_ms 0 here).  A pause steps it aside the same way.
+ */
+static void test_profiler_steps_aside(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct sd_diag d;
+    char db[96], profile[STORE_NAME_MAX];
+    enum profw_state now;
+    uint64_t before, after, measured, counted;
+    int k;
+
+    setup(&c);
+    c.profiler = true;
+    c.profiler_idle_ms = 0;
+    c.profiler_max_samples = 1000;
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    gated = kern_backend_cpu;
+    gated.shard_time = gated_time;
+    atomic_store(&gate_in, 0);
+    atomic_store(&gate_open, 1);
+    snprintf(db, sizeof(db), "%s/shardd.db", dir);
+    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
+          0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(profw_start(&pw, &d) == 0);
+    /* Two samples stored freely, then the gate closes on the third. */
+    CHECK(wait_for(&gate_in, 2, 120000));
+    atomic_store(&gate_open, 0);
+    k = atomic_load(&gate_in);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    CHECK(atomic_load(&pw.measuring));
+    before = stored_samples(db, profile);
+    CHECK(before >= 1);
+    profw_request_begin(&pw);
+    CHECK(atomic_load(&pw.abort_ms) > 0); /* it was measuring: step aside */
+    atomic_store(&gate_open, 1);
+    for (k = 0; k < 12000 && atomic_load(&pw.measuring); k++)
+        sleep_ms(5);
+    CHECK(!atomic_load(&pw.measuring)); /* it stepped aside */
+    after = stored_samples(db, profile);
+    CHECK(after == before); /* the sample being timed is dropped */
+    profw_counts(&pw, &measured, &counted);
+    CHECK(counted == after);
+    fprintf(stderr,
+            "    [profiler] a request during the timing of sample %llu: %llu "
+            "stored before it, %llu after the worker stepped aside\n",
+            (unsigned long long)before + 1, (unsigned long long)before,
+            (unsigned long long)after);
+    /* Measuring again once the request has ended. */
+    k = atomic_load(&gate_in);
+    profw_request_end(&pw);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    /* A pause steps aside the same way: the gate is closed, the pause
+     * comes, the sample is dropped. */
+    atomic_store(&gate_open, 0);
+    k = atomic_load(&gate_in);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    before = stored_samples(db, profile);
+    CHECK(profw_set_paused(&pw, true, &now, &d) == 0 && now == PROFW_PAUSED);
+    atomic_store(&gate_open, 1);
+    for (k = 0; k < 12000 && atomic_load(&pw.measuring); k++)
+        sleep_ms(5);
+    CHECK(!atomic_load(&pw.measuring));
+    CHECK(stored_samples(db, profile) == before);
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+    teardown_dir();
+}
+
+/*
+ * profiler_idle_ms holds from the start too: a worker that has seen no
+ * request yet waits that long before it measures (the daemon's start is
+ * not an hour of idle).  Seen only where the host has been up longer than
+ * the idle time, as the monotonic clock counts from boot.
+ */
+static void test_profiler_idle_at_start(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct sd_diag d;
+    char db[96], profile[STORE_NAME_MAX];
+
+    if (sd_now_ms() < 120000) {
+        tap_skip("the host booted less than 2 minutes ago: a profiler that "
+                 "counts idle time from boot would look the same");
+        return;
+    }
+    setup(&c);
+    c.profiler = true;
+    c.profiler_idle_ms = 60000;
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    gated = kern_backend_cpu;
+    gated.shard_time = gated_time;
+    atomic_store(&gate_in, 0);
+    atomic_store(&gate_open, 1);
+    snprintf(db, sizeof(db), "%s/shardd.db", dir);
+    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
+          0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(profw_start(&pw, &d) == 0);
+    /* Its table pool made (about a second), it would be timing by now. */
+    CHECK(!wait_for(&gate_in, 1, 5000));
+    CHECK(stored_samples(db, profile) == 0);
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+    teardown_dir();
+}
+
 int main(void)
 {
     struct synth_params sp;
@@ -956,5 +1136,7 @@ int main(void)
 
     test_cache_policy();
     test_proposal_ring();
+    test_profiler_steps_aside();
+    test_profiler_idle_at_start();
     return tap_done();
 }
