@@ -539,6 +539,49 @@ static void test_cache_keys_on_model(struct svc *s)
     free(back.b);
 }
 
+/*
+ * The lane of a Plan comes from its bytes, within them: a topology with
+ * per-device capacities (a packed, length-delimited field) is read to its
+ * end and no further.  The bytes after the request (here a field 1 varint
+ * of 65535 that would read as num_devices) are not the request's.
+ */
+static void test_lane_reads_within(struct svc *s)
+{
+    static const uint8_t tail[] = {0x08, 0xff, 0xff, 0x03};
+    Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
+    Shardd__V1__Topology topo = SHARDD__V1__TOPOLOGY__INIT;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    uint64_t caps[2] = {8ull << 30, 4ull << 30};
+    uint8_t *req = NULL, *buf;
+    size_t len = 0;
+    struct sd_diag d;
+
+    rq.n_tables = 10;
+    rq.tables = wire_tables_out(&arena, pool, 10);
+    topo.num_devices = 2;
+    topo.n_mem_bytes_by_device = 2;
+    topo.mem_bytes_by_device = caps;
+    rq.topology = &topo; /* the last field: the tail follows it */
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    buf = malloc(len + sizeof(tail));
+    CHECK(buf != NULL && req != NULL);
+    if (buf != NULL && req != NULL) {
+        memcpy(buf, req, len);
+        memcpy(buf + len, tail, sizeof(tail));
+        /* 10 tables x 2 devices: small (the default limit is 100000). */
+        CHECK(svc_plan_lane(s, buf, len) == SVC_LANE_SMALL);
+    }
+    free(buf);
+    free(req);
+    req = NULL;
+    /* 10 tables x 20000 devices: big. */
+    topo.num_devices = 20000;
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    CHECK(req != NULL && svc_plan_lane(s, req, len) == SVC_LANE_BIG);
+    free(req);
+    wire_arena_free(&arena);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Retraining and the hot swap                                             */
 
@@ -1126,6 +1169,7 @@ int main(void)
     test_unset_options_are_defaults(s);
     test_estimate(s);
     test_pins_named(s);
+    test_lane_reads_within(s);
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
     test_hot_swap(s);
