@@ -178,7 +178,8 @@ static void test_threads_do_not_matter(void)
         {12, 2, 8ull << 30, 21},
         {40, 4, 8ull << 30, 11},
         {90, 8, 16ull << 30, 31},
-        {30, 8, 3ull << 30, 41}, /* t0 (8M x 128, 4 GB) must be split */
+        {30, 8, 3ull << 30, 41},    /* t0 (8M x 128, 4 GB) must be split */
+        {400, 128, 2ull << 30, 51}, /* over 64 devices: another scoring */
     };
     size_t i;
     int threads, split_tasks = 0;
