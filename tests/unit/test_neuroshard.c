@@ -160,7 +160,10 @@ static bool same_plan(const struct plan *a, const struct plan *b)
         if (a->shards[k].table != b->shards[k].table ||
             a->shards[k].device != b->shards[k].device ||
             a->shards[k].col_offset != b->shards[k].col_offset ||
-            a->shards[k].col_width != b->shards[k].col_width)
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
             return false;
     for (r = 0; r < a->ndevices; r++)
         if (memcmp(&a->devices[r], &b->devices[r], sizeof(a->devices[r])) != 0)
@@ -375,7 +378,10 @@ static bool same_shards(const struct plan *a, const struct plan *b)
         if (a->shards[k].table != b->shards[k].table ||
             a->shards[k].device != b->shards[k].device ||
             a->shards[k].col_offset != b->shards[k].col_offset ||
-            a->shards[k].col_width != b->shards[k].col_width)
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
             return false;
     return true;
 }
