@@ -270,7 +270,7 @@ class Daemon:
     """One shardd process on 127.0.0.1:<free port> and unix:<tmp>/s.sock."""
 
     def __init__(self, binary, data_dir=None, admin_token=None, args=(),
-                 profiler_idle_ms=3600000, unix=True):
+                 profiler_idle_ms=3600000, unix=True, from_config=()):
         self.binary = binary
         self.tmp = tempfile.mkdtemp(prefix="sdi-")
         self.data_dir = data_dir or os.path.join(self.tmp, "data")
@@ -287,9 +287,13 @@ class Daemon:
         # rate limit and the backups are test_service's and test_limits').
         # Flags a binary does not know are left out of these defaults, so
         # that a test can be run against an older shardd to see it fail.
-        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0"]
-        for flag in ("--retrain-min-interval-s", "--backup-every-hours"):
-            if flag in _flags(binary):
+        # Keys in from_config come from the test's config file instead (a
+        # flag would override the file, and a reload would change nothing).
+        self.argv += ["--data-dir", self.data_dir]
+        for flag in ("--retrain-every-hours", "--retrain-min-interval-s",
+                     "--backup-every-hours"):
+            key = flag[2:].replace("-", "_")
+            if key not in from_config and flag in _flags(binary):
                 self.argv += [flag, "0"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
@@ -332,12 +336,28 @@ class Daemon:
         self._chans.append(ch)
         return ch
 
-    def log(self):
+    def log(self, whole=False):
+        """The daemon's stdout and stderr so far (the last 4000 characters
+        unless whole)."""
         try:
             with open(self.log_path, "r", errors="replace") as f:
-                return f.read()[-4000:]
+                text = f.read()
         except OSError:
             return ""
+        return text if whole else text[-4000:]
+
+    def wait_log(self, text, count=1, timeout=30.0):
+        """Waits until the log holds `text` at least `count` times; the
+        whole log then, or None after timeout seconds."""
+        t0 = time.monotonic()
+        while True:
+            log = self.log(whole=True)
+            if log.count(text) >= count:
+                return log
+            if time.monotonic() - t0 > timeout or (self.proc is not None
+                                                   and self.proc.poll() is not None):
+                return None
+            time.sleep(0.05)
 
     def signal(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)

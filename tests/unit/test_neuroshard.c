@@ -1,7 +1,8 @@
 /* The neuroshard search with the embedded model: valid, deterministic plans
- * whose internal score is the evaluator's, never worse than its own
- * table-wise start or the greedy baselines under the same model, splits that
- * make an oversized table fit, and the explanation. */
+ * that do not depend on the number of scoring threads, whose internal score
+ * is the evaluator's, never worse than its own table-wise start or the
+ * greedy baselines under the same model, splits that make an oversized table
+ * fit, and the explanation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +70,10 @@ static void test_plans(void)
     CHECK(strcmp(p.algorithm, "neuroshard") == 0);
     CHECK(strncmp(p.cost_model, "neural:", 7) == 0);
     CHECK(p.stats.states >= 1 && p.stats.greedy_runs >= p.stats.states);
-    CHECK(p.stats.splits >= 0 && p.stats.search_ms >= 0);
+    /* Each column split adds one shard (a table's pieces on one device are
+     * one shard, below); the beam ran and the search was timed. */
+    CHECK(p.stats.splits == (int32_t)(p.nshards - 40));
+    CHECK(p.stats.levels >= 1 && p.stats.search_ms > 0);
 
     /* A table's pieces on one device are one shard: two would be two
      * passes over the same lookups. */
@@ -130,6 +134,103 @@ static void test_plans(void)
     CHECK_NEAR(p.explain.gap, p.cost_ms / p.explain.lower_bound_ms - 1, 1e-9);
     plan_destroy(&p);
     free(tb);
+}
+
+/*
+ * Plans do not depend on the thread count (search/neuroshard.c: each beam
+ * level's children are scored on all threads and merged in a fixed order):
+ * the same tasks planned on 1, 2 and 3 threads give the same shards, the
+ * same search figures and bit-identical costs.  Several sizes, splits
+ * allowed; the biggest task needs splits (its wide hot table is over half a
+ * device), so the split states go through the threads too.
+ */
+static bool same_plan(const struct plan *a, const struct plan *b)
+{
+    size_t k;
+    int32_t r;
+
+    if (a->nshards != b->nshards || a->ndevices != b->ndevices ||
+        memcmp(&a->cost_ms, &b->cost_ms, sizeof(a->cost_ms)) != 0 ||
+        a->stats.states != b->stats.states ||
+        a->stats.greedy_runs != b->stats.greedy_runs ||
+        a->stats.levels != b->stats.levels ||
+        a->stats.splits != b->stats.splits || a->stats.moves != b->stats.moves)
+        return false;
+    for (k = 0; k < a->nshards; k++)
+        if (a->shards[k].table != b->shards[k].table ||
+            a->shards[k].device != b->shards[k].device ||
+            a->shards[k].col_offset != b->shards[k].col_offset ||
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
+            return false;
+    for (r = 0; r < a->ndevices; r++)
+        if (memcmp(&a->devices[r], &b->devices[r], sizeof(a->devices[r])) != 0)
+            return false;
+    return true;
+}
+
+static void test_threads_do_not_matter(void)
+{
+    static const struct {
+        size_t ntables;
+        int32_t ndevices;
+        uint64_t mem, seed;
+    } task[] = {
+        {12, 2, 8ull << 30, 21},
+        {40, 4, 8ull << 30, 11},
+        {90, 8, 16ull << 30, 31},
+        {30, 8, 3ull << 30, 41},    /* t0 (8M x 128, 4 GB) must be split */
+        {400, 128, 2ull << 30, 51}, /* over 64 devices: another scoring */
+    };
+    size_t i;
+    int threads, split_tasks = 0;
+
+    for (i = 0; i < sizeof(task) / sizeof(task[0]); i++) {
+        struct table *tb = make_tables(task[i].ntables, task[i].seed);
+        struct topology topo;
+        struct plan_options o;
+        struct plan one, p;
+        struct sd_diag d = {{0}};
+
+        topology_default(&topo, task[i].ndevices, task[i].mem);
+        topo.batch_size = net->batch_size;
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.threads = 1;
+        if (run(tb, task[i].ntables, &topo, &o, &one, &d) != 0) {
+            CHECK(!"the task plans");
+            fprintf(stderr, "%zu tables: %s\n", task[i].ntables, d.msg);
+            free(tb);
+            continue;
+        }
+        split_tasks += one.stats.splits > 0;
+        for (threads = 2; threads <= 3; threads++) {
+            o.threads = threads;
+            if (run(tb, task[i].ntables, &topo, &o, &p, &d) != 0) {
+                CHECK(!"the task plans on more threads");
+                continue;
+            }
+            CHECK(same_plan(&one, &p));
+            if (!same_plan(&one, &p))
+                fprintf(stderr,
+                        "%zu tables on %d devices: 1 thread %.17g ms, %zu "
+                        "shards; %d threads %.17g ms, %zu shards\n",
+                        task[i].ntables, (int)task[i].ndevices, one.cost_ms,
+                        one.nshards, threads, p.cost_ms, p.nshards);
+            plan_destroy(&p);
+        }
+        fprintf(stderr,
+                "threads 1-3: %zu tables on %d devices: %zu shards (%d "
+                "splits), %lld states, cost %.6f ms\n",
+                task[i].ntables, (int)task[i].ndevices, one.nshards,
+                (int)one.stats.splits, (long long)one.stats.states,
+                one.cost_ms);
+        plan_destroy(&one);
+        free(tb);
+    }
+    CHECK(split_tasks >= 1);
 }
 
 /* The search's incremental score must be the evaluator's cost. */
@@ -309,7 +410,10 @@ static bool same_shards(const struct plan *a, const struct plan *b)
         if (a->shards[k].table != b->shards[k].table ||
             a->shards[k].device != b->shards[k].device ||
             a->shards[k].col_offset != b->shards[k].col_offset ||
-            a->shards[k].col_width != b->shards[k].col_width)
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
             return false;
     return true;
 }
@@ -418,6 +522,7 @@ int main(void)
         return 1;
     }
     test_plans();
+    test_threads_do_not_matter();
     test_score_is_evaluated_cost();
     test_memory();
     test_budget();
