@@ -260,6 +260,8 @@ struct trec_constraints {
     bool cache_params;        /* given (caching is a memory tier) */
     double cache_load_factor; /* cache_params.load_factor; 0: not given */
     uint32_t keys;            /* TREC_KEY_* bits of keys given */
+    char output_dtype[16];    /* as given, when not FP32 */
+    char device_group[32];    /* as given (cut to fit) */
 };
 
 /* Where the tables of an input came from. */

@@ -372,10 +372,17 @@ static int parse_rest(const json_t *c, const char *where,
     v = get(c, "output_dtype");
     s = v != NULL ? enum_str(v) : NULL;
     if (v != NULL && (s == NULL || strcasecmp(s, "FP32") != 0) &&
-        (s == NULL || strcasecmp(s, "DataType.FP32") != 0))
+        (s == NULL || strcasecmp(s, "DataType.FP32") != 0)) {
         tc->keys |= TREC_KEY_OUTPUT_DTYPE;
-    if (get(c, "device_group") != NULL)
+        snprintf(tc->output_dtype, sizeof(tc->output_dtype), "%s",
+                 s != NULL ? s : "?");
+    }
+    v = get(c, "device_group");
+    if (v != NULL) {
         tc->keys |= TREC_KEY_DEVICE_GROUP;
+        snprintf(tc->device_group, sizeof(tc->device_group), "%s",
+                 json_is_string(v) ? json_string_value(v) : "?");
+    }
     if (get(c, "key_value_params") != NULL)
         tc->keys |= TREC_KEY_KEY_VALUE_PARAMS;
     if (is_true(c, "use_virtual_table"))
