@@ -370,7 +370,7 @@ class ServingTest(Base):
                              ["shardd/v1/planner.proto", "shardd/v1/types.proto"],
                              "the file and what it imports")
             self.assertEqual([m.name for m in planner[0].service[0].method],
-                         ["Plan", "Estimate", "Features"])
+                             ["Plan", "Estimate", "Features"])
             admin = files(out[2])
             self.assertEqual(admin[0].name, "shardd/v1/admin.proto")
             self.assertIn("WatchJob", [m.name for m in admin[0].service[0].method])
