@@ -115,6 +115,32 @@ int offline_gen_tasks(const struct ctl_opts *o)
     return rv;
 }
 
+/* The plan in the format asked for, with the input's notes. */
+static int write_plan(const struct ctl_opts *o, const struct plan *p,
+                      const struct tables_input *in,
+                      const struct topology *topo)
+{
+    char *text = NULL;
+    int rv;
+
+    if (o->json)
+        text = json_plan_noted(p, in->tables, &in->notes);
+    else if (o->torchrec)
+        text = json_plan_torchrec_noted(p, in->tables, topo, &in->notes);
+    if (o->json || o->torchrec) {
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "plan: out of memory");
+    } else if (o->out != NULL) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
+    } else {
+        format_plan_text(stdout, p, in->tables, in->n, topo);
+        format_notes(stdout, &in->notes);
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+    }
+    free(text);
+    return rv;
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
@@ -129,7 +155,6 @@ int offline_plan(const struct ctl_opts *o)
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     size_t n;
-    char *text = NULL;
     int rv;
 
     if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
@@ -207,22 +232,7 @@ int offline_plan(const struct ctl_opts *o)
         snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
                  " (scaled from batch %lld)", (long long)net->batch_size);
     }
-    if (o->json)
-        text = json_plan_noted(&p, tables, &in.notes);
-    else if (o->torchrec)
-        text = json_plan_torchrec_noted(&p, tables, &topo, &in.notes);
-
-    if (o->json || o->torchrec) {
-        rv = text ? ctl_write_output(o->out, text)
-                  : ctl_fail(1, "plan: out of memory");
-    } else if (o->out != NULL) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
-    } else {
-        format_plan_text(stdout, &p, tables, n, &topo);
-        format_notes(stdout, &in.notes);
-        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
-    }
-    free(text);
+    rv = write_plan(o, &p, &in, &topo);
     plan_destroy(&p);
 out_tables:
     free(pins);
