@@ -6,11 +6,13 @@
  *
  * Requests: of 10, 50 and 856 synthetic tables (features at batch 4096,
  * the embedded model's), 16 different draws per size sent in turn, on 2, 4
- * and 8 devices with room for 1.25x the tables.  The plan cache is off
- * unless --cache, so every call searches.
+ * and 8 devices with room for 1.25x the tables, as whole-table plans
+ * (whole_tables_only) and as plans the search may split (the default), each
+ * at every client count.  The plan cache is off unless --cache, so every
+ * call searches.
  *
  * usage: bench_load --shardd PATH [--seconds S] [--clients 1,4,16,64]
- *                   [--sizes 10,50,856] [--cache]
+ *                   [--sizes 10,50,856] [--plans whole,split] [--cache]
  *        bench_load --addr ADDR --pid PID ...   (a daemon already running)
  *
  * With --shardd it starts the daemon on a private unix socket and data
@@ -93,10 +95,11 @@ static size_t parse_list(const char *s, long *v)
 
 /* Packs a PlanRequest of k tables of the pool drawn with `seed`. */
 static int make_request(const struct table *pool, size_t k, uint64_t seed,
-                        struct request *out)
+                        bool whole, struct request *out)
 {
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__Topology topo = SHARDD__V1__TOPOLOGY__INIT;
+    Shardd__V1__PlanOptions opt = SHARDD__V1__PLAN_OPTIONS__INIT;
     Shardd__V1__Table *msgs = calloc(k, sizeof(*msgs));
     Shardd__V1__Table **ptrs = calloc(k, sizeof(*ptrs));
     size_t *pick = calloc(POOL, sizeof(*pick));
@@ -148,6 +151,8 @@ static int make_request(const struct table *pool, size_t k, uint64_t seed,
     rq.n_tables = k;
     rq.tables = ptrs;
     rq.topology = &topo;
+    opt.whole_tables_only = whole;
+    rq.options = &opt;
     out->len = shardd__v1__plan_request__get_packed_size(&rq);
     out->buf = malloc(out->len);
     if (out->buf != NULL)
@@ -210,8 +215,9 @@ static void *client_main(void *arg)
 }
 
 /* One level: n clients for `seconds`; prints a row. */
-static int run_level(const char *addr, const struct request *reqs, size_t k,
-                     long n, double seconds)
+static int run_level(const char *addr, const char *kind,
+                     const struct request *reqs, size_t k, long n,
+                     double seconds)
 {
     struct client *cs = calloc((size_t)n, sizeof(*cs));
     double *all = NULL, t0, elapsed;
@@ -249,7 +255,7 @@ static int run_level(const char *addr, const struct request *reqs, size_t k,
     }
     if (rv == 0) {
         qsort(all, total, sizeof(*all), cmp_double);
-        printf("%7zu %8ld %9zu %7zu %10.1f", k, n, total, errors,
+        printf("%6s %7zu %8ld %9zu %7zu %10.1f", kind, k, n, total, errors,
                (double)total / elapsed);
         if (total > 0)
             printf(" %9.1f %9.1f %9.1f\n", all[(total - 1) / 2],
@@ -359,8 +365,10 @@ int main(int argc, char **argv)
     char dir[64] = "", sock[128];
     struct synth_params sp;
     struct table *pool = NULL;
-    static struct request reqs[LEVELS_MAX][VARIANTS]; /* zeroed */
-    bool cache = false;
+    static struct request reqs[2][LEVELS_MAX][VARIANTS]; /* zeroed */
+    static const char *const kinds[2] = {"whole", "split"};
+    bool cache = false, want[2] = {true, true};
+    int k;
     pid_t pid = 0;
     int i, rv = 0, status;
 
@@ -388,6 +396,10 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--sizes") == 0 &&
                  (nsizes = parse_list(val, sizes)) > 0)
             ;
+        else if (strcmp(a, "--plans") == 0 && strstr(val, "whole") != NULL)
+            want[1] = strstr(val, "split") != NULL;
+        else if (strcmp(a, "--plans") == 0 && strcmp(val, "split") == 0)
+            want[0] = false;
         else
             goto usage;
     }
@@ -416,10 +428,11 @@ int main(int argc, char **argv)
     sp.count = POOL;
     sp.batch_size = 4096;
     rv = synth_tables(&sp, 2, &pool);
-    for (s = 0; s < nsizes && rv == 0; s++)
-        for (v = 0; v < VARIANTS && rv == 0; v++)
-            rv =
-                make_request(pool, (size_t)sizes[s], 1000 * s + v, &reqs[s][v]);
+    for (k = 0; k < 2; k++)
+        for (s = 0; s < nsizes && rv == 0; s++)
+            for (v = 0; v < VARIANTS && rv == 0; v++)
+                rv = make_request(pool, (size_t)sizes[s], 1000 * s + v, k == 0,
+                                  &reqs[k][s][v]);
     if (rv == 0 && wait_ready(addr) != 0) {
         fprintf(stderr, "bench_load: shardd at %s does not answer\n", addr);
         rv = SD_EIO;
@@ -431,21 +444,24 @@ int main(int argc, char **argv)
     printf("bench_load: Plan (neuroshard, embedded model), %.0f s per level, "
            "plan cache %s, %ld CPUs\n",
            seconds, cache ? "on" : "off", sysconf(_SC_NPROCESSORS_ONLN));
-    printf("%7s %8s %9s %7s %10s %9s %9s %9s\n", "tables", "clients", "plans",
-           "errors", "plans/s", "p50 ms", "p99 ms", "max ms");
-    for (s = 0; s < nsizes && rv == 0; s++)
-        for (l = 0; l < nclients && rv == 0; l++)
-            rv =
-                run_level(addr, reqs[s], (size_t)sizes[s], clients[l], seconds);
+    printf("%6s %7s %8s %9s %7s %10s %9s %9s %9s\n", "plans", "tables",
+           "clients", "calls", "errors", "plans/s", "p50 ms", "p99 ms",
+           "max ms");
+    for (k = 0; k < 2; k++)
+        for (s = 0; s < nsizes && rv == 0 && want[k]; s++)
+            for (l = 0; l < nclients && rv == 0; l++)
+                rv = run_level(addr, kinds[k], reqs[k][s], (size_t)sizes[s],
+                               clients[l], seconds);
     daemon_memory(pid, &rss1, &hwm1);
     printf("daemon memory: RSS %.0f MiB before, %.0f MiB after (peak %.0f "
            "MiB)\n",
            rss0, rss1, hwm1);
 
 out_daemon:
-    for (s = 0; s < nsizes; s++)
-        for (v = 0; v < VARIANTS; v++)
-            free(reqs[s][v].buf);
+    for (k = 0; k < 2; k++)
+        for (s = 0; s < nsizes; s++)
+            for (v = 0; v < VARIANTS; v++)
+                free(reqs[k][s][v].buf);
     free(pool);
     if (bin != NULL && pid > 0) {
         kill(pid, SIGTERM);
@@ -459,6 +475,6 @@ out_daemon:
 usage:
     fprintf(stderr, "usage: bench_load --shardd PATH | --addr ADDR [--pid P]\n"
                     "       [--seconds S] [--clients 1,4,16,64] "
-                    "[--sizes 10,50,856] [--cache]\n");
+                    "[--sizes 10,50,856] [--plans whole,split] [--cache]\n");
     return 2;
 }

@@ -1,14 +1,21 @@
 /*
- * Search time of the neuroshard algorithm with the embedded model: 856
- * synthetic tables on 8 devices and 2,000 on 128 (the issue's targets are
- * 0.25 s and 2 s on 2 cores), each with the search's parts switched off in
- * turn so that every speed-up and every quality step is measured: the
- * table-wise grid alone, the beam without the local search, one thread;
- * and with constraints: every 20th table pinned, odd devices 1.25 x the
- * capacity of even ones.  Prints the plan cost (model ms), the lower bound
- * and the search figures.
+ * The neuroshard search at scale, with the embedded model: synthetic tables
+ * (shardctl gen-tables at batch 4096) on devices whose memory is 1.5 x the
+ * tables' total over the device count, from 856 tables on 8 devices to
+ * 20,000 on 2,048 (issue #15's table).  For each case it prints the search's
+ * wall time (the median of the repeats), the plan cost, its lower bound and
+ * the gap, the greedy runs and how many piece placements were scored per
+ * second on all the search's threads and per thread.
  *
- * usage: bench_search [repeats]     (default 3; the median time is printed)
+ * usage: bench_search [repeats] [threads] [max tables]
+ *   repeats     runs per case (default 3; 1 for cases of 10,000 tables and
+ *               more); the median time is printed
+ *   threads     the search's threads (default 0: one per CPU)
+ *   max tables  skip cases with more tables (default 20000)
+ * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs the search's
+ * parts switched off in turn (one thread, no local search, no beam, the
+ * table-wise grid alone, pins and two capacities); with a variant's name
+ * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,20 +24,34 @@
 
 #include "planner.h"
 
+struct bench_case {
+    size_t ntables;
+    int32_t ndevices;
+    uint64_t seed;
+};
+
+static const struct bench_case cases[] = {
+    {856, 8, 0},    {856, 64, 0},     {2000, 128, 1},
+    {5000, 256, 2}, {10000, 1024, 3}, {20000, 2048, 4},
+};
+
 struct variant {
     const char *name;
     bool splits, local;
-    int32_t threads;
-    bool constrained; /* pins and two capacities */
+    int32_t threads;    /* -1: the command line's */
+    bool constrained;   /* pins and two capacities */
+    int32_t beam_depth; /* -1: the default */
 };
 
 static const struct variant variants[] = {
-    {"full (all threads)", true, true, 0, false},
-    {"full, 1 thread", true, true, 1, false},
-    {"no local search", true, false, 0, false},
-    {"table-wise grid only", false, false, 0, false},
-    {"pins + 2 capacities", true, true, 0, true},
+    {"full", true, true, -1, false, -1},
+    {"1 thread", true, true, 1, false, -1},
+    {"no local search", true, false, -1, false, -1},
+    {"no beam", true, true, -1, false, 0},
+    {"table-wise grid only", false, false, -1, false, -1},
+    {"pins + 2 capacities", true, true, -1, true, -1},
 };
+#define NVARIANTS (sizeof(variants) / sizeof(variants[0]))
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -39,94 +60,98 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int run_case(const struct cost_net *net, size_t ntables,
-                    int32_t ndevices, double mem_gb, uint64_t seed, int repeats)
+/* The case's tables, and its devices' memory: 1.5 x the total / devices. */
+static int make_case(const struct cost_net *net, const struct bench_case *c,
+                     struct table **tables, struct topology *topo)
 {
-    struct synth_params sp;
-    struct table *tables;
-    struct topology topo;
-    struct net_cost_model ncm;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t *caps = malloc((size_t)ndevices * sizeof(*caps));
-    int32_t *pins = malloc(ntables * sizeof(*pins));
-    size_t v, k;
-    int rv, i;
+    struct synth_params sp;
+    uint64_t total = 0;
+    size_t i;
+    int rv;
 
-    if (caps == NULL || pins == NULL) {
-        fprintf(stderr, "bench_search: out of memory\n");
-        free(caps);
-        free(pins);
-        return 1;
-    }
     synth_params_default(&sp);
-    sp.count = ntables;
-    sp.seed = seed;
+    sp.count = c->ntables;
+    sp.seed = c->seed;
     sp.batch_size = net->batch_size;
-    rv = synth_tables(&sp, ncpu > 0 ? (unsigned)ncpu : 1, &tables);
-    if (rv != 0) {
-        fprintf(stderr, "bench_search: synth_tables: %s\n", sd_strerror(rv));
-        return 1;
-    }
-    topology_default(&topo, ndevices,
-                     (uint64_t)(mem_gb * (double)(1ull << 30)));
-    topo.batch_size = net->batch_size;
-    for (i = 0; i < ndevices; i++)
-        caps[i] = i % 2 ? topo.mem_bytes + topo.mem_bytes / 4 : topo.mem_bytes;
-    for (k = 0; k < ntables; k++)
-        pins[k] = k % 20 == 0 ? (int32_t)(k / 20 % (size_t)ndevices) : -1;
-    net_cost_model_init(&ncm, net);
-    printf("\n%zu tables on %d devices of %.0f GiB (seed %llu, %ld CPUs)\n",
-           ntables, (int)ndevices, mem_gb, (unsigned long long)seed, ncpu);
-    printf("%-22s %10s %10s %8s %7s %9s %7s %6s %6s\n", "variant", "median s",
-           "cost ms", "bound ms", "gap %", "states", "greedy", "splits",
-           "moves");
-    for (v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
-        double t[16], cost = 0;
-        struct plan_options o;
-        struct plan p;
-        struct sd_diag d;
-        struct plan_explain e = {0};
-        struct plan_search_stats st = {0};
+    rv = synth_tables(&sp, ncpu > 0 ? (unsigned)ncpu : 1, tables);
+    if (rv != 0)
+        return rv;
+    for (i = 0; i < c->ntables; i++)
+        total += table_bytes(&(*tables)[i], (*tables)[i].dim);
+    topology_default(topo, c->ndevices, total * 3 / 2 / (uint64_t)c->ndevices);
+    topo->batch_size = net->batch_size;
+    return 0;
+}
 
-        plan_options_default(&o);
-        o.alg = PLAN_ALG_NEUROSHARD;
-        o.net = net;
-        o.column_splits = variants[v].splits;
-        o.local_search = variants[v].local;
-        o.threads = variants[v].threads;
-        o.pins = variants[v].constrained ? pins : NULL;
-        topo.mem_by_device = variants[v].constrained ? caps : NULL;
-        for (i = 0; i < repeats; i++) {
-            rv = plan_run(tables, ntables, &topo, &o, &ncm.cm, &p, &d);
-            if (rv != 0) {
-                fprintf(stderr, "bench_search: %s\n", d.msg);
-                goto out_free;
-            }
-            t[i] = p.stats.search_ms / 1e3;
-            cost = p.cost_ms;
-            e = p.explain;
-            st = p.stats;
-            plan_destroy(&p);
+struct result {
+    double wall_s;
+    struct plan p; /* the last run's (destroyed by the caller) */
+};
+
+static int run(const struct cost_net *net, const struct table *tables, size_t n,
+               const struct topology *topo, const struct variant *v,
+               int32_t threads, const int32_t *pins, int repeats,
+               struct result *out)
+{
+    struct net_cost_model ncm;
+    struct plan_options o;
+    struct sd_diag d;
+    double t[16];
+    int i, rv;
+
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.net = net;
+    o.column_splits = v->splits;
+    o.local_search = v->local;
+    o.threads = v->threads >= 0 ? v->threads : threads;
+    o.pins = v->constrained ? pins : NULL;
+    if (v->beam_depth >= 0)
+        o.beam_depth = v->beam_depth;
+    o.time_budget_ms = 0; /* the whole search, however long */
+    net_cost_model_init(&ncm, net);
+    for (i = 0; i < repeats; i++) {
+        if (i > 0)
+            plan_destroy(&out->p);
+        rv = plan_run(tables, n, topo, &o, &ncm.cm, &out->p, &d);
+        if (rv != 0) {
+            fprintf(stderr, "bench_search: %s\n", d.msg);
+            return rv;
         }
-        qsort(t, (size_t)repeats, sizeof(t[0]), cmp_double);
-        printf("%-22s %10.3f %10.3f %8.3f %7.1f %9lld %7lld %6d %6d\n",
-               variants[v].name, t[repeats / 2], cost, e.lower_bound_ms,
-               100 * e.gap, (long long)st.states, (long long)st.greedy_runs,
-               (int)st.splits, (int)st.moves);
+        t[i] = out->p.stats.search_ms / 1e3;
     }
-    rv = 0;
-out_free:
-    free(pins);
-    free(caps);
-    free(tables);
-    return rv != 0;
+    qsort(t, (size_t)repeats, sizeof(t[0]), cmp_double);
+    out->wall_s = t[repeats / 2];
+    return 0;
+}
+
+static void print_row(const char *name, const struct bench_case *c,
+                      const struct result *r, int nthreads)
+{
+    const struct plan *p = &r->p;
+    double evals = (double)p->stats.evaluations;
+    double per_s = r->wall_s > 0 ? evals / r->wall_s : 0;
+
+    printf("%-21s %7zu %7d %9.3f %9.3f %9.3f %7.2f %9lld %8.2f %8.2f\n", name,
+           c->ntables, (int)c->ndevices, r->wall_s, p->cost_ms,
+           p->explain.lower_bound_ms, 100 * p->explain.gap,
+           (long long)p->stats.greedy_runs, per_s / 1e6,
+           per_s / 1e6 / (nthreads > 0 ? nthreads : 1));
+    fflush(stdout);
 }
 
 int main(int argc, char **argv)
 {
     int repeats = argc > 1 ? atoi(argv[1]) : 3;
+    int32_t threads = argc > 2 ? atoi(argv[2]) : 0;
+    size_t max_tables = argc > 3 ? (size_t)atoll(argv[3]) : 20000;
+    const char *only = getenv("SHARDD_BENCH_VARIANTS");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = threads > 0 ? threads : ncpu > 0 ? (int)ncpu : 1;
     struct sd_diag d;
     const struct cost_net *net = net_embedded(&d);
+    size_t c, v;
 
     if (!net) {
         fprintf(stderr, "bench_search: %s\n", d.msg);
@@ -134,11 +159,56 @@ int main(int argc, char **argv)
     }
     if (repeats < 1 || repeats > 16)
         repeats = 3;
-    printf("bench_search: neuroshard with the embedded model %s\n",
-           net->profile);
-    /* Memory is generous: the bench measures search, not what fits. */
-    if (run_case(net, 856, 8, 128, 0, repeats) != 0 ||
-        run_case(net, 2000, 128, 16, 1, repeats) != 0)
-        return 1;
+    printf("bench_search: neuroshard with the embedded model %s, %d "
+           "thread(s) of %ld CPUs\n",
+           net->profile, nthreads, ncpu);
+    printf("%-21s %7s %7s %9s %9s %9s %7s %9s %8s %8s\n", "variant", "tables",
+           "devices", "wall s", "cost ms", "bound ms", "gap %", "greedy",
+           "Meval/s", "/thread");
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const struct bench_case *bc = &cases[c];
+        struct table *tables = NULL;
+        struct topology topo;
+        int32_t *pins = NULL;
+        uint64_t *caps = NULL;
+        size_t k, nv = only ? NVARIANTS : 1;
+
+        if (bc->ntables > max_tables)
+            continue;
+        if (make_case(net, bc, &tables, &topo) != 0) {
+            fprintf(stderr, "bench_search: cannot make the tables\n");
+            return 1;
+        }
+        pins = malloc(bc->ntables * sizeof(*pins));
+        caps = malloc((size_t)bc->ndevices * sizeof(*caps));
+        if (pins == NULL || caps == NULL) {
+            fprintf(stderr, "bench_search: out of memory\n");
+            return 1;
+        }
+        for (k = 0; k < bc->ntables; k++)
+            pins[k] =
+                k % 20 == 0 ? (int32_t)(k / 20 % (size_t)bc->ndevices) : -1;
+        for (k = 0; k < (size_t)bc->ndevices; k++)
+            caps[k] =
+                k % 2 ? topo.mem_bytes + topo.mem_bytes / 4 : topo.mem_bytes;
+        for (v = 0; v < nv; v++) {
+            struct result r;
+            int reps = bc->ntables >= 10000 ? 1 : repeats;
+
+            if (only && strcmp(only, "1") != 0 &&
+                strcmp(only, variants[v].name) != 0)
+                continue;
+            topo.mem_by_device = variants[v].constrained ? caps : NULL;
+            if (run(net, tables, bc->ntables, &topo, &variants[v], threads,
+                    pins, reps, &r) != 0)
+                return 1;
+            print_row(variants[v].name, bc, &r,
+                      variants[v].threads > 0 ? variants[v].threads : nthreads);
+            plan_destroy(&r.p);
+        }
+        free(caps);
+        free(pins);
+        free(tables);
+    }
     return 0;
 }

@@ -13,6 +13,7 @@
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
  *  - format.c:       human-readable plan reports, offline and online.
+ *  - svg.c:          the per-device picture of a plan (--svg FILE).
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
  *  - online_admin.c: status, models, activate, profiler, retrain, job,
  *                    health (online.h).
@@ -27,9 +28,11 @@
  *
  *   shardctl.c     -> opts.c, offline.c, measure.c, online.c
  *   opts.c         -> common.c
- *   offline.c      -> common.c, format.c
+ *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
- *   online.c       -> online_admin.c, online_call.c, common.c, format.c
+ *   online.c       -> online_admin.c, online_call.c, common.c, format.c,
+ *                     svg.c
+ *   svg.c          -> common.c
  *   online_admin.c -> online_call.c, rpc.c, common.c
  *   online_call.c  -> rpc.c, rpc_json.c, common.c
  *   common.c, format.c, rpc_json.c, rpc.c: no client file
@@ -99,6 +102,8 @@ struct ctl_opts {
     const char *backend;
     const char *model;
     const char *profile;
+    const char *svg;             /* plan, estimate --svg: the picture's file */
+    const char *torchrec_module; /* plan --torchrec: the module path */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */
@@ -195,6 +200,22 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
  */
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    const struct cost_net **net, struct cost_net **owned);
+
+/* ------------------------------------------------------------------------ */
+/* The plan's picture (svg.c)                                                */
+
+/*
+ * A standalone SVG of p's per-device costs (compute, backward comm, the
+ * wait for the slowest device, forward comm) and memory against topo's
+ * capacities, the critical device outlined: a new string the caller
+ * frees, or NULL when out of memory.
+ */
+char *svg_plan(const struct plan *p, const struct topology *topo);
+
+/* Writes svg_plan() to o->svg when --svg was given (else nothing).
+ * Returns 0 or an exit code (the message printed, naming cmd). */
+int ctl_write_svg(const struct ctl_opts *o, const char *cmd,
+                  const struct plan *p, const struct topology *topo);
 
 /* ------------------------------------------------------------------------ */
 /* Offline commands (offline.c) and measuring ones (measure.c)              */

@@ -126,7 +126,8 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
     if (o->json)
         text = json_plan_noted(p, in->tables, &in->notes);
     else if (o->torchrec)
-        text = json_plan_torchrec_noted(p, in->tables, topo, &in->notes);
+        text = json_plan_torchrec_noted(p, in->tables, topo, o->torchrec_module,
+                                        &in->notes);
     if (o->json || o->torchrec) {
         rv = text ? ctl_write_output(o->out, text)
                   : ctl_fail(1, "plan: out of memory");
@@ -232,7 +233,9 @@ int offline_plan(const struct ctl_opts *o)
         snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
                  " (scaled from batch %lld)", (long long)net->batch_size);
     }
-    rv = write_plan(o, &p, &in, &topo);
+    rv = ctl_write_svg(o, "plan", &p, &topo);
+    if (rv == 0)
+        rv = write_plan(o, &p, &in, &topo);
     plan_destroy(&p);
 out_tables:
     free(pins);

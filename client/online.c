@@ -192,13 +192,17 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
     char *text;
     int rv;
 
+    rv = ctl_write_svg(o, "plan", p, topo);
+    if (rv != 0)
+        return rv;
     if (!o->json && !o->torchrec) {
         format_plan_text(stdout, p, tables, in->n, topo);
         format_notes(stdout, &in->notes);
         return online_finish_stdout();
     }
     text = o->json ? plan_json(p, tables, &in->notes)
-                   : json_plan_torchrec_noted(p, tables, topo, &in->notes);
+                   : json_plan_torchrec_noted(p, tables, topo,
+                                              o->torchrec_module, &in->notes);
     if (text == NULL)
         return ctl_fail(1, "plan: out of memory");
     rv = ctl_write_output(o->out, text);
@@ -407,13 +411,18 @@ static int online_estimate(struct online *on)
     if (resp->n_devices != (size_t)ndev) {
         rv = ctl_fail(1, "estimate: the response has %zu devices, not %d",
                       resp->n_devices, (int)ndev);
-    } else if (o->json) {
-        rv = online_print_json(&resp->base);
     } else if (shown_topology(&asked, resp->devices, ndev, &topo, &shown) !=
                0) {
         rv = ctl_fail(1, "estimate: out of memory");
     } else {
-        rv = print_estimate(resp, &p, &in, &topo);
+        wire_devices_in(&p, resp->devices, resp->n_devices);
+        p.cost_ms = resp->plan_cost_ms;
+        p.algorithm = "estimate";
+        p.explain.critical_device = -1;
+        rv = ctl_write_svg(o, "estimate", &p, &topo);
+        if (rv == 0)
+            rv = o->json ? online_print_json(&resp->base)
+                         : print_estimate(resp, &p, &in, &topo);
     }
     free(shown);
     shardd__v1__estimate_response__free_unpacked(resp, NULL);

@@ -52,12 +52,16 @@ static const char usage_text[] =
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
     "              [--no-splits] [--no-local-search] [--threads T]\n"
-    "              [--json | --torchrec]\n"
+    "              [--json | --torchrec [--torchrec-module PATH]]\n"
+    "              [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
     "      device.  Tables in shardd's form (bins optional: derived) or\n"
     "      TorchRec's (EmbeddingBagConfig and ParameterConstraints); the\n"
-    "      output ends with what was assumed or not applied.\n"
+    "      output ends with what was assumed or not applied.  --torchrec\n"
+    "      writes TorchRec's ShardingPlan for module PATH (default\n"
+    "      embedding_bags).  --svg also writes the per-device picture\n"
+    "      (compute, comm, the wait, memory; the critical device outlined).\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -94,9 +98,10 @@ static const char usage_text[] =
     "      its API does not carry (null in --json).\n"
     "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
     "              [--tables-format F] [--task K] [--batch-size B]\n"
-    "              [--devices-per-host L]\n"
-    "              [--optimizer NAME] [--profile NAME]\n"
-    "      Predicted per-device costs of a given plan (a --json plan file).\n"
+    "              [--devices-per-host L] [--optimizer NAME] [--profile NAME]\n"
+    "              [--svg FILE]\n"
+    "      Predicted per-device costs of a given plan (a --json plan file);\n"
+    "      --svg also writes their picture.\n"
     "  status                       daemon version, devices, model, jobs\n"
     "  models [--profile P] [--limit N]   stored cost models, newest first\n"
     "  activate VERSION             make a stored model the active one\n"
@@ -231,6 +236,8 @@ static const struct opt_def opt_defs[] = {
          CMD(FEATURES),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
+    {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
+    {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
     {"traces", ARG, O(traces), CMD(GEN_TABLES), set_str, 0, 0},

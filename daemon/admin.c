@@ -40,21 +40,6 @@ static int64_t version_id(const char *v)
 /* ---------------------------------------------------------------------- */
 /* GetStatus                                                               */
 
-/* Resident bytes of this process (/proc/self/statm), 0 when unknown. */
-static uint64_t rss_bytes(void)
-{
-    unsigned long long size, resident;
-    long page = sysconf(_SC_PAGESIZE);
-    FILE *f = fopen("/proc/self/statm", "r");
-    int n;
-
-    if (f == NULL)
-        return 0;
-    n = fscanf(f, "%llu %llu", &size, &resident);
-    fclose(f);
-    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
-}
-
 int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
                  size_t len, uint8_t **resp, size_t *resp_len,
                  struct sd_diag *d)
@@ -109,7 +94,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
         pthread_mutex_unlock(&s->store_mu);
     }
     jobs_counts(&s->jobs, &out.jobs_queued, &out.jobs_running);
-    out.memory_rss_bytes = rss_bytes();
+    out.memory_rss_bytes = svc__rss_bytes();
     profw_memory(&s->profw, &out.profiler_memory_bytes,
                  &out.profiler_memory_budget_bytes, &skipped);
     rv = wire_pack(&out.base, resp, resp_len, d);

@@ -74,6 +74,8 @@
       "permissions of unix sockets, octal")                                    \
     X(SOCKET_GROUP, socket_group, STRING, 0, 0, NULL, CONF_RESTART, "GROUP",   \
       "group of unix sockets; none: the daemon's")                             \
+    X(HTTP_LISTEN, http_listen, STRING, 0, 0, NULL, CONF_RESTART, "HOST:PORT", \
+      "serve /metrics and the status page; none: off")                         \
     X(CONFIG, config, PATH, 0, 0, NULL, CONF_RESTART | CONF_NOFILE, "FILE",    \
       "read this config file (also SHARDD_CONFIG)")                            \
     X(ADMIN_TOKEN, admin_token, SECRET, 0, 0, "", CONF_RELOAD, "TOKEN",        \
@@ -104,6 +106,8 @@
       "on SIGTERM, calls in flight get this long")                             \
     X(PLAN_CACHE_ENTRIES, plan_cache_entries, U32, 0, 100000, "256",           \
       CONF_RELOAD, "N", "plans kept in the cache; 0: off")                     \
+    X(LATENT_CACHE_ENTRIES, latent_cache_entries, U32, 0, 1u << 24, "32768",   \
+      CONF_RESTART, "N", "each model's latents kept (~340 B each); 0: off")    \
     X(BACKEND, backend, WORD, 0, 0, "auto", CONF_RESTART, "auto|cpu|cuda",     \
       "device backend")                                                        \
     X(PROFILER, profiler, BOOL, 0, 0, "on", CONF_RELOAD, "on|off",             \
@@ -133,7 +137,17 @@
     X(BACKUP_DIR, backup_dir, STRING, 0, 0, NULL, CONF_RESTART, "DIR",         \
       "where backups go; none: beside the store")                              \
     X(LOG_LEVEL, log_level, WORD, 0, 0, "info", CONF_RELOAD,                   \
-      "error|warn|info|debug", "log verbosity")
+      "error|warn|info|debug", "log verbosity")                                \
+    X(FLEET_ROLE, fleet_role, WORD, 0, 0, "none", CONF_RESTART,                \
+      "none|trainer|profiler|planner", "this daemon's part in a fleet")        \
+    X(FLEET_TRAINER, fleet_trainer, STRING, 0, 0, NULL, CONF_RESTART, "ADDR",  \
+      "the trainer (profiler, planner roles)")                                 \
+    X(FLEET_NODE, fleet_node, STRING, 0, 0, NULL, CONF_RESTART, "NAME",        \
+      "node name in the fleet; none: the host name")                           \
+    X(FLEET_PROFILE, fleet_profile, STRING, 0, 0, NULL, CONF_RESTART, "NAME",  \
+      "the profile a planner fetches; none: its own")                          \
+    X(FLEET_SYNC_MS, fleet_sync_ms, U32, 100, 3600000, "2000", CONF_RESTART,   \
+      "MS", "how often samples are pushed and models fetched")
 
 enum conf_key {
 #define CONF_ENUM(K, ...) CONF_KEY_##K,
@@ -155,6 +169,13 @@ enum conf_backend {
     CONF_BACKEND_AUTO, /* cuda when a GPU answers, else cpu */
     CONF_BACKEND_CPU,
     CONF_BACKEND_CUDA /* no GPU: shardd refuses to start */
+};
+
+enum conf_fleet_role {
+    CONF_FLEET_NONE,
+    CONF_FLEET_TRAINER,  /* serves Fleet: stores samples, publishes models */
+    CONF_FLEET_PROFILER, /* pushes its samples to fleet_trainer */
+    CONF_FLEET_PLANNER   /* fetches fleet_trainer's active model */
 };
 
 enum conf_log_level {

@@ -7,7 +7,8 @@
 
 #include "shardd/log.h"
 
-static struct dmodel *dmodel_new(const struct cost_net *net, bool embedded,
+static struct dmodel *dmodel_new(const struct models *ms,
+                                 const struct cost_net *net, bool embedded,
                                  int64_t id,
                                  const struct store_model_metrics *metrics)
 {
@@ -17,6 +18,9 @@ static struct dmodel *dmodel_new(const struct cost_net *net, bool embedded,
         return NULL;
     atomic_init(&m->refs, 1);
     m->net = net;
+    /* Without its memo (no memory, or memo_entries 0) a model still
+     * answers: every latent is computed. */
+    m->memo = net_memo_new(net, ms->memo_entries);
     m->embedded = embedded;
     m->id = id;
     if (embedded)
@@ -38,6 +42,7 @@ void dmodel_release(struct dmodel *m)
 {
     if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
+    net_memo_free(m->memo);
     if (!m->embedded)
         free((void *)m->net);
     free(m);
@@ -152,7 +157,7 @@ static int load_active(struct models *ms, struct store *st,
     if (rv == 0) {
         rv = models_parse_stored(sm, &net, &why);
         if (rv == 0)
-            m = dmodel_new(net, false, sm->info.id, &sm->info.metrics);
+            m = dmodel_new(ms, net, false, sm->info.id, &sm->info.metrics);
         store_model_free(sm);
     }
     if (rv != 0) {
@@ -172,7 +177,7 @@ static int load_active(struct models *ms, struct store *st,
 }
 
 int models_init(struct models *ms, struct store *st, const char *own_profile,
-                struct sd_diag *d)
+                size_t memo_entries, struct sd_diag *d)
 {
     const struct cost_net *emb = net_embedded(d);
     struct store_profile *profs = NULL;
@@ -184,9 +189,10 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
     memset(ms, 0, sizeof(*ms));
     pthread_mutex_init(&ms->mu, NULL);
     snprintf(ms->own_profile, sizeof(ms->own_profile), "%s", own_profile);
+    ms->memo_entries = memo_entries;
     snprintf(ms->default_profile, sizeof(ms->default_profile), "%s",
              emb->profile);
-    ms->embedded = dmodel_new(emb, true, 0, NULL);
+    ms->embedded = dmodel_new(ms, emb, true, 0, NULL);
     if (ms->embedded == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail;
@@ -288,7 +294,7 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     *info = sm->info;
     info->active = true;
 
-    m = dmodel_new(net, false, id, &sm->info.metrics);
+    m = dmodel_new(ms, net, false, id, &sm->info.metrics);
     if (m == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail_net;

@@ -32,6 +32,7 @@
 struct dmodel {
     atomic_int refs;
     const struct cost_net *net; /* owned (free()) unless embedded */
+    struct net_memo *memo;      /* owned: net's latents; NULL: none */
     bool embedded;
     int64_t id;                       /* store model id; 0: the embedded */
     char version[MODELS_VERSION_MAX]; /* "embedded" or the id */
@@ -50,6 +51,7 @@ struct models {
     size_t nslots;
     char default_profile[STORE_NAME_MAX]; /* requests naming none */
     char own_profile[STORE_NAME_MAX];     /* what this server measures */
+    size_t memo_entries; /* each model's memo (latent_cache_entries) */
     struct dmodel *embedded;              /* one reference of its own */
 };
 
@@ -61,7 +63,7 @@ struct models {
  * profile).  On failure nothing is left to free.
  */
 int models_init(struct models *ms, struct store *st, const char *own_profile,
-                struct sd_diag *d);
+                size_t memo_entries, struct sd_diag *d);
 void models_destroy(struct models *ms);
 
 /*

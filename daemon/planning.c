@@ -66,6 +66,7 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
     rv = models_acquire(&s->models, profile, &sc->dm, &why);
     if (rv == 0) {
         net_cost_model_init(&sc->ncm, sc->dm->net);
+        sc->ncm.memo = sc->dm->memo;
         sc->m = &sc->ncm.cm;
         sc->profile = sc->dm->net->profile;
         return 0;
@@ -414,6 +415,7 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     if (rv != 0)
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
+    a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv == 0)
         rv = tables_input_resolve(&a->in, a->topo.batch_size, d);
@@ -505,9 +507,15 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
+    /* With other searches running the CPUs are taken: more threads for
+     * this one would only add their start and switches (a plan does not
+     * depend on its thread count). */
+    if (atomic_fetch_add(&s->searching, 1) > 0)
+        a.po.threads = 1;
     t0 = sd_now_ms_f();
     rv = plan_run(a.tables, a.n, &a.topo, &a.po, a.sc.m, &p, d);
     elapsed = sd_now_ms_f() - t0;
+    atomic_fetch_sub(&s->searching, 1);
     if (rv != 0)
         goto out_ask;
     /* Stopped because the client left: nobody takes this plan, and it is

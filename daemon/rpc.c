@@ -169,6 +169,7 @@ static void on_new_call(struct rpc_tag *t, bool ok)
         return;
     }
     c->started_ms = sd_now_ms();
+    c->started_f = sd_now_ms_f();
     if (c->slot->method->bidi != NULL) {
         rpc__bidi_recv(c);
         return;

@@ -135,6 +135,32 @@ static void on_send_done(struct rpc_tag *t, bool ok)
     rpc__call_unref(c);
 }
 
+/* Counts the call's end in the service's metrics, once: its status, and
+ * for a unary call that was worked on, its time in its lane. */
+static void observe(struct rpc_call *c, grpc_status_code code)
+{
+    const struct svc_method *m;
+
+    if (c->observed || c->slot == NULL)
+        return;
+    c->observed = true;
+    m = c->slot->method;
+    svc_observe(c->srv->cfg.svc, (size_t)(c->slot - c->srv->slots), (int)code,
+                c->started_f > 0 ? (sd_now_ms_f() - c->started_f) / 1000.0 : 0,
+                c->lane, m->fn != NULL && c->started_f > 0);
+}
+
+/* The lanes now, for the service's metrics (loop thread). */
+static void lanes_changed(struct rpc_server *srv)
+{
+    const struct rpc_call *w;
+    size_t waiting = 0;
+
+    for (w = srv->wait_head; w != NULL; w = w->wait_next)
+        waiting++;
+    svc_lanes_set(srv->cfg.svc, srv->queued, srv->big_running, waiting);
+}
+
 /*
  * Sends the reply (`resp`, owned by the byte buffer from here on, may be
  * NULL for a status only) and the status in one batch.  The application's
@@ -149,6 +175,7 @@ void rpc__call_reply(struct rpc_call *c, grpc_status_code code,
     size_t n = 0;
 
     memset(ops, 0, sizeof(ops));
+    observe(c, code);
     if (!c->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         c->md_sent = true;
@@ -179,6 +206,7 @@ void rpc__call_reply(struct rpc_call *c, grpc_status_code code,
 /* Gives up on a call whose client is gone: no status is owed. */
 void rpc__call_abandon(struct rpc_call *c)
 {
+    observe(c, GRPC_STATUS_CANCELLED);
     grpc_call_cancel(c->call, NULL);
     rpc__call_unref(c);
 }
@@ -201,6 +229,7 @@ void rpc__work_add(struct rpc_call *c)
     if (srv->working != NULL)
         srv->working->wprev = c;
     srv->working = c;
+    lanes_changed(srv);
 }
 
 /* The call's work is over (done, cancelled, or it never started). */
@@ -220,6 +249,7 @@ static void work_done(struct rpc_call *c)
     if (c->wnext != NULL)
         c->wnext->wprev = c->wprev;
     c->wnext = c->wprev = NULL;
+    lanes_changed(srv);
 }
 
 /* Big searches of c's client host running now. */
@@ -250,6 +280,7 @@ void rpc__wait_push(struct rpc_server *srv, struct rpc_call *c)
     else
         srv->wait_head = c;
     srv->wait_tail = c;
+    lanes_changed(srv);
 }
 
 static void wait_remove(struct rpc_server *srv, struct rpc_call *c)
@@ -279,6 +310,7 @@ void rpc__dispatch(struct rpc_call *c)
     c->queued = true;
     if (c->lane == SVC_LANE_BIG)
         c->srv->big_running++;
+    lanes_changed(c->srv);
 }
 
 /* Starts the waiting big searches that may start now, oldest first. */

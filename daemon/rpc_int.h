@@ -128,6 +128,9 @@ struct rpc_call {
     int refs;
     int64_t deadline_ms; /* monotonic (sd_now_ms()); INT64_MAX: none */
     int64_t started_ms;  /* when the call came (for the debug log) */
+    double started_f;    /* the same, fractional ms, for the metrics; 0:
+                          * refused before any work (not timed) */
+    bool observed;       /* counted in the service's metrics */
 
     /* Server streaming: polled by a timer on the loop. */
     uv_timer_t poll;

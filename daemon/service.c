@@ -36,6 +36,10 @@ const struct svc_method svc_methods[] = {
     {.path = "/shardd.v1.Admin/SetProfiler",
      .admin = true,
      .fn = admin_set_profiler},
+    {.path = "/shardd.v1.Fleet/PushSamples",
+     .admin = true,
+     .fn = fleet_push_samples},
+    {.path = "/shardd.v1.Fleet/GetModel", .admin = true, .fn = fleet_get_model},
     {.path = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
      .bidi = svc_reflect},
     {.path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
@@ -112,7 +116,7 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     rv = ensure_profile(s, c->profiler_batch, d);
     if (rv != 0)
         return rv;
-    rv = models_init(&s->models, s->st, s->profile, d);
+    rv = models_init(&s->models, s->st, s->profile, c->latent_cache_entries, d);
     if (rv != 0)
         return rv;
     rv = reflect_open(&s->reflect, d);
@@ -149,6 +153,9 @@ int svc_open(const struct sd_config *cfg, struct svc **out, struct sd_diag *d)
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->store_mu, NULL);
     atomic_init(&s->draining, false);
+    atomic_init(&s->searching, 0);
+    metrics_init(&s->metrics);
+    fleet_init(&s->fleet);
     s->started_ms = sd_wall_ms();
     rv = conf_snap_new(cfg, &s->cf);
     if (rv != 0) {
@@ -175,6 +182,7 @@ fail_store:
 fail_conf:
     conf_snap_unref(s->cf);
 fail_locks:
+    fleet_destroy(&s->fleet);
     pthread_mutex_destroy(&s->store_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -201,6 +209,7 @@ void svc_close(struct svc *s)
     models_destroy(&s->models);
     store_close(s->st);
     conf_snap_unref(s->cf);
+    fleet_destroy(&s->fleet);
     pthread_mutex_destroy(&s->store_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);

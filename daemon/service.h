@@ -157,6 +157,71 @@ int svc_authorize(struct svc *s, bool unix_peer, const char *bearer,
  * profile, the profiler and what it measures. */
 void svc_describe(struct svc *s, char *buf, size_t size);
 
+/*
+ * Metrics hooks for the transport (metrics.h), on its loop thread, cheap
+ * and lock free.  svc_observe(): one call answered (or abandoned) with
+ * gRPC status `code` (0..16), index `method` into svc_methods[], `seconds`
+ * from its arrival, its lane; `timed` false where the time means nothing
+ * (streams, calls refused before any work).  svc_lanes_set(): the lanes
+ * now (unary calls in flight, big searches running and waiting).
+ */
+void svc_observe(struct svc *s, size_t method, int code, double seconds,
+                 enum svc_lane lane, bool timed);
+void svc_lanes_set(struct svc *s, size_t inflight, size_t big_running,
+                   size_t big_waiting);
+
+/*
+ * What the HTTP transport serves (daemon/http.c; docs/daemon.md,
+ * "Metrics and the status page"), rendered by the service (ops.c).  Each
+ * sets *out to a new NUL-terminated text of *len bytes (the caller
+ * frees it) and may block on the store: call them off the gRPC loop.
+ *  - svc_metrics_text(): the Prometheus text exposition format;
+ *  - svc_status_json(): the status page's data (models and their errors,
+ *    the profiler, jobs with their progress, lanes, cache, memory);
+ *  - svc_plans_json(): the newest `limit` plans of the plan audit;
+ *  - svc_plan_json(): one audited plan with its per-device costs (SD_ENOENT
+ *    when there is no such record).
+ * Return 0 or SD_ENOMEM, SD_ENOENT, a store error, with d set.
+ */
+int svc_metrics_text(struct svc *s, char **out, size_t *len, struct sd_diag *d);
+int svc_status_json(struct svc *s, char **out, size_t *len, struct sd_diag *d);
+int svc_plans_json(struct svc *s, size_t limit, char **out, size_t *len,
+                   struct sd_diag *d);
+int svc_plan_json(struct svc *s, int64_t id, char **out, size_t *len,
+                  struct sd_diag *d);
+
+/* Whether health Check answers SERVING (false once draining). */
+bool svc_is_serving(struct svc *s);
+
+/*
+ * The fleet (docs/fleet.md), for the transport's sync thread
+ * (fleet_sync.c), which carries the bytes to and from the trainer:
+ *  - svc_fleet_role(): fleet_role (enum conf_fleet_role);
+ *  - svc_fleet_push_next(): a PushSamplesRequest of this node's samples
+ *    after id `after` (at most SVC_FLEET_PUSH_MAX; none: a request that only
+ *    asks where to resume); *n says how many it holds;
+ *  - svc_fleet_push_done(): the trainer's PushSamplesResponse; *acked is
+ *    the id to resume after;
+ *  - svc_fleet_model_ask(): a GetModelRequest for the profile this planner
+ *    follows, naming the trainer version it serves;
+ *  - svc_fleet_model_take(): the GetModelResponse; a new model is stored
+ *    and hot-swapped in (*swapped true);
+ *  - svc_fleet_failed(): an exchange failed (d's message is kept).
+ * Each may block on the store.  0 or an SD_E* code with d set.
+ */
+#define SVC_FLEET_PUSH_MAX 256 /* samples in one push of a node */
+
+int svc_fleet_role(struct svc *s);
+int svc_fleet_push_next(struct svc *s, int64_t after, uint8_t **req,
+                        size_t *len, size_t *n, struct sd_diag *d);
+int svc_fleet_push_done(struct svc *s, const uint8_t *resp, size_t len,
+                        int64_t *acked, struct sd_diag *d);
+int svc_fleet_model_ask(struct svc *s, uint8_t **req, size_t *len,
+                        struct sd_diag *d);
+int svc_fleet_model_take(struct svc *s, const uint8_t *resp, size_t len,
+                         bool *swapped, struct sd_diag *d);
+void svc_fleet_failed(struct svc *s, const struct sd_diag *d);
+
 /* The methods, for callers without the transport (tests, fuzzing). */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len);
 int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
@@ -192,6 +257,12 @@ int admin_get_job(struct svc *s, const struct svc_call *call,
 int admin_set_profiler(struct svc *s, const struct svc_call *call,
                        const uint8_t *req, size_t len, uint8_t **resp,
                        size_t *resp_len, struct sd_diag *d);
+int fleet_push_samples(struct svc *s, const struct svc_call *call,
+                       const uint8_t *req, size_t len, uint8_t **resp,
+                       size_t *resp_len, struct sd_diag *d);
+int fleet_get_model(struct svc *s, const struct svc_call *call,
+                    const uint8_t *req, size_t len, uint8_t **resp,
+                    size_t *resp_len, struct sd_diag *d);
 int admin_watch_job(struct svc *s, const uint8_t *req, size_t len, void **state,
                     uint8_t **msg, size_t *msg_len, bool *last,
                     struct sd_diag *d);

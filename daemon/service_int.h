@@ -12,8 +12,10 @@
 
 #include "cache.h"
 #include "config.h"
+#include "fleet_state.h"
 #include "jobs.h"
 #include "kernels.h"
+#include "metrics.h"
 #include "models.h"
 #include "profw.h"
 #include "reflect.h"
@@ -51,6 +53,9 @@ struct svc {
     struct profw profw;
     struct reflect *reflect; /* read only */
     atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
+    atomic_int searching;    /* Plan searches running now */
+    struct metrics metrics;  /* the transport records, ops.c renders */
+    struct fleet fleet;      /* fleet.c */
 };
 
 /* The settings now: a reference the caller drops with conf_snap_unref(). */
@@ -59,5 +64,17 @@ struct conf_snap *svc_conf(struct svc *s);
 /* The limits and defaults of the configuration, for wire's checks
  * (planning.c). */
 void svc_limits(const struct sd_config *c, struct wire_limits *l);
+
+/* ops.c: resident bytes of this process (0 when unknown), the store's
+ * bytes on disk (database, WAL, shared memory), a profiler state's name. */
+uint64_t svc__rss_bytes(void);
+uint64_t svc__store_bytes(struct svc *s);
+const char *svc__profiler_state_name(enum profw_state st);
+
+/* fleet.c: the fleet's part of /metrics and of /api/status (returns
+ * non-zero when out of memory). */
+struct mtext;
+void svc__fleet_metrics(struct svc *s, struct mtext *t);
+int svc__fleet_json(struct svc *s, void *json_root);
 
 #endif /* SHARDD_DAEMON_SERVICE_INT_H */

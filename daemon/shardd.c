@@ -34,6 +34,8 @@
 #include <uv.h>
 
 #include "config.h"
+#include "fleet_sync.h"
+#include "http.h"
 #include "rpc.h"
 #include "service.h"
 #include "shardd/log.h"
@@ -152,6 +154,8 @@ static void notify(const char *state)
 
 struct daemon_state {
     struct rpc_server *rpc;
+    struct http_server *http; /* NULL: http_listen unset */
+    struct fleet_sync *sync;  /* NULL: not a profiler or planner of a fleet */
     struct svc *svc;
     struct sd_config *cfg;
     int argc;
@@ -174,6 +178,7 @@ static void on_stop_signal(uv_signal_t *h, int signum)
            signum == SIGINT ? "SIGINT" : "SIGTERM", st->cfg->grace_s);
     notify("STOPPING=1");
     svc_set_draining(st->svc);
+    fleet_sync_request_stop(st->sync);
     /* Closing the handles restores the default action: the next signal
      * ends the process at once. */
     uv_close((uv_handle_t *)&st->sigint, NULL);
@@ -348,6 +353,14 @@ int main(int argc, char **argv)
         fputs(conf_usage(), stdout);
         return 0;
     }
+    if ((cfg.fleet_role == CONF_FLEET_PROFILER ||
+         cfg.fleet_role == CONF_FLEET_PLANNER) &&
+        cfg.fleet_trainer == NULL) {
+        sd_log(SD_LOG_ERROR, "fleet_role: a %s needs fleet_trainer",
+               cfg.fleet_role == CONF_FLEET_PROFILER ? "profiler" : "planner");
+        conf_free(&cfg);
+        return EXIT_USAGE;
+    }
     if (cfg.print_config) {
         conf_print(stdout, &cfg);
         conf_free(&cfg);
@@ -370,8 +383,20 @@ int main(int argc, char **argv)
         sd_log(SD_LOG_ERROR, "%s", d.msg);
         goto fail_svc;
     }
+    st.http = NULL;
+    if (cfg.http_listen != NULL &&
+        http_server_start(cfg.http_listen, svc, &st.http, &d) != 0) {
+        sd_log(SD_LOG_ERROR, "%s", d.msg);
+        goto fail_rpc;
+    }
     if (svc_start_workers(svc, &d) != 0)
         sd_log(SD_LOG_WARN, "%s", d.msg);
+    st.sync = NULL;
+    if ((cfg.fleet_role == CONF_FLEET_PROFILER ||
+         cfg.fleet_role == CONF_FLEET_PLANNER) &&
+        fleet_sync_start(svc, (int)cfg.fleet_role, cfg.fleet_trainer,
+                         cfg.admin_token, cfg.fleet_sync_ms, &st.sync, &d) != 0)
+        sd_log(SD_LOG_ERROR, "fleet: %s; this node works alone", d.msg);
     st.svc = svc;
     st.cfg = &cfg;
     st.argc = argc;
@@ -380,10 +405,15 @@ int main(int argc, char **argv)
     svc_describe(svc, what, sizeof(what));
     sd_log(SD_LOG_INFO, "shardd %s: serving on %s; %s; data in %s",
            SHARDD_VERSION, rpc_server_address(st.rpc), what, cfg.data_dir);
+    if (st.http != NULL)
+        sd_log(SD_LOG_INFO, "http: metrics and status page on http://%s/",
+               http_server_address(st.http));
     notify("READY=1");
 
     uv_run(loop, UV_RUN_DEFAULT); /* returns once every handle is closed */
 
+    http_server_stop(st.http); /* /readyz said NOT_SERVING while draining */
+    fleet_sync_stop(st.sync);
     rpc_server_free(st.rpc);
     rv = uv_loop_close(loop);
     if (rv != 0)
@@ -396,6 +426,13 @@ int main(int argc, char **argv)
     sd_log(SD_LOG_INFO, "stopped");
     return 0;
 
+fail_rpc:
+    /* Nothing was accepted yet: the server stops at once. */
+    rpc_server_set_grace(st.rpc, 0);
+    rpc_server_shutdown(st.rpc);
+    uv_run(loop, UV_RUN_DEFAULT);
+    rpc_server_free(st.rpc);
+    uv_loop_close(loop);
 fail_svc:
     svc_close(svc);
 fail_prepare:

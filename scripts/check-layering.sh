@@ -14,10 +14,11 @@ check() { # PATTERN ALLOWED-PATH-REGEX WHAT
     fi
 }
 check 'sqlite3\.h' '^store/' 'sqlite3.h'
-check 'grpc/' '^(daemon/rpc(_int\.h|_call\.c|\.c)|client/rpc\.c|tests/daemon/)' 'grpc headers'
+check 'grpc/' '^(daemon/rpc(_int\.h|_call\.c|_client\.c|\.c)|client/rpc\.c|tests/daemon/)' 'grpc headers'
 check 'uv\.h' '^daemon/(rpc(\.h|_int\.h|\.c|_call\.c)|shardd\.c)$' 'uv.h'
 check '(cuda|cublas|nccl|nvml)[a-z_]*\.h' '^kernels/cuda/' 'CUDA headers'
 check '(jansson|protobuf-c/)' '^(planner/formats/(json[a-z_]*\.c|formats_int\.h)|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
+check 'microhttpd\.h' '^daemon/http\.c$' 'microhttpd.h'
 check 'zlib\.h' '^planner/models/net\.c' 'zlib.h'
 check 'cblas\.h' '^planner/models/' 'cblas.h'
 

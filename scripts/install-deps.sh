@@ -1,13 +1,17 @@
 #!/bin/sh
-# Install every Debian package shardd needs to build and test.  Idempotent:
+# Install every Debian package shardd needs to build and test (the tests'
+# tools too: promtool from prometheus, headless chromium for the status
+# page).  Idempotent:
 # packages already present are left alone.  Needs root (or sudo).
 set -eu
 
 PKGS="build-essential cmake pkg-config clang-format \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto libprotobuf-dev \
 libuv1-dev libsqlite3-dev libjansson-dev libblas-dev libsystemd-dev zlib1g-dev python3 \
+libmicrohttpd-dev \
 python3-grpcio python3-grpc-tools python3-protobuf \
-python3-venv python3-pip python3-setuptools python3-wheel"
+python3-venv python3-pip python3-setuptools python3-wheel \
+prometheus chromium"
 
 missing=""
 for p in $PKGS; do

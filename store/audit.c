@@ -97,6 +97,42 @@ int store_plan_audit_get(struct store *st, int64_t id,
     return rv < 0 ? rv : 0;
 }
 
+/* One row of STORE__SQL_AUDIT_LIST (no plan); row is a struct
+ * store_plan_audit. */
+static int audit_list_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
+{
+    struct store_plan_audit *a = row;
+
+    (void)d;
+    memset(a, 0, sizeof(*a));
+    a->id = sqlite3_column_int64(s, 0);
+    store__col_text(s, 1, a->request_hash, sizeof(a->request_hash));
+    store__col_text(s, 2, a->algorithm, sizeof(a->algorithm));
+    a->model_id = sqlite3_column_int64(s, 3);
+    a->ntables = sqlite3_column_int(s, 4);
+    a->ndevices = sqlite3_column_int(s, 5);
+    a->plan_cost_ms = sqlite3_column_double(s, 6);
+    a->created_ms = sqlite3_column_int64(s, 7);
+    return 0;
+}
+
+int store_plan_audit_list(struct store *st, size_t limit,
+                          struct store_plan_audit **out, size_t *n,
+                          struct sd_diag *d)
+{
+    static const struct store__rows rows = {sizeof(**out), audit_list_row,
+                                            NULL};
+    void *arr;
+    int rv;
+
+    rv = store__all(st, STORE__SQL_AUDIT_LIST,
+                    STORE__ARGS(STORE__INT(store__limit(limit))),
+                    "listing plan records", &rows, &arr, n, d);
+    if (rv == 0)
+        *out = arr;
+    return rv;
+}
+
 /* Runs a deleting statement with one argument; sets *n (may be NULL). */
 static int audit_delete(struct store *st, enum store__sql sql, int64_t arg,
                         const char *what, uint64_t *n, struct sd_diag *d)

@@ -97,7 +97,14 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     ");\n"
     "CREATE INDEX plan_audit_by_time ON plan_audit (created_ms);\n"
     "CREATE INDEX plan_audit_by_hash ON plan_audit (request_hash);\n",
-};
+    /* 2: samples from other nodes of a fleet, each stored once. */
+    "CREATE TABLE sample_origins (\n"
+    "  origin TEXT NOT NULL CHECK (origin <> ''),\n"
+    "  origin_id INTEGER NOT NULL CHECK (origin_id >= 1),\n"
+    "  sample_id INTEGER NOT NULL UNIQUE REFERENCES samples(id) ON DELETE "
+    "CASCADE,\n"
+    "  PRIMARY KEY (origin, origin_id)\n"
+    ") WITHOUT ROWID;\n"};
 
 /* ------------------------------------------------------------------------ */
 /* Statements                                                                */
@@ -231,4 +238,14 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
     [STORE__SQL_AUDIT_TRIM] =
         "DELETE FROM plan_audit WHERE id <= (SELECT id FROM "
         "plan_audit ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+    [STORE__SQL_AUDIT_LIST] =
+        "SELECT id, request_hash, algorithm, model_id, "
+        "ntables, ndevices, plan_cost_ms, created_ms FROM plan_audit "
+        "ORDER BY id DESC LIMIT ?1",
+    [STORE__SQL_ORIGIN_HAS] = "SELECT count(*) FROM sample_origins WHERE "
+                              "origin = ?1 AND origin_id = ?2",
+    [STORE__SQL_ORIGIN_INSERT] = "INSERT INTO sample_origins (origin, "
+                                 "origin_id, sample_id) VALUES (?1, ?2, ?3)",
+    [STORE__SQL_ORIGIN_LAST] = "SELECT coalesce(max(origin_id), 0) FROM "
+                               "sample_origins WHERE origin = ?1",
 };

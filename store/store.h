@@ -57,7 +57,7 @@
 #include "shardd/err.h"
 
 /* The newest schema version this build knows (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 /* PRAGMA application_id of a shardd database: "SDST". */
 #define STORE_APPLICATION_ID  0x53445354
 #define STORE_BUSY_TIMEOUT_MS 5000
@@ -338,6 +338,27 @@ int store_samples_load_newest(struct store *st, int64_t profile_id,
 void store_samples_free(struct store_sample *s, size_t n);
 
 /* ------------------------------------------------------------------------ */
+/* Samples from other nodes (the fleet: docs/fleet.md)                       */
+
+/*
+ * Stores samples measured on another node: s[i] (profile_id naming a
+ * profile of this store) was sample origin_ids[i] of node `origin` (a
+ * non-empty name of at most STORE_NAME_MAX - 1 bytes).  Each (origin,
+ * origin id) is stored once, ever: a sample already held is skipped, so a
+ * push repeated after a lost answer stores nothing twice.  All of them or
+ * none, in one transaction.  Sets *stored (may be NULL) to the number of
+ * samples new to this store and *last (may be NULL) to the highest origin
+ * id held from `origin` after it (0: none), which is where the node
+ * resumes.  n may be 0 (only *last is read).  Returns 0, SD_EINVAL (a bad
+ * field, named in d; an id < 1; a batch open), SD_EBUSY, SD_ENOMEM or
+ * SD_ESTORE.
+ */
+int store_sample_add_from(struct store *st, const char *origin,
+                          const int64_t *origin_ids,
+                          const struct store_sample *s, size_t n,
+                          uint64_t *stored, int64_t *last, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
 /* Model versions                                                            */
 
 /*
@@ -553,6 +574,15 @@ int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
  */
 int store_plan_audit_get(struct store *st, int64_t id,
                          struct store_plan_audit **out, struct sd_diag *d);
+
+/*
+ * Lists the newest `limit` records (0: all), newest first, without their
+ * plans (plan_json NULL).  *out (NULL when *n is 0) is owned by the
+ * caller: free() it.
+ */
+int store_plan_audit_list(struct store *st, size_t limit,
+                          struct store_plan_audit **out, size_t *n,
+                          struct sd_diag *d);
 
 /* Deletes all but the newest `keep` records; sets *n (may be NULL). */
 int store_plan_audit_trim(struct store *st, uint64_t keep, uint64_t *n,

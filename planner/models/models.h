@@ -79,6 +79,9 @@ void net_features(const struct table *t, int32_t cols, float x[NET_IN]);
 /* The 32-d latent of one table cut to `cols` columns. */
 void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
                 float lat[NET_LAT]);
+/* The same from the model's input (net_input()). */
+void net_latent_of_input(const struct cost_net *m, const float x[NET_IN],
+                         float lat[NET_LAT]);
 
 /*
  * The head's first layer is linear in the latent sum, so a shard can be
@@ -140,13 +143,41 @@ int net_check_profile(const struct cost_net *m, const char *profile,
 const struct cost_net *net_embedded(struct sd_diag *d);
 
 /*
+ * A memo of one model's projected latents (net_project(net_latent())), the
+ * part of scoring that depends on a table and a width alone: scoring a
+ * shard then costs its 64-wide head, not an MLP per table.  A search, the
+ * plan's evaluation, its explanation and its bound all ask for the same
+ * (table, width) pairs, and clients resend the same tables: a memo kept
+ * with a model answers them once (memo.c).  Keyed by the model's input
+ * (compared exactly), bounded to `entries` (rounded up to a multiple of 4;
+ * older entries are replaced), safe to share between threads.  It answers
+ * for the model it was made with (borrowed: it must not outlive it); asked
+ * about another, it computes and stores nothing.
+ */
+struct net_memo;
+struct net_memo_stats {
+    uint64_t hits, misses;
+    size_t entries, capacity;
+};
+/* NULL where m is NULL, entries is 0 or memory is short. */
+struct net_memo *net_memo_new(const struct cost_net *m, size_t entries);
+void net_memo_free(struct net_memo *mm); /* NULL: nothing */
+void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out);
+/* W3 * the latent of t cut to `cols` columns, through mm (NULL: none). */
+void net_projected(const struct cost_net *m, struct net_memo *mm,
+                   const struct table *t, int32_t cols, float proj[NET_H2]);
+
+/*
  * A cost_model answering with m (borrowed).  Costs are for the topology's
  * batch: m's prediction is scaled by batch_size / m->batch_size (the
- * fused op's time is linear in the lookups), and the name says so.
+ * fused op's time is linear in the lookups), and the name says so.  memo
+ * (borrowed, NULL after init) may be set to one made for m.  cm.ctx points
+ * at ncm: it must not move while cm is used.
  */
 struct net_cost_model {
     struct cost_model cm;
     const struct cost_net *net;
+    struct net_memo *memo;
     char name[NET_PROFILE_MAX + 16];
 };
 void net_cost_model_init(struct net_cost_model *ncm, const struct cost_net *m);

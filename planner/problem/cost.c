@@ -46,12 +46,37 @@ const struct cost_model cost_model_analytic = {
     .ctx = NULL,
 };
 
+double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
+                                double host_dims, double total_dims)
+{
+    const double esz = 4.0; /* pooled embeddings travel as fp32 */
+    int32_t n = t->ndevices, per_host = t->devices_per_host;
+    double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
+    double send_in = slice * dim * (per_host - 1);
+    double send_out = slice * dim * (n - per_host);
+    double recv_in = slice * (host_dims - dim);
+    double recv_out = slice * (total_dims - host_dims);
+    double ms;
+
+    if (n == 1)
+        return 0;
+    /* Intra-host and inter-host transfers run on separate links at the
+     * same time; each link is as slow as its busier direction. */
+    ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
+    if (n > per_host) {
+        double inter =
+            (send_out > recv_out ? send_out : recv_out) / t->inter_host_bw;
+
+        if (inter > ms)
+            ms = inter;
+    }
+    return ms + t->link_latency_ms * (double)(n - 1);
+}
+
 void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
                           double *fwd_ms, double *bwd_ms)
 {
-    const double esz = 4.0; /* pooled embeddings travel as fp32 */
     int32_t n = t->ndevices, per_host = t->devices_per_host, h0, r;
-    double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
     double total = 0;
 
     for (r = 0; r < n; r++)
@@ -63,36 +88,16 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
 
         for (r = h0; r < h0 + per_host; r++)
             host += dim_sum[r];
-        for (r = h0; r < h0 + per_host; r++) {
-            double send_in = slice * dim_sum[r] * (per_host - 1);
-            double send_out = slice * dim_sum[r] * (n - per_host);
-            double recv_in = slice * (host - dim_sum[r]);
-            double recv_out = slice * (total - host);
-            double ms;
-
-            if (n == 1) {
-                fwd_ms[r] = bwd_ms[r] = 0;
-                continue;
-            }
-            /* Intra-host and inter-host transfers run on separate links at
-             * the same time; each link is as slow as its busier direction. */
-            ms = (send_in > recv_in ? send_in : recv_in) / t->intra_host_bw;
-            if (n > per_host) {
-                double inter = (send_out > recv_out ? send_out : recv_out) /
-                               t->inter_host_bw;
-
-                if (inter > ms)
-                    ms = inter;
-            }
-            ms += t->link_latency_ms * (double)(n - 1);
-            /* The backward exchange moves gradients of the same shape. */
-            fwd_ms[r] = bwd_ms[r] = ms;
-        }
+        /* The backward exchange moves gradients of the same shape. */
+        for (r = h0; r < h0 + per_host; r++)
+            fwd_ms[r] = bwd_ms[r] =
+                cost_comm_alpha_beta_one(t, dim_sum[r], host, total);
     }
 }
 
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
-                    const int32_t *dim_sum, double *fwd_scratch,
+                    const int32_t *dim_sum, const double *fixed_fwd,
+                    const double *fixed_bwd, double *fwd_scratch,
                     double *bwd_scratch)
 {
     double max_ready = 0, max_fwd = 0;
@@ -102,40 +107,95 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
     /* total_r = ready_r + fwd_r + (max ready - ready_r): every device
      * finishes at the slowest one's ready time plus its own exchange. */
     for (r = 0; r < t->ndevices; r++) {
-        double ready = compute_ms[r] + bwd_scratch[r];
+        double ready, fwd = fwd_scratch[r];
 
+        if (fixed_bwd)
+            bwd_scratch[r] += fixed_bwd[r];
+        if (fixed_fwd)
+            fwd_scratch[r] = fwd += fixed_fwd[r];
+        ready = compute_ms[r] + bwd_scratch[r];
         if (ready > max_ready)
             max_ready = ready;
-        if (fwd_scratch[r] > max_fwd)
-            max_fwd = fwd_scratch[r];
+        if (fwd > max_fwd)
+            max_fwd = fwd;
     }
     return max_ready + max_fwd;
 }
 
+
+/* The cost of shard k alone. */
+static double one_shard_ms(const struct plan *p, size_t k,
+                           const struct table *tables, const struct topology *t,
+                           const struct cost_model *m)
+{
+    const struct shard *s = &p->shards[k];
+    struct table b;
+    struct shard_item it = {&tables[s->table], s->col_width};
+
+    if (s->row_count > 0 || s->scheme == SCHEME_DP) {
+        shard_table(&tables[s->table], s, t->ndevices, &b);
+        it.table = &b;
+    }
+    return m->shard_ms(m->ctx, t, &it, 1);
+}
+
+/*
+ * The costliest piece some device must run: each table- or column-wise
+ * table at its narrowest legal width (any column split leaves a piece at
+ * least that costly), each row-split or replicated table's own shards.
+ */
+static double largest_piece_ms(const struct plan *p, const struct table *tables,
+                               const struct topology *t,
+                               const struct cost_model *m)
+{
+    double largest = 0, ms;
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+        const struct table *tb = &tables[s->table];
+
+        if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW) {
+            struct shard_item it = {tb, tb->dim >>
+                                            (table_split_levels(tb->dim) - 1)};
+
+            if (s->col_offset != 0)
+                continue; /* once per table */
+            ms = m->shard_ms(m->ctx, t, &it, 1);
+        } else {
+            ms = one_shard_ms(p, k, tables, t, m);
+        }
+        if (ms > largest)
+            largest = ms;
+    }
+    return largest;
+}
 
 int plan_explain(struct plan *p, const struct table *tables,
                  const struct topology *t, const struct cost_model *m)
 {
     struct plan_explain *e = &p->explain;
     int32_t n = p->ndevices, r, crit = 0, *dims = NULL;
-    double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm;
+    double *fwd, *bwd, *cfwd, *cbwd, sum = 0, fixed_fwd = 0, largest,
+                                     max_compute = 0, comm, latency;
     size_t k, i;
     int64_t total_dim = 0;
+    int rv = SD_ENOMEM;
 
     dims = calloc((size_t)n, sizeof(*dims));
     fwd = malloc((size_t)n * sizeof(*fwd));
     bwd = malloc((size_t)n * sizeof(*bwd));
-    if (!dims || !fwd || !bwd) {
-        free(dims);
-        free(fwd);
-        free(bwd);
-        return SD_ENOMEM;
-    }
+    cfwd = malloc((size_t)n * sizeof(*cfwd));
+    cbwd = malloc((size_t)n * sizeof(*cbwd));
+    if (!dims || !fwd || !bwd || !cfwd || !cbwd ||
+        plan_collectives(p, tables, t, cfwd, cbwd) != 0)
+        goto out_free;
     memset(e, 0, sizeof(*e));
     for (r = 0; r < n; r++) {
         const struct plan_device *dv = &p->devices[r];
 
-        sum += dv->compute_ms;
+        sum += dv->compute_ms + cbwd[r];
+        fixed_fwd += cfwd[r];
         total_dim += dv->dim_sum;
         if (dv->compute_ms + dv->bwd_comm_ms >
             p->devices[crit].compute_ms + p->devices[crit].bwd_comm_ms)
@@ -143,13 +203,11 @@ int plan_explain(struct plan *p, const struct table *tables,
     }
     e->critical_device = crit;
     for (k = 0; k < p->nshards; k++) {
-        const struct shard *s = &p->shards[k];
-        struct shard_item it = {&tables[s->table], s->col_width};
         double ms;
 
-        if (s->device != crit)
+        if (p->shards[k].device != crit)
             continue;
-        ms = m->shard_ms(m->ctx, t, &it, 1);
+        ms = one_shard_ms(p, k, tables, t, m);
         /* Insertion into the short sorted list of drivers. */
         for (i = (size_t)e->ndrivers; i > 0 && ms > e->driver_ms[i - 1]; i--)
             if (i < PLAN_DRIVERS_MAX) {
@@ -163,27 +221,24 @@ int plan_explain(struct plan *p, const struct table *tables,
                 e->ndrivers++;
         }
     }
-    /* The costliest table at its narrowest width must run somewhere. */
-    for (k = 0; k < p->nshards; k++) {
-        const struct table *tb = &tables[p->shards[k].table];
-        struct shard_item it = {tb,
-                                tb->dim >> (table_split_levels(tb->dim) - 1)};
-        double ms;
-
-        if (p->shards[k].col_offset != 0)
-            continue; /* once per table */
-        ms = m->shard_ms(m->ctx, t, &it, 1);
-        if (ms > largest)
-            largest = ms;
-    }
-    /* The slowest device is ready no earlier than the mean compute or the
-     * largest piece; then the forward exchange of perfectly balanced dims
-     * is the least any plan waits for (rounded down, so it stays a bound;
-     * the backward exchange overlaps the ready time and is left out). */
+    largest = largest_piece_ms(p, tables, t, m);
+    /*
+     * The slowest device is ready (compute + backward exchange) no earlier
+     * than the mean of compute + backward exchange, and that mean is at
+     * least the mean compute and collectives plus the all-to-all of
+     * perfectly balanced dims: a device's all-to-all is a maximum of linear
+     * functions of the dims, convex, and the same for every device, so its
+     * mean over the devices is at least its value at the mean (Jensen).
+     * The same holds for the forward exchange every device then waits for.
+     * The largest piece is ready no earlier than its compute plus the
+     * exchange's latency term.  Balanced dims are rounded down, so this
+     * stays a bound.
+     */
     for (r = 0; r < n; r++)
         dims[r] = (int32_t)(total_dim / n);
     cost_comm_alpha_beta(t, dims, fwd, bwd);
-    comm = fwd[0];
+    comm = fwd[0] + fixed_fwd / n;
+    latency = n > 1 ? t->link_latency_ms * (double)(n - 1) : 0;
     /* A piece costs no more than the device holding it; a model that says
      * otherwise (it is not monotone everywhere) must not lift the bound
      * above a device the plan actually has. */
@@ -193,12 +248,20 @@ int plan_explain(struct plan *p, const struct table *tables,
                           : max_compute;
     if (largest > max_compute)
         largest = max_compute;
-    e->lower_bound_ms = (sum / n > largest ? sum / n : largest) + comm;
+    e->lower_bound_ms =
+        (sum / n + bwd[0] > largest + latency ? sum / n + bwd[0]
+                                              : largest + latency) +
+        comm;
     e->gap = e->lower_bound_ms > 0 ? p->cost_ms / e->lower_bound_ms - 1 : 0;
+    rv = 0;
+
+out_free:
     free(dims);
     free(fwd);
     free(bwd);
-    return 0;
+    free(cfwd);
+    free(cbwd);
+    return rv;
 }
 
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
@@ -207,19 +270,24 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
 {
     int32_t n = t->ndevices, r;
     struct shard_item *items = NULL;
+    struct table *blocks = NULL; /* the cost model's view of each shard */
     size_t *start = NULL, *fill = NULL, k;
     int32_t *dim_sum = NULL;
-    double *fwd = NULL, *bwd = NULL, max_ready = 0;
+    double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL, max_ready = 0;
     int rv = SD_ENOMEM;
 
     (void)ntables;
     items = malloc((p->nshards ? p->nshards : 1) * sizeof(*items));
+    blocks = malloc((p->nshards ? p->nshards : 1) * sizeof(*blocks));
     start = calloc((size_t)n + 1, sizeof(*start));
     fill = calloc((size_t)n, sizeof(*fill));
     dim_sum = calloc((size_t)n, sizeof(*dim_sum));
     fwd = calloc((size_t)n, sizeof(*fwd));
     bwd = calloc((size_t)n, sizeof(*bwd));
-    if (!items || !start || !fill || !dim_sum || !fwd || !bwd)
+    cfwd = calloc((size_t)n, sizeof(*cfwd));
+    cbwd = calloc((size_t)n, sizeof(*cbwd));
+    if (!items || !blocks || !start || !fill || !dim_sum || !fwd || !bwd ||
+        !cfwd || !cbwd)
         goto out_free;
 
     memset(p->devices, 0, (size_t)n * sizeof(*p->devices));
@@ -233,10 +301,17 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         const struct table *tb = &tables[s->table];
         struct plan_device *dev = &p->devices[s->device];
 
-        items[start[s->device] + fill[s->device]++] =
-            (struct shard_item){tb, s->col_width};
-        dev->mem_bytes += shard_bytes(tb, s->col_width, opt);
-        dev->dim_sum += s->col_width;
+        /* A shard of every row is its table to the model (the cost model
+         * takes the width apart); row blocks and replicas get their own. */
+        shard_table(tb, s, n, &blocks[k]);
+        items[start[s->device] + fill[s->device]++] = (struct shard_item){
+            s->row_count > 0 || s->scheme == SCHEME_DP ? &blocks[k] : tb,
+            s->col_width};
+        dev->mem_bytes += shard_block_bytes(tb, s, opt);
+        /* The all-to-all carries table- and column-wise outputs; row
+         * blocks and replicas exchange through their collectives. */
+        if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW)
+            dev->dim_sum += s->col_width;
         dev->nshards++;
     }
 
@@ -245,7 +320,14 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         p->devices[r].compute_ms =
             m->shard_ms(m->ctx, t, items + start[r], start[r + 1] - start[r]);
     }
+    rv = plan_collectives(p, tables, t, cfwd, cbwd);
+    if (rv != 0)
+        goto out_free;
     cost_comm_alpha_beta(t, dim_sum, fwd, bwd);
+    for (r = 0; r < n; r++) {
+        fwd[r] += cfwd[r];
+        bwd[r] += cbwd[r];
+    }
 
     /* The forward all-to-all starts when the slowest device is ready: a
      * device that finishes early waits (neuroshard.md 6.1). */
@@ -271,11 +353,14 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     rv = 0;
 
 out_free:
+    free(cbwd);
+    free(cfwd);
     free(bwd);
     free(fwd);
     free(dim_sum);
     free(fill);
     free(start);
+    free(blocks);
     free(items);
     return rv;
 }

@@ -12,7 +12,11 @@
  *    is carried as 64 pre-activations and placing a piece is 64 additions
  *    plus a 64-term dot product; devices are compared by the raw head (the
  *    output activation is monotone) and only scored at the end;
- *  - the least loaded device with room comes off a heap;
+ *  - the least loaded device with room comes straight out of a tree over
+ *    the devices that keeps, per subtree, its least loaded device, its
+ *    most free memory and its fewest columns: subtrees where nothing fits
+ *    are skipped whole, so devices a dim cap refuses are not visited one
+ *    by one;
  *  - a grid run under a looser dim cap replays the previous run exactly up
  *    to the first piece the previous cap refused a device for, so it resumes
  *    from a snapshot taken there, and skips the caps that refuse nothing new;
@@ -37,11 +41,28 @@
 #include "search/search.h"
 
 /* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
-#define NS_LEVELS_MAX  9
-#define NS_GRID_STEPS  11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
-#define NS_THREADS_MAX 16
+#define NS_LEVELS_MAX 9
+#define NS_GRID_STEPS 11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
+/*
+ * Above this many devices the grid is one uncapped run.  With ten or so
+ * tables a device, a cap of 1.0-1.5 x the mean columns binds on most of
+ * them and forces worse compute balance: on bench_search's cases of 128 to
+ * 2,048 devices the uncapped run found plans as good or better (at 10,000
+ * tables on 1,024 devices a gap of 0.57 % against 1.10 %) in a tenth of the
+ * time.  At 64 devices the grid still paid (0.36 % against 0.67 %).
+ */
+#define NS_GRID_DEVICES 64
+#define NS_THREADS_MAX  16
 /* Devices a local-search move may target: the least ready ones. */
 #define NS_TARGETS 4
+/* Up to this many devices a greedy run scans them; more get a tree. */
+#define NS_SCAN_MAX 16
+/* The beam stops after this many levels in a row that did not lower the
+ * best cost by NS_GAIN of it: on the benchmark tasks the best is found by
+ * the third level, and later ones cost as much and find nothing. */
+#define NS_PATIENCE       2
+#define NS_CANDIDATES_MIN 5
+#define NS_GAIN           1e-4
 
 struct ns_level {
     float proj[NET_H2]; /* W3 * latent of the table at this width */
@@ -78,15 +99,24 @@ struct ns_sort {
     size_t idx;
 };
 
-/* Devices under construction, and a copy of them for resuming. */
+/*
+ * Devices under construction, and a copy of them for resuming.  The tree is
+ * a complete binary tree over `size` leaves (a power of two >= n; leaf r at
+ * size + r): per node, its subtree's least device by (raw, mem, id) (-1:
+ * none left), the most free memory and the fewest columns of its devices.
+ * A device whose memory can take none of the pieces left in a greedy run
+ * leaves the tree for that run (its leaf is emptied).
+ */
 struct ns_devs {
     float *z;    /* [n][NET_H2] head pre-activations */
     double *raw; /* the head before its activation; -inf when empty */
     uint64_t *mem;
     int32_t *dim;
     int32_t *count;
-    int32_t *heap; /* devices by (raw, mem, id), least first */
-    int32_t len;   /* devices in the heap */
+    int32_t size;    /* leaves */
+    int32_t *least;  /* [2 size] */
+    uint64_t *room;  /* [2 size] */
+    int32_t *lowdim; /* [2 size] */
 };
 
 /* One thread's scratch. */
@@ -96,13 +126,13 @@ struct ns_work {
     bool snap_taken;
     double *comp; /* compute ms, from raw by devices_cost() */
     double *fwd, *bwd;
-    int32_t *stash;
+    int32_t *stack; /* tree_pick()'s */
     struct ns_sort *order;
     struct ns_sort *few; /* a state's split pieces, for ns_order() */
     int32_t *assign;
     int32_t *sfx_cols;   /* narrowest piece from order[k] on */
     uint64_t *sfx_bytes; /* smallest piece from order[k] on */
-    int64_t greedy_runs, states;
+    int64_t greedy_runs, states, evaluations;
 };
 
 struct ns {
@@ -115,7 +145,13 @@ struct ns {
     int32_t n;
     size_t cap; /* pieces a state can have */
     double dim_mean;
+    int32_t candidates;  /* o->candidates, for this many tables */
     const int32_t *pins; /* per table: its device or -1; NULL: none */
+    /* The exchanges of row-split and replicated tables (NULL: none). */
+    double *fixed_fwd, *fixed_bwd;
+    int32_t *forced;   /* per table: the level memory forces (0: whole) */
+    int32_t *presplit; /* per table: the level it starts at (>= forced) */
+    bool any_presplit; /* some table starts split beyond memory's needs */
     size_t npinned;
     struct ns_devs base;        /* the pinned tables placed, nothing else */
     struct ns_table *tl;        /* levels are filled on the main thread only */
@@ -166,12 +202,11 @@ static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 
     if (!lv->ready) {
         const struct table *tb = &s->tables[table];
-        float lat[NET_LAT], z[NET_H2];
+        float z[NET_H2];
         int o;
 
         lv->cols = tb->dim >> level;
-        net_latent(s->net, tb, lv->cols, lat);
-        net_project(s->net, lat, lv->proj);
+        net_projected(s->net, s->o->memo, tb, lv->cols, lv->proj);
         net_head_init(s->net, z);
         for (o = 0; o < NET_H2; o++)
             z[o] += lv->proj[o];
@@ -251,61 +286,56 @@ static int sort_cmp(const void *a, const void *b)
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 
-static void devs_reset(const struct ns *s, struct ns_devs *d)
-{
-    int32_t r;
+/* z += p and z -= p over the head's NET_H2 pre-activations (what placing
+ * and removing a piece costs): in vectors of four floats where the
+ * compiler has them, with the same results as the scalar loop. */
+#if defined(__GNUC__)
+typedef float ns_v4 __attribute__((vector_size(16)));
 
-    for (r = 0; r < s->n; r++) {
-        net_head_init(s->net, d->z + (size_t)r * NET_H2);
-        d->raw[r] = -INFINITY;
-        d->heap[r] = r; /* all equal and ordered by id: a heap already */
+static void vec_add(float *restrict z, const float *restrict p)
+{
+    int o;
+
+    for (o = 0; o < NET_H2; o += 4) {
+        ns_v4 a, b;
+
+        memcpy(&a, z + o, sizeof(a));
+        memcpy(&b, p + o, sizeof(b));
+        a += b;
+        memcpy(z + o, &a, sizeof(a));
     }
-    memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
-    memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
-    memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
-    d->len = s->n;
 }
 
-static void devs_copy(const struct ns *s, struct ns_devs *dst,
-                      const struct ns_devs *src)
+static void vec_sub(float *restrict z, const float *restrict p)
 {
-    size_t n = (size_t)s->n;
+    int o;
 
-    memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
-    memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
-    memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
-    memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
-    memcpy(dst->count, src->count, n * sizeof(*dst->count));
-    memcpy(dst->heap, src->heap, (size_t)src->len * sizeof(*dst->heap));
-    dst->len = src->len;
+    for (o = 0; o < NET_H2; o += 4) {
+        ns_v4 a, b;
+
+        memcpy(&a, z + o, sizeof(a));
+        memcpy(&b, p + o, sizeof(b));
+        a -= b;
+        memcpy(z + o, &a, sizeof(a));
+    }
 }
-
-/* Adds (sign +1) or removes (-1) a piece's load on device r. */
-static void devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
-                       const struct ns_level *lv, int sign)
+#else
+static void vec_add(float *restrict z, const float *restrict p)
 {
-    float *z = d->z + (size_t)r * NET_H2;
     int o;
 
     for (o = 0; o < NET_H2; o++)
-        z[o] += (float)sign * lv->proj[o];
-    d->count[r] += sign;
-    d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
-    d->dim[r] += sign * lv->cols;
-    /* The raw head orders devices as their costs do (the activation and
-     * the batch scale are monotone); costs are made from it when scored. */
-    d->raw[r] = d->count[r] ? net_head_raw(s->net, z) : -INFINITY;
+        z[o] += p[o];
 }
 
-/* The plan cost of w's devices; leaves compute and comm in w. */
-static double devs_plan_ms(const struct ns *s, struct ns_work *w)
+static void vec_sub(float *restrict z, const float *restrict p)
 {
-    int32_t r;
+    int o;
 
-    for (r = 0; r < s->n; r++)
-        w->comp[r] = w->dv.count[r] ? net_softplus(w->dv.raw[r]) * s->scale : 0;
-    return cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+    for (o = 0; o < NET_H2; o++)
+        z[o] -= p[o];
 }
+#endif
 
 /* Heap order of devices: least compute, then least memory, then lower id
  * (the original's tie-breaks). */
@@ -318,71 +348,189 @@ static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
     return a < b;
 }
 
-static void heap_down(struct ns_devs *d, int32_t i)
+/* Node i from its two children. */
+static void tree_pull(struct ns_devs *d, int32_t i)
 {
-    int32_t *h = d->heap, len = d->len;
+    int32_t l = 2 * i, r = l + 1, a = d->least[l], b = d->least[r];
 
-    for (;;) {
-        int32_t l = 2 * i + 1, m = i, tmp;
-
-        if (l < len && dev_less(d, h[l], h[m]))
-            m = l;
-        if (l + 1 < len && dev_less(d, h[l + 1], h[m]))
-            m = l + 1;
-        if (m == i)
-            return;
-        tmp = h[i];
-        h[i] = h[m];
-        h[m] = tmp;
-        i = m;
-    }
+    d->least[i] = a < 0 ? b : b < 0 ? a : dev_less(d, b, a) ? b : a;
+    d->room[i] = d->room[l] > d->room[r] ? d->room[l] : d->room[r];
+    d->lowdim[i] = d->lowdim[l] < d->lowdim[r] ? d->lowdim[l] : d->lowdim[r];
 }
 
-static void heap_push(struct ns_devs *d, int32_t r)
+/* Device r's leaf from its figures (or emptied: out of this run), then
+ * the path to the root.  Nothing without a tree. */
+static void tree_set(const struct ns *s, struct ns_devs *d, int32_t r, bool out)
 {
-    int32_t *h = d->heap, i = d->len++;
+    int32_t i = d->size + r;
+    uint64_t cap = topology_mem(s->t, r);
 
-    h[i] = r;
-    while (i > 0 && dev_less(d, h[i], h[(i - 1) / 2])) {
-        int32_t p = (i - 1) / 2, tmp = h[i];
-
-        h[i] = h[p];
-        h[p] = tmp;
-        i = p;
-    }
+    if (d->size == 0)
+        return;
+    d->least[i] = out ? -1 : r;
+    d->room[i] = out || d->mem[r] > cap ? 0 : cap - d->mem[r];
+    d->lowdim[i] = out ? INT32_MAX : d->dim[r];
+    for (i /= 2; i > 0; i /= 2)
+        tree_pull(d, i);
 }
 
-static int32_t heap_pop(struct ns_devs *d)
+static void devs_reset(const struct ns *s, struct ns_devs *d)
 {
-    int32_t r = d->heap[0];
+    int32_t r, i;
 
-    d->heap[0] = d->heap[--d->len];
-    heap_down(d, 0);
-    return r;
+    for (r = 0; r < s->n; r++) {
+        net_head_init(s->net, d->z + (size_t)r * NET_H2);
+        d->raw[r] = -INFINITY;
+    }
+    memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
+    memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
+    memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
+    for (i = 0; i < d->size; i++) {
+        bool real = i < s->n;
+
+        d->least[d->size + i] = real ? i : -1;
+        d->room[d->size + i] = real ? topology_mem(s->t, i) : 0;
+        d->lowdim[d->size + i] = real ? 0 : INT32_MAX;
+    }
+    for (i = d->size - 1; i > 0; i--)
+        tree_pull(d, i);
+}
+
+static void devs_copy(const struct ns *s, struct ns_devs *dst,
+                      const struct ns_devs *src)
+{
+    size_t n = (size_t)s->n, t = 2 * (size_t)src->size;
+
+    memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
+    memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
+    memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
+    memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
+    memcpy(dst->count, src->count, n * sizeof(*dst->count));
+    memcpy(dst->least, src->least, t * sizeof(*dst->least));
+    memcpy(dst->room, src->room, t * sizeof(*dst->room));
+    memcpy(dst->lowdim, src->lowdim, t * sizeof(*dst->lowdim));
+}
+
+/* Adds (sign +1) or removes (-1) a piece's load on device r. */
+static void devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
+                       const struct ns_level *lv, int sign)
+{
+    float *z = d->z + (size_t)r * NET_H2;
+
+    if (sign > 0)
+        vec_add(z, lv->proj);
+    else
+        vec_sub(z, lv->proj);
+    d->count[r] += sign;
+    d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
+    d->dim[r] += sign * lv->cols;
+    /* The raw head orders devices as their costs do (the activation and
+     * the batch scale are monotone); costs are made from it when scored. */
+    d->raw[r] = d->count[r] ? net_head_raw(s->net, z) : -INFINITY;
+    tree_set(s, d, r, false);
+}
+
+/* The plan cost of w's devices; leaves compute and comm in w. */
+static double devs_plan_ms(const struct ns *s, struct ns_work *w)
+{
+    int32_t r;
+
+    for (r = 0; r < s->n; r++)
+        w->comp[r] = w->dv.count[r] ? net_softplus(w->dv.raw[r]) * s->scale : 0;
+    return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
+                        w->fwd, w->bwd);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Table-wise greedy grid search                                             */
 
 /*
- * The cap refused a device that would take the piece at a cap of `dims`:
- * lowers *next_cap, and on the run's first refusal snapshots the devices as
- * they were before piece k (the popped devices of this piece put back).
+ * The cap refused a device (or a subtree of them) that would take the
+ * piece at a cap of `dims`: lowers *next_cap, and on the run's first
+ * refusal snapshots the devices as they are before piece k.  Recorded for
+ * every refused subtree whose least device could come before the one
+ * chosen: at most as large a next cap, at most as late a snapshot as the
+ * devices one by one would give (both are conservative: a looser cap then
+ * runs again, or resumes earlier, but never differs from a full run).
  */
 static void refused(const struct ns *s, struct ns_work *w, size_t k,
-                    int32_t nstash, int32_t dims, double *next_cap)
+                    int64_t dims, double *next_cap)
 {
-    int32_t i;
-
     if ((double)dims < *next_cap)
         *next_cap = (double)dims;
     if (w->snap_taken)
         return;
     devs_copy(s, &w->snap, &w->dv);
-    for (i = 0; i < nstash; i++)
-        heap_push(&w->snap, w->stash[i]);
     w->snap_k = k;
     w->snap_taken = true;
+}
+
+/*
+ * tree_pick() for a few devices (no tree: NS_SCAN_MAX or fewer): one pass
+ * over them, each refused one that comes before the chosen one recorded.
+ */
+static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
+                         const struct ns_level *lv, double dim_cap,
+                         double *next_cap)
+{
+    const struct ns_devs *d = &w->dv;
+    int32_t r, best = -1;
+
+    for (r = 0; r < s->n; r++) {
+        if (d->mem[r] + lv->bytes > topology_mem(s->t, r) ||
+            (best >= 0 && !dev_less(d, r, best)))
+            continue;
+        if ((double)(d->dim[r] + lv->cols) > dim_cap) {
+            refused(s, w, k, (int64_t)d->dim[r] + lv->cols, next_cap);
+            continue;
+        }
+        best = r;
+    }
+    return best;
+}
+
+/*
+ * The device piece k goes to: the least (raw, mem, id) of the devices with
+ * room for its bytes and its columns under dim_cap, found in the tree
+ * best-first, pruning subtrees that cannot hold it or cannot beat the best
+ * found.  -1 when none can take it.
+ */
+static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
+                         const struct ns_level *lv, double dim_cap,
+                         double *next_cap)
+{
+    struct ns_devs *d = &w->dv;
+    int32_t *stack = w->stack, top = 0, best = -1;
+
+    if (d->size == 0)
+        return scan_pick(s, w, k, lv, dim_cap, next_cap);
+    stack[top++] = 1;
+    while (top > 0) {
+        int32_t i = stack[--top], r = d->least[i];
+
+        if (r < 0 || (best >= 0 && !dev_less(d, r, best)) ||
+            d->room[i] < lv->bytes)
+            continue;
+        if ((double)d->lowdim[i] + lv->cols > dim_cap) {
+            refused(s, w, k, (int64_t)d->lowdim[i] + lv->cols, next_cap);
+            continue;
+        }
+        if (i >= d->size) { /* a leaf: device r itself, and it fits */
+            best = r;
+            continue;
+        }
+        /* The child with the lesser device last, so it is looked at
+         * first; the other only if it may still beat what that gives. */
+        if (d->least[2 * i] >= 0 && d->least[2 * i + 1] >= 0 &&
+            dev_less(d, d->least[2 * i + 1], d->least[2 * i])) {
+            stack[top++] = 2 * i;
+            stack[top++] = 2 * i + 1;
+        } else {
+            stack[top++] = 2 * i + 1;
+            stack[top++] = 2 * i;
+        }
+    }
+    return best;
 }
 
 /*
@@ -399,7 +547,6 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
                         double cap_scale, bool resume, double *next_cap)
 {
     double dim_cap = cap_scale > 0 ? cap_scale * s->dim_mean : INFINITY;
-    const struct topology *t = s->t;
     struct ns_devs *d = &w->dv;
     size_t k = 0;
 
@@ -415,42 +562,18 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
     for (; k < np; k++) {
         const struct ns_sort *it = &w->order[k];
         const struct ns_level *lv = &s->tl[it->table].lv[it->level];
-        int32_t best = -1, nstash = 0, r;
+        int32_t best = tree_pick(s, w, k, lv, dim_cap, next_cap);
 
-        /* Pop devices that cannot take the piece until one can.  One that
-         * can take none of the pieces left leaves the heap for good, so a
-         * full device is not popped again for every piece. */
-        while (d->len > 0) {
-            uint64_t mem_cap;
-
-            r = d->heap[0];
-            mem_cap = topology_mem(t, r);
-            if (d->mem[r] + w->sfx_bytes[k] > mem_cap ||
-                (double)(d->dim[r] + w->sfx_cols[k]) > dim_cap) {
-                if (d->mem[r] + w->sfx_bytes[k] <= mem_cap)
-                    refused(s, w, k, nstash, d->dim[r] + w->sfx_cols[k],
-                            next_cap);
-                heap_pop(d);
-                continue;
-            }
-            if (d->mem[r] + lv->bytes <= mem_cap) {
-                if ((double)(d->dim[r] + lv->cols) <= dim_cap) {
-                    best = r;
-                    break;
-                }
-                refused(s, w, k, nstash, d->dim[r] + lv->cols, next_cap);
-            }
-            w->stash[nstash++] = heap_pop(d);
-        }
-        if (best >= 0) {
-            devs_apply(s, d, best, lv, +1);
-            w->assign[it->idx] = best;
-            heap_down(d, 0); /* its load only grew */
-        }
-        while (nstash > 0)
-            heap_push(d, w->stash[--nstash]);
         if (best < 0)
             return INFINITY;
+        w->evaluations++;
+        devs_apply(s, d, best, lv, +1);
+        w->assign[it->idx] = best;
+        /* Full for every piece left, under any cap: out of the run, so its
+         * low load does not lead the walk to it again and again. */
+        if (k + 1 < np &&
+            d->mem[best] + w->sfx_bytes[k + 1] > topology_mem(s->t, best))
+            tree_set(s, d, best, true);
     }
     return devs_plan_ms(s, w);
 }
@@ -522,6 +645,11 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
     }
     w->states++;
     st->cost = INFINITY;
+    if (s->n > NS_GRID_DEVICES) {
+        st->cost = ns_greedy(s, w, nfree, 0, false, &next_cap);
+        memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        return;
+    }
     for (step = 0; step < NS_GRID_STEPS;) {
         double c =
             ns_greedy(s, w, nfree, 1.0 + 0.05 * step, step > 0, &next_cap);
@@ -605,7 +733,7 @@ static int32_t critical_device(const struct ns *s, struct ns_work *w)
  */
 static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
 {
-    int32_t k = s->o->candidates, crit = -1, round, taken;
+    int32_t k = s->candidates, crit = -1, round, taken;
     size_t i;
 
     memset(pick, 0, st->np * sizeof(*pick));
@@ -723,10 +851,23 @@ static void score_all(struct ns *s, struct ns_state *kids, size_t n)
     }
 }
 
+/* Piece placements scored so far, on all threads. */
+static int64_t evaluations(const struct ns *s)
+{
+    int64_t n = 0;
+    int k;
+
+    for (k = 0; k < s->nthreads; k++)
+        n += s->work[k].evaluations;
+    return n;
+}
+
 static int ns_beam(struct ns *s, struct ns_state *best)
 {
-    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b;
-    size_t maxkids = (size_t)w * 3 * (size_t)s->o->candidates, nkids, i;
+    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
+    size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
+    int64_t budget = s->o->beam_evaluations, spent = 0, before;
+    double per_kid; /* placements one child costs: the roots' to start */
     struct ns_state *beam, *next, *kids, *tmp;
     bool *pick = NULL;
     int rv = SD_ENOMEM;
@@ -745,8 +886,12 @@ static int ns_beam(struct ns *s, struct ns_state *best)
         if (state_alloc(&kids[i], s->cap) != 0)
             goto out_free;
 
+    per_kid = (double)evaluations(s) /
+              (double)(s->work[0].states > 0 ? s->work[0].states : 1);
     state_copy(&beam[0], best);
     for (level = 0; level < s->o->beam_depth; level++) {
+        double was = best->cost;
+
         nkids = 0;
         for (b = 0; b < nbeam; b++) {
             pick_candidates(s, &beam[b], pick);
@@ -758,7 +903,15 @@ static int ns_beam(struct ns *s, struct ns_state *best)
                     nkids++;
             }
         }
+        /* Placements are counted, not timed: the same plan on any
+         * machine.  A level's cost is estimated from the last one's. */
+        if (budget > 0 && spent + per_kid * (double)nkids > (double)budget)
+            break;
+        before = evaluations(s);
         score_all(s, kids, nkids);
+        spent += evaluations(s) - before;
+        if (nkids > 0)
+            per_kid = (double)(evaluations(s) - before) / (double)nkids;
         nnext = 0;
         for (i = 0; i < nkids; i++) {
             beam_offer(next, &nnext, w, &kids[i]);
@@ -770,7 +923,8 @@ static int ns_beam(struct ns *s, struct ns_state *best)
             s->st->budget_exhausted = true;
             break;
         }
-        if (nnext == 0)
+        idle = best->cost < was * (1 - NS_GAIN) ? 0 : idle + 1;
+        if (nnext == 0 || idle >= NS_PATIENCE)
             break;
         tmp = beam;
         beam = next;
@@ -828,7 +982,8 @@ static double try_step(const struct ns *s, struct ns_work *w,
     w->comp[y] = comp_with(s, w, y, a, b);
     w->dv.dim[x] -= moved;
     w->dv.dim[y] += moved;
-    c = cost_plan_ms(s->t, w->comp, w->dv.dim, w->fwd, w->bwd);
+    c = cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
+                     w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dv.dim[x] = dx;
@@ -1052,15 +1207,36 @@ out_free:
     return rv;
 }
 
+/* Leaves of a device tree for n devices: a power of two >= n (>= 2, so
+ * the root is an inner node); 0 (no tree: a scan) for NS_SCAN_MAX or
+ * fewer. */
+static int32_t tree_size(size_t n)
+{
+    int32_t size = 2;
+
+    if (n <= NS_SCAN_MAX)
+        return 0;
+    while ((size_t)size < n)
+        size *= 2;
+    return size;
+}
+
 static int devs_alloc(struct ns_devs *d, size_t n)
 {
+    size_t t;
+
+    d->size = tree_size(n);
+    t = 2 * (size_t)d->size;
     d->z = malloc(n * NET_H2 * sizeof(*d->z));
     d->raw = malloc(n * sizeof(*d->raw));
     d->mem = malloc(n * sizeof(*d->mem));
     d->dim = malloc(n * sizeof(*d->dim));
     d->count = malloc(n * sizeof(*d->count));
-    d->heap = malloc(n * sizeof(*d->heap));
-    return d->z && d->raw && d->mem && d->dim && d->count && d->heap
+    d->least = malloc((t ? t : 1) * sizeof(*d->least));
+    d->room = malloc((t ? t : 1) * sizeof(*d->room));
+    d->lowdim = malloc((t ? t : 1) * sizeof(*d->lowdim));
+    return d->z && d->raw && d->mem && d->dim && d->count && d->least &&
+                   d->room && d->lowdim
                ? 0
                : SD_ENOMEM;
 }
@@ -1072,7 +1248,9 @@ static void devs_free(struct ns_devs *d)
     free(d->mem);
     free(d->dim);
     free(d->count);
-    free(d->heap);
+    free(d->least);
+    free(d->room);
+    free(d->lowdim);
 }
 
 static int work_alloc(struct ns_work *w, size_t n, size_t cap)
@@ -1082,13 +1260,14 @@ static int work_alloc(struct ns_work *w, size_t n, size_t cap)
     w->comp = malloc(n * sizeof(*w->comp));
     w->fwd = malloc(n * sizeof(*w->fwd));
     w->bwd = malloc(n * sizeof(*w->bwd));
-    w->stash = malloc(n * sizeof(*w->stash));
+    /* A best-first walk holds at most two nodes a level. */
+    w->stack = malloc(2 * 64 * sizeof(*w->stack));
     w->order = malloc(cap * sizeof(*w->order));
     w->few = malloc(cap * sizeof(*w->few));
     w->assign = malloc(cap * sizeof(*w->assign));
     w->sfx_cols = malloc(cap * sizeof(*w->sfx_cols));
     w->sfx_bytes = malloc(cap * sizeof(*w->sfx_bytes));
-    return w->comp && w->fwd && w->bwd && w->stash && w->order && w->assign &&
+    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->assign &&
                    w->sfx_cols && w->sfx_bytes
                ? 0
                : SD_ENOMEM;
@@ -1101,7 +1280,7 @@ static void work_free(struct ns_work *w)
     free(w->comp);
     free(w->fwd);
     free(w->bwd);
-    free(w->stash);
+    free(w->stack);
     free(w->order);
     free(w->few);
     free(w->assign);
@@ -1127,6 +1306,38 @@ static int32_t forced_level(const struct ns *s, size_t i)
            shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > largest)
         lv++;
     return lv;
+}
+
+/*
+ * The levels the search starts from (column splits allowed): each table
+ * cut as far as memory forces (forced_level()), then every piece whose cost
+ * alone exceeds what a device carries on average, the root pieces' costs
+ * summed over the devices, cut further while the split rule allows.  A
+ * table that costs more than a device should carry can never be balanced
+ * whole, and on many devices the beam's one split a level would not reach
+ * all of them (at 10,000 tables on 1,024 devices, 17 devices held one such
+ * table each).
+ */
+static void root_levels(struct ns *s)
+{
+    double total = 0, mean;
+    size_t i;
+
+    for (i = 0; i < s->ntables; i++) {
+        s->forced[i] = forced_level(s, i);
+        total += ns_level(s, (uint32_t)i, s->forced[i])->ms *
+                 (double)((size_t)1 << s->forced[i]);
+    }
+    mean = total / (double)s->n;
+    for (i = 0; i < s->ntables; i++) {
+        int32_t lv = s->forced[i];
+
+        while (!piece_pinned(s, i) && lv + 1 < s->tl[i].nlevels &&
+               ns_level(s, (uint32_t)i, lv)->ms > mean)
+            lv++;
+        s->presplit[i] = lv;
+        s->any_presplit = s->any_presplit || lv > s->forced[i];
+    }
 }
 
 static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
@@ -1159,10 +1370,26 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         dims += tables[i].dim;
     }
     s->dim_mean = (double)dims / (double)s->n;
-    s->cap = ntables + (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
+    /* Three lists of k candidates are most of a small model's tables: the
+     * beam would try nearly every split at every level.  One in ten tables,
+     * at least NS_CANDIDATES_MIN: on the benchmark tasks (10-59 tables)
+     * the plans cost the same (11.621 against 11.624 ms on 4 devices, 7.333
+     * on 8) for a fifth of the placements. */
+    s->candidates = (int32_t)(ntables / 10);
+    if (s->candidates < NS_CANDIDATES_MIN)
+        s->candidates = NS_CANDIDATES_MIN;
+    if (s->candidates > o->candidates)
+        s->candidates = o->candidates;
+    s->forced = calloc(ntables ? ntables : 1, sizeof(*s->forced));
+    s->presplit = calloc(ntables ? ntables : 1, sizeof(*s->presplit));
+    if (!s->forced || !s->presplit)
+        return SD_ENOMEM;
     if (o->column_splits)
-        for (i = 0; i < ntables; i++)
-            s->cap += ((size_t)1 << forced_level(s, i)) - 1;
+        root_levels(s);
+    /* Room for the root's pieces and one more per beam level. */
+    s->cap = (size_t)(o->column_splits ? o->beam_depth : 0) + 1;
+    for (i = 0; i < ntables; i++)
+        s->cap += (size_t)1 << s->presplit[i];
     s->nthreads = o->threads > 0 ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;
@@ -1170,7 +1397,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
     /* The base devices: the pinned tables placed (plan_check_pins() has
-     * checked that they fit), then the heap made anew. */
+     * checked that they fit). */
     devs_reset(s, &s->base);
     for (i = 0; i < ntables; i++) {
         if (!piece_pinned(s, i))
@@ -1180,8 +1407,6 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
             s->work[k].assign[i] = s->pins[i]; /* greedy runs keep it */
         s->npinned++;
     }
-    for (k = s->n / 2; k-- > 0;)
-        heap_down(&s->base, k);
     return 0;
 }
 
@@ -1193,8 +1418,32 @@ static void ns_free(struct ns *s)
         work_free(&s->work[k]);
     devs_free(&s->base);
     free(s->tl);
+    free(s->forced);
+    free(s->presplit);
     free(s->root_order);
     free(s->seen);
+}
+
+/* A root state: table i cut to level lv[i], in 2^lv[i] pieces (the pieces
+ * beyond the tables appended), keyed and marked seen. */
+static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
+{
+    size_t i, c;
+
+    st->np = s->ntables;
+    st->key = 0;
+    st->cost = INFINITY;
+    for (i = 0; i < s->ntables; i++) {
+        st->pc[i] = (struct ns_piece){(uint32_t)i, lv[i]};
+        st->key += piece_hash((uint32_t)i, lv[i]);
+        ns_level(s, (uint32_t)i, lv[i]);
+    }
+    for (i = 0; i < s->ntables; i++)
+        for (c = 1; c < (size_t)1 << lv[i]; c++) {
+            st->pc[st->np++] = (struct ns_piece){(uint32_t)i, lv[i]};
+            st->key += piece_hash((uint32_t)i, lv[i]);
+        }
+    seen_insert(s, st->key);
 }
 
 static int piece_cmp(const void *a, const void *b)
@@ -1272,24 +1521,11 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
         goto out_free;
 
-    /* The root: every table whole, or in as many pieces as it needs to fit
-     * on a device at all (pieces beyond the tables are appended). */
-    best.np = ntables;
-    for (i = 0; i < ntables; i++) {
-        int32_t lv = o->column_splits ? forced_level(&s, i) : 0;
-        size_t copies = ((size_t)1 << lv) - 1, c;
-
-        best.pc[i] = (struct ns_piece){(uint32_t)i, lv};
-        best.key += piece_hash((uint32_t)i, lv);
-        for (c = 0; c < copies; c++) {
-            best.pc[best.np++] = (struct ns_piece){(uint32_t)i, lv};
-            best.key += piece_hash((uint32_t)i, lv);
-        }
-        ns_level(&s, (uint32_t)i, lv);
-    }
-    seen_insert(&s, best.key);
+    /* The whole-table root: every table whole, or in as many pieces as it
+     * needs to fit on a device at all; its greedy order is the order the
+     * other states merge with. */
+    root_state(&s, s.forced, &best);
     ns_table_wise(&s, &s.work[0], &best);
-    /* The whole tables in greedy order, for ns_order() to merge with. */
     s.root_order = malloc((ntables ? ntables : 1) * sizeof(*s.root_order));
     if (!s.root_order) {
         rv = SD_ENOMEM;
@@ -1300,6 +1536,21 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
 
         if (it->idx < ntables && it->level == 0)
             s.root_order[s.nroot++] = *it;
+    }
+    /* The root with the costliest tables cut (root_levels()): the search
+     * goes on from the better of the two, so it never returns a plan worse
+     * than the whole-table one. */
+    if (s.any_presplit) {
+        struct ns_state pre = {0};
+
+        rv = state_alloc(&pre, s.cap);
+        if (rv != 0)
+            goto out_free;
+        root_state(&s, s.presplit, &pre);
+        ns_table_wise(&s, &s.work[0], &pre);
+        if (pre.cost < best.cost)
+            state_copy(&best, &pre);
+        state_free(&pre);
     }
     if (o->column_splits && o->beam_depth > 0) {
         rv = ns_beam(&s, &best);
@@ -1320,6 +1571,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
         struct net_cost_model ncm;
 
         net_cost_model_init(&ncm, o->net);
+        ncm.memo = o->memo;
         rv = plan_evaluate(out, tables, ntables, t, o->optimizer, &ncm.cm);
         if (rv != 0) {
             plan_destroy(out);
@@ -1329,6 +1581,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     }
     for (k = 0; k < s.nthreads; k++) {
         st.greedy_runs += s.work[k].greedy_runs;
+        st.evaluations += s.work[k].evaluations;
         st.states += s.work[k].states;
     }
     st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */

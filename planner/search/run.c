@@ -30,6 +30,7 @@ void plan_options_default(struct plan_options *o)
     o->beam_width = 3;
     o->beam_depth = 10;
     o->candidates = 10;
+    o->beam_evaluations = 4000000;
 }
 
 int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)

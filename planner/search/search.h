@@ -42,13 +42,22 @@ struct plan_options {
     uint64_t seed; /* for random */
     /* neuroshard: the model searched with (borrowed; required). */
     const struct cost_net *net;
+    struct net_memo *memo; /* neuroshard: net's memo (borrowed); NULL: none */
     double time_budget_ms; /* neuroshard: stop the beam after this; 0: none */
     bool column_splits;    /* neuroshard: allow column-wise splits */
     bool local_search;     /* neuroshard: final move/swap pass */
     int32_t beam_width;    /* 3 */
     int32_t beam_depth;    /* 10 */
-    int32_t candidates;    /* top-k by size and by cost to split; 10 */
-    int32_t threads;       /* neuroshard: scoring threads; 0: one per CPU */
+    /* top-k by size and by cost to split; 10 (at most one in ten tables,
+     * never fewer than 5: neuroshard.c) */
+    int32_t candidates;
+    /*
+     * neuroshard: the beam's budget in piece placements (4,000,000; 0:
+     * none).  A level that would go over it is not started: unlike the
+     * time budget it gives the same plan on any machine and load.
+     */
+    int64_t beam_evaluations;
+    int32_t threads; /* neuroshard: scoring threads; 0: one per CPU */
     /*
      * Pins (borrowed; NULL: none): pins[i] is the device table i must go
      * to whole, or -1 where it may go anywhere.  Every algorithm places

@@ -360,7 +360,7 @@ class ServingTest(Base):
             self.assertEqual(sorted(s.name for s in out[0].list_services_response.service),
                              ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
                               "grpc.reflection.v1alpha.ServerReflection", "shardd.v1.Admin",
-                              "shardd.v1.Planner"])
+                              "shardd.v1.Fleet", "shardd.v1.Planner"])
 
             def files(a):
                 return [descriptor_pb2.FileDescriptorProto.FromString(b)

@@ -466,8 +466,9 @@ static void test_noted_outputs(void)
     free(plain);
     free(noted0);
     free(noted);
-    noted = json_plan_torchrec_noted(
-        &p, in.tables, &(struct topology){.devices_per_host = 2}, &in.notes);
+    noted = json_plan_torchrec_noted(&p, in.tables,
+                                     &(struct topology){.devices_per_host = 2},
+                                     NULL, &in.notes);
     root = noted != NULL ? json_loads(noted, 0, &jerr) : NULL;
     CHECK(json_is_object(json_object_get(root, "plan")));
     CHECK(json_is_array(json_object_get(root, "notes")));

@@ -2,6 +2,7 @@
  * reference, the incremental head, the file format and its refusals, the
  * batch scaling of the cost-model adapter, the embedded model, and the
  * checksum of files written before it was zlib's. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -241,6 +242,101 @@ static void test_adapter_and_embedded(void)
     }
 }
 
+/* Four threads asking a small memo for the same 40 keys at once. */
+struct memo_race {
+    const struct cost_net *m;
+    struct net_memo *mm;
+    const struct table *t;
+    int bad;
+};
+
+static void *memo_worker(void *arg)
+{
+    struct memo_race *r = arg;
+    int i, o;
+
+    for (i = 0; i < 2000; i++) {
+        const struct table *t = &r->t[i % 40];
+        float got[NET_H2], want[NET_H2], lat[NET_LAT];
+
+        net_projected(r->m, r->mm, t, t->dim, got);
+        net_latent(r->m, t, t->dim, lat);
+        net_project(r->m, lat, want);
+        for (o = 0; o < NET_H2; o++)
+            r->bad += got[o] != want[o];
+    }
+    return NULL;
+}
+
+/*
+ * The memo of projected latents answers exactly what computing does, counts
+ * its hits and misses, keeps no more than it was made for, answers another
+ * model by computing (storing nothing), and holds under threads.
+ */
+static void test_memo(void)
+{
+    struct cost_net m, other;
+    struct net_memo *mm;
+    struct net_memo_stats st;
+    struct table t[40];
+    struct memo_race r[4];
+    pthread_t th[4];
+    float a[NET_H2], b[NET_H2], lat[NET_LAT];
+    int i, bad = 0;
+
+    random_net(&m, 5);
+    random_net(&other, 6);
+    CHECK(net_memo_new(&m, 0) == NULL);
+    CHECK(net_memo_new(NULL, 8) == NULL);
+    mm = net_memo_new(&m, 8);
+    CHECK(mm != NULL);
+    if (!mm)
+        return;
+    for (i = 0; i < 40; i++)
+        make_table(&t[i], 1000 + 37 * i, 4 * (1 + i % 8), 1 + i);
+    net_memo_stats(mm, &st);
+    CHECK(st.capacity == 8 && st.entries == 0 && st.hits == 0);
+
+    net_projected(&m, mm, &t[0], 16, a); /* a miss, stored */
+    net_projected(&m, mm, &t[0], 16, b); /* a hit */
+    CHECK(memcmp(a, b, sizeof(a)) == 0);
+    net_latent(&m, &t[0], 16, lat);
+    net_project(&m, lat, b);
+    CHECK(memcmp(a, b, sizeof(a)) == 0);
+    net_projected(&m, mm, &t[0], 8, b); /* another width: a miss */
+    CHECK(memcmp(a, b, sizeof(a)) != 0);
+    net_memo_stats(mm, &st);
+    CHECK(st.hits == 1 && st.misses == 2 && st.entries == 2);
+
+    /* Another model's question is computed with that model, not stored. */
+    net_projected(&other, mm, &t[0], 16, b);
+    net_latent(&other, &t[0], 16, lat);
+    net_project(&other, lat, a);
+    CHECK(memcmp(a, b, sizeof(a)) == 0);
+    net_memo_stats(mm, &st);
+    CHECK(st.hits == 1 && st.misses == 2 && st.entries == 2);
+
+    /* Forty keys through eight entries: it stays bounded. */
+    for (i = 0; i < 40; i++)
+        net_projected(&m, mm, &t[i], t[i].dim, a);
+    net_memo_stats(mm, &st);
+    CHECK(st.entries <= 8);
+
+    for (i = 0; i < 4; i++) {
+        r[i] = (struct memo_race){&m, mm, t, 0};
+        CHECK(pthread_create(&th[i], NULL, memo_worker, &r[i]) == 0);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += r[i].bad;
+    }
+    CHECK(bad == 0);
+    net_memo_stats(mm, &st);
+    CHECK(st.hits > 0 && st.entries <= 8);
+    net_memo_free(mm);
+    net_memo_free(NULL);
+}
+
 /*
  * The checksum is zlib's CRC-32 since it replaced a hand-written one, and
  * files written before still load.  0x57df7fff is what the hand-written
@@ -300,6 +396,7 @@ int main(void)
     test_inference();
     test_format();
     test_adapter_and_embedded();
+    test_memo();
     test_checksum();
     return tap_done();
 }

@@ -267,6 +267,115 @@ static void test_budget(void)
     free(tb);
 }
 
+static bool same_shards(const struct plan *a, const struct plan *b)
+{
+    size_t k;
+
+    if (a->nshards != b->nshards)
+        return false;
+    for (k = 0; k < a->nshards; k++)
+        if (a->shards[k].table != b->shards[k].table ||
+            a->shards[k].device != b->shards[k].device ||
+            a->shards[k].col_offset != b->shards[k].col_offset ||
+            a->shards[k].col_width != b->shards[k].col_width)
+            return false;
+    return true;
+}
+
+/*
+ * A model's memo changes no plan, and answers everything a second time:
+ * the search, the evaluation, the explanation and the bound of a repeated
+ * request compute no latent.
+ */
+static void test_memo(void)
+{
+    struct table *tb = make_tables(60, 12);
+    struct topology topo;
+    struct plan_options o;
+    struct plan bare, cold, warm;
+    struct sd_diag d = {{0}};
+    struct net_cost_model ncm;
+    struct net_memo *mm = net_memo_new(net, 4096);
+    struct net_memo_stats st;
+    uint64_t misses;
+
+    CHECK(mm != NULL);
+    topology_default(&topo, 8, 4ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.net = net;
+    net_cost_model_init(&ncm, net);
+    CHECK(plan_run(tb, 60, &topo, &o, &ncm.cm, &bare, &d) == 0);
+    o.memo = mm;
+    ncm.memo = mm;
+    CHECK(plan_run(tb, 60, &topo, &o, &ncm.cm, &cold, &d) == 0);
+    net_memo_stats(mm, &st);
+    misses = st.misses;
+    CHECK(misses > 60); /* every table, at several widths */
+    CHECK(plan_run(tb, 60, &topo, &o, &ncm.cm, &warm, &d) == 0);
+    net_memo_stats(mm, &st);
+    CHECK(st.misses == misses);
+    CHECK(st.hits >= misses);
+    CHECK(same_shards(&bare, &cold) && same_shards(&cold, &warm));
+    CHECK(bare.cost_ms == cold.cost_ms && cold.cost_ms == warm.cost_ms);
+    CHECK(bare.explain.lower_bound_ms == warm.explain.lower_bound_ms);
+    plan_destroy(&bare);
+    plan_destroy(&cold);
+    plan_destroy(&warm);
+    net_memo_free(mm);
+    free(tb);
+}
+
+/*
+ * The beam's budget counts placements, not time: the same plan on one
+ * thread and on three, fewer levels under a small budget, and never worse
+ * than the whole-table plan the search starts from, on a cluster above
+ * the grid's device count (one uncapped run a state) too.
+ */
+static void test_beam_budget(void)
+{
+    struct table *tb = make_tables(300, 13);
+    struct topology topo;
+    struct plan_options o;
+    struct plan one, three, whole;
+    struct sd_diag d = {{0}};
+
+    topology_default(&topo, 16, 12ull << 30); /* 1.5 x the total / 16 */
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.beam_evaluations = 60000;
+    o.local_search = false; /* it may end a better start lower or higher */
+    o.threads = 1;
+    CHECK(run(tb, 300, &topo, &o, &one, &d) == 0);
+    o.threads = 3;
+    CHECK(run(tb, 300, &topo, &o, &three, &d) == 0);
+    CHECK(same_shards(&one, &three) && one.cost_ms == three.cost_ms);
+    CHECK(one.stats.levels == 1);
+    CHECK(!one.stats.budget_exhausted); /* that flag is for time */
+    o.beam_evaluations = 0;
+    plan_destroy(&three);
+    CHECK(run(tb, 300, &topo, &o, &three, &d) == 0);
+    CHECK(three.stats.levels > 1);
+    CHECK(three.stats.evaluations > one.stats.evaluations);
+    CHECK(three.cost_ms <= one.cost_ms * (1 + 1e-9));
+    plan_destroy(&one);
+    plan_destroy(&three);
+
+    topology_default(&topo, 96, 6ull << 30);
+    topo.batch_size = net->batch_size;
+    o.beam_evaluations = 4000000;
+    CHECK(run(tb, 300, &topo, &o, &one, &d) == 0);
+    o.column_splits = false;
+    CHECK(run(tb, 300, &topo, &o, &whole, &d) == 0);
+    CHECK(one.cost_ms <= whole.cost_ms * (1 + 1e-9));
+    CHECK(one.stats.splits > 0);
+    plan_destroy(&one);
+    plan_destroy(&whole);
+    free(tb);
+}
+
 int main(void)
 {
     struct sd_diag d = {{0}};
@@ -280,5 +389,7 @@ int main(void)
     test_score_is_evaluated_cost();
     test_memory();
     test_budget();
+    test_memo();
+    test_beam_budget();
     return tap_done();
 }

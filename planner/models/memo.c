@@ -1,0 +1,141 @@
+/*
+ * The memo of projected latents (models.h): a fixed array of sets of
+ * NET_MEMO_WAYS entries, a set chosen by the FNV-1a hash of the model's
+ * input, replaced round-robin within the set.  The key is the input itself
+ * (compared in full), so a hit is exact; the hash only spreads the keys.
+ * Sets are guarded by NET_MEMO_STRIPES mutexes, set i by stripe i mod
+ * NET_MEMO_STRIPES: two threads meet only on the same stripe, and a lookup
+ * holds it for one copy of 64 floats.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models.h"
+#include "shardd/hash.h"
+
+#define NET_MEMO_WAYS    4
+#define NET_MEMO_STRIPES 64
+
+struct memo_entry {
+    float x[NET_IN];
+    float proj[NET_H2];
+    bool used;
+};
+
+struct memo_set {
+    struct memo_entry e[NET_MEMO_WAYS];
+    uint8_t next; /* the way replaced next */
+};
+
+struct net_memo {
+    const struct cost_net *net; /* the model it answers for (borrowed) */
+    struct memo_set *sets;
+    size_t nsets;
+    pthread_mutex_t lock[NET_MEMO_STRIPES];
+    atomic_uint_fast64_t hits, misses, filled;
+};
+
+struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
+{
+    struct net_memo *mm;
+    int i;
+
+    if (!m || entries == 0)
+        return NULL;
+    mm = calloc(1, sizeof(*mm));
+    if (!mm)
+        return NULL;
+    mm->net = m;
+    mm->nsets = (entries + NET_MEMO_WAYS - 1) / NET_MEMO_WAYS;
+    mm->sets = calloc(mm->nsets, sizeof(*mm->sets));
+    if (!mm->sets) {
+        free(mm);
+        return NULL;
+    }
+    for (i = 0; i < NET_MEMO_STRIPES; i++)
+        pthread_mutex_init(&mm->lock[i], NULL);
+    atomic_init(&mm->hits, 0);
+    atomic_init(&mm->misses, 0);
+    atomic_init(&mm->filled, 0);
+    return mm;
+}
+
+void net_memo_free(struct net_memo *mm)
+{
+    int i;
+
+    if (!mm)
+        return;
+    for (i = 0; i < NET_MEMO_STRIPES; i++)
+        pthread_mutex_destroy(&mm->lock[i]);
+    free(mm->sets);
+    free(mm);
+}
+
+void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!mm)
+        return;
+    out->hits = atomic_load_explicit(&mm->hits, memory_order_relaxed);
+    out->misses = atomic_load_explicit(&mm->misses, memory_order_relaxed);
+    out->entries = atomic_load_explicit(&mm->filled, memory_order_relaxed);
+    out->capacity = mm->nsets * NET_MEMO_WAYS;
+}
+
+/* The set of input x and, through *stripe, the mutex guarding it. */
+static struct memo_set *set_of(struct net_memo *mm, const float *x,
+                               pthread_mutex_t **stripe)
+{
+    struct sd_fnv f;
+    size_t i;
+
+    sd_fnv_init(&f);
+    sd_fnv_bytes(&f, x, NET_IN * sizeof(*x));
+    i = (size_t)(f.h % mm->nsets);
+    *stripe = &mm->lock[i % NET_MEMO_STRIPES];
+    return &mm->sets[i];
+}
+
+void net_projected(const struct cost_net *m, struct net_memo *mm,
+                   const struct table *t, int32_t cols, float proj[NET_H2])
+{
+    float x[NET_IN], lat[NET_LAT];
+    struct memo_set *set;
+    pthread_mutex_t *stripe;
+    int w;
+
+    if (!mm || mm->net != m) { /* no memo, or another model's */
+        net_latent(m, t, cols, lat);
+        net_project(m, lat, proj);
+        return;
+    }
+    net_input(m, t, cols, x);
+    set = set_of(mm, x, &stripe);
+    pthread_mutex_lock(stripe);
+    for (w = 0; w < NET_MEMO_WAYS; w++)
+        if (set->e[w].used && memcmp(set->e[w].x, x, sizeof(x)) == 0) {
+            memcpy(proj, set->e[w].proj, NET_H2 * sizeof(*proj));
+            pthread_mutex_unlock(stripe);
+            atomic_fetch_add_explicit(&mm->hits, 1, memory_order_relaxed);
+            return;
+        }
+    pthread_mutex_unlock(stripe);
+
+    /* Computed outside the lock: two threads missing the same key both
+     * compute it, and it may take two ways of the set (the same values). */
+    net_latent_of_input(m, x, lat);
+    net_project(m, lat, proj);
+    atomic_fetch_add_explicit(&mm->misses, 1, memory_order_relaxed);
+    pthread_mutex_lock(stripe);
+    w = set->next;
+    set->next = (uint8_t)((w + 1) % NET_MEMO_WAYS);
+    if (!set->e[w].used)
+        atomic_fetch_add_explicit(&mm->filled, 1, memory_order_relaxed);
+    memcpy(set->e[w].x, x, sizeof(x));
+    memcpy(set->e[w].proj, proj, NET_H2 * sizeof(*proj));
+    set->e[w].used = true;
+    pthread_mutex_unlock(stripe);
+}
