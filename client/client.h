@@ -12,6 +12,8 @@
  *                    in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
+ *  - comm.c:         comm-profile: collectives timed on this machine's
+ *                    devices.
  *  - format.c:       human-readable plan reports, offline and online.
  *  - svg.c:          the per-device picture of a plan (--svg FILE).
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
@@ -26,10 +28,11 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, online.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
+ *   comm.c         -> common.c
  *   online.c       -> online_admin.c, online_call.c, common.c, format.c,
  *                     svg.c
  *   svg.c          -> common.c
@@ -72,6 +75,7 @@ enum ctl_cmd {
     CTL_CMD_TRAIN,
     CTL_CMD_SCORE,
     CTL_CMD_EVAL,
+    CTL_CMD_COMM_PROFILE,
     CTL_CMD_ESTIMATE,
     CTL_CMD_STATUS,
     CTL_CMD_MODELS,
@@ -112,6 +116,7 @@ struct ctl_opts {
     bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;
     bool no_flush;
+    bool collectives; /* comm-profile --collectives */
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
     double max_gb;
@@ -238,6 +243,7 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
+int comm_profile(const struct ctl_opts *o); /* comm.c */
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */

@@ -220,7 +220,8 @@ struct sd_config {
     CONF_KEYS(CONF_FIELD)
 #undef CONF_FIELD
 
-    bool print_config; /* --print-config was given: a mode, not a key */
+    bool print_config;  /* --print-config was given: a mode, not a key */
+    bool print_version; /* --version was given: likewise */
     struct conf_origin origin[CONF_KEY_COUNT]; /* per key */
 };
 

@@ -243,7 +243,8 @@ static bool may_measure(struct profw *p)
            sd_now_ms() - atomic_load(&p->last_request_ms) >=
                p->cf->c.profiler_idle_ms &&
            (p->nproposals > 0 ||
-            p->compute_samples < p->cf->c.profiler_max_samples);
+            p->compute_samples < p->cf->c.profiler_max_samples) &&
+           !kern_device_busy(p->be, 0, NULL, 0); /* others on the GPU */
 }
 
 /* Measures one proposed shard into the store, its weights within

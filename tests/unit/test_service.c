@@ -667,6 +667,32 @@ static int activate_bytes(struct svc *s, const char *version)
     return rv;
 }
 
+/* After activating `version`, the served model is resident on the
+ * daemon's backend and scores there as the host scorer does. */
+static void check_resident(struct svc *s, const char *version)
+{
+    struct train_sample ts[3] = {
+        {pool, 1, 1}, {pool + 1, 3, 1}, {pool + 4, 4, 1}};
+    struct dmodel *m = NULL;
+    struct sd_diag d;
+    double ms[3];
+    int i;
+
+    CHECK(activate_bytes(s, version) == 0);
+    CHECK(models_acquire(&s->models, NULL, &m, &d) == 0);
+    if (m == NULL)
+        return;
+    CHECK(strcmp(m->version, version) == 0);
+    CHECK(m->resident != NULL);
+    if (m->resident != NULL) {
+        CHECK(kern_net_backend(m->resident) == s->be);
+        CHECK(prof_net_score_tables(m->resident, m->net, ts, 3, ms, &d) == 0);
+        for (i = 0; i < 3; i++)
+            CHECK(ms[i] == net_tables_ms(m->net, ts[i].tables, ts[i].ntables));
+    }
+    dmodel_release(m);
+}
+
 static void test_hot_swap(struct svc *s)
 {
     struct swap_worker w[2];
@@ -697,6 +723,9 @@ static void test_hot_swap(struct svc *s)
     fprintf(stderr, "    [swap] %d + %d plans, %d + %d on the stored model\n",
             w[0].plans, w[1].plans, w[0].stored, w[1].stored);
     CHECK(w[0].stored + w[1].stored > 0 && w[0].embedded + w[1].embedded > 0);
+    /* Each swap brought its model's resident copy with it. */
+    check_resident(s, "1");
+    check_resident(s, "embedded");
 }
 
 /* ---------------------------------------------------------------------- */
