@@ -155,6 +155,7 @@ int offline_plan(const struct ctl_opts *o)
     struct net_cost_model ncm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
+    struct table_constraint *cons = NULL;
     size_t n;
     int rv;
 
@@ -222,6 +223,11 @@ int offline_plan(const struct ctl_opts *o)
     if (rv != 0)
         goto out_tables;
     po.pins = pins;
+    if (tables_input_constraints(&in, &cons) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: out of memory");
+        goto out_tables;
+    }
+    po.constraints = cons;
     rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
@@ -239,6 +245,7 @@ int offline_plan(const struct ctl_opts *o)
     plan_destroy(&p);
 out_tables:
     free(pins);
+    free(cons);
     tables_input_destroy(&in);
 out_model:
     free(caps);

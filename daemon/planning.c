@@ -155,6 +155,21 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         for (i = 0; i < n; i++)
             sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
     }
+    if (o->constraints != NULL) {
+        sd_fnv_str(&hs, "constraints");
+        for (i = 0; i < n; i++) {
+            const struct table_constraint *c = &o->constraints[i];
+
+            sd_fnv_u64(&hs, c->schemes);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->min_row_shards);
+            sd_fnv_u64(&hs, c->no_split);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->host);
+        }
+    }
+    if (o->beam_evaluations != PLAN_BEAM_EVALUATIONS) {
+        sd_fnv_str(&hs, "beam_evaluations");
+        sd_fnv_u64(&hs, (uint64_t)o->beam_evaluations);
+    }
     /* The notes are part of the answer: requests that differ only in what
      * they left to assume, or asked for in vain, get their own. */
     if (notes->n > 0) {
@@ -369,7 +384,8 @@ struct plan_ask {
     struct topology topo;
     uint64_t *caps; /* owned; topo.mem_by_device */
     struct plan_options po;
-    int32_t *pins; /* owned; po.pins */
+    int32_t *pins;                 /* owned; po.pins */
+    struct table_constraint *cons; /* owned; po.constraints */
     struct scorer sc;
     uint64_t key;  /* the request hash */
     char hash[17]; /* and in hex */
@@ -379,6 +395,7 @@ static void plan_ask_free(struct plan_ask *a)
 {
     scorer_release(&a->sc);
     free(a->pins);
+    free(a->cons);
     free(a->caps);
     tables_input_destroy(&a->in);
     if (a->rq != NULL)
@@ -408,7 +425,12 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     rv = wire_topology_in(&lim, a->rq->topology, &a->topo, &a->caps, d);
     if (rv == 0)
         rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
-                             &a->po, &a->pins, d);
+                             &a->po, &a->pins, &a->cons, d);
+    if (rv == 0 && tables_input_constraints(&a->in, &a->cons) != 0)
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (rv == 0)
+        a->po.constraints = a->cons;
+    a->po.beam_evaluations = cfg->beam_evaluations;
     if (rv != 0)
         return rv;
     profile = a->rq->options != NULL ? a->rq->options->profile : NULL;
@@ -509,7 +531,6 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
-    a.po.beam_evaluations = cf->c.beam_evaluations;
     /* With other searches running the CPUs are taken: more threads for
      * this one would only add their start and switches (a plan does not
      * depend on its thread count). */

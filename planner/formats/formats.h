@@ -307,6 +307,16 @@ int tables_input_init(struct tables_input *in, enum tables_form form, size_t n);
 void tables_input_destroy(struct tables_input *in);
 
 /*
+ * The sharding types of TorchRec constraints as per-table constraints
+ * (plan_options.constraints): for tables with sharding types and no
+ * constraint in *cons yet (NULL: made here, owned by the caller, when any
+ * table has them).  table_column_wise counts as column_wise.  0 or
+ * SD_ENOMEM.
+ */
+int tables_input_constraints(const struct tables_input *in,
+                             struct table_constraint **cons);
+
+/*
  * Makes the tables plannable at a batch of `batch` bags (the job's global
  * batch), adding a note for each thing assumed or left unapplied:
  *  - bins: derived (bins_derive()) for every table without them, with the

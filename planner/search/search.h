@@ -57,6 +57,7 @@ struct plan_options {
      * time budget it gives the same plan on any machine and load.
      */
     int64_t beam_evaluations;
+#define PLAN_BEAM_EVALUATIONS 4000000
     int32_t threads; /* neuroshard: scoring threads; 0: one per CPU */
     /*
      * Pins (borrowed; NULL: none): pins[i] is the device table i must go
