@@ -142,8 +142,8 @@ int plan_run(const struct table *tables, size_t ntables,
 
     switch (o->alg) {
     case PLAN_ALG_TORCHREC_GREEDY:
-        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins, &p,
-                                  d);
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
+                                  o->constraints, &p, d);
         break;
     case PLAN_ALG_RANDOM:
     case PLAN_ALG_DIM_GREEDY:

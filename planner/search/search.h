@@ -149,7 +149,8 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
  */
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
-                         const int32_t *pins, struct plan *out,
+                         const int32_t *pins,
+                         const struct table_constraint *cons, struct plan *out,
                          struct sd_diag *d);
 
 #endif /* SHARDD_PLANNER_SEARCH_H */
