@@ -987,6 +987,13 @@ Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
     }
     ex->lower_bound_ms = p->explain.lower_bound_ms;
     ex->gap_ratio = p->explain.lower_bound_ms > 0 ? p->explain.gap : 0;
+    if (p->nnotes > 0) {
+        ex->notes = wire_alloc(a, (size_t)p->nnotes, sizeof(*ex->notes));
+        if (ex->notes == NULL)
+            return NULL;
+        for (i = 0; i < p->nnotes; i++)
+            ex->notes[ex->n_notes++] = msg_str(p->notes[i]);
+    }
     return ex;
 }
 
@@ -1003,6 +1010,8 @@ static void explanation_in(const Shardd__V1__Explanation *ex,
     int64_t t;
 
     p->explain.critical_device = -1;
+    for (i = 0; ex != NULL && i < ex->n_notes; i++)
+        plan_note(p, "%s", str_or_empty(ex->notes[i]));
     if (ex == NULL || ex->bottleneck_device < 0 ||
         ex->bottleneck_device >= ndev)
         return;

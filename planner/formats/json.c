@@ -737,8 +737,8 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
 static json_t *explain_json(const struct plan *p, const struct table *tables)
 {
     const struct plan_explain *e = &p->explain;
-    json_t *drivers = json_array();
-    int i, bad = drivers == NULL;
+    json_t *drivers = json_array(), *notes = json_array();
+    int i, bad = drivers == NULL || notes == NULL;
 
     for (i = 0; i < e->ndrivers && !bad; i++) {
         const struct shard *s = &p->shards[e->drivers[i]];
@@ -749,13 +749,17 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                       "col_offset", (int)s->col_offset, "col_width",
                       (int)s->col_width, "cost_ms", e->driver_ms[i]));
     }
+    for (i = 0; i < p->nnotes && !bad; i++)
+        bad |= json_array_append_new(notes, json_string(p->notes[i]));
     if (bad) {
         json_decref(drivers);
+        json_decref(notes);
         return NULL;
     }
-    return json_pack("{s:i, s:o, s:f, s:f}", "critical_device",
+    return json_pack("{s:i, s:o, s:f, s:f, s:o}", "critical_device",
                      (int)e->critical_device, "drivers", drivers,
-                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap);
+                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap, "why",
+                     notes);
 }
 
 static json_t *plan_doc(const struct plan *p, const struct table *tables)

@@ -1767,8 +1767,11 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
     if (sp.nfixed == 0) {
+        rv = ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+        if (rv == 0)
+            scheme_pass_note(&sp, ntables, out); /* small tables kept */
         scheme_pass_free(&sp);
-        return ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+        return rv;
     }
     rv = search_rest(tables, ntables, t, o, &sp, out, d);
     /* Unless memory or a constraint forced them, the row blocks and
@@ -1784,21 +1787,15 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
             cw.cost_ms <= out->cost_ms) {
             plan_destroy(out);
             *out = cw;
+            plan_note(out,
+                      "row blocks and replicas were weighed and the column "
+                      "search alone came out cheaper");
         } else {
             plan_destroy(&cw);
         }
     }
-    if (rv == 0 && out->nshards > 0 && sp.shards.nshards > 0 &&
-        out->nnotes == 0) {
-        /* The pass's shards are in this plan (not the column search's). */
-        size_t k;
-
-        for (k = 0; k < out->nshards; k++)
-            if (out->shards[k].scheme != SCHEME_TW)
-                break;
-        if (k < out->nshards)
-            scheme_pass_note(&sp, ntables, out);
-    }
+    if (rv == 0 && out->nnotes == 0)
+        scheme_pass_note(&sp, ntables, out);
     scheme_pass_free(&sp);
     return rv;
 }

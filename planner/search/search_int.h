@@ -14,6 +14,8 @@ enum scheme_reason {
     REASON_HOT,        /* its narrowest column slice outweighs a device */
     REASON_REPLICATE,  /* cheaper replicated than placed once */
     REASON_CONSTRAINT, /* the user's constraint says so */
+    REASON_KEPT,       /* small, weighed for replication, kept: cheaper
+                        * placed once (fixed stays false) */
 };
 
 /*
@@ -31,8 +33,11 @@ struct scheme_pass {
     size_t nfixed;
     bool forced;
     /* Figures for the explanation: replicated tables' summed marginal
-     * cost per device, replicated and placed once. */
+     * cost per device, replicated and placed once; the same for the small
+     * tables kept whole. */
     double dp_ms, tw_ms;
+    size_t kept;
+    double kept_dp_ms, kept_tw_ms;
 };
 
 /*
