@@ -12,6 +12,8 @@
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
  *                      [model file]
+ *        bench_quality production [tasks per set] [model file]
+ *        (bench_production.c: a production-like set, by the model)
  * (the model file, default the embedded model, is what plans and predicts:
  * candidate models compare on plan quality, not only on MAPE)
  *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
@@ -230,9 +232,12 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
     return 0;
 }
 
+/* The production-like task set (bench_production.c). */
+int bench_production(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
-    size_t ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
+    size_t ntasks;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
     int rounds = argc > 4 ? atoi(argv[4]) : 3;
     const char *bname = argc > 3 ? argv[3] : "auto";
@@ -246,6 +251,9 @@ int main(int argc, char **argv)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rv = 1;
 
+    if (argc > 1 && strcmp(argv[1], "production") == 0)
+        return bench_production(argc, argv);
+    ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
     if (argc > 5)
         net = net_read_file(argv[5], &owned, &d) == 0 ? owned : NULL;
     else

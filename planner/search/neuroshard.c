@@ -724,9 +724,12 @@ static void devs_load(const struct ns *s, struct ns_work *w,
 {
     size_t k;
 
-    devs_reset(s, &w->dv);
+    /* The base holds the pinned tables and the scheme pass's shards. */
+    devs_copy(s, &w->dv, &s->base);
     for (k = 0; k < st->np; k++)
-        devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]), +1);
+        if (!piece_pinned(s, k))
+            devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
+                       +1);
 }
 
 /* The device the others wait for: max compute + backward comm. */

@@ -377,8 +377,9 @@ int scheme_pass_run(const struct table *tables, size_t ntables,
                              : split_rows(&ps, sp, i, d);
         sp->fixed[i] = true;
         sp->nfixed++;
-        sp->forced = sp->forced || sp->why[i] == REASON_MEMORY ||
-                     sp->why[i] == REASON_CONSTRAINT;
+        /* Memory alone does not force: the column search may cut such a
+         * table in slices instead, and is tried. */
+        sp->forced = sp->forced || sp->why[i] == REASON_CONSTRAINT;
         if (sc == SCHEME_DP) {
             sp->dp_ms += dp_ms;
             sp->tw_ms += tw_ms;

@@ -22,8 +22,8 @@ enum scheme_reason {
  * The pass's outcome: which tables the column search places (fixed[i] ==
  * false) and the shards of the others (row blocks on one host or on every
  * device, or a replica on every device), sorted, with their collectives'
- * per-device exchanges.  `forced` says that no placement leaves every
- * table to the column search (memory or a constraint).
+ * per-device exchanges.  `forced` says that a constraint takes a table out
+ * of the column search, so the search alone is no alternative.
  */
 struct scheme_pass {
     bool *fixed;             /* [ntables] */

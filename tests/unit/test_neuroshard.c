@@ -569,6 +569,35 @@ static void test_schemes(void)
     plan_destroy(&q);
     plan_destroy(&p);
 
+    /* Row blocks that nearly fill their host, held there by a constraint:
+     * the column search places the rest around them, within memory. */
+    {
+        struct table *mix = make_tables(120, 62);
+        uint64_t room = 5ull << 30;
+        struct table_constraint one[120];
+
+        mix[0].rows = (int64_t)(4 * (room - (300ull << 20)) / (128 * 4));
+        mix[0].pooling_factor = 0.1; /* light: its devices look idle */
+        for (k = 1; k < 120; k++) {
+            mix[k].rows = 400000; /* ~100-200 MB each */
+            mix[k].dim = 64 << (k % 2);
+        }
+        for (k = 0; k < 120; k++)
+            one[k] = (struct table_constraint){.host = -1};
+        one[0].schemes = 1u << SCHEME_TWRW; /* no column search of it */
+        o.constraints = one;
+        topology_default(&topo, 16, room);
+        topo.devices_per_host = 4;
+        topo.batch_size = net->batch_size;
+        d.msg[0] = '\0';
+        CHECK(run(mix, 120, &topo, &o, &p, &d) == 0);
+        if (d.msg[0])
+            fprintf(stderr, "%s\n", d.msg);
+        plan_destroy(&p);
+        o.constraints = NULL;
+        free(mix);
+    }
+
     /* Tiny tables (8 rows): behind a 10 MB/s link between hosts a table's
      * pooled columns cost more to send than its replicas' gradients. */
     for (k = 1; k < 61; k++)
