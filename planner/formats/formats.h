@@ -93,6 +93,17 @@ int task_generate(const struct task_params *p, const struct table *pool,
                   size_t npool, struct task **out, struct sd_diag *d);
 void task_array_free(struct task *tasks, size_t n);
 
+/*
+ * DreamShard's split of a pool of tables (neuroshard.md 9): the indices
+ * shuffled with the seed, the first half the training pool (*train), the
+ * rest the test pool (*test); tasks drawn from each (task_generate()) never
+ * share a table.  Both arrays are owned by the caller (free()).  Returns 0,
+ * SD_EINVAL (fewer than 2 tables) or SD_ENOMEM.
+ */
+int task_split_pool(const struct table *pool, size_t npool, uint64_t seed,
+                    struct table **train, size_t *ntrain, struct table **test,
+                    size_t *ntest);
+
 /* ------------------------------------------------------------------------ */
 /* Traces from features (trace_from_table.c)                                */
 

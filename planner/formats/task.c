@@ -261,3 +261,45 @@ out_free_scratch:
     free(w.dims);
     return rv;
 }
+
+int task_split_pool(const struct table *pool, size_t npool, uint64_t seed,
+                    struct table **train, size_t *ntrain, struct table **test,
+                    size_t *ntest)
+{
+    struct table *a = NULL, *b = NULL;
+    size_t *ids, i, j, t, half = npool / 2;
+    struct rng r;
+
+    if (npool < 2)
+        return SD_EINVAL;
+    ids = malloc(npool * sizeof(*ids));
+    a = malloc(half * sizeof(*a));
+    b = malloc((npool - half) * sizeof(*b));
+    if (ids == NULL || a == NULL || b == NULL) {
+        free(ids);
+        free(a);
+        free(b);
+        return SD_ENOMEM;
+    }
+    /* Fisher-Yates over the ids, seeded: numpy's shuffle, not its
+     * stream. */
+    rng_seed(&r, seed);
+    for (i = 0; i < npool; i++)
+        ids[i] = i;
+    for (i = npool; i > 1; i--) {
+        j = (size_t)rng_below(&r, i);
+        t = ids[i - 1];
+        ids[i - 1] = ids[j];
+        ids[j] = t;
+    }
+    for (i = 0; i < half; i++)
+        a[i] = pool[ids[i]];
+    for (i = half; i < npool; i++)
+        b[i - half] = pool[ids[i]];
+    free(ids);
+    *train = a;
+    *ntrain = half;
+    *test = b;
+    *ntest = npool - half;
+    return 0;
+}
