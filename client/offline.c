@@ -4,7 +4,7 @@
  *   shardctl gen-tables --count N --seed S [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
- *                 [--model F] [--json | --torchrec]
+ *                 [--model F] [--policy F] [--json | --torchrec]
  * Measuring on this machine's devices (profile, train, score, eval) is
  * measure.c's.
  */
@@ -97,6 +97,8 @@ int offline_plan(const struct ctl_opts *o)
     struct plan p;
     const struct cost_net *net;
     struct cost_net *owned;
+    const struct policy_net *pol = NULL;
+    struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
@@ -138,6 +140,17 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
+    /* dreamshard: --policy, else the embedded one (trained against the
+     * embedded model: with another --model, plan_run() says to train one). */
+    if (po.alg == PLAN_ALG_DREAMSHARD) {
+        rv = ctl_load_policy(o, "plan", &pol, &owned_pol);
+        if (rv != 0)
+            goto out_model;
+        po.policy = pol;
+    } else if (o->policy != NULL) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg dreamshard");
+        goto out_model;
+    }
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);
@@ -197,6 +210,7 @@ out_tables:
     free(tables);
 out_model:
     free(caps);
+    free(owned_pol);
     free(owned);
     return rv;
 }

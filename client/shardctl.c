@@ -9,6 +9,7 @@
  * and the measuring side on this machine's devices and a store:
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
+ *   shardctl train-policy --db F [--profile P]   (train_policy.c)
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
  * (shardctl --help lists every option.)
@@ -46,6 +47,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_JOB] = online_run,
     [CTL_CMD_PROFILER] = online_run,
     [CTL_CMD_HEALTH] = online_run,
+    [CTL_CMD_TRAIN_POLICY] = train_policy_run,
 };
 
 int main(int argc, char **argv)

@@ -47,7 +47,7 @@ static void limits_of(const struct sd_config *c, struct wire_limits *l)
  * The cost model that answers for a profile (empty: the server's default):
  * the profile's active model (models.c); a profile with none gets the
  * analytic model unless the algorithm needs a learned one (neuroshard
- * searches with it), which is SD_ESTATE.
+ * searches with it, dreamshard's policy reads it), which is SD_ESTATE.
  */
 struct scorer {
     struct net_cost_model ncm;
@@ -115,7 +115,7 @@ static void scorer_release(struct scorer *sc)
 static uint64_t request_hash(const struct table *tables, size_t n,
                              const struct topology *t,
                              const struct plan_options *o, const char *profile,
-                             char out[17])
+                             const struct dpolicy *pol, char out[17])
 {
     struct sd_fnv hs;
     size_t i;
@@ -159,6 +159,11 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         for (i = 0; i < n; i++)
             sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
     }
+    /* A new policy of the same model plans anew. */
+    if (pol != NULL) {
+        sd_fnv_str(&hs, "policy");
+        sd_fnv_str(&hs, pol->version);
+    }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;
 }
@@ -179,9 +184,11 @@ static void cost_model_name(const struct plan *p, const struct scorer *sc,
 
 /* The CostBasis of a response; its strings point into sc and p. */
 static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
-                       const struct plan *p, char *cost_model)
+                       const struct dpolicy *pol, const struct plan *p,
+                       char *cost_model)
 {
     shardd__v1__cost_basis__init(b);
+    b->policy_version = (char *)(pol != NULL ? pol->version : "");
     b->model_version = (char *)(sc->dm != NULL ? sc->dm->version : "");
     b->profile = (char *)sc->profile;
     b->cost_model = cost_model;
@@ -362,12 +369,14 @@ struct plan_ask {
     struct plan_options po;
     int32_t *pins; /* owned; po.pins */
     struct scorer sc;
-    uint64_t key;  /* the request hash */
-    char hash[17]; /* and in hex */
+    struct dpolicy *pol; /* dreamshard's policy (a reference); else NULL */
+    uint64_t key;        /* the request hash */
+    char hash[17];       /* and in hex */
 };
 
 static void plan_ask_free(struct plan_ask *a)
 {
+    dpolicy_release(a->pol);
     scorer_release(&a->sc);
     free(a->pins);
     free(a->caps);
@@ -400,20 +409,30 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     if (rv != 0)
         return rv;
     profile = a->rq->options != NULL ? a->rq->options->profile : NULL;
-    rv = pick_scorer(s, profile, a->po.alg == PLAN_ALG_NEUROSHARD,
+    rv = pick_scorer(s, profile,
+                     a->po.alg == PLAN_ALG_NEUROSHARD ||
+                         a->po.alg == PLAN_ALG_DREAMSHARD,
                      "options.profile", &a->sc, d);
     if (rv != 0)
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
     a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
+    if (a->po.alg == PLAN_ALG_DREAMSHARD) {
+        struct sd_diag why;
+
+        rv = models_acquire_policy(&s->models, a->sc.dm, &a->pol, &why);
+        if (rv != 0)
+            return sd_diag_set(d, rv, "options.algorithm: %s", why.msg);
+        a->po.policy = a->pol->pn;
+    }
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv != 0)
         return rv;
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
-    a->key =
-        request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile, a->hash);
+    a->key = request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile,
+                          a->pol, a->hash);
     return 0;
 }
 
@@ -423,10 +442,14 @@ static void fill_search(Shardd__V1__SearchStats *m, const struct plan *p,
                         enum plan_alg alg, double elapsed_ms)
 {
     bool searched = alg == PLAN_ALG_NEUROSHARD;
+    bool learned = alg == PLAN_ALG_DREAMSHARD;
 
     shardd__v1__search_stats__init(m);
-    m->search_time_ms = searched ? p->stats.search_ms : elapsed_ms;
-    m->candidates_evaluated = searched ? (uint64_t)p->stats.greedy_runs : 1;
+    m->search_time_ms = searched || learned ? p->stats.search_ms : elapsed_ms;
+    /* dreamshard: the devices its policy scored. */
+    m->candidates_evaluated = searched  ? (uint64_t)p->stats.greedy_runs
+                              : learned ? (uint64_t)p->stats.evaluations
+                                        : 1;
     m->time_budget_exhausted = p->stats.budget_exhausted;
 }
 
@@ -454,7 +477,7 @@ static int plan_reply(const struct plan_ask *a, const struct plan *p,
     out.plan_cost_ms = p->cost_ms;
     out.algorithm = (char *)plan_alg_name(a->po.alg);
     cost_model_name(p, &a->sc, &a->topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, &a->sc, p, cm_name);
+    fill_basis(&basis, &a->sc, a->pol, p, cm_name);
     out.basis = &basis;
     fill_search(&search, p, a->po.alg, elapsed_ms);
     out.search = &search;
@@ -563,7 +586,7 @@ static int estimate_reply(const struct plan *p, const struct topology *topo,
     out.n_devices = (size_t)p->ndevices;
     out.plan_cost_ms = p->cost_ms;
     cost_model_name(p, sc, topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, sc, p, cm_name);
+    fill_basis(&basis, sc, NULL, p, cm_name);
     out.basis = &basis;
     out.fits_memory = true;
     for (r = 0; r < p->ndevices; r++)

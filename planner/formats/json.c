@@ -161,14 +161,38 @@ static int find_tables(const json_t *root, size_t task_index,
     return 0;
 }
 
+/* Parses and validates one array of tables into a new array. */
+static int parse_tables_array(const json_t *arr, struct table **out, size_t *n,
+                              struct sd_diag *d)
+{
+    struct table *tables;
+    size_t i, count = json_array_size(arr);
+    int rv = 0;
+
+    if (count == 0)
+        return sd_diag_set(d, SD_EINVAL, "tables: the list is empty");
+    tables = calloc(count, sizeof(*tables));
+    if (tables == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < count && rv == 0; i++)
+        rv = parse_table(json_array_get(arr, i), i, &tables[i], d);
+    if (rv == 0)
+        rv = table_validate_all(tables, count, d);
+    if (rv != 0) {
+        free(tables);
+        return rv;
+    }
+    *out = tables;
+    *n = count;
+    return 0;
+}
+
 int json_parse_tables(const char *buf, size_t len, size_t task_index,
                       struct table **out, size_t *n, struct sd_diag *d)
 {
     const json_t *arr = NULL;
-    struct table *tables = NULL;
     json_error_t jerr;
     json_t *root;
-    size_t i, count;
     int rv;
 
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -177,32 +201,59 @@ int json_parse_tables(const char *buf, size_t len, size_t task_index,
                            "malformed JSON at line %d column %d: %s", jerr.line,
                            jerr.column, jerr.text);
     rv = find_tables(root, task_index, &arr, d);
-    if (rv != 0)
-        goto out_decref;
-    count = json_array_size(arr);
-    if (count == 0) {
-        rv = sd_diag_set(d, SD_EINVAL, "tables: the list is empty");
+    if (rv == 0)
+        rv = parse_tables_array(arr, out, n, d);
+    json_decref(root);
+    return rv;
+}
+
+int json_parse_tasks(const char *buf, size_t len, struct task **out, size_t *n,
+                     struct sd_diag *d)
+{
+    const json_t *tasks, *tables;
+    struct task *all = NULL;
+    struct sd_diag sub;
+    json_error_t jerr;
+    json_t *root;
+    size_t k, count = 0;
+    int rv = 0;
+
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+    tasks = json_is_object(root) ? json_object_get(root, "tasks") : NULL;
+    if (!json_is_array(tasks) || json_array_size(tasks) == 0) {
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "tasks: missing, not an array or "
+                         "empty");
         goto out_decref;
     }
-    tables = calloc(count, sizeof(*tables));
-    if (tables == NULL) {
+    count = json_array_size(tasks);
+    all = calloc(count, sizeof(*all));
+    if (all == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_decref;
     }
-    for (i = 0; i < count; i++) {
-        rv = parse_table(json_array_get(arr, i), i, &tables[i], d);
+    for (k = 0; k < count && rv == 0; k++) {
+        tables = json_object_get(json_array_get(tasks, k), "tables");
+        if (!json_is_array(tables)) {
+            rv =
+                sd_diag_set(d, SD_EINVAL,
+                            "tasks[%zu]: tables is missing or not an array", k);
+            break;
+        }
+        rv = parse_tables_array(tables, &all[k].tables, &all[k].ntables, &sub);
         if (rv != 0)
-            goto out_free_tables;
+            rv = sd_diag_set(d, rv, "tasks[%zu]: %s", k, sub.msg);
     }
-    rv = table_validate_all(tables, count, d);
-    if (rv != 0)
-        goto out_free_tables;
-    *out = tables;
-    *n = count;
-    tables = NULL;
-
-out_free_tables:
-    free(tables);
+    if (rv == 0) {
+        *out = all;
+        *n = count;
+        all = NULL;
+    }
+    task_array_free(all, count);
 out_decref:
     json_decref(root);
     return rv;
@@ -258,6 +309,21 @@ static int with_path(const char *path, int rv, struct sd_diag *d)
         return rv;
     inner = *d;
     return sd_diag_set(d, rv, "%s: %s", path, inner.msg);
+}
+
+int json_read_tasks(const char *path, struct task **out, size_t *n,
+                    struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_tasks(buf, len, out, n, d);
+    free(buf);
+    return with_path(path, rv, d);
 }
 
 int json_read_tables(const char *path, size_t task_index, struct table **out,

@@ -369,6 +369,11 @@ void policy_env_reencode(struct policy_env *e);
  * then lower index).  n entries, owned by e. */
 const uint32_t *policy_env_order(const struct policy_env *e);
 /*
+ * Re-sorts the placing order largest first (ties: the order above), for a
+ * second try when the first met a table with no room.  0 or SD_ENOMEM.
+ */
+int policy_env_order_by_size(struct policy_env *e);
+/*
  * The cost features of placing table i on each device into x (ndevices x
  * POL_NCOST) and whether it fits (legal, ndevices).  Returns the number of
  * legal devices.

@@ -218,11 +218,21 @@ static bool goes_before(const struct policy_env *e, uint32_t x, uint32_t y)
     return x < y;
 }
 
+/* The same by bytes first: the order of a retry when memory is tight. */
+static bool goes_before_by_size(const struct policy_env *e, uint32_t x,
+                                uint32_t y)
+{
+    if (e->bytes[x] != e->bytes[y])
+        return e->bytes[x] > e->bytes[y];
+    return goes_before(e, x, y);
+}
+
 /* Bottom-up merge sort of a[0 .. n) by goes_before(), tmp n entries: no
  * qsort (its comparator has no context) and no global (envs are built on
  * many threads at once). */
-static void sort_order(const struct policy_env *e, uint32_t *a, uint32_t *tmp,
-                       size_t n)
+static void
+sort_order(const struct policy_env *e, uint32_t *a, uint32_t *tmp, size_t n,
+           bool (*before)(const struct policy_env *, uint32_t, uint32_t))
 {
     size_t w, lo, mid, hi, p, q, k;
 
@@ -234,7 +244,7 @@ static void sort_order(const struct policy_env *e, uint32_t *a, uint32_t *tmp,
             q = mid;
             k = lo;
             while (p < mid && q < hi)
-                tmp[k++] = goes_before(e, a[q], a[p]) ? a[q++] : a[p++];
+                tmp[k++] = before(e, a[q], a[p]) ? a[q++] : a[p++];
             while (p < mid)
                 tmp[k++] = a[p++];
             while (q < hi)
@@ -290,7 +300,7 @@ static void env_tables(struct policy_env *e, struct net_memo *memo,
         sum += e->single[i];
         dims += tb->dim;
     }
-    sort_order(e, e->order, tmp, e->n);
+    sort_order(e, e->order, tmp, e->n, goes_before);
     e->L = sum / e->t->ndevices;
     if (!(e->L > 0))
         e->L = 1;
@@ -349,6 +359,17 @@ int policy_env_new(const struct policy_net *pn, const struct cost_net *m,
     policy_env_reencode(e);
     policy_env_reset(e);
     *out = e;
+    return 0;
+}
+
+int policy_env_order_by_size(struct policy_env *e)
+{
+    uint32_t *tmp = malloc((e->n ? e->n : 1) * sizeof(*tmp));
+
+    if (tmp == NULL)
+        return SD_ENOMEM;
+    sort_order(e, e->order, tmp, e->n, goes_before_by_size);
+    free(tmp);
     return 0;
 }
 

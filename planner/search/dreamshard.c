@@ -147,6 +147,16 @@ out_free:
     return rv;
 }
 
+/* Pinned tables first (plan_check_pins() said they fit), whole. */
+static void place_pins(struct policy_env *e, const int32_t *pins, size_t n)
+{
+    size_t i;
+
+    for (i = 0; pins != NULL && i < n; i++)
+        if (pins[i] >= 0)
+            policy_env_place(e, (uint32_t)i, pins[i]);
+}
+
 int plan_dreamshard(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
                     struct plan *out, struct sd_diag *d)
@@ -155,6 +165,7 @@ int plan_dreamshard(const struct table *tables, size_t ntables,
     struct timespec t0;
     const int32_t *dev;
     struct plan p;
+    struct sd_diag why;
     bool stopped = false;
     int64_t evaluations = 0;
     size_t i;
@@ -173,11 +184,21 @@ int plan_dreamshard(const struct table *tables, size_t ntables,
         rv = sd_diag_set(d, rv, "out of memory");
         goto out_free;
     }
-    /* Pinned tables first (plan_check_pins() said they fit), whole. */
-    for (i = 0; o->pins != NULL && i < ntables; i++)
-        if (o->pins[i] >= 0)
-            policy_env_place(e, (uint32_t)i, o->pins[i]);
+    place_pins(e, o->pins, ntables);
     rv = place_all(e, tables, ntables, t, o, &t0, &stopped, &evaluations, d);
+    /* Costliest first can leave no room for a large table that a packing
+     * largest first would have: once more in that order (the policy still
+     * picks the devices), and the first failure is the error. */
+    if (rv == SD_ENOSPACE) {
+        policy_env_reset(e);
+        place_pins(e, o->pins, ntables);
+        if (policy_env_order_by_size(e) != 0) {
+            rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+            goto out_free;
+        }
+        rv = place_all(e, tables, ntables, t, o, &t0, &stopped, &evaluations,
+                       &why);
+    }
     if (rv != 0)
         goto out_free;
     dev = policy_env_devices(e);

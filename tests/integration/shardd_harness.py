@@ -270,6 +270,10 @@ class Daemon:
         for flag in ("--retrain-min-interval-s", "--backup-every-hours"):
             if flag in _flags(binary):
                 self.argv += [flag, "0"]
+        # No policy retrain after each activation (test_dreamshard.py's):
+        # it would hold the job thread for seconds after every retrain.
+        if "--policy-after-activation" in _flags(binary):
+            self.argv += ["--policy-after-activation", "off"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:

@@ -59,6 +59,9 @@ static void setup(struct sd_config *c)
     c->retrain_min_interval_s = 0;
     c->backup_every_hours = 0;
     c->search_threads = 1;
+    /* Policy retrains are test_dreamshard.py's: here they would only slow
+     * every activation down. */
+    c->policy_after_activation = false;
 }
 
 static void teardown(struct svc *s, struct sd_config *c)
