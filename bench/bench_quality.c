@@ -11,9 +11,11 @@
  * algorithm planned, so compare the ratios across algorithms.
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
- *                      [model file]
+ *                      [model file] [policy file]
  * (the model file, default the embedded model, is what plans and predicts:
- * candidate models compare on plan quality, not only on MAPE)
+ * candidate models compare on plan quality, not only on MAPE; the policy
+ * file, default the embedded policy, is dreamshard's, and must have been
+ * trained against that model)
  *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
  *         3 rounds; "none" skips the measurement and reports predictions
  *         only).  Each device's compute is the median of `rounds`
@@ -108,9 +110,10 @@ out_free:
     free(dims);
 }
 
-static int run_set(const struct cost_net *net, const struct kern_backend *be,
-                   const struct table *pool, size_t npool, int32_t ndevices,
-                   size_t ntasks, const struct kern_timing_opts *to, int rounds)
+static int run_set(const struct cost_net *net, const struct policy_net *pn,
+                   const struct kern_backend *be, const struct table *pool,
+                   size_t npool, int32_t ndevices, size_t ntasks,
+                   const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
     struct task *tasks;
@@ -153,6 +156,7 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
             plan_options_default(&o);
             o.alg = (enum plan_alg)a;
             o.net = net;
+            o.policy = pn;
             o.seed = k;
             ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm,
                              &plans[a], &d) == 0;
@@ -235,7 +239,9 @@ int main(int argc, char **argv)
     struct table *pool;
     struct sd_diag d;
     struct cost_net *owned = NULL;
+    struct policy_net *owned_pn = NULL;
     const struct cost_net *net;
+    const struct policy_net *pn;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rv = 1;
 
@@ -247,9 +253,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
+    /* dreamshard's policy; without one it plans nothing (0 valid). */
+    if (argc > 6)
+        pn = policy_read_file(argv[6], &owned_pn, &d) == 0 ? owned_pn : NULL;
+    else
+        pn = policy_embedded(&d);
+    if (!pn)
+        fprintf(stderr, "bench_quality: %s: dreamshard will plan nothing\n",
+                d.msg);
     if (ntasks < 1 || repeats < 1 || rounds < 1 || rounds > 64) {
         fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend] "
-                        "[rounds] [model file]\n");
+                        "[rounds] [model file] [policy file]\n");
         rv = 2;
         goto out_model;
     }
@@ -274,11 +288,12 @@ int main(int argc, char **argv)
     }
     printf("bench_quality: model %s (%s); backend %s\n", net->profile,
            argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
-    if (run_set(net, be, pool, sp.count, 4, ntasks, &to, rounds) == 0 &&
-        run_set(net, be, pool, sp.count, 8, ntasks, &to, rounds) == 0)
+    if (run_set(net, pn, be, pool, sp.count, 4, ntasks, &to, rounds) == 0 &&
+        run_set(net, pn, be, pool, sp.count, 8, ntasks, &to, rounds) == 0)
         rv = 0;
     free(pool);
 out_model:
+    free(owned_pn);
     free(owned);
     return rv;
 }

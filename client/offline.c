@@ -88,6 +88,22 @@ int offline_gen_tasks(const struct ctl_opts *o)
     return rv;
 }
 
+/*
+ * dreamshard's policy into po: --policy, else the embedded one (trained
+ * against the embedded model: with another --model, plan_run() says to
+ * train one).  *owned is what the caller frees.
+ */
+static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
+                       struct policy_net **owned)
+{
+    if (po->alg != PLAN_ALG_DREAMSHARD)
+        return o->policy == NULL
+                   ? 0
+                   : ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg "
+                                              "dreamshard");
+    return ctl_load_policy(o, "plan", &po->policy, owned);
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
@@ -97,7 +113,6 @@ int offline_plan(const struct ctl_opts *o)
     struct plan p;
     const struct cost_net *net;
     struct cost_net *owned;
-    const struct policy_net *pol = NULL;
     struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     uint64_t *caps = NULL;
@@ -140,17 +155,9 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
-    /* dreamshard: --policy, else the embedded one (trained against the
-     * embedded model: with another --model, plan_run() says to train one). */
-    if (po.alg == PLAN_ALG_DREAMSHARD) {
-        rv = ctl_load_policy(o, "plan", &pol, &owned_pol);
-        if (rv != 0)
-            goto out_model;
-        po.policy = pol;
-    } else if (o->policy != NULL) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg dreamshard");
+    rv = pick_policy(o, &po, &owned_pol);
+    if (rv != 0)
         goto out_model;
-    }
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);

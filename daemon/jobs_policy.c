@@ -129,7 +129,8 @@ static int store_policy(struct store *st, const struct store_profile *prof,
     return rv;
 }
 
-/* The gate's verdict into msg; whether to activate. */
+/* The gate's verdict into msg (", not activated" when it refuses and the
+ * request did not force it); whether to activate. */
 static bool verdict(const struct dreamshard_gate *g, bool force, int64_t id,
                     char *msg, size_t cap)
 {
@@ -142,11 +143,11 @@ static bool verdict(const struct dreamshard_gate *g, bool force, int64_t id,
         return true;
     }
     snprintf(msg, cap,
-             "policy %lld not activated: held-out mean plan cost %.4f ms is "
-             "not below size_lookup_greedy's %.4f ms (%d tasks, %d only the "
-             "greedy could place)%s",
+             "policy %lld: held-out mean plan cost %.4f ms is not below "
+             "size_lookup_greedy's %.4f ms (%d tasks, %d only the greedy "
+             "could place)%s",
              (long long)id, g->policy_ms, g->greedy_ms, (int)g->planned_both,
-             (int)g->lost, force ? "; activated anyway (forced)" : "");
+             (int)g->lost, force ? "; forced" : "; not activated");
     return force;
 }
 

@@ -272,7 +272,8 @@ class Daemon:
                 self.argv += [flag, "0"]
         # No policy retrain after each activation (test_dreamshard.py's):
         # it would hold the job thread for seconds after every retrain.
-        if "--policy-after-activation" in _flags(binary):
+        if ("--policy-after-activation" in _flags(binary) and
+                "--policy-after-activation" not in args):
             self.argv += ["--policy-after-activation", "off"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
