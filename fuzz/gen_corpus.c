@@ -358,8 +358,8 @@ static void gen_policies(void)
     static const unsigned char other_model[] = {1, 164, 0, 0x5a};
     static const unsigned char best_past[] = {1, 180, 0, 0xff, 181, 0, 0x7f};
     static const unsigned char nan_ratio[] = {1, 206, 0, 0xf8, 207, 0, 0x7f};
-    static const unsigned char nan_weight[] = {
-        1, 216, 0, 0, 217, 0, 0, 218, 0, 0xc0, 219, 0, 0x7f};
+    static const unsigned char nan_weight[] = {1,   216, 0,    0,   217, 0,   0,
+                                               218, 0,   0xc0, 219, 0,   0x7f};
     /* The output layer's first weight huge (~4e37, its top byte at
      * 216 + 4 * POL_H2W + 3): logits overflow. */
     static const unsigned char huge_weight[] = {1, 0xdb, 0xa1, 0x7e};
