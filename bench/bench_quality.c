@@ -5,10 +5,10 @@
  * prints the mean plan cost predicted by the embedded model and measured on
  * the device (each device's shard timed in turn on the cpu or cuda backend,
  * comm modelled), the mean per-task ratio of the measured cost to the best
- * greedy baseline's and to torchrec_greedy's (over the tasks those could
- * plan), the predicted cost over the plan's lower bound, the search time,
- * and how many tasks it could plan.  Mean costs are over the tasks each
- * algorithm planned, so compare the ratios across algorithms.
+ * greedy baseline's, to torchrec_greedy's and to neuroshard's (over the
+ * tasks those could plan), the predicted cost over the plan's lower bound, the
+ * search time, and how many tasks it could plan.  Mean costs are over the tasks
+ * each algorithm planned, so compare the ratios across algorithms.
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
  *                      [model file] [policy file]
@@ -37,8 +37,8 @@
 /* Sums over the tasks an algorithm planned; the ratios over those where
  * the reference planned too (counted apart). */
 struct acc {
-    double pred, meas, vs_greedy, vs_trec, vs_bound, search_ms;
-    int ok, n_greedy, n_trec;
+    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, search_ms;
+    int ok, n_greedy, n_trec, n_ns;
 };
 
 static bool is_greedy(int a)
@@ -198,6 +198,11 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
                                           : pred[PLAN_ALG_TORCHREC_GREEDY]);
                 acc[a].n_trec++;
             }
+            if (ok[PLAN_ALG_NEUROSHARD]) {
+                acc[a].vs_ns += c / (be ? meas[PLAN_ALG_NEUROSHARD]
+                                        : pred[PLAN_ALG_NEUROSHARD]);
+                acc[a].n_ns++;
+            }
             acc[a].vs_bound += pred[a] / bound[a];
             acc[a].search_ms += search[a];
         }
@@ -209,18 +214,20 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
            "%lld, %s\n",
            (int)ndevices, ntasks, (int)ndevices, (long long)net->batch_size,
            be ? "measured on the device (median of rounds)" : "predicted only");
-    printf("%-20s %6s %10s %10s %11s %11s %9s %10s\n", "algorithm", "valid",
-           "predicted", "measured", "/best_greedy", "/torchrec", "/bound",
-           "search ms");
+    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %10s\n", "algorithm",
+           "valid", "predicted", "measured", "/best_greedy", "/torchrec",
+           "/neuroshard", "/bound", "search ms");
     for (a = 0; a < NALG; a++) {
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
-        printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %9.3f %10.2f\n",
+        printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
+               "%10.2f\n",
                plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
                be ? c->meas / n : NAN,
                c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
-               c->n_trec ? c->vs_trec / c->n_trec : NAN, c->vs_bound / n,
+               c->n_trec ? c->vs_trec / c->n_trec : NAN,
+               c->n_ns ? c->vs_ns / c->n_ns : NAN, c->vs_bound / n,
                c->search_ms / n);
     }
     task_array_free(tasks, ntasks);

@@ -267,10 +267,12 @@ static void print_result(const struct ctl_opts *o, const struct tp_run *r,
                          double secs)
 {
     const struct policy_metrics *mx = &pn->metrics;
+    char base[32];
 
+    snprintf(base, sizeof(base), "%lld", (long long)r->base_id);
     if (id != 0)
         printf("policy %lld for profile %s, trained against model %s%s\n",
-               (long long)id, pn->profile, r->base_id ? "(stored)" : "embedded",
+               (long long)id, pn->profile, r->base_id ? base : "embedded",
                o->activate && g->pass ? " (active)" : "");
     else
         printf("policy for profile %s, trained against compute model "

@@ -122,33 +122,48 @@ struct policy_env {
     float *hlat;   /* [N][POL_HH] H1W's latent half times latsum */
     double *host;  /* [hosts] pooled columns per host */
     double *ready; /* [N] scratch: compute + exchange now */
+    /* The weights transposed, [in][out], so that a layer is a sum of rows
+     * scaled by its inputs (contiguous, vectorised) and the inputs a ReLU
+     * zeroed are skipped: the encoder's, and the cost branch's. */
+    float we1t[POL_IN * POL_H1];
+    float we2t[POL_H1 * POL_LAT];
+    float wc1t[POL_NCOST * POL_C1];
+    float wc2t[POL_C1 * POL_C2];
+    float wh1t[POL_C2 * POL_HH];
     double total;  /* pooled columns placed */
     double placed; /* the single costs of the tables placed */
 };
 
-/* y = relu(W x + b) for W [nout][nin]. */
-static void dense_relu(const float *w, const float *b, const float *x, int nin,
-                       int nout, float *y)
+/* y = relu(b + sum_i x[i] * wt[i]) for wt [nin][nout]; inputs that are
+ * 0 (a ReLU's) add nothing and are skipped. */
+static void layer_t(const float *wt, const float *b, const float *x, int nin,
+                    int nout, float *y)
 {
-    int o, i;
+    int i, o;
 
-    for (o = 0; o < nout; o++) {
-        const float *row = w + (size_t)o * nin;
-        float s = b[o];
+    memcpy(y, b, (size_t)nout * sizeof(*y));
+    for (i = 0; i < nin; i++) {
+        const float *row = wt + (size_t)i * nout;
+        float xi = x[i];
 
-        for (i = 0; i < nin; i++)
-            s += row[i] * x[i];
-        y[o] = s > 0 ? s : 0;
+        if (xi == 0)
+            continue;
+        for (o = 0; o < nout; o++)
+            y[o] += row[o] * xi;
     }
+    for (o = 0; o < nout; o++)
+        y[o] = y[o] > 0 ? y[o] : 0;
 }
 
-/* The policy's table encoder of one table's input. */
-static void encode(const float *p, const float *x, float lat[POL_LAT])
+/* The policy's table encoder of one table's input (transposed weights). */
+static void encode(const struct policy_env *e, const float *x,
+                   float lat[POL_LAT])
 {
+    const float *p = e->pn->p;
     float h[POL_H1];
 
-    dense_relu(p + POL_E1W, p + POL_E1B, x, POL_IN, POL_H1, h);
-    dense_relu(p + POL_E2W, p + POL_E2B, h, POL_H1, POL_LAT, lat);
+    layer_t(e->we1t, p + POL_E1B, x, POL_IN, POL_H1, h);
+    layer_t(e->we2t, p + POL_E2B, h, POL_H1, POL_LAT, lat);
 }
 
 /* The compute head of z, scaled to the topology's batch. */
@@ -174,14 +189,32 @@ static void update_hlat(struct policy_env *e, int32_t r)
     }
 }
 
+/* t[i][o] = w[o][off + i] for a [nout][stride] matrix, i < nin. */
+static void transpose(const float *w, int nout, int nin, int stride, int off,
+                      float *t)
+{
+    int o, i;
+
+    for (o = 0; o < nout; o++)
+        for (i = 0; i < nin; i++)
+            t[i * nout + o] = w[o * stride + off + i];
+}
+
 void policy_env_reencode(struct policy_env *e)
 {
+    const float *p;
     size_t i;
 
     if (e->pn == NULL)
         return;
+    p = e->pn->p;
+    transpose(p + POL_E1W, POL_H1, POL_IN, POL_IN, 0, e->we1t);
+    transpose(p + POL_E2W, POL_LAT, POL_H1, POL_H1, 0, e->we2t);
     for (i = 0; i < e->n; i++)
-        encode(e->pn->p, e->x + i * POL_IN, e->lat + i * POL_LAT);
+        encode(e, e->x + i * POL_IN, e->lat + i * POL_LAT);
+    transpose(p + POL_C1W, POL_C1, POL_NCOST, POL_NCOST, 0, e->wc1t);
+    transpose(p + POL_C2W, POL_C2, POL_C1, POL_C1, 0, e->wc2t);
+    transpose(p + POL_H1W, POL_HH, POL_C2, POL_LAT + POL_C2, POL_LAT, e->wh1t);
 }
 
 void policy_env_reset(struct policy_env *e)
@@ -477,27 +510,24 @@ void policy_env_logits(const struct policy_env *e, const float *x,
     int32_t r;
 
     for (r = 0; r < e->t->ndevices; r++) {
-        float c1[POL_C1], c2[POL_C2], v;
+        float c1[POL_C1], c2[POL_C2], h[POL_HH], b[POL_HH], v;
         const float *hl = e->hlat + (size_t)r * POL_HH;
-        int o, k;
+        int o;
 
         if (!legal[r]) {
             logit[r] = NAN;
             continue;
         }
-        dense_relu(p + POL_C1W, p + POL_C1B, x + (size_t)r * POL_NCOST,
-                   POL_NCOST, POL_C1, c1);
-        dense_relu(p + POL_C2W, p + POL_C2B, c1, POL_C1, POL_C2, c2);
+        layer_t(e->wc1t, p + POL_C1B, x + (size_t)r * POL_NCOST, POL_NCOST,
+                POL_C1, c1);
+        layer_t(e->wc2t, p + POL_C2B, c1, POL_C1, POL_C2, c2);
+        /* The head's first layer: its latent half is hlat[r]. */
+        for (o = 0; o < POL_HH; o++)
+            b[o] = p[POL_H1B + o] + hl[o];
+        layer_t(e->wh1t, b, c2, POL_C2, POL_HH, h);
         v = p[POL_H2B];
-        for (o = 0; o < POL_HH; o++) {
-            const float *row = p + POL_H1W + (size_t)o * (POL_LAT + POL_C2);
-            float s = p[POL_H1B + o] + hl[o];
-
-            for (k = 0; k < POL_C2; k++)
-                s += row[POL_LAT + k] * c2[k];
-            if (s > 0)
-                v += p[POL_H2W + o] * s;
-        }
+        for (o = 0; o < POL_HH; o++)
+            v += p[POL_H2W + o] * h[o];
         logit[r] = v;
     }
 }
