@@ -333,7 +333,7 @@ static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
  */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 {
-    const uint8_t *p = req, *end = req + len, *sub = NULL, *q;
+    const uint8_t *p = req, *end = req + len, *sub = NULL, *q, *qend, *inner;
     uint64_t tables = 0, devices = 1, v = 0, work;
     size_t sublen = 0, qlen;
     uint32_t field;
@@ -344,9 +344,11 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
             tables++;
         if (field != 2)
             continue;
+        /* The topology's fields; a length-delimited one among them (the
+         * packed mem_bytes_by_device) must not move the topology's end. */
         q = sub;
-        while (q < sub + sublen &&
-               pb_field(&q, sub + sublen, &field, &v, &sub, &qlen))
+        qend = sub + sublen;
+        while (q < qend && pb_field(&q, qend, &field, &v, &inner, &qlen))
             if (field == 1)
                 devices = v > 0 ? v : 1;
     }
