@@ -7,6 +7,7 @@
  * trained on 4 devices planning 8, 16 and 128.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -402,6 +403,62 @@ static void test_gate(void)
     free(tb);
 }
 
+/*
+ * Cancelled (or out of time) from the start, dreamshard still returns a
+ * whole plan, by the model-cost LPT, and says the budget ran out; not
+ * cancelled, it asks the policy for every table.
+ */
+static void test_cancel(void)
+{
+    const struct policy_net *pn = policy_embedded(NULL);
+    struct table *tb = make_tables(40, 13);
+    struct net_cost_model ncm;
+    struct plan_options o;
+    struct topology topo;
+    struct sd_diag d = {{0}};
+    struct policy_env *e = NULL;
+    struct plan p;
+    atomic_bool stop;
+    size_t k;
+
+    CHECK(pn != NULL);
+    if (pn == NULL) {
+        free(tb);
+        return;
+    }
+    topology_default(&topo, 4, 64ull << 30);
+    topo.batch_size = net->batch_size;
+    net_cost_model_init(&ncm, net);
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_DREAMSHARD;
+    o.net = net;
+    o.policy = pn;
+    CHECK(plan_run(tb, 40, &topo, &o, &ncm.cm, &p, &d) == 0);
+    CHECK(!p.stats.budget_exhausted && p.stats.evaluations == 40 * 4);
+    plan_destroy(&p);
+
+    atomic_init(&stop, true);
+    o.cancel = &stop;
+    CHECK(plan_run(tb, 40, &topo, &o, &ncm.cm, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted && p.stats.evaluations == 0);
+    CHECK(p.nshards == 40);
+    /* The LPT's own placement, table for table. */
+    CHECK(policy_env_new(NULL, net, NULL, tb, 40, &topo, OPTIMIZER_SGD, &e) ==
+          0);
+    CHECK(e != NULL && policy_env_rollout(e, &d) == 0);
+    for (k = 0; e != NULL && k < p.nshards; k++)
+        CHECK(policy_env_devices(e)[p.shards[k].table] == p.shards[k].device);
+    policy_env_free(e);
+    plan_destroy(&p);
+
+    atomic_store(&stop, false);
+    o.time_budget_ms = 1e-9; /* spent before the first table */
+    CHECK(plan_run(tb, 40, &topo, &o, &ncm.cm, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted && p.nshards == 40);
+    plan_destroy(&p);
+    free(tb);
+}
+
 /* A policy trained on 4 devices plans 8, 16 and 128 without retraining. */
 static void test_scale(void)
 {
@@ -438,6 +495,7 @@ int main(void)
     test_optimal();
     test_format();
     test_gate();
+    test_cancel();
     test_scale();
     return tap_done();
 }
