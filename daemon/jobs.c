@@ -214,6 +214,11 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
         profile = jb->own_profile;
     }
     rv = store_profile_get(st, profile, &prof, d);
+    if (rv == SD_ENOENT && kind == STORE_JOB_RETRAIN_POLICY)
+        return sd_diag_set(d, SD_ESTATE,
+                           "profile: \"%.128s\" has no stored model to train "
+                           "a policy for",
+                           profile);
     if (rv == SD_ENOENT)
         return sd_diag_set(d, SD_ESTATE,
                            "profile: no samples of \"%.128s\" are stored",
