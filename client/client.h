@@ -14,6 +14,8 @@
  *                    devices.
  *  - comm.c:         comm-profile: collectives timed on this machine's
  *                    devices.
+ *  - train_policy.c: train-policy, a dreamshard placement policy for a
+ *                    compute model (a file, or a version in a store).
  *  - format.c:       human-readable plan reports, offline and online.
  *  - svg.c:          the per-device picture of a plan (--svg FILE).
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
@@ -28,7 +30,9 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, train_policy.c,
+ *                     online.c
+ *   train_policy.c -> common.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
@@ -85,6 +89,7 @@ enum ctl_cmd {
     CTL_CMD_PROFILER,
     CTL_CMD_HEALTH,
     CTL_CMD_FEATURES,
+    CTL_CMD_TRAIN_POLICY,
     CTL_CMD_COUNT
 };
 
@@ -105,6 +110,10 @@ struct ctl_opts {
     const char *plan;
     const char *backend;
     const char *model;
+    const char *policy; /* plan --offline --policy: the dreamshard policy */
+    const char *tasks;  /* train-policy --tasks */
+    int64_t iterations; /* train-policy --iterations; 0: the default */
+    const char *kind;   /* retrain --kind compute|policy */
     const char *profile;
     const char *svg;             /* plan, estimate --svg: the picture's file */
     const char *torchrec_module; /* plan --torchrec: the module path */
@@ -206,6 +215,14 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    const struct cost_net **net, struct cost_net **owned);
 
+/*
+ * dreamshard's policy: --policy FILE, else the embedded one (NULL when it
+ * is damaged: plan_run() then says to train one).  *owned is what the
+ * caller frees.  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
+                    const struct policy_net **pn, struct policy_net **owned);
+
 /* ------------------------------------------------------------------------ */
 /* The plan's picture (svg.c)                                                */
 
@@ -243,7 +260,8 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
-int comm_profile(const struct ctl_opts *o); /* comm.c */
+int comm_profile(const struct ctl_opts *o);     /* comm.c */
+int train_policy_run(const struct ctl_opts *o); /* train_policy.c */
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */

@@ -5,7 +5,7 @@
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl features   --trace FILE|DIR [--batch-size B] [--dim D]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
- *                 [--model F] [--json | --torchrec]
+ *                 [--model F] [--policy F] [--json | --torchrec]
  * Measuring on this machine's devices (profile, train, score, eval) is
  * measure.c's.
  */
@@ -142,6 +142,22 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
     return rv;
 }
 
+/*
+ * dreamshard's policy into po: --policy, else the embedded one (trained
+ * against the embedded model: with another --model, plan_run() says to
+ * train one).  *owned is what the caller frees.
+ */
+static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
+                       struct policy_net **owned)
+{
+    if (po->alg != PLAN_ALG_DREAMSHARD)
+        return o->policy == NULL
+                   ? 0
+                   : ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg "
+                                              "dreamshard");
+    return ctl_load_policy(o, "plan", &po->policy, owned);
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
@@ -152,6 +168,7 @@ int offline_plan(const struct ctl_opts *o)
     struct plan p;
     const struct cost_net *net;
     struct cost_net *owned;
+    struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
@@ -193,6 +210,9 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
+    rv = pick_policy(o, &po, &owned_pol);
+    if (rv != 0)
+        goto out_model;
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);
@@ -249,6 +269,7 @@ out_tables:
     tables_input_destroy(&in);
 out_model:
     free(caps);
+    free(owned_pol);
     free(owned);
     return rv;
 }

@@ -11,6 +11,7 @@
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
  *   shardctl comm-profile [--db F] --devices N  collectives timed
+ *   shardctl train-policy --db F [--profile P]   (train_policy.c)
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
  * (shardctl --help lists every option.)
@@ -50,6 +51,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_PROFILER] = online_run,
     [CTL_CMD_HEALTH] = online_run,
     [CTL_CMD_FEATURES] = offline_features,
+    [CTL_CMD_TRAIN_POLICY] = train_policy_run,
 };
 
 int main(int argc, char **argv)

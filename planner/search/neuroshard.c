@@ -1024,13 +1024,20 @@ static void ns_local(struct ns *s, struct ns_state *st)
     if (st->cost == INFINITY)
         return;
     devs_load(s, w, st);
-    for (iter = 0; iter < 256 && !cancelled(s); iter++) {
-        int32_t crit = critical_device(s, w), tg[NS_TARGETS], ntg = 0, r, q;
-        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
-         * search time than it saves training time. */
-        double best = devs_plan_ms(s, w) * (1 - 1e-4), ready[NS_TARGETS];
+    for (iter = 0; iter < 256; iter++) {
+        int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
+        double best, ready[NS_TARGETS];
         size_t bi = SIZE_MAX, bj = SIZE_MAX, i, j;
         int32_t bto = -1;
+
+        if (out_of_time(s)) { /* the time budget holds here too */
+            s->st->budget_exhausted = true;
+            break;
+        }
+        crit = critical_device(s, w);
+        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
+         * search time than it saves training time. */
+        best = devs_plan_ms(s, w) * (1 - 1e-4);
 
         /* The least ready devices, least first (insertion: NS_TARGETS is
          * tiny); devs_plan_ms() left this state's comm in w->bwd. */
@@ -1794,6 +1801,8 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
                       "row blocks and replicas were weighed and the column "
                       "search alone came out cheaper");
         } else {
+            /* The plan kept was chosen under the same budget. */
+            out->stats.budget_exhausted |= cw.stats.budget_exhausted;
             plan_destroy(&cw);
         }
     }

@@ -18,6 +18,7 @@ static const char *const alg_names[PLAN_ALG_COUNT] = {
     [PLAN_ALG_SIZE_LOOKUP_GREEDY] = "size_lookup_greedy",
     [PLAN_ALG_TORCHREC_GREEDY] = "torchrec_greedy",
     [PLAN_ALG_NEUROSHARD] = "neuroshard",
+    [PLAN_ALG_DREAMSHARD] = "dreamshard",
 };
 
 void plan_options_default(struct plan_options *o)
@@ -156,6 +157,9 @@ int plan_run(const struct table *tables, size_t ntables,
         break;
     case PLAN_ALG_NEUROSHARD:
         rv = plan_neuroshard(tables, ntables, t, o, &p, d);
+        break;
+    case PLAN_ALG_DREAMSHARD:
+        rv = plan_dreamshard(tables, ntables, t, o, &p, d);
         break;
     default:
         return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",

@@ -57,6 +57,7 @@ static int run(const struct table *tb, const struct topology *topo,
 
     net_cost_model_init(&ncm, net);
     o->net = net;
+    o->policy = policy_embedded(NULL); /* dreamshard's */
     return plan_run(tb, NT, topo, o, &ncm.cm, p, d);
 }
 

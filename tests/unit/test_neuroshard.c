@@ -3,6 +3,7 @@
  * is the evaluator's, never worse than its own table-wise start or the
  * greedy baselines under the same model, splits that make an oversized table
  * fit, and the explanation. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,12 +388,23 @@ static void test_budget(void)
     struct plan_options o;
     struct plan p;
     struct sd_diag d = {{0}};
+    atomic_bool stop = true;
 
     topology_default(&topo, 8, 16ull << 30);
     topo.batch_size = net->batch_size;
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
     o.time_budget_ms = 1e-3;
+    CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted);
+    CHECK(p.stats.levels == 1);
+    plan_destroy(&p);
+
+    /* A cancel (the daemon's grace running out) stops it the same way, and
+     * the plan says so. */
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.cancel = &stop;
     CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
     CHECK(p.stats.budget_exhausted);
     CHECK(p.stats.levels == 1);
