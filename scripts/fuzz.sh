@@ -30,7 +30,7 @@ case $BUILD in
 /*) ;;
 *) BUILD="$ROOT/$BUILD" ;;
 esac
-ALL="fuzz_tables_json fuzz_plan_json fuzz_trace fuzz_model fuzz_plan_request"
+ALL="fuzz_tables_json fuzz_tables_input fuzz_plan_json fuzz_trace fuzz_model fuzz_policy fuzz_plan_request"
 TARGETS=${*:-$ALL}
 
 command -v clang >/dev/null 2>&1 || {

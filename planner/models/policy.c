@@ -814,7 +814,7 @@ static int parse_body(const unsigned char *p, size_t off, struct policy_net *pn,
                       struct sd_diag *d)
 {
     struct policy_metrics *mx = &pn->metrics;
-    size_t i;
+    size_t i, n;
 
     memcpy(pn->profile, p + off, NET_PROFILE_MAX);
     off += NET_PROFILE_MAX;
@@ -823,6 +823,10 @@ static int parse_body(const unsigned char *p, size_t off, struct policy_net *pn,
                            "policy file: profile: not NUL-terminated");
     if (pn->profile[0] == '\0')
         return sd_diag_set(d, SD_EFORMAT, "policy file: profile: empty");
+    /* Bytes after the NUL mean nothing (a file writes zeros there): zero
+     * them, so that a policy read equals the same policy written. */
+    n = strlen(pn->profile);
+    memset(pn->profile + n, 0, NET_PROFILE_MAX - n);
     pn->model_crc = get_u32(p, &off);
     mx->seed = get_u64(p, &off);
     mx->iterations = (int32_t)get_u32(p, &off);

@@ -73,8 +73,9 @@ int table_validate(const struct table *t, size_t idx, struct sd_diag *d);
 
 /*
  * Bins a user wrote rounded (to 6 decimals, say) can sum to a little over
- * 1: a sum in (1, 1 + TABLE_BINS_SLACK] is scaled back to 1.  Inputs call
- * it before validating; anything else is left as it is.
+ * 1: a sum in (1, 1 + TABLE_BINS_SLACK] is scaled back to at most 1.
+ * Inputs call it before validating; anything else is left as it is, so a
+ * second call changes nothing.
  */
 #define TABLE_BINS_SLACK 1e-3
 void table_normalize_bins(struct table *t);

@@ -43,17 +43,33 @@ int32_t table_split_levels(int32_t dim)
     return levels;
 }
 
-void table_normalize_bins(struct table *t)
+static double bins_sum(const struct table *t)
 {
     double sum = 0;
     int k;
 
     for (k = 0; k < TABLE_NBINS; k++)
         sum += t->bins[k];
+    return sum;
+}
+
+void table_normalize_bins(struct table *t)
+{
+    double sum = bins_sum(t);
+    int k, top = 0;
+
     if (!(sum > 1.0 && sum <= 1.0 + TABLE_BINS_SLACK))
         return;
-    for (k = 0; k < TABLE_NBINS; k++)
+    for (k = 0; k < TABLE_NBINS; k++) {
         t->bins[k] /= sum;
+        if (t->bins[k] > t->bins[top])
+            top = k;
+    }
+    /* The quotients may still sum to an ulp or two over 1: take those off
+     * the largest bin, so that a second call changes nothing (bins written
+     * out and read back stay the same bits). */
+    while (bins_sum(t) > 1.0)
+        t->bins[top] = nextafter(t->bins[top], 0.0);
 }
 
 int table_validate(const struct table *t, size_t idx, struct sd_diag *d)

@@ -342,6 +342,28 @@ static void test_format(void)
     CHECK(strstr(d.msg, "architecture") != NULL);
     CHECK(parse_edit(img, len, prof, 0, true, &d) == SD_EFORMAT);
     CHECK(strstr(d.msg, "profile") != NULL);
+    /* A NUL inside the profile cuts it there; what follows is dropped, so
+     * the policy read is the policy it writes (found by fuzz_policy). */
+    {
+        unsigned char *cut = malloc(len);
+        struct policy_net *again = NULL;
+        void *img2 = NULL;
+        size_t len2 = 0;
+
+        CHECK(cut != NULL);
+        memcpy(cut, img, len);
+        cut[prof + 2] = 0;
+        fix_crc(cut, len);
+        CHECK(policy_parse(cut, len, &back, &d) == 0);
+        CHECK(back != NULL && strlen(back->profile) == 2);
+        CHECK(back != NULL && policy_serialize(back, &img2, &len2) == 0);
+        CHECK(policy_parse(img2, len2, &again, &d) == 0);
+        CHECK(again != NULL && memcmp(again, back, sizeof(*back)) == 0);
+        free(again);
+        free(img2);
+        free(back);
+        free(cut);
+    }
     /* The first parameter's four bytes made a NaN, the CRC right again. */
     params = len - 4 - POL_NPARAMS * 4;
     memcpy(img + params, &nan, 4);
