@@ -160,10 +160,14 @@ static void test_rounded_bins(void)
      * fuzz_tables_json): normalized, they sum to at most 1 and a second
      * pass, as a round trip through JSON makes, changes no bit. */
     {
-        static const double b[] = {0.42857142857142855, 0.0,
-                                   0.14285714285714285, 0.0,
-                                   0.14285714285714285, 0.14285714285821148,
-                                   0.0,                 0.0,
+        static const double b[] = {0.42857142857142855,
+                                   0.0,
+                                   0.14285714285714285,
+                                   0.0,
+                                   0.14285714285714285,
+                                   0.14285714285821148,
+                                   0.0,
+                                   0.0,
                                    0.14285714285714285};
         struct table u, v;
 
