@@ -428,6 +428,13 @@ double policy_env_cost(const struct policy_env *e);
  * inference and the reference of training's validation.
  */
 int32_t policy_env_lpt(const struct policy_env *e, uint32_t i);
+/*
+ * The least loaded legal device for table i now: the lowest ready time
+ * (compute as placed + backward exchange with the table's columns added),
+ * ties as policy_env_lpt(); -1 if none fits.  No network runs, so a
+ * stopped inference places the rest of a large task at once.
+ */
+int32_t policy_env_least_loaded(const struct policy_env *e, uint32_t i);
 
 /*
  * Places every table of e in its order with the policy's argmax (pn) or,

@@ -598,6 +598,28 @@ int32_t policy_env_lpt(const struct policy_env *e, uint32_t i)
     return best;
 }
 
+int32_t policy_env_least_loaded(const struct policy_env *e, uint32_t i)
+{
+    int32_t r, best = -1, per = e->t->devices_per_host, w = e->tables[i].dim;
+    double best_v = 0;
+
+    for (r = 0; r < e->t->ndevices; r++) {
+        uint64_t cap = topology_mem(e->t, r);
+        double v;
+
+        if (e->used[r] > cap || e->bytes[i] > cap - e->used[r])
+            continue;
+        v = e->compute[r] +
+            comm_of(e, e->dims[r] + w, e->host[r / per] + w, e->total + w);
+        if (best < 0 || v < best_v ||
+            (v == best_v && e->used[r] < e->used[best])) {
+            best = r;
+            best_v = v;
+        }
+    }
+    return best;
+}
+
 /* The legal device with the highest logit (ties: the lower id). */
 static int32_t argmax_legal(const double *logit, const bool *legal, int32_t n)
 {

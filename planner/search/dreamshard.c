@@ -96,7 +96,7 @@ static int check_needs(const struct table *tables, size_t ntables,
 
 /*
  * The placement loop: every table not placed yet, in the env's order,
- * onto the policy's argmax, or the model-cost LPT once it must stop.
+ * onto the policy's argmax, or the least loaded device once it must stop.
  * Counts the devices scored in *evaluations.
  */
 static int place_all(struct policy_env *e, const struct table *tables,
@@ -125,7 +125,7 @@ static int place_all(struct policy_env *e, const struct table *tables,
         if (!*stopped && steps++ % DS_CHECK_EVERY == 0)
             *stopped = must_stop(o, t0);
         if (*stopped) {
-            r = policy_env_lpt(e, i);
+            r = policy_env_least_loaded(e, i);
         } else {
             policy_env_features(e, i, x, legal);
             policy_env_logits(e, x, legal, logit);

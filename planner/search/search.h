@@ -50,7 +50,7 @@ struct plan_options {
     /* dreamshard: the policy, trained against net (borrowed; required). */
     const struct policy_net *policy;
     /* neuroshard: stop the beam after this; dreamshard: place the rest
-     * with the model-cost LPT after this; 0: none */
+     * on the least loaded devices after this; 0: none */
     double time_budget_ms;
     bool column_splits; /* neuroshard: allow column-wise splits */
     bool local_search;  /* neuroshard: final move/swap pass */
@@ -84,7 +84,7 @@ struct plan_options {
      * When not NULL and set (by another thread), the search stops as if
      * its time budget ran out: the caller no longer wants the plan.  The
      * baselines finish (they take microseconds); dreamshard places the
-     * rest with the model-cost LPT.
+     * rest on the least loaded devices.
      */
     const atomic_bool *cancel;
 };
@@ -150,9 +150,10 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
  * DreamShard's policy (neuroshard.md 9) with o->policy over o->net: whole
  * tables, pinned ones first, then the others costliest first, each onto
  * the legal device (room left, its own capacity) of highest logit.  Once
- * o->cancel is set or the time budget is spent, the remaining tables go by
- * the model-cost LPT (policy_env_lpt()) and stats.budget_exhausted says
- * so.  Deterministic for the same inputs unless cut short.  Fills
+ * o->cancel is set or the time budget is spent, the remaining tables go
+ * to the least loaded device (policy_env_least_loaded(): no network runs)
+ * and stats.budget_exhausted says so.  Deterministic for the same inputs
+ * unless cut short.  Fills
  * out->stats (search_ms, evaluations: devices scored) and out->cost_ms
  * with the MDP's cost.  *out is initialised here; same returns as
  * plan_run(), SD_EINVAL without a model, without a policy (d says to

@@ -464,14 +464,33 @@ static void test_cancel(void)
     CHECK(plan_run(tb, 40, &topo, &o, &ncm.cm, &p, &d) == 0);
     CHECK(p.stats.budget_exhausted && p.stats.evaluations == 0);
     CHECK(p.nshards == 40);
-    /* The LPT's own placement, table for table. */
+    /* Every table, costliest first, on the device least loaded then (no
+     * network scores them), table for table. */
     CHECK(policy_env_new(NULL, net, NULL, tb, 40, &topo, OPTIMIZER_SGD, &e) ==
           0);
-    CHECK(e != NULL && policy_env_rollout(e, &d) == 0);
+    for (k = 0; e != NULL && k < 40; k++) {
+        uint32_t i = policy_env_order(e)[k];
+
+        policy_env_place(e, i, policy_env_least_loaded(e, i));
+    }
     for (k = 0; e != NULL && k < p.nshards; k++)
         CHECK(policy_env_devices(e)[p.shards[k].table] == p.shards[k].device);
     policy_env_free(e);
     plan_destroy(&p);
+    /* By hand: devices 0 and 1 hold two tables, 2 one, 3 none: the next
+     * table goes to 3. */
+    e = NULL;
+    CHECK(policy_env_new(NULL, net, NULL, tb, 40, &topo, OPTIMIZER_SGD, &e) ==
+          0);
+    if (e != NULL) {
+        policy_env_place(e, 0, 0);
+        policy_env_place(e, 1, 1);
+        policy_env_place(e, 2, 0);
+        policy_env_place(e, 3, 1);
+        policy_env_place(e, 5, 2);
+        CHECK(policy_env_least_loaded(e, 4) == 3);
+    }
+    policy_env_free(e);
 
     atomic_store(&stop, false);
     o.time_budget_ms = 1e-9; /* spent before the first table */
