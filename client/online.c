@@ -82,6 +82,9 @@ static int shown_topology(const struct topology *asked,
     t->mem_by_device = *caps;
     if (asked->devices_per_host)
         t->devices_per_host = asked->devices_per_host;
+    t->host_dram_bytes = asked->host_dram_bytes;
+    t->host_link_bw = asked->host_link_bw;
+    t->comm_dtype = asked->comm_dtype;
     return 0;
 }
 

@@ -14,8 +14,6 @@
  * (a replica costs every device its bytes). */
 #define DP_MEM_SHARE   0.1
 #define DP_TABLE_SHARE 0.001
-/* Pooled embeddings travel as fp32. */
-#define POOLED_BYTES 4.0
 
 /* What the pass works with. */
 struct pass {
@@ -206,7 +204,7 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
     int32_t n = t->ndevices, L = t->devices_per_host;
     struct shard s = {.col_width = tb->dim, .scheme = SCHEME_DP};
     struct table local;
-    double cols_bytes = (double)t->batch_size / n * POOLED_BYTES * tb->dim;
+    double cols_bytes = (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
     shard_table(tb, &s, n, &local);
