@@ -159,7 +159,7 @@ void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
         }
         gib_pct(hbm, sizeof(hbm), hb, hc);
         gib_pct(ddr, sizeof(ddr), db, t->host_dram_bytes);
-        fprintf(out, "host %d: HBM %s GiB, DDR %s GiB\n", (int)h, hbm, ddr);
+        fprintf(out, "host %d: HBM GiB %s, DDR GiB %s\n", (int)h, hbm, ddr);
     }
     format_tiered_tables(out, p, tables, t);
 }

@@ -15,9 +15,8 @@ static const double curve_f[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8};
 
 static void print_curve(const struct table *tb, const struct topology *t)
 {
-    struct shard s = {.col_width = tb->dim,
-                      .scheme = SCHEME_TW,
-                      .tier = TIER_UVM};
+    struct shard s = {
+        .col_width = tb->dim, .scheme = SCHEME_TW, .tier = TIER_UVM};
     int k;
 
     printf("%s: %lld rows x %d (%s), pooling factor %g, batch %lld; "
@@ -25,12 +24,11 @@ static void print_curve(const struct table *tb, const struct topology *t)
            tb->name, (long long)tb->rows, (int)tb->dim,
            table_dtype_name(tb->dtype), tb->pooling_factor,
            (long long)t->batch_size, tier_shard_ms(tb, &s, t));
-    printf("  %-12s %10s %14s\n", "load factor", "miss rate",
-           "host link ms");
+    printf("  %-12s %10s %14s\n", "load factor", "miss rate", "host link ms");
     s.tier = TIER_UVM_CACHING;
     for (k = 0; k < NCURVE; k++) {
         s.cache_load_factor = (float)curve_f[k];
-        printf("  %-12g %9.2f%% %14.4f\n", curve_f[k],
+        printf("  %-12g %9.3f%% %14.4f\n", curve_f[k],
                100.0 * tier_miss_rate(tb, t->batch_size, curve_f[k]),
                tier_shard_ms(tb, &s, t));
     }

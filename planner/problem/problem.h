@@ -104,11 +104,14 @@ int tier_parse(const char *s, enum table_tier *out);
  * taken to be accessed its bin's mean count (1 for bin 0, the mean integer
  * of (2^(k-1), 2^k], 0.75 * 2^k + 0.5, for k = 1..15, and 2^16 for bin 16).
  * With L = pooling factor x batch lookups a batch, the unique rows are U =
- * min(rows, L / sum_k bins[k] * count_k).  A cache of f x rows rows keeps
- * the hottest rows (ideal LFU; this batch's histogram taken as the steady
- * state) and the miss rate is the share of lookups on the rows it does not
- * hold.  f >= 1 gives 0, f <= 0 gives 1 (UVM with no cache); a table never
- * accessed gives 0.
+ * min(rows, L / sum_k bins[k] * count_k).  The rows touched more than once
+ * (bins 1..16) are taken as the table's hot rows, the same every batch; a
+ * cache of f x rows rows holds them hottest first (ideal LFU).  The rows
+ * touched once (bin 0) are taken as a fresh draw from the table's other rows
+ * each batch: the cache's room left after the hot rows holds each of them
+ * with the chance room / (rows - hot rows).  The miss rate is the share of
+ * the lookups the cache does not hold.  f >= 1 gives 0, f <= 0 gives 1 (UVM
+ * with no cache); a table never accessed gives 0.
  */
 double tier_miss_rate(const struct table *t, int64_t batch, double f);
 

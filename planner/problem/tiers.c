@@ -43,7 +43,8 @@ static double bin_count(int k)
 
 double tier_miss_rate(const struct table *t, int64_t batch, double f)
 {
-    double per_row = 0, lookups, unique, cache, hits = 0, total = 0;
+    double per_row = 0, lookups, unique, cache, hot = 0, hits = 0, total = 0;
+    double room, cold_rows;
     int k;
 
     for (k = 0; k < TABLE_NBINS; k++)
@@ -56,15 +57,23 @@ double tier_miss_rate(const struct table *t, int64_t batch, double f)
     unique = lookups / per_row;
     if (unique > (double)t->rows)
         unique = (double)t->rows;
-    /* Fill the cache with the hottest rows first: bin 16 down to bin 0. */
+    /* The hot rows (bins 1 to 16) fill the cache, hottest first. */
     cache = f * (double)t->rows;
-    for (k = TABLE_NBINS - 1; k >= 0; k--) {
+    for (k = TABLE_NBINS - 1; k >= 1; k--) {
         double rows = t->bins[k] * unique, held = rows < cache ? rows : cache;
 
         total += rows * bin_count(k);
         hits += held * bin_count(k);
+        hot += rows;
         cache -= held;
     }
+    /* The rows touched once are a fresh draw from the other rows each batch:
+     * the room left holds each with the chance room / other rows. */
+    room = cache;
+    cold_rows = (double)t->rows - hot;
+    total += t->bins[0] * unique;
+    if (cold_rows > 0)
+        hits += t->bins[0] * unique * (room < cold_rows ? room / cold_rows : 1);
     return total > 0 ? 1.0 - hits / total : 0;
 }
 

@@ -278,7 +278,10 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
         *why = REASON_HOT;
         return SCHEME_TWRW;
     }
-    if (!constraint_allows(c, SCHEME_DP) || ps->t->ndevices == 1)
+    /* A table the tier pass put in host DRAM is never replicated (replicas
+     * stay in HBM). */
+    if (!constraint_allows(c, SCHEME_DP) || ps->t->ndevices == 1 ||
+        tb->tier != TIER_HBM)
         return SCHEME_TW;
     for (r = 0; r < ps->t->ndevices; r++)
         if (topology_mem(ps->t, r) < smallest)

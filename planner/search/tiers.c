@@ -10,8 +10,8 @@
 #include "search/search_int.h"
 
 /* Load factors weighed, from all in HBM down to none (UVM alone). */
-static const double levels[] = {1.0,  0.8,  0.6,  0.4,  0.3,  0.2, 0.15,
-                                0.1,  0.05, 0.02, 0.01, 0.005, 0.0};
+static const double levels[] = {1.0, 0.8,  0.6,  0.4,  0.3,   0.2, 0.15,
+                                0.1, 0.05, 0.02, 0.01, 0.005, 0.0};
 #define NLEVELS ((int)(sizeof(levels) / sizeof(levels[0])))
 
 /* Table tb at level l: its tier fields. */
@@ -20,8 +20,8 @@ static void set_level(struct table *tb, int l)
     tb->tier = levels[l] >= 1.0   ? TIER_HBM
                : levels[l] <= 0.0 ? TIER_UVM
                                   : TIER_UVM_CACHING;
-    tb->cache_load_factor = (float)(tb->tier == TIER_UVM_CACHING ? levels[l]
-                                                                 : 0.0);
+    tb->cache_load_factor =
+        (float)(tb->tier == TIER_UVM_CACHING ? levels[l] : 0.0);
 }
 
 /* The modelled host-link time of tb whole on one device at its tier. */
@@ -115,12 +115,13 @@ void tier_pass_note(struct plan *p, const struct table *tiered, size_t n,
             hi = f > hi ? f : hi;
         }
     }
-    plan_note(p,
-              "tiers: the tables need %.3g GiB, the devices' HBM holds %.3g "
-              "GiB: %zu tables in a UVM cache over host DRAM (load factors "
-              "%.3g to %.3g), %zu in UVM alone, %.3g GiB left in HBM; host-link "
-              "misses add %.4g ms over the devices (modelled)",
-              all / (double)(1ull << 30), cap / (double)(1ull << 30), cached,
-              cached ? lo : 0.0, cached ? hi : 0.0, uvm,
-              hbm / (double)(1ull << 30), ms);
+    plan_note(
+        p,
+        "tiers: the tables need %.3g GiB, the devices' HBM holds %.3g "
+        "GiB: %zu tables in a UVM cache over host DRAM (load factors "
+        "%.3g to %.3g), %zu in UVM alone, %.3g GiB left in HBM; host-link "
+        "misses add %.4g ms over the devices (modelled)",
+        all / (double)(1ull << 30), cap / (double)(1ull << 30), cached,
+        cached ? lo : 0.0, cached ? hi : 0.0, uvm, hbm / (double)(1ull << 30),
+        ms);
 }
