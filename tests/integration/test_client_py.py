@@ -234,9 +234,9 @@ def inside(shardd_bin, shardctl_bin):
         def test_5_errors(self):
             with self.assertRaises(shardd.ShardError) as e:
                 self.c.plan([{"name": "a", "num_embeddings": 10, "embedding_dim": 8,
-                              "data_type": "INT8"}], shardd.Topology(2, mem_gb=1))
+                              "data_type": "INT4"}], shardd.Topology(2, mem_gb=1))
             self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
-            self.assertIn('torchrec_tables[0] "a": data_type "INT8" is not planned yet',
+            self.assertIn('torchrec_tables[0] "a": data_type "INT4" is not planned yet',
                           e.exception.message)
             with self.assertRaises(ValueError):
                 self.c.plan([{"name": "a", "num_embeddings": 10, "embedding_dim": 8},
