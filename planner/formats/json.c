@@ -867,10 +867,42 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                      notes);
 }
 
+/* HBM and DDR per host, when the plan has a host tier or bytes in it:
+ * [{"id", "memory_bytes", "ddr_bytes", "ddr_capacity_bytes"}]; NULL
+ * otherwise (or when out of memory, which json_object_set_new() reports). */
+static json_t *hosts_json(const struct plan *p)
+{
+    int32_t per = p->devices_per_host, h, r;
+    bool any = p->host_dram_bytes > 0;
+    json_t *hosts;
+
+    for (r = 0; r < p->ndevices; r++)
+        any = any || p->devices[r].ddr_bytes > 0;
+    if (!any || per <= 0 || (hosts = json_array()) == NULL)
+        return NULL;
+    for (h = 0; h * per < p->ndevices; h++) {
+        json_int_t hbm = 0, ddr = 0;
+
+        for (r = h * per; r < (h + 1) * per && r < p->ndevices; r++) {
+            hbm += (json_int_t)p->devices[r].mem_bytes;
+            ddr += (json_int_t)p->devices[r].ddr_bytes;
+        }
+        if (json_array_append_new(
+                hosts, json_pack("{s:i, s:I, s:I, s:I}", "id", (int)h,
+                                 "memory_bytes", hbm, "ddr_bytes", ddr,
+                                 "ddr_capacity_bytes",
+                                 (json_int_t)p->host_dram_bytes)) != 0) {
+            json_decref(hosts);
+            return NULL;
+        }
+    }
+    return hosts;
+}
+
 static json_t *plan_doc(const struct plan *p, const struct table *tables)
 {
     json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
-    json_t *cur = NULL, *shards = NULL;
+    json_t *cur = NULL, *shards = NULL, *hosts;
     int bad = root == NULL || devs == NULL || tbls == NULL;
     size_t k;
     int32_t r;
@@ -915,6 +947,8 @@ static json_t *plan_doc(const struct plan *p, const struct table *tables)
     bad |= json_object_set_new(root, "cost_model", json_string(p->cost_model));
     bad |= json_object_set_new(root, "comm_model", json_string(p->comm_model));
     bad |= json_object_set_new(root, "devices", devs);
+    if ((hosts = hosts_json(p)) != NULL)
+        bad |= json_object_set_new(root, "hosts", hosts);
     bad |= json_object_set_new(root, "tables", tbls);
     if (p->explain.critical_device >= 0)
         bad |=

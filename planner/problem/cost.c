@@ -355,6 +355,8 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         if (dev->total_ms > p->cost_ms)
             p->cost_ms = dev->total_ms;
     }
+    p->devices_per_host = t->devices_per_host;
+    p->host_dram_bytes = t->host_dram_bytes;
     snprintf(p->cost_model, sizeof(p->cost_model), "%s%s", m->name,
              tiered ? " + host-link misses (modelled)" : "");
     p->comm_model = t->comm_dtype == TABLE_DTYPE_FP16   ? "alpha_beta (fp16)"

@@ -458,6 +458,11 @@ struct plan {
      * are split in rows or replicated), for outputs. */
     int32_t nnotes;
     char notes[PLAN_NOTES_MAX][PLAN_NOTE_LEN];
+    /* What per-host figures need (plan_evaluate() sets them from the
+     * topology; 0 before): devices per host, each host's DRAM for tables
+     * (0: no host tier). */
+    int32_t devices_per_host;
+    uint64_t host_dram_bytes;
 };
 
 /* Appends a note (printf-style; cut to PLAN_NOTE_LEN; dropped beyond

@@ -53,6 +53,7 @@ grep -q 'host-link misses (modelled)' "$DIR/off.txt" && ok || bad "the cost mode
 json_check "$DIR/off.json" 'any(t.get("compute_kernel") == "fused_uvm_caching" and 0 < t["cache_load_factor"] < 1 for t in d["tables"])'
 json_check "$DIR/off.json" 'sum(x["ddr_bytes"] for x in d["devices"]) > 0 and all(x["memory_bytes"] <= '"$MEM"' * 2**30 for x in d["devices"])'
 json_check "$DIR/off.json" '"(modelled)" in d["cost_model"]'
+json_check "$DIR/off.json" 'len(d["hosts"]) == 1 and d["hosts"][0]["ddr_bytes"] == sum(x["ddr_bytes"] for x in d["devices"]) and d["hosts"][0]["ddr_bytes"] <= d["hosts"][0]["ddr_capacity_bytes"]'
 "$CTL" $PLAN --offline --host-dram-gb "$DRAM" --torchrec >"$DIR/off.trec" && ok || bad "offline --torchrec"
 json_check "$DIR/off.trec" 'any(t["compute_kernel"] == "fused_uvm_caching" and "load_factor" in t["cache_params"] for t in d["plan"]["embedding_bags"].values())'
 # Host DRAM for a fifth of the tables: refused.
@@ -64,7 +65,7 @@ SMALL=$(python3 -c "print('%.6f' % ($DRAM / 5))")
 "$CTL" plan --offline --tables "$DIR/t.json" --devices 8 --mem-gb 64 --json --out "$DIR/a.json" && ok || bad "plan, memory to spare"
 "$CTL" plan --offline --tables "$DIR/t.json" --devices 8 --mem-gb 64 --host-dram-gb 512 --json --out "$DIR/b.json" && ok ||
     bad "plan, memory to spare, host DRAM"
-if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if a['tables'] == b['tables'] and a['plan_cost_ms'] == b['plan_cost_ms'] and not any('compute_kernel' in t for t in b['tables']) else 1)" \
+if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if a['tables'] == b['tables'] and a['plan_cost_ms'] == b['plan_cost_ms'] and not any('compute_kernel' in t for t in b['tables']) and 'hosts' not in a and all(x['ddr_bytes'] == 0 for x in b['hosts']) else 1)" \
     "$DIR/a.json" "$DIR/b.json"; then ok; else bad "host DRAM changed a plan that fits HBM"; fi
 
 # fp16 exchanges: the forward exchange of the same plan is cheaper.
@@ -104,7 +105,7 @@ if [ $up = yes ]; then
     [ $? -eq 2 ] && ok || bad "online, without host DRAM: refused"
     "$CTL" --addr "$ADDR" $PLAN --host-dram-gb "$DRAM" --json --out "$DIR/on.json" 2>"$DIR/err" && ok ||
         bad "online with host DRAM: $(cat "$DIR/err")"
-    if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if all(a[k] == b[k] for k in ('tables', 'devices', 'plan_cost_ms')) else 1)" \
+    if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if all(a[k] == b[k] for k in ('tables', 'devices', 'hosts', 'plan_cost_ms')) else 1)" \
         "$DIR/off.json" "$DIR/on.json"; then ok; else bad "online tiered plan differs from offline"; fi
     "$CTL" --addr "$ADDR" $PLAN --host-dram-gb "$DRAM" >"$DIR/on.txt" 2>"$DIR/err" && ok || bad "online text"
     grep -q '^host 0: HBM GiB .* DDR GiB ' "$DIR/on.txt" && ok || bad "online text lacks HBM and DDR per host"
