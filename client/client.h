@@ -267,8 +267,8 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
-int comm_profile(const struct ctl_opts *o);     /* comm.c */
-int train_policy_run(const struct ctl_opts *o); /* train_policy.c */
+int comm_profile(const struct ctl_opts *o);      /* comm.c */
+int train_policy_run(const struct ctl_opts *o);  /* train_policy.c */
 int tiers_cache_curve(const struct ctl_opts *o); /* tiers.c */
 
 /* ------------------------------------------------------------------------ */

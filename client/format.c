@@ -136,8 +136,9 @@ void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
         any = any || p->devices[r].ddr_bytes > 0;
     if (!any)
         return;
-    fprintf(out, "\nmemory tiers (host DRAM %.3f GiB per host; host-link "
-                 "time modelled):\n",
+    fprintf(out,
+            "\nmemory tiers (host DRAM %.3f GiB per host; host-link "
+            "time modelled):\n",
             (double)t->host_dram_bytes / GIB);
     fprintf(out, "%6s  %-20s %-20s %9s\n", "device", "HBM GiB (%)",
             "DDR GiB (% of host)", "tier ms");
@@ -146,8 +147,7 @@ void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
 
         gib_pct(hbm, sizeof(hbm), dv->mem_bytes, topology_mem(t, r));
         gib_pct(ddr, sizeof(ddr), dv->ddr_bytes, t->host_dram_bytes);
-        fprintf(out, "%6d  %-20s %-20s %9.3f\n", (int)r, hbm, ddr,
-                dv->tier_ms);
+        fprintf(out, "%6d  %-20s %-20s %9.3f\n", (int)r, hbm, ddr, dv->tier_ms);
     }
     for (h = 0; h * per < p->ndevices; h++) {
         uint64_t hb = 0, hc = 0, db = 0;

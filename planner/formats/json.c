@@ -567,8 +567,7 @@ static int tier_json(json_t *o, const struct shard *s)
     if (s->tier == TIER_HBM)
         return 0;
     bad |= json_object_set_new(
-        o, "compute_kernel",
-        json_string(tier_name((enum table_tier)s->tier)));
+        o, "compute_kernel", json_string(tier_name((enum table_tier)s->tier)));
     if (s->tier == TIER_UVM_CACHING)
         bad |= json_object_set_new(o, "cache_load_factor",
                                    json_real(s->cache_load_factor));
@@ -583,8 +582,8 @@ static int parse_tier(const json_t *o, const char *name, struct shard *sh,
     const json_t *f = json_object_get(o, "cache_load_factor");
     enum table_tier tier = TIER_HBM;
 
-    if (k != NULL && (!json_is_string(k) ||
-                      tier_parse(json_string_value(k), &tier) != 0))
+    if (k != NULL &&
+        (!json_is_string(k) || tier_parse(json_string_value(k), &tier) != 0))
         return sd_diag_set(d, SD_EINVAL,
                            "plan: table \"%s\": compute_kernel is not "
                            "fused, fused_uvm or fused_uvm_caching",
@@ -888,10 +887,10 @@ static json_t *hosts_json(const struct plan *p)
             ddr += (json_int_t)p->devices[r].ddr_bytes;
         }
         if (json_array_append_new(
-                hosts, json_pack("{s:i, s:I, s:I, s:I}", "id", (int)h,
-                                 "memory_bytes", hbm, "ddr_bytes", ddr,
-                                 "ddr_capacity_bytes",
-                                 (json_int_t)p->host_dram_bytes)) != 0) {
+                hosts,
+                json_pack("{s:i, s:I, s:I, s:I}", "id", (int)h, "memory_bytes",
+                          hbm, "ddr_bytes", ddr, "ddr_capacity_bytes",
+                          (json_int_t)p->host_dram_bytes)) != 0) {
             json_decref(hosts);
             return NULL;
         }

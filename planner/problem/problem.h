@@ -54,12 +54,7 @@ enum table_dtype {
  * read over the host link through UVM ("fused_uvm"), or in host DRAM with a
  * cache of load factor f (a share of the rows) in HBM ("fused_uvm_caching").
  */
-enum table_tier {
-    TIER_HBM = 0,
-    TIER_UVM,
-    TIER_UVM_CACHING,
-    TIER_COUNT
-};
+enum table_tier { TIER_HBM = 0, TIER_UVM, TIER_UVM_CACHING, TIER_COUNT };
 
 /*
  * One embedding table.  bins[k] is the fraction of the unique rows that one

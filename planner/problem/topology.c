@@ -78,8 +78,8 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
                            "topology: host_link_bw %g is not 0 (the default) "
                            "or in [%g, %g] bytes/ms",
                            t->host_link_bw, TOPO_BW_MIN, TOPO_BW_MAX);
-    if (t->comm_dtype != TABLE_DTYPE_FP32 && t->comm_dtype != TABLE_DTYPE_FP16 &&
-        t->comm_dtype != TABLE_DTYPE_BF16)
+    if (t->comm_dtype != TABLE_DTYPE_FP32 &&
+        t->comm_dtype != TABLE_DTYPE_FP16 && t->comm_dtype != TABLE_DTYPE_BF16)
         return sd_diag_set(d, SD_EINVAL,
                            "topology: comm_dtype %d is not fp32, fp16 or bf16",
                            (int)t->comm_dtype);
@@ -172,7 +172,8 @@ double topology_host_link_bw(const struct topology *t)
 
 double topology_comm_esz(const struct topology *t)
 {
-    return t->comm_dtype == TABLE_DTYPE_FP16 || t->comm_dtype == TABLE_DTYPE_BF16
+    return t->comm_dtype == TABLE_DTYPE_FP16 ||
+                   t->comm_dtype == TABLE_DTYPE_BF16
                ? 2.0
                : 4.0;
 }

@@ -204,7 +204,8 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
     int32_t n = t->ndevices, L = t->devices_per_host;
     struct shard s = {.col_width = tb->dim, .scheme = SCHEME_DP};
     struct table local;
-    double cols_bytes = (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
+    double cols_bytes =
+        (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
     shard_table(tb, &s, n, &local);
