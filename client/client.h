@@ -90,6 +90,7 @@ enum ctl_cmd {
     CTL_CMD_HEALTH,
     CTL_CMD_FEATURES,
     CTL_CMD_TRAIN_POLICY,
+    CTL_CMD_CACHE_CURVE,
     CTL_CMD_COUNT
 };
 
@@ -134,6 +135,12 @@ struct ctl_opts {
     double mem_gb;
     double mem_gbs[TOPO_DEVICES_MAX];
     int32_t n_mem_gb;
+    /* The host tier and comm precision: --host-dram-gb (0: none),
+     * --host-link-gbps (0: the default), --comm-precision fp32|fp16|bf16. */
+    double host_dram_gb, host_link_gbps;
+    const char *comm_precision;
+    /* cache-curve --table NAME */
+    const char *table;
     /* --pin TABLE=DEVICE, repeatable: the words as given. */
     const char *pins[CTL_MAX_PINS];
     int32_t npins;
@@ -260,8 +267,9 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
-int comm_profile(const struct ctl_opts *o);     /* comm.c */
-int train_policy_run(const struct ctl_opts *o); /* train_policy.c */
+int comm_profile(const struct ctl_opts *o);      /* comm.c */
+int train_policy_run(const struct ctl_opts *o);  /* train_policy.c */
+int tiers_cache_curve(const struct ctl_opts *o); /* tiers.c */
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */
@@ -286,6 +294,11 @@ void format_plan_text(FILE *out, const struct plan *p,
  */
 /* The count of tables per scheme, and TorchRec's table of the tables that
  * are not table-wise (the first 20). */
+/* The memory tiers, when the topology has host DRAM or a table is off HBM:
+ * HBM and DDR per device and per host (TorchRec's HBM GB (%), DDR GB (%)),
+ * the modelled host-link time, and each table's kernel and load factor. */
+void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
+                  const struct topology *t);
 void format_schemes(FILE *out, const struct plan *p,
                     const struct table *tables);
 void format_explain(FILE *out, const struct plan *p,

@@ -109,6 +109,20 @@ int ctl_capacities(const struct ctl_opts *o, const char *cmd,
     *caps = NULL;
     t->mem_bytes = (uint64_t)(o->mem_gb * (double)(1ull << 30));
     t->mem_by_device = NULL;
+    t->host_dram_bytes = (uint64_t)(o->host_dram_gb * (double)(1ull << 30));
+    /* GiB/s as bytes per ms */
+    t->host_link_bw = o->host_link_gbps * (double)(1ull << 30) / 1000.0;
+    if (o->comm_precision != NULL) {
+        enum table_dtype dt;
+
+        if (table_dtype_parse(o->comm_precision, &dt) != 0 ||
+            dt == TABLE_DTYPE_INT8)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "%s: --comm-precision \"%s\" is not fp32, fp16 "
+                            "or bf16",
+                            cmd, o->comm_precision);
+        t->comm_dtype = (uint8_t)dt;
+    }
     if (o->n_mem_gb <= 1)
         return 0;
     if (o->n_mem_gb != t->ndevices)

@@ -85,7 +85,83 @@ void format_plan_text(FILE *out, const struct plan *p,
     fprintf(out, "\ncosts in ms per training step; fwd_comm includes waiting "
                  "for the slowest device\n");
     format_schemes(out, p, tables);
+    format_tiers(out, p, tables, t);
     format_explain(out, p, tables);
+}
+
+/* x of cap as "G.GGG (P.P%)". */
+static void gib_pct(char *buf, size_t len, uint64_t x, uint64_t cap)
+{
+    if (cap == 0)
+        snprintf(buf, len, "%.3f", (double)x / GIB);
+    else
+        snprintf(buf, len, "%.3f (%.1f%%)", (double)x / GIB,
+                 100.0 * (double)x / (double)cap);
+}
+
+/* The tables off HBM: kernel, load factor and modelled miss rate. */
+static void format_tiered_tables(FILE *out, const struct plan *p,
+                                 const struct table *tables,
+                                 const struct topology *t)
+{
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+        const struct table *tb = &tables[s->table];
+
+        if (s->tier == TIER_HBM ||
+            (k > 0 && p->shards[k - 1].table == s->table))
+            continue;
+        if (s->tier == TIER_UVM_CACHING)
+            fprintf(out, "  %-24s %s, load factor %.3g, miss rate %.2f%%\n",
+                    tb->name, tier_name((enum table_tier)s->tier),
+                    (double)s->cache_load_factor,
+                    100.0 * tier_miss_rate(tb, t->batch_size,
+                                           s->cache_load_factor));
+        else
+            fprintf(out, "  %-24s %s\n", tb->name,
+                    tier_name((enum table_tier)s->tier));
+    }
+}
+
+void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
+                  const struct topology *t)
+{
+    int32_t r, h, per = t->devices_per_host > 0 ? t->devices_per_host : 1;
+    bool any = t->host_dram_bytes > 0;
+    char hbm[40], ddr[40];
+
+    for (r = 0; r < p->ndevices; r++)
+        any = any || p->devices[r].ddr_bytes > 0;
+    if (!any)
+        return;
+    fprintf(out,
+            "\nmemory tiers (host DRAM %.3f GiB per host; host-link "
+            "time modelled):\n",
+            (double)t->host_dram_bytes / GIB);
+    fprintf(out, "%6s  %-20s %-20s %9s\n", "device", "HBM GiB (%)",
+            "DDR GiB (% of host)", "tier ms");
+    for (r = 0; r < p->ndevices; r++) {
+        const struct plan_device *dv = &p->devices[r];
+
+        gib_pct(hbm, sizeof(hbm), dv->mem_bytes, topology_mem(t, r));
+        gib_pct(ddr, sizeof(ddr), dv->ddr_bytes, t->host_dram_bytes);
+        fprintf(out, "%6d  %-20s %-20s %9.3f\n", (int)r, hbm, ddr, dv->tier_ms);
+    }
+    for (h = 0; h * per < p->ndevices; h++) {
+        uint64_t hb = 0, hc = 0, db = 0;
+
+        for (r = h * per; r < (h + 1) * per && r < p->ndevices; r++) {
+            hb += p->devices[r].mem_bytes;
+            hc += topology_mem(t, r);
+            db += p->devices[r].ddr_bytes;
+        }
+        gib_pct(hbm, sizeof(hbm), hb, hc);
+        gib_pct(ddr, sizeof(ddr), db, t->host_dram_bytes);
+        fprintf(out, "host %d: HBM GiB %s, DDR GiB %s\n", (int)h, hbm, ddr);
+    }
+    format_tiered_tables(out, p, tables, t);
 }
 
 /* At most this many split or replicated tables are listed one by one. */

@@ -82,6 +82,9 @@ static int shown_topology(const struct topology *asked,
     t->mem_by_device = *caps;
     if (asked->devices_per_host)
         t->devices_per_host = asked->devices_per_host;
+    t->host_dram_bytes = asked->host_dram_bytes;
+    t->host_link_bw = asked->host_link_bw;
+    t->comm_dtype = asked->comm_dtype;
     return 0;
 }
 
@@ -119,12 +122,16 @@ static void unknown_to_null(char *text)
  * the API does not carry written as null.  NULL when out of memory.
  */
 static char *plan_json(const struct plan *p, const struct table *tables,
-                       const struct input_notes *notes)
+                       const struct input_notes *notes,
+                       const struct topology *topo)
 {
     struct plan q = *p; /* shallow: only the marked figures change */
     char *text;
     int32_t i;
 
+    /* The hosts, for the per-host figures, as the topology shown has them. */
+    q.devices_per_host = topo->devices_per_host;
+    q.host_dram_bytes = topo->host_dram_bytes;
     for (i = 0; i < q.explain.ndrivers; i++)
         if (q.explain.driver_ms[i] < 0)
             q.explain.driver_ms[i] = UNKNOWN_FIGURE;
@@ -202,7 +209,7 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
         format_notes(stdout, &in->notes);
         return online_finish_stdout();
     }
-    text = o->json ? plan_json(p, tables, &in->notes)
+    text = o->json ? plan_json(p, tables, &in->notes, topo)
                    : json_plan_torchrec_noted(p, tables, topo,
                                               o->torchrec_module, &in->notes);
     if (text == NULL)

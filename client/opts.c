@@ -45,10 +45,17 @@ static const char usage_text[] =
     "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
+    "  cache-curve --tables FILE [--table NAME] [--batch-size B]\n"
+    "              [--host-link-gbps G]\n"
+    "      The miss-rate curve of a UVM cache (fused_uvm_caching) over each\n"
+    "      table, modelled from its access histogram, and the host-link time\n"
+    "      its misses cost per step (docs/api.md, memory tiers).\n"
     "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
     "              [--tables-format auto|shardd|torchrec]\n"
     "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
     "              [--optimizer NAME]\n"
+    "              [--host-dram-gb G] [--host-link-gbps G]\n"
+    "              [--comm-precision fp32|fp16|bf16]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--policy FILE] [--profile NAME]\n"
     "              [--time-budget-ms T] [--no-splits] [--no-local-search]\n"
@@ -182,6 +189,7 @@ static const struct cmd_def {
     [CTL_CMD_HEALTH] = {"health", 0, 1, NULL},
     [CTL_CMD_FEATURES] = {"features", 0, 0, NULL},
     [CTL_CMD_TRAIN_POLICY] = {"train-policy", 0, 0, NULL},
+    [CTL_CMD_CACHE_CURVE] = {"cache-curve", 0, 0, NULL},
 };
 
 /* The commands an option belongs to, as bits. */
@@ -223,9 +231,10 @@ static opt_parse_fn set_flag, set_str, set_int, set_real, set_gb_list, add_pin;
 static const struct opt_def opt_defs[] = {
     /* What to plan and where */
     {"tables", ARG, O(tables),
-     CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
-    {"tables-format", ARG, O(tables_format), CMD(PLAN) | CMD(ESTIMATE), set_str,
-     0, 0},
+     CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL) | CMD(CACHE_CURVE),
+     set_str, 0, 0},
+    {"tables-format", ARG, O(tables_format),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(CACHE_CURVE), set_str, 0, 0},
     {"plan", ARG, O(plan), CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
     {"task", ARG, O(task), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 0,
      1e9},
@@ -238,11 +247,21 @@ static const struct opt_def opt_defs[] = {
     {"mem-gb", ARG, O(mem_gb),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL) | CMD(TRAIN_POLICY), set_gb_list,
      1e-9, 1e9},
+    /* The host tier (UVM and UVM caches) and the exchanges' precision */
+    {"host-dram-gb", ARG, O(host_dram_gb),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL) | CMD(CACHE_CURVE), set_real, 0,
+     1e9},
+    {"host-link-gbps", ARG, O(host_link_gbps),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL) | CMD(CACHE_CURVE), set_real, 1e-6,
+     1e9},
+    {"comm-precision", ARG, O(comm_precision),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
+    {"table", ARG, O(table), CMD(CACHE_CURVE), set_str, 0, 0},
     /* --pin TABLE=DEVICE, repeatable */
     {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
     {"batch-size", ARG, O(batch),
      CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL) |
-         CMD(COMM_PROFILE) | CMD(FEATURES),
+         CMD(COMM_PROFILE) | CMD(FEATURES) | CMD(CACHE_CURVE),
      set_int, 1, 1 << 30},
     {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
      set_str, 0, 0},

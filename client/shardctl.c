@@ -5,6 +5,7 @@
  *   shardctl gen-tables --count N --seed S [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl features   --trace FILE|DIR [--out F]
+ *   shardctl cache-curve --tables F [--table NAME]  (tiers.c)
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
  *                 [--model F] [--json | --torchrec]
  * and the measuring side on this machine's devices and a store:
@@ -52,6 +53,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_HEALTH] = online_run,
     [CTL_CMD_FEATURES] = offline_features,
     [CTL_CMD_TRAIN_POLICY] = train_policy_run,
+    [CTL_CMD_CACHE_CURVE] = tiers_cache_curve,
 };
 
 int main(int argc, char **argv)

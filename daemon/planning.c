@@ -151,6 +151,13 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         for (k = 0; k < t->ndevices; k++)
             sd_fnv_u64(&hs, t->mem_by_device[k]);
     }
+    /* The host tier and comm precision only where given, likewise. */
+    if (t->host_dram_bytes != 0 || t->host_link_bw != 0 || t->comm_dtype != 0) {
+        sd_fnv_str(&hs, "tiers");
+        sd_fnv_u64(&hs, t->host_dram_bytes);
+        sd_fnv_real(&hs, t->host_link_bw);
+        sd_fnv_u64(&hs, t->comm_dtype);
+    }
     if (o->pins != NULL) {
         sd_fnv_str(&hs, "pins");
         for (i = 0; i < n; i++)

@@ -200,6 +200,12 @@ int wire__table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
     case SHARDD__V1__DTYPE__DTYPE_FP16:
         t->dtype = TABLE_DTYPE_FP16;
         return 0;
+    case SHARDD__V1__DTYPE__DTYPE_BF16:
+        t->dtype = TABLE_DTYPE_BF16;
+        return 0;
+    case SHARDD__V1__DTYPE__DTYPE_INT8:
+        t->dtype = TABLE_DTYPE_INT8;
+        return 0;
     default:
         return sd_diag_set(d, SD_EINVAL,
                            "tables[%zu] \"%s\": dtype %d is unknown", i,
@@ -263,9 +269,7 @@ Shardd__V1__Table **wire_tables_out(struct wire_arena *a,
         t->pooling_factor = tables[i].pooling_factor;
         t->n_bins = TABLE_NBINS;
         t->bins = (double *)tables[i].bins; /* packing only reads it */
-        t->dtype = tables[i].dtype == TABLE_DTYPE_FP16
-                       ? SHARDD__V1__DTYPE__DTYPE_FP16
-                       : SHARDD__V1__DTYPE__DTYPE_FP32;
+        t->dtype = wire_dtype_out(tables[i].dtype);
         ptrs[i] = t;
     }
     return ptrs;
@@ -273,6 +277,22 @@ Shardd__V1__Table **wire_tables_out(struct wire_arena *a,
 
 /* ---------------------------------------------------------------------- */
 /* Topology                                                                */
+
+Shardd__V1__DType wire_dtype_out(enum table_dtype dt)
+{
+    switch (dt) {
+    case TABLE_DTYPE_FP16:
+        return SHARDD__V1__DTYPE__DTYPE_FP16;
+    case TABLE_DTYPE_BF16:
+        return SHARDD__V1__DTYPE__DTYPE_BF16;
+    case TABLE_DTYPE_INT8:
+        return SHARDD__V1__DTYPE__DTYPE_INT8;
+    case TABLE_DTYPE_FP32:
+    default:
+        return SHARDD__V1__DTYPE__DTYPE_FP32;
+    }
+}
+
 
 /* A topology figure: 0 is the server default, else within [lo, hi]. */
 static int real_in(double in, double dflt, const char *field, double lo,
@@ -379,6 +399,37 @@ static int links_in(const Shardd__V1__Topology *in, struct topology *t,
     return rv;
 }
 
+/* The host tier and the comm precision of a Topology into t. */
+static int tier_in(const Shardd__V1__Topology *in, struct topology *t,
+                   struct sd_diag *d)
+{
+    int rv = 0;
+
+    t->host_dram_bytes = in->host_dram_bytes;
+    if (in->host_link_bw_bytes_per_ms != 0)
+        rv = real_in(in->host_link_bw_bytes_per_ms, 0,
+                     "host_link_bw_bytes_per_ms", TOPO_BW_MIN, TOPO_BW_MAX,
+                     &t->host_link_bw, d);
+    switch (in->comm_dtype) {
+    case SHARDD__V1__DTYPE__DTYPE_UNSPECIFIED:
+    case SHARDD__V1__DTYPE__DTYPE_FP32:
+        t->comm_dtype = TABLE_DTYPE_FP32;
+        break;
+    case SHARDD__V1__DTYPE__DTYPE_FP16:
+        t->comm_dtype = TABLE_DTYPE_FP16;
+        break;
+    case SHARDD__V1__DTYPE__DTYPE_BF16:
+        t->comm_dtype = TABLE_DTYPE_BF16;
+        break;
+    default:
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology.comm_dtype: %d is not FP32, FP16 or "
+                           "BF16",
+                           (int)in->comm_dtype);
+    }
+    return rv;
+}
+
 int wire_topology_in(const struct wire_limits *l,
                      const Shardd__V1__Topology *in, struct topology *out,
                      uint64_t **caps, struct sd_diag *d)
@@ -405,6 +456,8 @@ int wire_topology_in(const struct wire_limits *l,
     rv = shape_in(l, in, &t, d);
     if (rv == 0)
         rv = links_in(in, &t, d);
+    if (rv == 0)
+        rv = tier_in(in, &t, d);
     if (rv == 0) {
         /* A backstop (all was checked above), with the batch perhaps
          * still 0. */
@@ -442,6 +495,11 @@ Shardd__V1__Topology *wire_topology_out(struct wire_arena *a,
     m->inter_host_bw_bytes_per_ms = t->inter_host_bw;
     m->link_latency_ms = t->link_latency_ms;
     m->device_mem_bw_bytes_per_ms = t->device_mem_bw;
+    m->host_dram_bytes = t->host_dram_bytes;
+    m->host_link_bw_bytes_per_ms = t->host_link_bw;
+    m->comm_dtype = t->comm_dtype == TABLE_DTYPE_FP32
+                        ? SHARDD__V1__DTYPE__DTYPE_UNSPECIFIED
+                        : wire_dtype_out((enum table_dtype)t->comm_dtype);
     return m;
 }
 
@@ -710,6 +768,34 @@ Shardd__V1__Constraints *wire_pins_out(struct wire_arena *a,
 /* ---------------------------------------------------------------------- */
 /* Placements                                                              */
 
+uint8_t wire_tier_in(Shardd__V1__ComputeKernel k)
+{
+    switch (k) {
+    case SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_UNSPECIFIED:
+    case SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED:
+        return TIER_HBM;
+    case SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM:
+        return TIER_UVM;
+    case SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM_CACHING:
+        return TIER_UVM_CACHING;
+    default:
+        return TIER_COUNT; /* plan_validate() refuses it */
+    }
+}
+
+Shardd__V1__ComputeKernel wire_tier_out(uint8_t tier)
+{
+    switch (tier) {
+    case TIER_UVM:
+        return SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM;
+    case TIER_UVM_CACHING:
+        return SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM_CACHING;
+    default:
+        /* fused: left unspecified, as before tiers, which reads as fused */
+        return SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_UNSPECIFIED;
+    }
+}
+
 int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out)
 {
     switch (in) {
@@ -773,7 +859,9 @@ static int shards_in(const char *field, size_t i,
                           .col_width = sh->col_width,
                           .row_offset = sh->row_offset,
                           .row_count = sh->row_count,
-                          .scheme = (uint8_t)sc};
+                          .scheme = (uint8_t)sc,
+                          .tier = wire_tier_in(sh->compute_kernel),
+                          .cache_load_factor = (float)sh->cache_load_factor};
 
         /* Every row, given as a count, is every row: one form for both. */
         if (s.row_offset == 0 && s.row_count == t->rows)
@@ -892,6 +980,8 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
             sh->col_width = p->shards[k].col_width;
             sh->row_offset = p->shards[k].row_offset;
             sh->row_count = shard_rows(&tables[i], &p->shards[k]);
+            sh->compute_kernel = wire_tier_out(p->shards[k].tier);
+            sh->cache_load_factor = p->shards[k].cache_load_factor;
             sh_ptrs[k] = sh;
             tp->n_shards++;
         }
@@ -910,9 +1000,14 @@ Shardd__V1__DeviceCost **wire_devices_out(struct wire_arena *a,
     size_t n = (size_t)p->ndevices, r;
     Shardd__V1__DeviceCost *msgs = wire_alloc(a, n, sizeof(*msgs));
     Shardd__V1__DeviceCost **ptrs = wire_alloc(a, n, sizeof(*ptrs));
+    uint64_t *host = wire_alloc(a, n, sizeof(*host));
+    size_t per = t->devices_per_host > 0 ? (size_t)t->devices_per_host : n;
 
-    if (msgs == NULL || ptrs == NULL)
+    if (msgs == NULL || ptrs == NULL || host == NULL)
         return NULL;
+    memset(host, 0, n * sizeof(*host));
+    for (r = 0; r < n; r++)
+        host[r / per] += p->devices[r].ddr_bytes;
     for (r = 0; r < n; r++) {
         Shardd__V1__DeviceCost *m = &msgs[r];
         const struct plan_device *dv = &p->devices[r];
@@ -927,6 +1022,10 @@ Shardd__V1__DeviceCost **wire_devices_out(struct wire_arena *a,
         m->total_ms = dv->total_ms;
         m->dim_sum = dv->dim_sum;
         m->num_shards = dv->nshards;
+        m->ddr_bytes = dv->ddr_bytes;
+        m->host_ddr_bytes = host[r / per];
+        m->host_ddr_capacity_bytes = t->host_dram_bytes;
+        m->tier_ms = dv->tier_ms;
         ptrs[r] = m;
     }
     return ptrs;
@@ -947,6 +1046,8 @@ void wire_devices_in(struct plan *p, Shardd__V1__DeviceCost *const *devs,
         dv->total_ms = devs[r]->total_ms;
         dv->dim_sum = devs[r]->dim_sum;
         dv->nshards = devs[r]->num_shards;
+        dv->ddr_bytes = devs[r]->ddr_bytes;
+        dv->tier_ms = devs[r]->tier_ms;
     }
 }
 

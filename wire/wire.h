@@ -192,6 +192,12 @@ Shardd__V1__Optimizer wire_optimizer_out(enum optimizer o);
  * makes it column-wise where the shards are).  SD_EINVAL: not a Scheme. */
 int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out);
 Shardd__V1__Scheme wire_scheme_out(enum plan_scheme s);
+/* ComputeKernel <-> enum table_tier (UNSPECIFIED is fused both ways; an
+ * unknown kernel reads as TIER_COUNT, which plan_validate() refuses). */
+uint8_t wire_tier_in(Shardd__V1__ComputeKernel k);
+Shardd__V1__ComputeKernel wire_tier_out(uint8_t tier);
+/* enum table_dtype to DType. */
+Shardd__V1__DType wire_dtype_out(enum table_dtype dt);
 
 /*
  * The tables of an input as a request sends them: Table messages for

@@ -396,7 +396,7 @@ static Shardd__V1__TorchRecTable **trec_out(struct wire_arena *a,
         m->name = (char *)t->name;
         m->num_embeddings = t->rows;
         m->embedding_dim = t->dim;
-        m->data_type = (char *)(t->dtype == TABLE_DTYPE_FP16 ? "FP16" : "FP32");
+        m->data_type = (char *)trec_dtype_name(t->dtype);
         /* Only the count of the features matters: unnamed ones. */
         m->n_feature_names = (size_t)sp->nfeatures;
         m->feature_names = wire_alloc(a, m->n_feature_names, sizeof(char *));

@@ -266,10 +266,13 @@ void trec_kernel_names(uint32_t bits, char *buf, size_t size);
 
 /*
  * TorchRec's data_type ("FP32", "fp16", "DataType.FP16") as a dtype.
- * Returns 0, SD_EUNSUPPORTED for TorchRec's other precisions (BF16, INT8,
- * INT4, INT2, UINT8: not planned yet) or SD_EINVAL for anything else.
+ * FP32, FP16, BF16 and INT8 are planned; returns 0, SD_EUNSUPPORTED for
+ * TorchRec's other precisions (INT4, INT2, UINT8: not planned yet) or
+ * SD_EINVAL for anything else.
  */
 int trec_dtype_parse(const char *s, enum table_dtype *out);
+/* A dtype under TorchRec's name ("FP32", "FP16", "BF16", "INT8"). */
+const char *trec_dtype_name(enum table_dtype dt);
 
 /*
  * TorchRec's ParameterConstraints of one table, as read.  What the planner

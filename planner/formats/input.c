@@ -188,10 +188,24 @@ void trec_kernel_names(uint32_t bits, char *buf, size_t size)
     bit_names(kernels, NNAMES(kernels), bits, buf, size);
 }
 
+const char *trec_dtype_name(enum table_dtype dt)
+{
+    switch (dt) {
+    case TABLE_DTYPE_FP16:
+        return "FP16";
+    case TABLE_DTYPE_BF16:
+        return "BF16";
+    case TABLE_DTYPE_INT8:
+        return "INT8";
+    case TABLE_DTYPE_FP32:
+    default:
+        return "FP32";
+    }
+}
+
 int trec_dtype_parse(const char *s, enum table_dtype *out)
 {
-    static const char *const later[] = {"BF16", "INT8", "INT4", "INT2",
-                                        "UINT8"};
+    static const char *const later[] = {"INT4", "INT2", "UINT8"};
     const char *dot = strrchr(s, '.');
     size_t i;
 
@@ -203,6 +217,14 @@ int trec_dtype_parse(const char *s, enum table_dtype *out)
     }
     if (strcasecmp(s, "FP16") == 0) {
         *out = TABLE_DTYPE_FP16;
+        return 0;
+    }
+    if (strcasecmp(s, "BF16") == 0) {
+        *out = TABLE_DTYPE_BF16;
+        return 0;
+    }
+    if (strcasecmp(s, "INT8") == 0) {
+        *out = TABLE_DTYPE_INT8;
         return 0;
     }
     for (i = 0; i < NNAMES(later); i++)

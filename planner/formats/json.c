@@ -201,7 +201,8 @@ static int parse_native(const json_t *o, size_t idx, bool require_bins,
     if (v != NULL && (!json_is_string(v) ||
                       table_dtype_parse(json_string_value(v), &t->dtype) != 0))
         return sd_diag_set(d, SD_EINVAL,
-                           "%s \"%s\": dtype is not \"fp32\" or \"fp16\"",
+                           "%s \"%s\": dtype is not \"fp32\", \"fp16\", "
+                           "\"bf16\" or \"int8\"",
                            where, t->name);
     return json__note_unknown(o, native_keys,
                               sizeof(native_keys) / sizeof(native_keys[0]),
@@ -557,6 +558,46 @@ static ptrdiff_t find_table(const struct table *tables, size_t n,
     return -1;
 }
 
+/* A table's tier (its shards share it), only when off HBM: "compute_kernel"
+ * and "cache_load_factor".  Nonzero when out of memory. */
+static int tier_json(json_t *o, const struct shard *s)
+{
+    int bad = 0;
+
+    if (s->tier == TIER_HBM)
+        return 0;
+    bad |= json_object_set_new(
+        o, "compute_kernel", json_string(tier_name((enum table_tier)s->tier)));
+    if (s->tier == TIER_UVM_CACHING)
+        bad |= json_object_set_new(o, "cache_load_factor",
+                                   json_real(s->cache_load_factor));
+    return bad;
+}
+
+/* Reads tier_json()'s fields of table entry o into sh. */
+static int parse_tier(const json_t *o, const char *name, struct shard *sh,
+                      struct sd_diag *d)
+{
+    const json_t *k = json_object_get(o, "compute_kernel");
+    const json_t *f = json_object_get(o, "cache_load_factor");
+    enum table_tier tier = TIER_HBM;
+
+    if (k != NULL &&
+        (!json_is_string(k) || tier_parse(json_string_value(k), &tier) != 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "plan: table \"%s\": compute_kernel is not "
+                           "fused, fused_uvm or fused_uvm_caching",
+                           name);
+    if (f != NULL && !json_is_number(f))
+        return sd_diag_set(d, SD_EINVAL,
+                           "plan: table \"%s\": cache_load_factor is not a "
+                           "number",
+                           name);
+    sh->tier = (uint8_t)tier;
+    sh->cache_load_factor = f != NULL ? (float)json_number_value(f) : 0.0f;
+    return 0;
+}
+
 static int parse_plan_tables(const json_t *arr, const struct table *tables,
                              size_t ntables, struct plan *p, struct sd_diag *d)
 {
@@ -592,7 +633,9 @@ static int parse_plan_tables(const json_t *arr, const struct table *tables,
         for (k = 0; k < json_array_size(shards); k++) {
             struct shard sh = {.table = (uint32_t)t, .scheme = (uint8_t)sc};
 
-            rv = parse_shard(json_array_get(shards, k), name, k, &sh, d);
+            rv = parse_tier(o, name, &sh, d);
+            if (rv == 0)
+                rv = parse_shard(json_array_get(shards, k), name, k, &sh, d);
             if (rv != 0)
                 return rv;
             rv = plan_add_shard(p, &sh);
@@ -779,6 +822,11 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
     bad |= json_object_set_new(o, "id", json_integer(id));
     bad |= json_object_set_new(o, "memory_bytes",
                                json_integer((json_int_t)dv->mem_bytes));
+    /* memory_bytes is HBM; ddr_bytes the host DRAM of its UVM tables. */
+    bad |= json_object_set_new(o, "ddr_bytes",
+                               json_integer((json_int_t)dv->ddr_bytes));
+    if (dv->tier_ms > 0)
+        bad |= json_object_set_new(c, "tier_modelled", json_real(dv->tier_ms));
     bad |= json_object_set_new(o, "cost_ms", c);
     if (bad) {
         json_decref(o);
@@ -818,10 +866,42 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                      notes);
 }
 
+/* HBM and DDR per host, when the plan has a host tier or bytes in it:
+ * [{"id", "memory_bytes", "ddr_bytes", "ddr_capacity_bytes"}]; NULL
+ * otherwise (or when out of memory, which json_object_set_new() reports). */
+static json_t *hosts_json(const struct plan *p)
+{
+    int32_t per = p->devices_per_host, h, r;
+    bool any = p->host_dram_bytes > 0;
+    json_t *hosts;
+
+    for (r = 0; r < p->ndevices; r++)
+        any = any || p->devices[r].ddr_bytes > 0;
+    if (!any || per <= 0 || (hosts = json_array()) == NULL)
+        return NULL;
+    for (h = 0; h * per < p->ndevices; h++) {
+        json_int_t hbm = 0, ddr = 0;
+
+        for (r = h * per; r < (h + 1) * per && r < p->ndevices; r++) {
+            hbm += (json_int_t)p->devices[r].mem_bytes;
+            ddr += (json_int_t)p->devices[r].ddr_bytes;
+        }
+        if (json_array_append_new(
+                hosts,
+                json_pack("{s:i, s:I, s:I, s:I}", "id", (int)h, "memory_bytes",
+                          hbm, "ddr_bytes", ddr, "ddr_capacity_bytes",
+                          (json_int_t)p->host_dram_bytes)) != 0) {
+            json_decref(hosts);
+            return NULL;
+        }
+    }
+    return hosts;
+}
+
 static json_t *plan_doc(const struct plan *p, const struct table *tables)
 {
     json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
-    json_t *cur = NULL, *shards = NULL;
+    json_t *cur = NULL, *shards = NULL, *hosts;
     int bad = root == NULL || devs == NULL || tbls == NULL;
     size_t k;
     int32_t r;
@@ -842,6 +922,7 @@ static json_t *plan_doc(const struct plan *p, const struct table *tables)
                 cur, "scheme",
                 json_string(scheme_name(plan_table_scheme(p, k))));
             bad |= json_object_set_new(cur, "shards", shards);
+            bad |= tier_json(cur, s);
             bad |= json_array_append_new(tbls, cur);
             if (bad) { /* shards may be gone with cur */
                 json_decref(so);
@@ -865,6 +946,8 @@ static json_t *plan_doc(const struct plan *p, const struct table *tables)
     bad |= json_object_set_new(root, "cost_model", json_string(p->cost_model));
     bad |= json_object_set_new(root, "comm_model", json_string(p->comm_model));
     bad |= json_object_set_new(root, "devices", devs);
+    if ((hosts = hosts_json(p)) != NULL)
+        bad |= json_object_set_new(root, "hosts", hosts);
     bad |= json_object_set_new(root, "tables", tbls);
     if (p->explain.critical_device >= 0)
         bad |=
@@ -916,7 +999,15 @@ static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
     /* TorchRec runs replicated tables with the dense kernel and has no
      * sharding_spec for them. */
     bad |= json_object_set_new(
-        o, "compute_kernel", json_string(sc == SCHEME_DP ? "dense" : "fused"));
+        o, "compute_kernel",
+        json_string(sc == SCHEME_DP
+                        ? "dense"
+                        : tier_name((enum table_tier)p->shards[first].tier)));
+    if (p->shards[first].tier == TIER_UVM_CACHING)
+        bad |= json_object_set_new(
+            o, "cache_params",
+            json_pack("{s:f}", "load_factor",
+                      (double)p->shards[first].cache_load_factor));
     bad |= json_object_set_new(o, "ranks", ranks);
     if (sc == SCHEME_DP)
         json_decref(shards);

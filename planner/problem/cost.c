@@ -49,7 +49,8 @@ const struct cost_model cost_model_analytic = {
 double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
                                 double host_dims, double total_dims)
 {
-    const double esz = 4.0; /* pooled embeddings travel as fp32 */
+    /* pooled embeddings travel as fp32 unless the topology says fp16/bf16 */
+    const double esz = topology_comm_esz(t);
     int32_t n = t->ndevices, per_host = t->devices_per_host;
     double slice = (double)(t->batch_size / n) * esz; /* bytes per column */
     double send_in = slice * dim * (per_host - 1);
@@ -274,6 +275,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     size_t *start = NULL, *fill = NULL, k;
     int32_t *dim_sum = NULL;
     double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL, max_ready = 0;
+    bool tiered = false;
     int rv = SD_ENOMEM;
 
     (void)ntables;
@@ -308,6 +310,8 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
             s->row_count > 0 || s->scheme == SCHEME_DP ? &blocks[k] : tb,
             s->col_width};
         dev->mem_bytes += shard_block_bytes(tb, s, opt);
+        dev->ddr_bytes += shard_block_ddr_bytes(tb, s, opt);
+        dev->tier_ms += tier_shard_ms(tb, s, t);
         /* The all-to-all carries table- and column-wise outputs; row
          * blocks and replicas exchange through their collectives. */
         if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW)
@@ -319,6 +323,9 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         dim_sum[r] = p->devices[r].dim_sum;
         p->devices[r].compute_ms =
             m->shard_ms(m->ctx, t, items + start[r], start[r + 1] - start[r]);
+        /* Weights in host DRAM add their modelled host-link time. */
+        p->devices[r].compute_ms += p->devices[r].tier_ms;
+        tiered |= p->devices[r].tier_ms > 0;
     }
     rv = plan_collectives(p, tables, t, cfwd, cbwd);
     if (rv != 0)
@@ -348,8 +355,13 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         if (dev->total_ms > p->cost_ms)
             p->cost_ms = dev->total_ms;
     }
-    snprintf(p->cost_model, sizeof(p->cost_model), "%s", m->name);
-    p->comm_model = "alpha_beta";
+    p->devices_per_host = t->devices_per_host;
+    p->host_dram_bytes = t->host_dram_bytes;
+    snprintf(p->cost_model, sizeof(p->cost_model), "%s%s", m->name,
+             tiered ? " + host-link misses (modelled)" : "");
+    p->comm_model = t->comm_dtype == TABLE_DTYPE_FP16   ? "alpha_beta (fp16)"
+                    : t->comm_dtype == TABLE_DTYPE_BF16 ? "alpha_beta (bf16)"
+                                                        : "alpha_beta";
     rv = 0;
 
 out_free:

@@ -376,6 +376,78 @@ static int check_shard(const struct plan *p, size_t k,
     return 0;
 }
 
+/*
+ * Gives every shard its table's tier where the table names one (the tier
+ * pass's copy of the tables; a replica stays in HBM) and checks the tiers:
+ * known, a caching load factor in (0, 1), no replica off HBM, and a host
+ * tier in the topology for any shard off HBM.
+ */
+static int check_tiers(struct plan *p, const struct table *tables,
+                       const struct topology *t, const char *what,
+                       struct sd_diag *d)
+{
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++) {
+        struct shard *s = &p->shards[k];
+        const struct table *tb = &tables[s->table];
+
+        if (tb->tier != TIER_HBM && s->scheme != SCHEME_DP) {
+            s->tier = tb->tier;
+            s->cache_load_factor = tb->cache_load_factor;
+        }
+        if (s->tier >= TIER_COUNT ||
+            (s->tier == TIER_UVM_CACHING &&
+             !(s->cache_load_factor > 0 && s->cache_load_factor < 1)) ||
+            (s->tier != TIER_HBM && s->scheme == SCHEME_DP))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s: table \"%s\": tier %d, cache load factor "
+                               "%g on a %s shard: a tier is fused, fused_uvm "
+                               "or fused_uvm_caching with a load factor in "
+                               "(0, 1), and replicas are fused",
+                               what, tb->name, (int)s->tier,
+                               (double)s->cache_load_factor,
+                               scheme_name((enum plan_scheme)s->scheme));
+        if (s->tier != TIER_HBM && t->host_dram_bytes == 0)
+            return sd_diag_set(d, SD_ENOSPACE,
+                               "%s: table \"%s\" is in %s, but the topology "
+                               "has no host DRAM (host_dram_bytes 0)",
+                               what, tb->name,
+                               tier_name((enum table_tier)s->tier));
+    }
+    return 0;
+}
+
+/* Each host's DRAM holds the weights its devices keep in UVM. */
+static int check_host_dram(const struct plan *p, const struct table *tables,
+                           const struct topology *t, enum optimizer opt,
+                           const char *what, struct sd_diag *d)
+{
+    int32_t nhosts = t->ndevices / t->devices_per_host, h;
+    uint64_t *used;
+    size_t k;
+    int rv = 0;
+
+    used = calloc((size_t)nhosts, sizeof(*used));
+    if (used == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+
+        used[s->device / t->devices_per_host] +=
+            shard_block_ddr_bytes(&tables[s->table], s, opt);
+    }
+    for (h = 0; h < nhosts && rv == 0; h++)
+        if (used[h] > t->host_dram_bytes)
+            rv = sd_diag_set(d, SD_ENOSPACE,
+                             "%s: host %d: %llu bytes of tables in host DRAM, "
+                             "capacity %llu",
+                             what, (int)h, (unsigned long long)used[h],
+                             (unsigned long long)t->host_dram_bytes);
+    free(used);
+    return rv;
+}
+
 int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   struct sd_diag *d)
@@ -398,6 +470,9 @@ int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
         if (rv != 0)
             return rv;
     }
+    rv = check_tiers(p, tables, t, what, d);
+    if (rv != 0)
+        return rv;
     plan_sort(p);
     c.seen = calloc((size_t)t->ndevices, 1);
     if (c.seen == NULL)
@@ -438,6 +513,8 @@ int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
         }
     }
     free(used);
+    if (rv == 0 && t->host_dram_bytes > 0)
+        rv = check_host_dram(p, tables, t, opt, what, d);
     return rv;
 }
 

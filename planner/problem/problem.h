@@ -33,10 +33,28 @@
 #define TABLE_ROWS_MAX  ((int64_t)1 << 40)
 #define TABLE_PF_MAX    1.0e6 /* mean bag length; larger is surely an error */
 
+/*
+ * Element types of a table's weights (and, for comm precision, of the pooled
+ * embeddings a step exchanges).  int8 rows carry a per-row fp32 scale and
+ * bias (8 bytes per row and column slice, as FBGEMM's quantised rows do);
+ * int8 is for weights only.
+ */
 enum table_dtype {
     TABLE_DTYPE_FP32 = 0,
     TABLE_DTYPE_FP16 = 1,
+    TABLE_DTYPE_BF16 = 2,
+    TABLE_DTYPE_INT8 = 3,
+    TABLE_DTYPE_COUNT
 };
+#define TABLE_INT8_ROW_EXTRA 8 /* bytes: fp32 scale and bias per row */
+
+/*
+ * Where a table's weights live (TorchRec's compute kernels,
+ * torchrec_planner.md 1.2): in device memory (HBM, "fused"), in host DRAM
+ * read over the host link through UVM ("fused_uvm"), or in host DRAM with a
+ * cache of load factor f (a share of the rows) in HBM ("fused_uvm_caching").
+ */
+enum table_tier { TIER_HBM = 0, TIER_UVM, TIER_UVM_CACHING, TIER_COUNT };
 
 /*
  * One embedding table.  bins[k] is the fraction of the unique rows that one
@@ -50,17 +68,47 @@ struct table {
     double pooling_factor; /* mean bag length over the batch */
     double bins[TABLE_NBINS];
     enum table_dtype dtype;
+    /*
+     * The tier the search gives the table (the tier pass sets it on its own
+     * copy of the tables; inputs leave it TIER_HBM, 0) and, for
+     * TIER_UVM_CACHING, the cache load factor in (0, 1).  shard_bytes()
+     * honours it; a plan's shards carry the tier they got (struct shard).
+     */
+    uint8_t tier; /* enum table_tier */
+    float cache_load_factor;
 };
 
-/* Bytes per element of a dtype (4 or 2). */
+/* Bytes per element of a dtype (4, 2 or 1). */
 size_t table_dtype_size(enum table_dtype dtype);
 
-/* Parses "fp32"/"fp16"; returns SD_EINVAL for anything else. */
+/* Parses "fp32"/"fp16"/"bf16"/"int8"; returns SD_EINVAL for anything else. */
 int table_dtype_parse(const char *s, enum table_dtype *out);
 const char *table_dtype_name(enum table_dtype dtype);
 
-/* Weight bytes of `cols` columns of t: rows * cols * element size. */
+/* Weight bytes of `cols` columns of t: rows * cols * element size (int8:
+ * plus TABLE_INT8_ROW_EXTRA per row). */
 uint64_t table_bytes(const struct table *t, int32_t cols);
+
+/* TorchRec's kernel names: "fused", "fused_uvm", "fused_uvm_caching". */
+const char *tier_name(enum table_tier tier);
+int tier_parse(const char *s, enum table_tier *out);
+
+/*
+ * The miss-rate curve of a cache over t (tiers.c).  The 17 bins are shares
+ * of the unique rows one batch touched, by access count; each bin's rows are
+ * taken to be accessed its bin's mean count (1 for bin 0, the mean integer
+ * of (2^(k-1), 2^k], 0.75 * 2^k + 0.5, for k = 1..15, and 2^16 for bin 16).
+ * With L = pooling factor x batch lookups a batch, the unique rows are U =
+ * min(rows, L / sum_k bins[k] * count_k).  The rows touched more than once
+ * (bins 1..16) are taken as the table's hot rows, the same every batch; a
+ * cache of f x rows rows holds them hottest first (ideal LFU).  The rows
+ * touched once (bin 0) are taken as a fresh draw from the table's other rows
+ * each batch: the cache's room left after the hot rows holds each of them
+ * with the chance room / (rows - hot rows).  The miss rate is the share of
+ * the lookups the cache does not hold.  f >= 1 gives 0, f <= 0 gives 1 (UVM
+ * with no cache); a table never accessed gives 0.
+ */
+double tier_miss_rate(const struct table *t, int64_t batch, double f);
 
 /*
  * Checks one table: name non-empty, rows in [1, TABLE_ROWS_MAX], dim a
@@ -187,7 +235,25 @@ struct topology {
     double inter_host_bw;   /* bytes per ms between hosts */
     double link_latency_ms; /* per message, all-to-all alpha term */
     double device_mem_bw;   /* bytes per ms of a device's memory */
+    /*
+     * The host tier (tiers.c): host DRAM per host for tables in UVM (0, the
+     * default: no host tier, every table in HBM as before) and the
+     * HBM<->host link (bytes per ms; 0 takes TOPO_HOST_LINK_BW, TorchRec's
+     * HBM_TO_DDR_MEM_BW of 32 GiB/s).
+     */
+    uint64_t host_dram_bytes;
+    double host_link_bw;
+    /* Precision of the pooled embeddings and their gradients in the
+     * forward/backward exchanges: fp32 (the default), fp16 or bf16. */
+    uint8_t comm_dtype; /* enum table_dtype */
 };
+
+#define TOPO_HOST_LINK_BW (32.0 * (double)(1ull << 30) / 1000.0)
+
+/* The host link's bandwidth (host_link_bw, or its default). */
+double topology_host_link_bw(const struct topology *t);
+/* Bytes of one exchanged element (4 or 2). */
+double topology_comm_esz(const struct topology *t);
 
 /*
  * Defaults for n devices of `mem_bytes` each on one host: batch 65536,
@@ -217,10 +283,16 @@ int optimizer_parse(const char *s, enum optimizer *out);
 const char *optimizer_name(enum optimizer o);
 
 /*
- * Bytes `cols` columns of t need on a device: weights plus optimizer state
- * (row-wise Adagrad keeps one element per row for each column slice).
+ * Bytes `cols` columns of t need in a device's memory (HBM): weights plus
+ * optimizer state (row-wise Adagrad keeps one element per row for each
+ * column slice), as t's tier has them: all of them in HBM, none for UVM, the
+ * load factor's share (rounded up) for a UVM cache.
  */
 uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt);
+/* The same bytes in host DRAM: all of them for UVM and UVM caching (the
+ * cache is a copy), none in HBM. */
+uint64_t shard_ddr_bytes(const struct table *t, int32_t cols,
+                         enum optimizer opt);
 
 /* ------------------------------------------------------------------------ */
 /* Plans (plan.c)                                                           */
@@ -258,6 +330,10 @@ struct shard {
     int64_t row_offset;
     int64_t row_count;
     uint8_t scheme; /* enum plan_scheme */
+    /* Where the shard's weights live (TIER_HBM unless the table's tier says
+     * otherwise, plan_validate()) and its cache load factor. */
+    uint8_t tier; /* enum table_tier */
+    float cache_load_factor;
 };
 
 /*
@@ -289,13 +365,29 @@ int64_t shard_rows(const struct table *t, const struct shard *s);
 void shard_table(const struct table *t, const struct shard *s, int32_t ndevices,
                  struct table *out);
 
-/* Bytes shard s of t needs on its device (shard_bytes() of its rows). */
+/* Bytes shard s of t needs on its device (shard_bytes() of its rows, at
+ * the shard's tier), and in its host's DRAM (shard_ddr_bytes()). */
 uint64_t shard_block_bytes(const struct table *t, const struct shard *s,
                            enum optimizer opt);
+uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
+                               enum optimizer opt);
+
+/*
+ * The modelled time (ms) a step spends on the host link for shard s of t
+ * (tiers.c): the lookups that miss the cache (tier_miss_rate() of the
+ * shard's table at its load factor; every lookup for UVM) each read a row of
+ * its columns over the link in the forward pass and move it twice in the
+ * backward (read and write back the update, the analytic model's backward
+ * of twice the forward).  0 for a shard in HBM.
+ */
+double tier_shard_ms(const struct table *t, const struct shard *s,
+                     const struct topology *topo);
 
 /* Per-device figures of a plan. */
 struct plan_device {
-    uint64_t mem_bytes;
+    uint64_t mem_bytes; /* in HBM */
+    uint64_t ddr_bytes; /* in its host's DRAM (tables in UVM) */
+    double tier_ms;     /* of compute_ms, the modelled host-link time */
     double compute_ms;
     double fwd_comm_ms; /* includes waiting for the slowest device */
     double bwd_comm_ms;
@@ -362,6 +454,11 @@ struct plan {
      * are split in rows or replicated), for outputs. */
     int32_t nnotes;
     char notes[PLAN_NOTES_MAX][PLAN_NOTE_LEN];
+    /* What per-host figures need (plan_evaluate() sets them from the
+     * topology; 0 before): devices per host, each host's DRAM for tables
+     * (0: no host tier). */
+    int32_t devices_per_host;
+    uint64_t host_dram_bytes;
 };
 
 /* Appends a note (printf-style; cut to PLAN_NOTE_LEN; dropped beyond
@@ -516,7 +613,8 @@ double collective_all_reduce_ms(const struct topology *t, double bytes,
 /*
  * The forward (and, the same bytes back, backward) exchange of one column
  * slice of `cols` split in rows over a group of k devices: a reduce-scatter
- * of the blocks' partial pooled sums for the whole batch (fp32) inside the
+ * of the blocks' partial pooled sums for the whole batch (in the topology's
+ * comm precision, topology_comm_esz()) inside the
  * group, then, when the group is not every device, the reduced sums sent to
  * the devices that own their samples.  TWRW is this with the group one
  * host: intra-host reduce-scatter, then an inter-host all-to-all.

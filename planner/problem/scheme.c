@@ -8,8 +8,6 @@
 
 #include "problem/problem.h"
 
-/* Pooled embeddings and their gradients travel as fp32. */
-#define POOLED_BYTES 4.0
 
 static const char *const scheme_names[SCHEME_COUNT] = {
     [SCHEME_TW] = "table_wise",   [SCHEME_CW] = "column_wise",
@@ -66,7 +64,24 @@ uint64_t shard_block_bytes(const struct table *t, const struct shard *s,
     struct table b = *t;
 
     b.rows = shard_rows(t, s);
+    if (s->tier != TIER_HBM) {
+        b.tier = s->tier;
+        b.cache_load_factor = s->cache_load_factor;
+    }
     return shard_bytes(&b, s->col_width, opt);
+}
+
+uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
+                               enum optimizer opt)
+{
+    struct table b = *t;
+
+    b.rows = shard_rows(t, s);
+    if (s->tier != TIER_HBM) {
+        b.tier = s->tier;
+        b.cache_load_factor = s->cache_load_factor;
+    }
+    return shard_ddr_bytes(&b, s->col_width, opt);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -98,7 +113,7 @@ double collective_row_group_ms(const struct topology *t, int32_t cols,
                                int32_t k, bool spans_hosts)
 {
     int32_t n = t->ndevices;
-    double whole = (double)t->batch_size * cols * POOLED_BYTES, ms;
+    double whole = (double)t->batch_size * cols * topology_comm_esz(t), ms;
 
     /* Every block pools partial sums for the whole batch; a ring
      * reduce-scatter over the group leaves each member the sums of 1/k of

@@ -6,30 +6,51 @@
 
 #include "problem/problem.h"
 
+static const char *const dtype_names[TABLE_DTYPE_COUNT] = {
+    [TABLE_DTYPE_FP32] = "fp32",
+    [TABLE_DTYPE_FP16] = "fp16",
+    [TABLE_DTYPE_BF16] = "bf16",
+    [TABLE_DTYPE_INT8] = "int8",
+};
+
 size_t table_dtype_size(enum table_dtype dtype)
 {
-    return dtype == TABLE_DTYPE_FP16 ? 2 : 4;
+    switch (dtype) {
+    case TABLE_DTYPE_FP16:
+    case TABLE_DTYPE_BF16:
+        return 2;
+    case TABLE_DTYPE_INT8:
+        return 1;
+    case TABLE_DTYPE_FP32:
+    default:
+        return 4;
+    }
 }
 
 int table_dtype_parse(const char *s, enum table_dtype *out)
 {
-    if (strcmp(s, "fp32") == 0)
-        *out = TABLE_DTYPE_FP32;
-    else if (strcmp(s, "fp16") == 0)
-        *out = TABLE_DTYPE_FP16;
-    else
-        return SD_EINVAL;
-    return 0;
+    int i;
+
+    for (i = 0; i < TABLE_DTYPE_COUNT; i++)
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *out = (enum table_dtype)i;
+            return 0;
+        }
+    return SD_EINVAL;
 }
 
 const char *table_dtype_name(enum table_dtype dtype)
 {
-    return dtype == TABLE_DTYPE_FP16 ? "fp16" : "fp32";
+    return (unsigned)dtype < TABLE_DTYPE_COUNT ? dtype_names[dtype] : "fp32";
 }
 
 uint64_t table_bytes(const struct table *t, int32_t cols)
 {
-    return (uint64_t)t->rows * (uint64_t)cols * table_dtype_size(t->dtype);
+    uint64_t row = (uint64_t)cols * table_dtype_size(t->dtype);
+
+    if (t->dtype == TABLE_DTYPE_INT8)
+        row += TABLE_INT8_ROW_EXTRA;
+    return (uint64_t)t->rows * row;
 }
 
 int32_t table_split_levels(int32_t dim)
@@ -109,9 +130,17 @@ int table_validate(const struct table *t, size_t idx, struct sd_diag *d)
                            "tables[%zu] \"%s\": bins sum to %.9g, more than 1 "
                            "(up to 1 + %g is taken for rounding)",
                            idx, t->name, sum, TABLE_BINS_SLACK);
-    if (t->dtype != TABLE_DTYPE_FP32 && t->dtype != TABLE_DTYPE_FP16)
+    if ((unsigned)t->dtype >= TABLE_DTYPE_COUNT)
         return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": dtype %d unknown",
                            idx, t->name, (int)t->dtype);
+    if (t->tier >= TIER_COUNT ||
+        (t->tier == TIER_UVM_CACHING &&
+         !(t->cache_load_factor > 0 && t->cache_load_factor < 1)))
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu] \"%s\": tier %d with cache load "
+                           "factor %g (caching needs one in (0, 1))",
+                           idx, t->name, (int)t->tier,
+                           (double)t->cache_load_factor);
     return 0;
 }
 

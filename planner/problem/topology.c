@@ -2,6 +2,7 @@
  * Devices: topologies and their checks, optimizers, and the bytes a table's
  * columns need in a device's memory (problem.h).
  */
+#include <math.h>
 #include <string.h>
 
 #include "problem/problem.h"
@@ -72,6 +73,16 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
         return sd_diag_set(d, SD_EINVAL,
                            "topology: link_latency_ms %g is not in [0, %g]",
                            t->link_latency_ms, TOPO_LATENCY_MAX);
+    if (!(t->host_link_bw == 0 || sane_bw(t->host_link_bw)))
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: host_link_bw %g is not 0 (the default) "
+                           "or in [%g, %g] bytes/ms",
+                           t->host_link_bw, TOPO_BW_MIN, TOPO_BW_MAX);
+    if (t->comm_dtype != TABLE_DTYPE_FP32 &&
+        t->comm_dtype != TABLE_DTYPE_FP16 && t->comm_dtype != TABLE_DTYPE_BF16)
+        return sd_diag_set(d, SD_EINVAL,
+                           "topology: comm_dtype %d is not fp32, fp16 or bf16",
+                           (int)t->comm_dtype);
     return 0;
 }
 
@@ -115,7 +126,9 @@ const char *optimizer_name(enum optimizer o)
                : "unknown";
 }
 
-uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+/* Weights plus optimizer state of `cols` columns of t, wherever they are. */
+static uint64_t full_bytes(const struct table *t, int32_t cols,
+                           enum optimizer opt)
 {
     uint64_t w = table_bytes(t, cols);
 
@@ -130,4 +143,37 @@ uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
     default:
         return w;
     }
+}
+
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+{
+    uint64_t all = full_bytes(t, cols, opt);
+
+    switch (t->tier) {
+    case TIER_UVM:
+        return 0;
+    case TIER_UVM_CACHING:
+        return (uint64_t)ceil((double)all * (double)t->cache_load_factor);
+    default:
+        return all;
+    }
+}
+
+uint64_t shard_ddr_bytes(const struct table *t, int32_t cols,
+                         enum optimizer opt)
+{
+    return t->tier == TIER_HBM ? 0 : full_bytes(t, cols, opt);
+}
+
+double topology_host_link_bw(const struct topology *t)
+{
+    return t->host_link_bw > 0 ? t->host_link_bw : TOPO_HOST_LINK_BW;
+}
+
+double topology_comm_esz(const struct topology *t)
+{
+    return t->comm_dtype == TABLE_DTYPE_FP16 ||
+                   t->comm_dtype == TABLE_DTYPE_BF16
+               ? 2.0
+               : 4.0;
 }

@@ -5,10 +5,11 @@
  * calls it: the algorithms are built from the problem's building blocks.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "problem/problem.h"
-#include "search/search.h"
+#include "search/search_int.h"
 
 static const char *const alg_names[PLAN_ALG_COUNT] = {
     [PLAN_ALG_RANDOM] = "random",
@@ -127,10 +128,93 @@ static int baseline_constraints(const struct table *tables, size_t n,
     return 0;
 }
 
+/* Runs o's algorithm on the tables as they are. */
+static int run_alg(const struct table *tables, size_t ntables,
+                   const struct topology *t, const struct plan_options *o,
+                   struct plan *p, struct sd_diag *d)
+{
+    int rv;
+
+    switch (o->alg) {
+    case PLAN_ALG_TORCHREC_GREEDY:
+        return plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
+                                    o->constraints, p, d);
+    case PLAN_ALG_RANDOM:
+    case PLAN_ALG_DIM_GREEDY:
+    case PLAN_ALG_SIZE_GREEDY:
+    case PLAN_ALG_LOOKUP_GREEDY:
+    case PLAN_ALG_SIZE_LOOKUP_GREEDY:
+        rv = baseline_constraints(tables, ntables, o, d);
+        return rv != 0 ? rv : plan_baseline(tables, ntables, t, o, p, d);
+    case PLAN_ALG_NEUROSHARD:
+        return plan_neuroshard(tables, ntables, t, o, p, d);
+    case PLAN_ALG_DREAMSHARD:
+        rv = baseline_constraints(tables, ntables, o, d);
+        return rv != 0 ? rv : plan_dreamshard(tables, ntables, t, o, p, d);
+    default:
+        return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
+                           (int)o->alg);
+    }
+}
+
+/*
+ * The host tier: the tables did not fit the devices' memory, the topology
+ * has host DRAM.  The tier pass moves tables to UVM caches for HBM budgets of
+ * 90 %, 80 %, ... 0 % of the devices' memory (the slack leaves the placement
+ * room to pack), and the algorithm runs again on each until one plans.
+ * *tiered (owned by the caller) is the tables with their tiers.
+ */
+static int run_tiered(const struct table *tables, size_t ntables,
+                      const struct topology *t, const struct plan_options *o,
+                      struct table **tiered, struct plan *p, struct sd_diag *d)
+{
+    size_t bytes = (ntables ? ntables : 1) * sizeof(struct table);
+    struct table *copy = malloc(bytes), *last = malloc(bytes);
+    double cap = 0;
+    int32_t r, step;
+    int rv = SD_ENOSPACE;
+
+    if (copy == NULL || last == NULL) {
+        rv = SD_ENOMEM;
+        goto out_free;
+    }
+    for (r = 0; r < t->ndevices; r++)
+        cap += (double)topology_mem(t, r);
+    memset(last, 0, bytes);
+    for (step = 9; step >= 0; step--) {
+        memcpy(copy, tables, bytes);
+        rv = tier_pass(copy, ntables, t, o, (uint64_t)(cap * step / 10.0));
+        if (rv == SD_ENOMEM)
+            goto out_free;
+        if (rv != 0 || memcmp(copy, last, bytes) == 0)
+            continue; /* nothing new to try at this budget */
+        memcpy(last, copy, bytes);
+        rv = run_alg(copy, ntables, t, o, p, d);
+        if (rv == 0) {
+            *tiered = copy;
+            copy = NULL;
+            break;
+        }
+        if (rv != SD_ENOSPACE)
+            break;
+    }
+    if (rv == SD_ENOSPACE)
+        sd_diag_set(d, SD_ENOSPACE,
+                    "the tables fit neither the devices' memory nor, in "
+                    "UVM caches, the host DRAM (%llu bytes per host)",
+                    (unsigned long long)t->host_dram_bytes);
+out_free:
+    free(last);
+    free(copy);
+    return rv;
+}
+
 int plan_run(const struct table *tables, size_t ntables,
              const struct topology *t, const struct plan_options *o,
              const struct cost_model *m, struct plan *out, struct sd_diag *d)
 {
+    struct table *tiered = NULL; /* the tables with tiers, when moved */
+    const struct table *use = tables;
     struct plan p;
     int rv;
 
@@ -141,39 +225,24 @@ int plan_run(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
 
-    switch (o->alg) {
-    case PLAN_ALG_TORCHREC_GREEDY:
-        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
-                                  o->constraints, &p, d);
-        break;
-    case PLAN_ALG_RANDOM:
-    case PLAN_ALG_DIM_GREEDY:
-    case PLAN_ALG_SIZE_GREEDY:
-    case PLAN_ALG_LOOKUP_GREEDY:
-    case PLAN_ALG_SIZE_LOOKUP_GREEDY:
-        rv = baseline_constraints(tables, ntables, o, d);
-        if (rv == 0)
-            rv = plan_baseline(tables, ntables, t, o, &p, d);
-        break;
-    case PLAN_ALG_NEUROSHARD:
-        rv = plan_neuroshard(tables, ntables, t, o, &p, d);
-        break;
-    case PLAN_ALG_DREAMSHARD:
-        rv = baseline_constraints(tables, ntables, o, d);
-        if (rv == 0)
-            rv = plan_dreamshard(tables, ntables, t, o, &p, d);
-        break;
-    default:
-        return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
-                           (int)o->alg);
-    }
-    if (rv != 0)
+    rv = run_alg(tables, ntables, t, o, &p, d);
+    /* Only a plan that does not fit HBM goes to the host tier: where HBM
+     * suffices the tables stay there (no tier is cheaper in this model). */
+    if (rv == SD_ENOSPACE && t->host_dram_bytes > 0)
+        rv = run_tiered(tables, ntables, t, o, &tiered, &p, d);
+    if (rv != 0) {
+        if (rv == SD_ENOMEM)
+            sd_diag_set(d, rv, "out of memory");
         return rv;
+    }
+    if (tiered != NULL)
+        use = tiered;
     p.algorithm = plan_alg_name(o->alg);
 
     /* Every algorithm's output is checked before anyone sees it: a plan
-     * that drops a column or overfills a device is a bug, not a result. */
-    rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
+     * that drops a column or overfills a device is a bug, not a result.
+     * Tiered tables give their shards their tiers here. */
+    rv = plan_validate(&p, use, ntables, t, o->optimizer, d);
     if (rv == 0 && !pins_kept(&p, tables, o->pins))
         rv = sd_diag_set(d, SD_EINVAL, "%s: a pinned table was moved or split",
                          p.algorithm);
@@ -181,9 +250,12 @@ int plan_run(const struct table *tables, size_t ntables,
         rv = sd_diag_set(d, SD_EINVAL, "%s: a table's constraint was not kept",
                          p.algorithm);
     if (rv == 0)
-        rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);
+        rv = plan_evaluate(&p, use, ntables, t, o->optimizer, m);
     if (rv == 0)
-        rv = plan_explain(&p, tables, t, m);
+        rv = plan_explain(&p, use, t, m);
+    if (rv == 0 && tiered != NULL)
+        tier_pass_note(&p, tiered, ntables, t, o->optimizer);
+    free(tiered);
     if (rv != 0) {
         if (rv == SD_ENOMEM)
             sd_diag_set(d, rv, "out of memory");

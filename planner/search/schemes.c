@@ -14,8 +14,6 @@
  * (a replica costs every device its bytes). */
 #define DP_MEM_SHARE   0.1
 #define DP_TABLE_SHARE 0.001
-/* Pooled embeddings travel as fp32. */
-#define POOLED_BYTES 4.0
 
 /* What the pass works with. */
 struct pass {
@@ -206,7 +204,8 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
     int32_t n = t->ndevices, L = t->devices_per_host;
     struct shard s = {.col_width = tb->dim, .scheme = SCHEME_DP};
     struct table local;
-    double cols_bytes = (double)t->batch_size / n * POOLED_BYTES * tb->dim;
+    double cols_bytes =
+        (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
     shard_table(tb, &s, n, &local);
@@ -280,7 +279,10 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
         *why = REASON_HOT;
         return SCHEME_TWRW;
     }
-    if (!constraint_allows(c, SCHEME_DP) || ps->t->ndevices == 1)
+    /* A table the tier pass put in host DRAM is never replicated (replicas
+     * stay in HBM). */
+    if (!constraint_allows(c, SCHEME_DP) || ps->t->ndevices == 1 ||
+        tb->tier != TIER_HBM)
         return SCHEME_TW;
     for (r = 0; r < ps->t->ndevices; r++)
         if (topology_mem(ps->t, r) < smallest)

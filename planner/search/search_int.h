@@ -63,4 +63,20 @@ void scheme_pass_free(struct scheme_pass *sp);
 void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                       struct plan *p);
 
+/*
+ * The tier pass (tiers.c), run by plan_run() when an algorithm found the
+ * devices' memory too small and the topology has host DRAM: sets the tier
+ * of every table of `tables` (a copy the caller owns) so that their HBM
+ * bytes (shard_bytes()) come to at most `target`, cheapest first: each step
+ * moves one table one load factor down (from fused through caching at 0.8
+ * ... 0.005 to fused_uvm), the step adding the least modelled host-link
+ * time (tier_shard_ms() of the table whole) per byte it frees.  Returns 0,
+ * SD_ENOSPACE when even all in UVM is over the target, or SD_ENOMEM.
+ */
+int tier_pass(struct table *tables, size_t n, const struct topology *t,
+              const struct plan_options *o, uint64_t target);
+/* Notes on p what the tier pass chose for `tiered` and what it costs. */
+void tier_pass_note(struct plan *p, const struct table *tiered, size_t n,
+                    const struct topology *t, enum optimizer opt);
+
 #endif /* SHARDD_PLANNER_SEARCH_INT_H */

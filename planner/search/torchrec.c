@@ -144,7 +144,17 @@ static void options_init(const struct table *tb, const struct topology *t,
          * plan that fits here always passes it. */
         trec = trec_shard_storage(&in, opt);
         ours = shard_block_bytes(&block, &s, opt);
-        out[k].storage = trec > ours ? trec : ours;
+        if (tb->tier != TIER_HBM && k != OPT_DP) {
+            /* Off HBM (the tier pass): the HBM share of the weights plus
+             * what TorchRec charges beyond the weights (its buffers). */
+            uint64_t full;
+
+            block.tier = TIER_HBM;
+            full = shard_block_bytes(&block, &s, opt);
+            out[k].storage = ours + (trec > full ? trec - full : 0);
+        } else {
+            out[k].storage = trec > ours ? trec : ours;
+        }
     }
     if (c != NULL && c->min_row_shards > out[OPT_TWRW].nshards)
         out[OPT_TWRW].allowed = false;

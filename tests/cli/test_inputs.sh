@@ -130,8 +130,8 @@ json_check "$DIR/native.out.json" '[n["message"] for n in d["notes"]] == ["bins 
 expect_fail 2 "--tables-format \"csv\" is not auto, shardd or torchrec" $PLAN --offline --tables-format csv
 expect_fail 2 "tables[0] \"t00\": rows is missing (the table is in TorchRec's form" \
     $PLAN --offline --tables-format shardd
-printf '{"tables":[{"name":"a","num_embeddings":10,"embedding_dim":8,"data_type":"INT8"}]}' >"$DIR/int8.json"
-expect_fail 2 'tables[0] "a": data_type "INT8" is not planned yet' \
+printf '{"tables":[{"name":"a","num_embeddings":10,"embedding_dim":8,"data_type":"INT4"}]}' >"$DIR/int8.json"
+expect_fail 2 'tables[0] "a": data_type "INT4" is not planned yet' \
     plan --offline --tables "$DIR/int8.json" --devices 2 --mem-gb 1
 printf '{"tables":[{"name":"a","num_embeddings":10,"embedding_dim":8}],"constraints":{"b":{}}}' >"$DIR/cb.json"
 expect_fail 2 'constraints["b"]: no table has that name' \

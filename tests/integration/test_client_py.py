@@ -231,12 +231,38 @@ def inside(shardd_bin, shardctl_bin):
             self.assertEqual(plan.notes, [])
             self.check_plan(plan, tables, 2)
 
+        def test_6_tiers(self):
+            """HBM for 40 % of the tables, host DRAM for all: UVM caches,
+            their kernel and load factor in the plan and in to_torchrec, as
+            shardctl says."""
+            bins = [0.0] * 17
+            bins[0], bins[2], bins[8], bins[16] = 0.6, 0.3, 0.09, 0.01
+            tables = [{"name": "u%02d" % i, "rows": 100000, "dim": 64,
+                       "pooling_factor": 2.0 + i, "bins": bins} for i in range(10)]
+            mem_gb = 0.4 * 10 * 100000 * 64 * 4 / 4 / (1 << 30)
+            with self.assertRaises(shardd.ShardError) as e:
+                self.c.plan(tables, shardd.Topology(4, mem_gb=mem_gb))
+            self.assertEqual(e.exception.code, "RESOURCE_EXHAUSTED")
+            topo = shardd.Topology(4, mem_gb=mem_gb, host_dram_gb=1.0)
+            plan = self.c.plan(tables, topo)
+            kernels = {s.compute_kernel for ss in plan.tables.values() for s in ss}
+            self.assertIn("fused_uvm_caching", kernels)
+            self.assertGreater(sum(d.ddr_bytes for d in plan.devices), 0)
+            self.assertIn("(modelled)", plan.cost_model)
+            path = os.path.join(tmp, "tiers.json")
+            with open(path, "w") as f:
+                json.dump({"tables": tables}, f)
+            r = ctl("plan", "--tables", path, "--devices", "4", "--mem-gb",
+                    repr(mem_gb), "--host-dram-gb", "1", "--torchrec")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(shardd.to_torchrec(plan)["plan"], json.loads(r.stdout)["plan"])
+
         def test_5_errors(self):
             with self.assertRaises(shardd.ShardError) as e:
                 self.c.plan([{"name": "a", "num_embeddings": 10, "embedding_dim": 8,
-                              "data_type": "INT8"}], shardd.Topology(2, mem_gb=1))
+                              "data_type": "INT4"}], shardd.Topology(2, mem_gb=1))
             self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
-            self.assertIn('torchrec_tables[0] "a": data_type "INT8" is not planned yet',
+            self.assertIn('torchrec_tables[0] "a": data_type "INT4" is not planned yet',
                           e.exception.message)
             with self.assertRaises(ValueError):
                 self.c.plan([{"name": "a", "num_embeddings": 10, "embedding_dim": 8},

@@ -393,8 +393,8 @@ static void test_torchrec_errors(void)
         const char *doc, *words;
     } cases[] = {
         {"{\"tables\":[{\"name\":\"a\",\"num_embeddings\":10,"
-         "\"embedding_dim\":8,\"data_type\":\"INT8\"}]}",
-         "tables[0] \"a\": data_type \"INT8\" is not planned yet"},
+         "\"embedding_dim\":8,\"data_type\":\"INT4\"}]}",
+         "tables[0] \"a\": data_type \"INT4\" is not planned yet"},
         {"{\"tables\":[{\"name\":\"a\",\"num_embeddings\":10,"
          "\"embedding_dim\":8,\"data_type\":\"FP64\"}]}",
          "data_type \"FP64\" is not a TorchRec DataType"},

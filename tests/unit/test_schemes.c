@@ -39,7 +39,7 @@ static void topo4(struct topology *t)
 static void add(struct plan *p, uint32_t table, int32_t dev, int32_t col,
                 int32_t w, int64_t row, int64_t rows, enum plan_scheme sc)
 {
-    struct shard s = {table, dev, col, w, row, rows, (uint8_t)sc};
+    struct shard s = {table, dev, col, w, row, rows, (uint8_t)sc, TIER_HBM, 0};
 
     CHECK(plan_add_shard(p, &s) == 0);
 }
@@ -111,7 +111,7 @@ static void test_plan_collectives(void)
 static void test_views(void)
 {
     struct table tb = mk("t", 1000, 16, 10), v;
-    struct shard s = {0, 0, 4, 8, 250, 250, SCHEME_RW};
+    struct shard s = {0, 0, 4, 8, 250, 250, SCHEME_RW, TIER_HBM, 0};
 
     shard_table(&tb, &s, 4, &v);
     CHECK(v.rows == 250 && v.dim == 8);
@@ -119,7 +119,7 @@ static void test_views(void)
     CHECK(v.bins[0] == 0.5);
     CHECK(shard_block_bytes(&tb, &s, OPTIMIZER_SGD) == 250 * 8 * 4);
     CHECK(shard_block_bytes(&tb, &s, OPTIMIZER_ADAM) == 3 * 250 * 8 * 4);
-    s = (struct shard){0, 0, 0, 16, 0, 0, SCHEME_DP};
+    s = (struct shard){0, 0, 0, 16, 0, 0, SCHEME_DP, TIER_HBM, 0};
     shard_table(&tb, &s, 4, &v);
     CHECK(v.rows == 1000);
     CHECK_NEAR(v.pooling_factor, 2.5, 1e-12);

@@ -122,8 +122,28 @@ static void test_dtype(void)
 
     CHECK(table_dtype_parse("fp16", &dt) == 0 && dt == TABLE_DTYPE_FP16);
     CHECK(table_dtype_parse("fp32", &dt) == 0 && dt == TABLE_DTYPE_FP32);
-    CHECK(table_dtype_parse("int8", &dt) == SD_EINVAL);
+    /* int8 and bf16 are known since the precisions (issue #17); int4 is
+     * not. */
+    CHECK(table_dtype_parse("int4", &dt) == SD_EINVAL);
+    CHECK(table_dtype_parse("bf16", &dt) == 0 && dt == TABLE_DTYPE_BF16);
+    CHECK(table_dtype_parse("int8", &dt) == 0 && dt == TABLE_DTYPE_INT8);
     CHECK(strcmp(table_dtype_name(TABLE_DTYPE_FP16), "fp16") == 0);
+}
+
+/* Weight bytes follow the precision: fp16 and bf16 halve fp32, int8 is a
+ * quarter plus its per-row scale and bias. */
+static void test_precision_bytes(void)
+{
+    struct table t = {.name = "p", .rows = 1000, .dim = 64};
+
+    CHECK(table_bytes(&t, 64) == 1000u * 64 * 4);
+    t.dtype = TABLE_DTYPE_FP16;
+    CHECK(table_bytes(&t, 64) == 1000u * 64 * 2);
+    CHECK(shard_bytes(&t, 64, OPTIMIZER_ADAM) == 3u * 1000 * 64 * 2);
+    t.dtype = TABLE_DTYPE_BF16;
+    CHECK(table_bytes(&t, 32) == 1000u * 32 * 2);
+    t.dtype = TABLE_DTYPE_INT8;
+    CHECK(table_bytes(&t, 64) == 1000u * (64 + TABLE_INT8_ROW_EXTRA));
 }
 
 /*
@@ -192,5 +212,6 @@ int main(void)
     test_all();
     test_features();
     test_dtype();
+    test_precision_bytes();
     return tap_done();
 }

@@ -181,8 +181,8 @@ static void test_torchrec_errors(void)
         make_trec(&m, &c, &cp);                                                \
     } while (0)
     make_trec(&m, &c, &cp);
-    m.data_type = str("BF16");
-    REFUSED("torchrec_tables[0] \"t0\": data_type \"BF16\" is not planned yet");
+    m.data_type = str("INT4");
+    REFUSED("torchrec_tables[0] \"t0\": data_type \"INT4\" is not planned yet");
     m.data_type = str("FP8");
     REFUSED("data_type \"FP8\" is not a TorchRec DataType");
     m.embedding_dim = 66;

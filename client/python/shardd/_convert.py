@@ -166,18 +166,21 @@ def to_torchrec(plan, module="embedding_bags"):
     {table: {"sharding_type", "compute_kernel", "ranks", "shards":
     [{"shard_offsets", "shard_sizes", "placement"}]}}}}, as `shardctl plan
     --torchrec` writes it.  A table in one shard is table_wise, in several
-    column_wise; every kernel is "fused" (device memory)."""
+    column_wise; the kernel is the shards' ("fused": device memory;
+    "fused_uvm_caching" with cache_params.load_factor)."""
     per_host = plan.devices_per_host or len(plan.devices)
     mod = {}
     for name, shards in plan.tables.items():
         rows = plan.rows[name]
         mod[name] = {
             "sharding_type": "table_wise" if len(shards) == 1 else "column_wise",
-            "compute_kernel": "fused",
+            "compute_kernel": getattr(shards[0], "compute_kernel", "fused"),
             "ranks": [s.device for s in shards],
             "shards": [{"shard_offsets": [0, s.col_offset],
                         "shard_sizes": [rows, s.col_width],
                         "placement": "rank:%d/cuda:%d" % (s.device, s.device % per_host)}
                        for s in shards],
         }
+        if mod[name]["compute_kernel"] == "fused_uvm_caching":
+            mod[name]["cache_params"] = {"load_factor": shards[0].cache_load_factor}
     return {"plan": {module: mod}}

@@ -52,6 +52,10 @@ class ShardError(Exception):
         self.message = message
 
 
+_KERNELS = {0: "fused", 1: "fused", 2: "fused_uvm", 3: "fused_uvm_caching"}
+_COMM_PRECISIONS = {"": 0, "fp32": 1, "fp16": 2, "bf16": 3}  # DType values
+
+
 @dataclass(frozen=True)
 class Topology:
     """The devices of a job.  Capacity in GiB (mem_gb) or bytes (mem_bytes),
@@ -63,6 +67,12 @@ class Topology:
     mem_gb_by_device: Optional[List[float]] = None
     devices_per_host: int = 0
     batch_size: int = 0
+    # The host tier: host DRAM per host for tables in UVM (0: none, every
+    # table in device memory) and the host link in GiB/s (0: 32); the
+    # exchanges' precision: "fp32" (""), "fp16" or "bf16".
+    host_dram_gb: float = 0.0
+    host_link_gbps: float = 0.0
+    comm_precision: str = ""
 
     def to_proto(self):
         m = types_pb2.Topology(num_devices=self.num_devices,
@@ -71,6 +81,12 @@ class Topology:
                                mem_bytes_per_device=self.mem_bytes or int(self.mem_gb * GIB))
         if self.mem_gb_by_device:
             m.mem_bytes_by_device.extend(int(g * GIB) for g in self.mem_gb_by_device)
+        m.host_dram_bytes = int(self.host_dram_gb * GIB)
+        m.host_link_bw_bytes_per_ms = self.host_link_gbps * GIB / 1000.0
+        if self.comm_precision not in _COMM_PRECISIONS:
+            raise ValueError("comm_precision %r is not one of %s"
+                             % (self.comm_precision, sorted(_COMM_PRECISIONS)))
+        m.comm_dtype = _COMM_PRECISIONS[self.comm_precision]
         return m
 
 
@@ -80,6 +96,10 @@ class Shard:
     device: int
     col_offset: int
     col_width: int
+    # Where its weights live (TorchRec's kernel) and a UVM cache's load
+    # factor.
+    compute_kernel: str = "fused"
+    cache_load_factor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,8 @@ class DeviceCost:
     fwd_comm_ms: float
     bwd_comm_ms: float
     total_ms: float
+    ddr_bytes: int = 0  # in its host's DRAM (UVM tiers)
+    tier_ms: float = 0.0  # of compute_ms: the modelled host-link time
 
 
 @dataclass(frozen=True)
@@ -178,10 +200,13 @@ class Client:
         resp = self._call(_PLAN, req, planner_pb2.PlanResponse, timeout)
         shapes = [_convert.table_shape(t) for t in tables]
         return Plan(
-            tables={tp.table: [Shard(s.device, s.col_offset, s.col_width) for s in tp.shards]
+            tables={tp.table: [Shard(s.device, s.col_offset, s.col_width,
+                                     _KERNELS.get(s.compute_kernel, "fused"),
+                                     s.cache_load_factor) for s in tp.shards]
                     for tp in resp.tables},
             devices=[DeviceCost(d.device, d.memory_bytes, d.memory_capacity_bytes,
-                                d.compute_ms, d.fwd_comm_ms, d.bwd_comm_ms, d.total_ms)
+                                d.compute_ms, d.fwd_comm_ms, d.bwd_comm_ms, d.total_ms,
+                                d.ddr_bytes, d.tier_ms)
                      for d in resp.devices],
             cost_ms=resp.plan_cost_ms, algorithm=resp.algorithm,
             cost_model=resp.basis.cost_model, comm_model=resp.basis.comm_model,

@@ -1,0 +1,361 @@
+/*
+ * Memory tiers and precisions: the miss-rate curve and the host-link cost
+ * against values worked by hand from a histogram, per-tier bytes, plan
+ * validation of host DRAM, the tier pass (a case HBM holds 40 % of is
+ * planned with UVM caches; where HBM suffices none is chosen), weight
+ * precision in memory and comm precision in the exchanges, and the plan
+ * formats carrying the tiers.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "planner.h"
+
+/*
+ * The hand-worked table: 1000 rows, batch 100, pooling factor 2.1: 210
+ * lookups.  Bins: half the unique rows touched once, a quarter twice (bin
+ * 1, count 2), a quarter 5..8 times (bin 3, mean count 0.75 * 8 + 0.5 =
+ * 6.5).  Per unique row 0.5 + 0.5 + 1.625 = 2.625 lookups: U = 210 / 2.625
+ * = 80 unique rows: 20 of bin 3 (130 lookups), 20 of bin 1 (40), 40 of bin
+ * 0 (40).  Hot rows 40; the other rows 960.
+ */
+static struct table hand_table(void)
+{
+    struct table t;
+
+    memset(&t, 0, sizeof(t));
+    snprintf(t.name, sizeof(t.name), "hand");
+    t.rows = 1000;
+    t.dim = 8;
+    t.pooling_factor = 2.1;
+    t.bins[0] = 0.5;
+    t.bins[1] = 0.25;
+    t.bins[3] = 0.25;
+    return t;
+}
+
+static void test_miss_curve(void)
+{
+    struct table t = hand_table();
+
+    /* 10 rows cached: 10 of bin 3, 65 lookups hit: 145 / 210 miss. */
+    CHECK_NEAR(tier_miss_rate(&t, 100, 0.01), 145.0 / 210.0, 1e-12);
+    /* 30 rows: all of bin 3 (130) and 10 of bin 1 (20): 60 / 210. */
+    CHECK_NEAR(tier_miss_rate(&t, 100, 0.03), 60.0 / 210.0, 1e-12);
+    /* 40 rows: every hot row; the 40 once-touched lookups miss. */
+    CHECK_NEAR(tier_miss_rate(&t, 100, 0.04), 40.0 / 210.0, 1e-12);
+    /* 136 rows: room 96 of the other 960 rows holds a tenth of the
+     * once-touched rows: 4 more hits, 36 / 210. */
+    CHECK_NEAR(tier_miss_rate(&t, 100, 0.136), 36.0 / 210.0, 1e-9);
+    CHECK(tier_miss_rate(&t, 100, 0.0) == 1.0);
+    CHECK(tier_miss_rate(&t, 100, 1.0) == 0.0);
+    /* The curve falls as the cache grows. */
+    CHECK(tier_miss_rate(&t, 100, 0.02) > tier_miss_rate(&t, 100, 0.03));
+    /* A table never accessed never misses. */
+    memset(t.bins, 0, sizeof(t.bins));
+    CHECK(tier_miss_rate(&t, 100, 0.01) == 0.0);
+}
+
+static void test_shard_cost_and_bytes(void)
+{
+    struct table t = hand_table();
+    struct topology topo;
+    struct shard s = {.col_width = 8,
+                      .scheme = SCHEME_TW,
+                      .tier = TIER_UVM_CACHING,
+                      .cache_load_factor = 0.03f};
+
+    topology_default(&topo, 2, 1ull << 20);
+    topo.batch_size = 100;
+    topo.host_link_bw = 1000; /* bytes per ms */
+    /* 60 missed lookups of 8 fp32 columns (32 bytes), read in the forward
+     * and moved twice in the backward: 5760 bytes at 1000 bytes/ms. */
+    CHECK_NEAR(tier_shard_ms(&t, &s, &topo), 5.76, 1e-6);
+    /* UVM: every one of the 210 lookups. */
+    s.tier = TIER_UVM;
+    CHECK_NEAR(tier_shard_ms(&t, &s, &topo), 3.0 * 210 * 32 / 1000.0, 1e-9);
+    s.tier = TIER_HBM;
+    CHECK(tier_shard_ms(&t, &s, &topo) == 0);
+    /* The default link is TorchRec's 32 GiB/s. */
+    topo.host_link_bw = 0;
+    CHECK(topology_host_link_bw(&topo) == TOPO_HOST_LINK_BW);
+
+    /* Bytes per tier: 1000 x 8 x 4 = 32000 weights, Adam three times. */
+    CHECK(shard_bytes(&t, 8, OPTIMIZER_SGD) == 32000);
+    CHECK(shard_ddr_bytes(&t, 8, OPTIMIZER_SGD) == 0);
+    t.tier = TIER_UVM_CACHING;
+    t.cache_load_factor = 0.25f;
+    CHECK(shard_bytes(&t, 8, OPTIMIZER_ADAM) == 24000);
+    CHECK(shard_ddr_bytes(&t, 8, OPTIMIZER_ADAM) == 96000);
+    t.tier = TIER_UVM;
+    CHECK(shard_bytes(&t, 8, OPTIMIZER_SGD) == 0);
+    CHECK(shard_ddr_bytes(&t, 8, OPTIMIZER_SGD) == 32000);
+    /* A row block in a cache: its rows' share. */
+    s = (struct shard){.col_width = 8,
+                       .row_offset = 0,
+                       .row_count = 500,
+                       .scheme = SCHEME_RW,
+                       .tier = TIER_UVM_CACHING,
+                       .cache_load_factor = 0.5f};
+    t.tier = TIER_HBM;
+    CHECK(shard_block_bytes(&t, &s, OPTIMIZER_SGD) == 8000);
+    CHECK(shard_block_ddr_bytes(&t, &s, OPTIMIZER_SGD) == 16000);
+}
+
+/* n hot, skewed tables of 100000 x 64 fp32 (25.6 MB each). */
+static struct table *skewed_tables(size_t n)
+{
+    struct table *ts = calloc(n, sizeof(*ts));
+    size_t i;
+
+    for (i = 0; ts != NULL && i < n; i++) {
+        snprintf(ts[i].name, sizeof(ts[i].name), "t%02zu", i);
+        ts[i].rows = 100000;
+        ts[i].dim = 64;
+        ts[i].pooling_factor = 2.0 + (double)i;
+        ts[i].bins[0] = 0.6;
+        ts[i].bins[2] = 0.3;
+        ts[i].bins[8] = 0.09;
+        ts[i].bins[16] = 0.01;
+    }
+    return ts;
+}
+
+static uint64_t all_bytes(const struct table *ts, size_t n)
+{
+    uint64_t b = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        b += shard_bytes(&ts[i], ts[i].dim, OPTIMIZER_SGD);
+    return b;
+}
+
+/* HBM holds 40 % of the tables' bytes; host DRAM all of them. */
+static void test_caching_planned(enum plan_alg alg)
+{
+    const size_t n = 10;
+    struct table *ts = skewed_tables(n);
+    struct plan_options o;
+    struct topology topo;
+    struct plan p;
+    struct sd_diag d = {0};
+    uint64_t need = all_bytes(ts, n), ddr = 0;
+    size_t k, tiered = 0;
+    double tier_ms = 0;
+    int32_t r;
+
+    plan_options_default(&o);
+    o.alg = alg;
+    topology_default(&topo, 4, need * 4 / 10 / 4);
+    topo.batch_size = 4096;
+    /* Today's behaviour without host DRAM: refused. */
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) ==
+          SD_ENOSPACE);
+    topo.host_dram_bytes = need;
+    if (plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) != 0) {
+        CHECK(!"planned with the host tier");
+        fprintf(stderr, "%s: %s\n", plan_alg_name(alg), d.msg);
+        free(ts);
+        return;
+    }
+    for (k = 0; k < p.nshards; k++)
+        tiered += p.shards[k].tier != TIER_HBM;
+    CHECK(tiered > 0);
+    for (r = 0; r < p.ndevices; r++) {
+        CHECK(p.devices[r].mem_bytes <= topo.mem_bytes);
+        ddr += p.devices[r].ddr_bytes;
+        tier_ms += p.devices[r].tier_ms;
+    }
+    CHECK(ddr > 0 && ddr <= topo.host_dram_bytes);
+    CHECK(tier_ms > 0); /* the misses are costed */
+    CHECK(strstr(p.cost_model, "(modelled)") != NULL);
+    CHECK(p.nnotes > 0 && strstr(p.notes[p.nnotes - 1], "tiers:") != NULL);
+    /* The plan stands on its own: checked again against the tables as
+     * given, its shards carry their tiers. */
+    CHECK(plan_validate(&p, ts, n, &topo, OPTIMIZER_SGD, &d) == 0);
+    plan_destroy(&p);
+
+    /* Host DRAM too small for what does not fit HBM: refused. */
+    topo.host_dram_bytes = need / 4;
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) ==
+          SD_ENOSPACE);
+    free(ts);
+}
+
+/* Where HBM suffices, even tightly (the tables take over 90 % of it, more
+ * than the tier pass's first budget), the host tier changes nothing. */
+static void test_hbm_suffices(void)
+{
+    const size_t n = 8;
+    struct table *ts = skewed_tables(n);
+    struct plan_options o;
+    struct topology topo;
+    struct plan a, b;
+    struct sd_diag d = {0};
+    size_t k;
+
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_SIZE_LOOKUP_GREEDY;
+    /* Two tables a device, 3 % to spare. */
+    topology_default(&topo, 4, all_bytes(ts, n) / 4 * 103 / 100);
+    topo.batch_size = 4096;
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d) == 0);
+    topo.host_dram_bytes = 1ull << 40;
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d) == 0);
+    CHECK(a.nshards == b.nshards && a.cost_ms == b.cost_ms);
+    for (k = 0; k < b.nshards; k++)
+        CHECK(b.shards[k].tier == TIER_HBM);
+    CHECK(b.devices[0].ddr_bytes == 0 && b.devices[0].tier_ms == 0);
+    plan_destroy(&a);
+    plan_destroy(&b);
+    free(ts);
+}
+
+/* plan_validate(): host DRAM per host, and no tier without it. */
+static void test_validate_dram(void)
+{
+    struct table t = hand_table();
+    struct topology topo;
+    struct plan p;
+    struct sd_diag d = {0};
+    struct shard s = {.col_width = 8,
+                      .scheme = SCHEME_TW,
+                      .tier = TIER_UVM_CACHING,
+                      .cache_load_factor = 0.5f};
+
+    topology_default(&topo, 2, 1ull << 20);
+    topo.devices_per_host = 1;
+    CHECK(plan_init(&p, 2) == 0);
+    CHECK(plan_add_shard(&p, &s) == 0);
+    CHECK(plan_validate(&p, &t, 1, &topo, OPTIMIZER_SGD, &d) == SD_ENOSPACE);
+    CHECK(strstr(d.msg, "no host DRAM") != NULL);
+    topo.host_dram_bytes = 31999; /* the table is 32000 bytes */
+    CHECK(plan_validate(&p, &t, 1, &topo, OPTIMIZER_SGD, &d) == SD_ENOSPACE);
+    CHECK(strstr(d.msg, "host 0") != NULL);
+    topo.host_dram_bytes = 32000;
+    CHECK(plan_validate(&p, &t, 1, &topo, OPTIMIZER_SGD, &d) == 0);
+    CHECK(plan_evaluate(&p, &t, 1, &topo, OPTIMIZER_SGD,
+                        &cost_model_analytic) == 0);
+    CHECK(p.devices[0].mem_bytes == 16000 && p.devices[0].ddr_bytes == 32000);
+    /* The misses are in the device's compute: the same shard in HBM costs
+     * tier_shard_ms() less. */
+    {
+        double cached = p.devices[0].compute_ms,
+               miss = tier_shard_ms(&t, &p.shards[0], &topo);
+
+        CHECK(miss > 0 && p.devices[0].tier_ms == miss);
+        p.shards[0].tier = TIER_HBM;
+        CHECK(plan_evaluate(&p, &t, 1, &topo, OPTIMIZER_SGD,
+                            &cost_model_analytic) == 0);
+        CHECK_NEAR(cached - p.devices[0].compute_ms, miss, 1e-9 * cached);
+        p.shards[0].tier = TIER_UVM_CACHING;
+    }
+    /* A load factor out of (0, 1) is malformed. */
+    p.shards[0].cache_load_factor = 1.5f;
+    CHECK(plan_validate(&p, &t, 1, &topo, OPTIMIZER_SGD, &d) == SD_EINVAL);
+    plan_destroy(&p);
+}
+
+/* fp16 weights halve a plan's memory. */
+static void test_weight_precision(void)
+{
+    const size_t n = 4;
+    struct table *ts = skewed_tables(n);
+    struct plan_options o;
+    struct topology topo;
+    struct plan a, b;
+    struct sd_diag d = {0};
+    uint64_t ma = 0, mb = 0;
+    size_t i;
+    int32_t r;
+
+    plan_options_default(&o);
+    topology_default(&topo, 2, 1ull << 30);
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d) == 0);
+    for (i = 0; i < n; i++)
+        ts[i].dtype = TABLE_DTYPE_FP16;
+    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d) == 0);
+    for (r = 0; r < 2; r++) {
+        ma += a.devices[r].mem_bytes;
+        mb += b.devices[r].mem_bytes;
+    }
+    CHECK(ma == 2 * mb && mb > 0);
+    plan_destroy(&a);
+    plan_destroy(&b);
+    free(ts);
+}
+
+/* fp16 and bf16 exchanges move half the bytes: with no latency, half the
+ * time, in the all-to-all and in a row group's collective. */
+static void test_comm_precision(void)
+{
+    struct topology t;
+    double full, half, rg_full, rg_half;
+
+    topology_default(&t, 4, 1ull << 30);
+    t.devices_per_host = 2;
+    t.batch_size = 4096;
+    t.link_latency_ms = 0;
+    full = cost_comm_alpha_beta_one(&t, 64, 128, 256);
+    rg_full = collective_row_group_ms(&t, 64, 2, false);
+    t.comm_dtype = TABLE_DTYPE_FP16;
+    half = cost_comm_alpha_beta_one(&t, 64, 128, 256);
+    rg_half = collective_row_group_ms(&t, 64, 2, false);
+    CHECK(full > 0 && rg_full > 0);
+    CHECK_NEAR(half, full / 2, 1e-12 * full);
+    CHECK_NEAR(rg_half, rg_full / 2, 1e-12 * rg_full);
+    t.comm_dtype = TABLE_DTYPE_BF16;
+    CHECK_NEAR(cost_comm_alpha_beta_one(&t, 64, 128, 256), full / 2,
+               1e-12 * full);
+    /* int8 is no comm precision. */
+    t.comm_dtype = TABLE_DTYPE_INT8;
+    CHECK(topology_validate(&t, NULL) == SD_EINVAL);
+}
+
+/* shardd's plan JSON carries a table's kernel and load factor both ways. */
+static void test_json_tiers(void)
+{
+    struct table t = hand_table();
+    struct topology topo;
+    struct plan p, q;
+    struct sd_diag d = {0};
+    struct shard s = {.col_width = 8,
+                      .scheme = SCHEME_TW,
+                      .tier = TIER_UVM_CACHING,
+                      .cache_load_factor = 0.25f};
+    char *text;
+
+    topology_default(&topo, 1, 1ull << 20);
+    topo.host_dram_bytes = 1ull << 20;
+    CHECK(plan_init(&p, 1) == 0);
+    CHECK(plan_add_shard(&p, &s) == 0);
+    CHECK(plan_validate(&p, &t, 1, &topo, OPTIMIZER_SGD, &d) == 0);
+    CHECK(plan_evaluate(&p, &t, 1, &topo, OPTIMIZER_SGD,
+                        &cost_model_analytic) == 0);
+    p.algorithm = "test";
+    text = json_plan(&p, &t);
+    CHECK(text != NULL && strstr(text, "\"fused_uvm_caching\"") != NULL);
+    CHECK(json_parse_plan(text, strlen(text), &t, 1, &q, &d) == 0);
+    CHECK(q.nshards == 1 && q.shards[0].tier == TIER_UVM_CACHING &&
+          q.shards[0].cache_load_factor == 0.25f);
+    free(text);
+    plan_destroy(&q);
+    plan_destroy(&p);
+}
+
+int main(void)
+{
+    test_miss_curve();
+    test_shard_cost_and_bytes();
+    test_caching_planned(PLAN_ALG_TORCHREC_GREEDY);
+    test_caching_planned(PLAN_ALG_SIZE_LOOKUP_GREEDY);
+    test_hbm_suffices();
+    test_validate_dram();
+    test_weight_precision();
+    test_comm_precision();
+    test_json_tiers();
+    return tap_done();
+}
