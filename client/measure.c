@@ -248,7 +248,7 @@ int measure_train(const struct ctl_opts *o)
     memset(&sm, 0, sizeof(sm));
     sm.info.profile_id = prof.id;
     sm.info.kind = STORE_KIND_COMPUTE;
-    sm.info.format_version = NET_FORMAT_VERSION;
+    sm.info.format_version = net_format_version(m);
     sm.info.metrics.val_mape = m->metrics.val_mape;
     sm.info.metrics.test_mape = m->metrics.test_mape;
     sm.info.metrics.train_samples = m->metrics.train_samples;

@@ -119,10 +119,11 @@ int models_parse_stored(const struct store_model *sm, struct cost_net **out,
 {
     int rv;
 
-    if (sm->info.format_version != NET_FORMAT_VERSION)
+    if (sm->info.format_version < 1 ||
+        sm->info.format_version > NET_FORMAT_VERSION)
         return sd_diag_set(d, SD_EFORMAT,
                            "model %lld: weights format %d, this shardd "
-                           "reads %d",
+                           "reads 1 to %d",
                            (long long)sm->info.id, (int)sm->info.format_version,
                            NET_FORMAT_VERSION);
     rv = net_parse(sm->weights, sm->info.weights_bytes, out, d);

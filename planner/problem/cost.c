@@ -95,13 +95,48 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
     }
 }
 
+const char *cost_comm_exchange(const struct topology *t, const int32_t *dim_sum,
+                               const double *compute_ms, double *fwd_ms,
+                               double *bwd_ms)
+{
+    double max_ready = 0;
+    int32_t r;
+
+    if (t->comm != NULL) {
+        t->comm->exchange(t->comm->ctx, t, dim_sum, compute_ms, fwd_ms, bwd_ms);
+        return t->comm->name;
+    }
+    cost_comm_alpha_beta(t, dim_sum, fwd_ms, bwd_ms);
+    /* The forward all-to-all starts when the slowest device is ready: a
+     * device that finishes early waits (neuroshard.md 6.1). */
+    for (r = 0; r < t->ndevices; r++) {
+        double ready = (compute_ms ? compute_ms[r] : 0) + bwd_ms[r];
+
+        if (ready > max_ready)
+            max_ready = ready;
+    }
+    for (r = 0; r < t->ndevices; r++)
+        fwd_ms[r] += max_ready - ((compute_ms ? compute_ms[r] : 0) + bwd_ms[r]);
+    return "alpha_beta";
+}
+
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
                     const int32_t *dim_sum, double *fwd_scratch,
                     double *bwd_scratch)
 {
-    double max_ready = 0, max_fwd = 0;
+    double max_ready = 0, max_fwd = 0, max_total = 0;
     int32_t r;
 
+    if (t->comm != NULL) {
+        cost_comm_exchange(t, dim_sum, compute_ms, fwd_scratch, bwd_scratch);
+        for (r = 0; r < t->ndevices; r++) {
+            double total = compute_ms[r] + bwd_scratch[r] + fwd_scratch[r];
+
+            if (total > max_total)
+                max_total = total;
+        }
+        return max_total;
+    }
     cost_comm_alpha_beta(t, dim_sum, fwd_scratch, bwd_scratch);
     /* total_r = ready_r + fwd_r + (max ready - ready_r): every device
      * finishes at the slowest one's ready time plus its own exchange. */
@@ -116,13 +151,13 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
     return max_ready + max_fwd;
 }
 
-
 int plan_explain(struct plan *p, const struct table *tables,
                  const struct topology *t, const struct cost_model *m)
 {
     struct plan_explain *e = &p->explain;
     int32_t n = p->ndevices, r, crit = 0, *dims = NULL;
     double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm, latency;
+    double balanced_bwd;
     size_t k, i;
     int64_t total_dim = 0;
 
@@ -193,8 +228,15 @@ int plan_explain(struct plan *p, const struct table *tables,
      */
     for (r = 0; r < n; r++)
         dims[r] = (int32_t)(total_dim / n);
-    cost_comm_alpha_beta(t, dims, fwd, bwd);
+    /* A learned comm model is not convex: there the bound is its exchange
+     * of balanced dims, an estimate rather than a bound (docs/models.md). */
+    cost_comm_exchange(t, dims, NULL, fwd, bwd);
     comm = fwd[0];
+    balanced_bwd = bwd[0];
+    for (r = 1; r < n; r++) { /* alpha-beta: all equal */
+        comm = fwd[r] < comm ? fwd[r] : comm;
+        balanced_bwd = bwd[r] < balanced_bwd ? bwd[r] : balanced_bwd;
+    }
     latency = n > 1 ? t->link_latency_ms * (double)(n - 1) : 0;
     /* A piece costs no more than the device holding it; a model that says
      * otherwise (it is not monotone everywhere) must not lift the bound
@@ -206,8 +248,8 @@ int plan_explain(struct plan *p, const struct table *tables,
     if (largest > max_compute)
         largest = max_compute;
     e->lower_bound_ms =
-        (sum / n + bwd[0] > largest + latency ? sum / n + bwd[0]
-                                              : largest + latency) +
+        (sum / n + balanced_bwd > largest + latency ? sum / n + balanced_bwd
+                                                    : largest + latency) +
         comm;
     e->gap = e->lower_bound_ms > 0 ? p->cost_ms / e->lower_bound_ms - 1 : 0;
     free(dims);
@@ -224,7 +266,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     struct shard_item *items = NULL;
     size_t *start = NULL, *fill = NULL, k;
     int32_t *dim_sum = NULL;
-    double *fwd = NULL, *bwd = NULL, max_ready = 0;
+    double *fwd = NULL, *bwd = NULL, *compute = NULL;
     int rv = SD_ENOMEM;
 
     (void)ntables;
@@ -234,7 +276,8 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     dim_sum = calloc((size_t)n, sizeof(*dim_sum));
     fwd = calloc((size_t)n, sizeof(*fwd));
     bwd = calloc((size_t)n, sizeof(*bwd));
-    if (!items || !start || !fill || !dim_sum || !fwd || !bwd)
+    compute = calloc((size_t)n, sizeof(*compute));
+    if (!items || !start || !fill || !dim_sum || !fwd || !bwd || !compute)
         goto out_free;
 
     memset(p->devices, 0, (size_t)n * sizeof(*p->devices));
@@ -257,35 +300,25 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
 
     for (r = 0; r < n; r++) {
         dim_sum[r] = p->devices[r].dim_sum;
-        p->devices[r].compute_ms =
+        p->devices[r].compute_ms = compute[r] =
             m->shard_ms(m->ctx, t, items + start[r], start[r + 1] - start[r]);
     }
-    cost_comm_alpha_beta(t, dim_sum, fwd, bwd);
-
-    /* The forward all-to-all starts when the slowest device is ready: a
-     * device that finishes early waits (neuroshard.md 6.1). */
-    for (r = 0; r < n; r++) {
-        double ready = p->devices[r].compute_ms + bwd[r];
-
-        if (ready > max_ready)
-            max_ready = ready;
-    }
+    p->comm_model = cost_comm_exchange(t, dim_sum, compute, fwd, bwd);
     p->cost_ms = 0;
     for (r = 0; r < n; r++) {
         struct plan_device *dev = &p->devices[r];
-        double ready = dev->compute_ms + bwd[r];
 
         dev->bwd_comm_ms = bwd[r];
-        dev->fwd_comm_ms = fwd[r] + (max_ready - ready);
+        dev->fwd_comm_ms = fwd[r];
         dev->total_ms = dev->compute_ms + dev->bwd_comm_ms + dev->fwd_comm_ms;
         if (dev->total_ms > p->cost_ms)
             p->cost_ms = dev->total_ms;
     }
     snprintf(p->cost_model, sizeof(p->cost_model), "%s", m->name);
-    p->comm_model = "alpha_beta";
     rv = 0;
 
 out_free:
+    free(compute);
     free(bwd);
     free(fwd);
     free(dim_sum);
