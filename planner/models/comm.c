@@ -109,10 +109,46 @@ int net_add_comm(struct cost_net **mp, const struct comm_net *c, const float *p,
     *mp = m;
     m->comm[m->ncomm] = *c;
     m->comm[m->ncomm].off = m->ncomm_p;
-    memcpy(m->comm_p + m->ncomm_p, p, c->nparams * sizeof(float));
     m->ncomm_p += c->nparams;
+    comm_net_params_set(m, &m->comm[m->ncomm], p);
     m->ncomm++;
     return 0;
+}
+
+/* Each layer's weights transposed between [out][in] (file) and [in][out]
+ * (memory); to_memory says which way. */
+static void relayout(const struct comm_net *c, const float *src, float *dst,
+                     bool to_memory)
+{
+    int32_t l, o, i;
+
+    for (l = 0; l < c->nlayers; l++) {
+        int32_t nin = c->sizes[l], nout = c->sizes[l + 1];
+
+        for (o = 0; o < nout; o++)
+            for (i = 0; i < nin; i++) {
+                size_t file = (size_t)o * nin + i, mem = (size_t)i * nout + o;
+
+                dst[to_memory ? mem : file] = src[to_memory ? file : mem];
+            }
+        src += (size_t)nout * nin;
+        dst += (size_t)nout * nin;
+        memcpy(dst, src, (size_t)nout * sizeof(float)); /* the bias */
+        src += nout;
+        dst += nout;
+    }
+}
+
+void comm_net_params_get(const struct cost_net *m, const struct comm_net *c,
+                         float *p)
+{
+    relayout(c, m->comm_p + c->off, p, false);
+}
+
+void comm_net_params_set(struct cost_net *m, const struct comm_net *c,
+                         const float *p)
+{
+    relayout(c, p, m->comm_p + c->off, true);
 }
 
 const struct comm_net *net_comm_find(const struct cost_net *m,
@@ -124,6 +160,32 @@ const struct comm_net *net_comm_find(const struct cost_net *m,
         if (m->comm[k].dir == (int32_t)dir && m->comm[k].ndevices == ndevices)
             return &m->comm[k];
     return NULL;
+}
+
+#if defined(__GNUC__)
+/* Four floats in one vector register (GCC and clang's vector extension). */
+typedef float comm_v4 __attribute__((vector_size(16)));
+#endif
+
+/* y[0 .. n) += a * col[0 .. n). */
+static void axpy(float *y, const float *col, float a, int32_t n)
+{
+    int32_t o = 0;
+
+#if defined(__GNUC__)
+    comm_v4 av = {a, a, a, a};
+
+    for (; o + 4 <= n; o += 4) {
+        comm_v4 yv, cv;
+
+        memcpy(&yv, y + o, sizeof(yv));
+        memcpy(&cv, col + o, sizeof(cv));
+        yv += cv * av;
+        memcpy(y + o, &yv, sizeof(yv));
+    }
+#endif
+    for (; o < n; o++)
+        y[o] += col[o] * a;
 }
 
 void comm_net_run(const struct cost_net *m, const struct comm_net *c,
@@ -139,15 +201,16 @@ void comm_net_run(const struct cost_net *m, const struct comm_net *c,
         int32_t nin = c->sizes[l], nout = c->sizes[l + 1];
         const float *w = p, *bias = p + (size_t)nout * nin;
 
-        for (o = 0; o < nout; o++) {
-            const float *row = w + (size_t)o * nin;
-            float s = bias[o];
-
-            for (i = 0; i < nin; i++)
-                s += row[i] * x[i];
-            /* ReLU between layers, not after the last. */
-            y[o] = l + 1 < c->nlayers && s < 0 ? 0 : s;
-        }
+        /* y = b + sum_i x_i W[i][.], the columns of W^T (memory layout);
+         * inputs a ReLU zeroed add nothing. */
+        memcpy(y, bias, (size_t)nout * sizeof(float));
+        for (i = 0; i < nin; i++)
+            if (x[i] != 0)
+                axpy(y, w + (size_t)i * nout, x[i], nout);
+        /* ReLU between layers, not after the last. */
+        if (l + 1 < c->nlayers)
+            for (o = 0; o < nout; o++)
+                y[o] = y[o] > 0 ? y[o] : 0;
         p = bias + nout;
         t = x;
         x = y;

@@ -138,8 +138,11 @@ struct comm_net {
     float eps;          /* of the z-score: 0 imported, 1e-6 trained */
     float mean[COMM_IN_MAX];
     float std[COMM_IN_MAX];
-    size_t off;     /* its parameters: the set's comm_p + off */
-    size_t nparams; /* W, b of each layer, row-major [out][in] */
+    /* Its parameters: the set's comm_p + off, per layer W then b; W is
+     * row-major [out][in] in the file (torch's) and [in][out] in memory,
+     * so that a product runs down contiguous columns. */
+    size_t off;
+    size_t nparams;
     struct net_metrics metrics;
 };
 
@@ -180,6 +183,13 @@ struct cost_net *net_alloc(void);
  */
 int net_add_comm(struct cost_net **m, const struct comm_net *c, const float *p,
                  struct sd_diag *d);
+
+/* Comm net c's parameters in the file's layout ([out][in] weights) into p
+ * (c->nparams floats), and from it into m's memory layout. */
+void comm_net_params_get(const struct cost_net *m, const struct comm_net *c,
+                         float *p);
+void comm_net_params_set(struct cost_net *m, const struct comm_net *c,
+                         const float *p);
 
 /* The comm net of m for a direction and device count; NULL when none. */
 const struct comm_net *net_comm_find(const struct cost_net *m,

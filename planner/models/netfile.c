@@ -161,7 +161,7 @@ static void put_head(struct wbuf *b, const struct cost_net *m, int version)
 }
 
 static void put_comm(struct wbuf *b, const struct cost_net *m,
-                     const struct comm_net *c)
+                     const struct comm_net *c, float *scratch)
 {
     int32_t l;
 
@@ -175,7 +175,8 @@ static void put_comm(struct wbuf *b, const struct cost_net *m,
     put_metrics(b, &c->metrics);
     put_f32s(b, c->mean, (size_t)c->sizes[0]);
     put_f32s(b, c->std, (size_t)c->sizes[0]);
-    put_f32s(b, m->comm_p + c->off, c->nparams);
+    comm_net_params_get(m, c, scratch);
+    put_f32s(b, scratch, c->nparams);
 }
 
 int net_serialize(const struct cost_net *m, void **out, size_t *len)
@@ -183,11 +184,17 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
     int version = net_format_version(m);
     size_t cap = version == 1 ? NET_IMAGE_LEN : image_len_v2(m), nl;
     struct wbuf b = {malloc(cap), 0};
+    float *scratch = NULL;
     int32_t k;
     int i;
 
-    if (!b.p)
+    if (m->ncomm > 0)
+        scratch = malloc(COMM_PARAMS_MAX * sizeof(float));
+    if (!b.p || (m->ncomm > 0 && !scratch)) {
+        free(b.p);
+        free(scratch);
         return SD_ENOMEM;
+    }
     put_head(&b, m, version);
     if (version == 2) {
         for (i = 0; i < NET_IN; i++)
@@ -206,8 +213,9 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
         b.len += (nl + 3) / 4 * 4;
         put_u32(&b, (uint32_t)m->ncomm);
         for (k = 0; k < m->ncomm; k++)
-            put_comm(&b, m, &m->comm[k]);
+            put_comm(&b, m, &m->comm[k], scratch);
     }
+    free(scratch);
     put_u32(&b, checksum(b.p, b.len));
     *out = b.p;
     *len = b.len;
@@ -445,6 +453,20 @@ static int get_comm_head(struct rbuf *b, struct comm_net *c, int32_t k,
     return 0;
 }
 
+/* Comm net c's parameters, read in the file's layout, into the memory
+ * layout. */
+static int relayout_in_place(struct cost_net *m, const struct comm_net *c)
+{
+    float *tmp = malloc(c->nparams * sizeof(float));
+
+    if (tmp == NULL)
+        return SD_ENOMEM;
+    memcpy(tmp, m->comm_p + c->off, c->nparams * sizeof(float));
+    comm_net_params_set(m, c, tmp);
+    free(tmp);
+    return 0;
+}
+
 /*
  * Format 2's comm nets, read into *mp (grown as they come).  Every header
  * is read first, so the set is allocated once.
@@ -502,6 +524,7 @@ static int get_comms(struct rbuf *b, struct cost_net **mp, struct sd_diag *d)
         get_metrics(b, &c->metrics);
         get_f32s(b, c->mean, (size_t)c->sizes[0]);
         get_f32s(b, c->std, (size_t)c->sizes[0]);
+        /* read in the file's layout, then laid out for memory */
         get_f32s(b, m->comm_p + c->off, c->nparams);
         snprintf(what, sizeof(what), "comm[%d].", (int)k);
         rv = check_norm(c->mean, c->std, (size_t)c->sizes[0], what, d);
@@ -512,6 +535,9 @@ static int get_comms(struct rbuf *b, struct cost_net **mp, struct sd_diag *d)
             return sd_diag_set(d, SD_EFORMAT,
                                "model file: comm[%d] weight %ld is not finite",
                                (int)k, bad);
+        rv = relayout_in_place(m, c);
+        if (rv != 0)
+            return rv;
     }
     m->ncomm = (int32_t)n;
     return 0;
