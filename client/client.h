@@ -187,11 +187,20 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
 
 /*
  * The cost model plans are searched with and scored by: --model FILE, else
- * the embedded default.  *owned is what the caller frees (NULL for the
- * embedded one).  Returns 0 or an exit code, the message naming cmd.
+ * the reference set when --profile names NET_REFERENCE_PROFILE, else the
+ * embedded default.  *owned is what the caller frees (NULL for a compiled-in
+ * one).  Returns 0 or an exit code, the message naming cmd.
  */
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    const struct cost_net **net, struct cost_net **owned);
+
+/*
+ * net's learned comm models for t's device count, when it has them, as
+ * t->comm (ncm must outlive t's use; set t->batch_size first); else t
+ * keeps the alpha-beta model.
+ */
+void ctl_attach_comm(const struct cost_net *net, struct topology *t,
+                     struct net_comm_model *ncm);
 
 /* ------------------------------------------------------------------------ */
 /* The plan's picture (svg.c)                                                */

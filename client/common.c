@@ -50,10 +50,22 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
         *net = *owned;
         return 0;
     }
-    *net = net_embedded(&d);
+    /* The reference profile (NeuroShard's released models) only when
+     * named: the embedded cpu model stays the default. */
+    if (o->profile != NULL && strcmp(o->profile, NET_REFERENCE_PROFILE) == 0)
+        *net = net_reference(&d);
+    else
+        *net = net_embedded(&d);
     if (*net == NULL)
         return ctl_fail(1, "%s: %s", cmd, d.msg);
     return 0;
+}
+
+void ctl_attach_comm(const struct cost_net *net, struct topology *t,
+                     struct net_comm_model *ncm)
+{
+    if (net_comm_model_init(ncm, net, t))
+        t->comm = &ncm->cm;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -98,6 +98,7 @@ int offline_plan(const struct ctl_opts *o)
     const struct cost_net *net;
     struct cost_net *owned;
     struct net_cost_model ncm;
+    struct net_comm_model ncomm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     size_t n;
@@ -151,6 +152,7 @@ int offline_plan(const struct ctl_opts *o)
         rv = ctl_fail(CTL_EXIT_USAGE, "plan: %s", d.msg);
         goto out_model;
     }
+    ctl_attach_comm(net, &topo, &ncomm);
 
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
     if (rv != 0) {

@@ -24,7 +24,9 @@ static struct dmodel *dmodel_new(const struct models *ms,
     m->embedded = embedded;
     m->id = id;
     if (embedded)
-        snprintf(m->version, sizeof(m->version), "embedded");
+        snprintf(m->version, sizeof(m->version), "%s",
+                 strcmp(net->profile, NET_REFERENCE_PROFILE) == 0 ? "reference"
+                                                                  : "embedded");
     else
         snprintf(m->version, sizeof(m->version), "%lld", (long long)id);
     if (metrics != NULL)
@@ -177,6 +179,31 @@ static int load_active(struct models *ms, struct store *st,
     return 0;
 }
 
+/*
+ * The reference profile (NeuroShard's released models, compiled in) in a
+ * slot of its own: it answers requests that name it, never by default (the
+ * default profile is the embedded model's or the server's own), and an
+ * active stored model of that profile replaces it.  A damaged image is
+ * logged and left out.
+ */
+static int publish_reference(struct models *ms, struct sd_diag *d)
+{
+    struct sd_diag why;
+    const struct cost_net *ref = net_reference(&why);
+    struct dmodel *m;
+
+    if (ref == NULL) {
+        sd_log(SD_LOG_WARN, "%s", why.msg);
+        return 0;
+    }
+    m = dmodel_new(ms, ref, true, 0, NULL);
+    if (m == NULL || publish(ms, m) != 0) {
+        dmodel_release(m);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 int models_init(struct models *ms, struct store *st, const char *own_profile,
                 size_t memo_entries, struct sd_diag *d)
 {
@@ -209,6 +236,9 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
         rv = sd_diag_set(d, rv, "out of memory");
         goto fail;
     }
+    rv = publish_reference(ms, d);
+    if (rv != 0)
+        goto fail;
     rv = store_profile_list(st, &profs, &np, d);
     for (i = 0; rv == 0 && i < np; i++)
         rv = load_active(ms, st, &profs[i], d);

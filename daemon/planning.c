@@ -51,6 +51,8 @@ static void limits_of(const struct sd_config *c, struct wire_limits *l)
  */
 struct scorer {
     struct net_cost_model ncm;
+    struct net_comm_model ncomm; /* the learned comm, when comm_learned */
+    bool comm_learned;
     const struct cost_model *m;
     struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
@@ -101,6 +103,20 @@ static int resolve_batch(struct topology *t, const struct scorer *sc,
                            "model's) is below num_devices %d; give one",
                            (long long)t->batch_size, (int)t->ndevices);
     return 0;
+}
+
+/*
+ * The learned comm models of the answering set, when it has them for the
+ * request's device count (the reference profile's for 4 devices); else
+ * the topology keeps the alpha-beta model.  After resolve_batch(): they
+ * scale with the batch.
+ */
+static void attach_comm(struct scorer *sc, struct topology *t)
+{
+    sc->comm_learned =
+        sc->dm != NULL && net_comm_model_init(&sc->ncomm, sc->dm->net, t);
+    if (sc->comm_learned)
+        t->comm = &sc->ncomm.cm;
 }
 
 static void scorer_release(struct scorer *sc)
@@ -189,7 +205,9 @@ static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
     b->compute_source = sc->dm != NULL
                             ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
                             : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
-    b->comm_source = SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
+    b->comm_source = sc->comm_learned
+                         ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
+                         : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
 }
 
 /*
@@ -409,6 +427,7 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv != 0)
         return rv;
+    attach_comm(&a->sc, &a->topo);
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
@@ -604,6 +623,8 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
         rv = pick_scorer(s, rq->profile, false, "profile", &sc, d);
     if (rv == 0)
         rv = resolve_batch(&topo, &sc, d);
+    if (rv == 0)
+        attach_comm(&sc, &topo);
     if (rv == 0)
         rv = wire_placement_in("placement", rq->placement, rq->n_placement,
                                tables, rq->n_tables, topo.ndevices, &p, d);
