@@ -249,6 +249,12 @@ int json_parse_plan(const char *buf, size_t len, const struct table *tables,
 char *json_tables(const struct table *tables, size_t n);
 char *json_tasks(const struct task *tasks, size_t n);
 char *json_plan(const struct plan *p, const struct table *tables);
+/* comm-fit's result: {"fits": [{"file", "collective", "ranks", "hosts",
+ * "device", "sizes", "bands": [{"from_bytes", "to_bytes", "alpha_us",
+ * "beta_gbps"}], "mape", "max_error", "one_band_mape"}]}, one per run. */
+char *json_comm_fit(const char *const *names, const struct nccl_run *runs,
+                    const struct nccl_fit *fits, const struct nccl_fit *one,
+                    size_t n);
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
                          const struct topology *t);
 
