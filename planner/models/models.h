@@ -408,6 +408,34 @@ int net_train(const struct train_params *p, const struct train_sample *s,
               size_t n, const char *profile, int64_t batch_size,
               struct cost_net **out, struct sd_diag *d);
 
+/* Checks train_params: SD_EINVAL naming the field out of range. */
+int train_params_check(const struct train_params *p, struct sd_diag *d);
+
+/* One measured exchange for training comm models (a store comm sample). */
+struct comm_sample {
+    int32_t ndevices;
+    const int32_t *dim_sum; /* ndevices each */
+    const double *wait_ms;  /* the forward's wait input: how late the device
+                             * was (its compute skew; the profiler's sleep) */
+    const double *fwd_ms;   /* measured, waiting included */
+    const double *bwd_ms;
+};
+
+/*
+ * Trains a comm net of direction dir for `ndevices` devices on the samples
+ * of that device count (others are skipped) with NeuroShard's comm
+ * architecture (inputs -> 128 -> 64 -> 32 -> 16 -> N) through the compute
+ * model's training path (train_comm.c): p's seed, split, Adam with weight
+ * decay, patience and progress; the loss on log ms, softplus outputs.  *c
+ * gets the net (its metrics: MAPE over samples and devices), *params
+ * (owned: free()) its c->nparams floats in the file's layout, for
+ * net_add_comm().  Returns 0, SD_EINVAL (bad params, fewer than 10 samples
+ * of the count, a time not > 0; d says which) or SD_ENOMEM.
+ */
+int comm_train(const struct train_params *p, const struct comm_sample *s,
+               size_t n, enum comm_dir dir, int32_t ndevices,
+               struct comm_net *c, float **params, struct sd_diag *d);
+
 /* Mean absolute percentage error (fraction) of m over samples. */
 double net_mape(const struct cost_net *m, const struct train_sample *s,
                 size_t n);
