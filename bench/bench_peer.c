@@ -130,7 +130,7 @@ static double wide_try(struct wide *w, size_t a, int32_t y, long b)
     w->comp[y] = wide_comp(w, y, pa, pb, w->count[y] + 1 - (b >= 0));
     w->dim[x] -= moved;
     w->dim[y] += moved;
-    c = cost_plan_ms(w->t, w->comp, w->dim, w->fwd, w->bwd);
+    c = cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dim[x] = dx;
@@ -159,7 +159,7 @@ static double wide_try_split(struct wide *w, size_t a, int32_t y)
     w->comp[y] = wide_comp(w, y, ph, NULL, w->count[y] + 1);
     w->dim[x] -= h;
     w->dim[y] += h;
-    c = cost_plan_ms(w->t, w->comp, w->dim, w->fwd, w->bwd);
+    c = cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dim[x] += h;
@@ -233,7 +233,8 @@ static void wide_search(struct wide *w)
 
     for (iter = 0; iter < 1000; iter++) {
         double best =
-            cost_plan_ms(w->t, w->comp, w->dim, w->fwd, w->bwd) * (1 - 1e-4);
+            cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd) *
+            (1 - 1e-4);
         size_t a, ba = SIZE_MAX;
         long b, bb = -1;
         int32_t by = -1;

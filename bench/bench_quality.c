@@ -60,11 +60,13 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
     double *comp = calloc((size_t)n, sizeof(*comp));
     double *fwd = calloc((size_t)n, sizeof(*fwd));
     double *bwd = calloc((size_t)n, sizeof(*bwd));
+    double *cfwd = calloc((size_t)n, sizeof(*cfwd));
+    double *cbwd = calloc((size_t)n, sizeof(*cbwd));
     int32_t *dims = calloc((size_t)n, sizeof(*dims));
     struct sd_diag d;
     int a, i;
 
-    if (!ms || !comp || !fwd || !bwd || !dims)
+    if (!ms || !comp || !fwd || !bwd || !cfwd || !cbwd || !dims)
         goto out_free;
     for (i = 0; i < rounds; i++)
         for (a = 0; a < NALG; a++) {
@@ -98,11 +100,16 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
             comp[r] = v[m / 2];
             dims[r] = plans[a].devices[r].dim_sum;
         }
-        meas[a] = cost_plan_ms(topo, comp, dims, fwd, bwd);
+        /* Collectives are modelled, as the all-to-all is. */
+        if (plan_collectives(&plans[a], tk->tables, topo, cfwd, cbwd) != 0)
+            goto out_free;
+        meas[a] = cost_plan_ms(topo, comp, dims, cfwd, cbwd, fwd, bwd);
     }
 out_free:
     free(ms);
     free(comp);
+    free(cfwd);
+    free(cbwd);
     free(fwd);
     free(bwd);
     free(dims);

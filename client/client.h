@@ -11,6 +11,8 @@
  *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
+ *  - comm.c:         comm-profile: collectives timed on this machine's
+ *                    devices.
  *  - import.c:       import-model (NeuroShard's checkpoints into a model
  *                    set) and comm-fit (nccl-tests outputs to alpha-beta).
  *  - format.c:       human-readable plan reports, offline and online.
@@ -27,10 +29,12 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, import.c, online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, import.c,
+ *                     online.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
+ *   comm.c         -> common.c
  *   import.c       -> common.c
  *   online.c       -> online_admin.c, online_call.c, common.c, format.c,
  *                     svg.c
@@ -73,6 +77,7 @@ enum ctl_cmd {
     CTL_CMD_TRAIN,
     CTL_CMD_SCORE,
     CTL_CMD_EVAL,
+    CTL_CMD_COMM_PROFILE,
     CTL_CMD_ESTIMATE,
     CTL_CMD_STATUS,
     CTL_CMD_MODELS,
@@ -100,7 +105,8 @@ struct ctl_opts {
     const char *backend;
     const char *model;
     const char *profile;
-    const char *svg; /* plan, estimate --svg: the picture's file */
+    const char *svg;             /* plan, estimate --svg: the picture's file */
+    const char *torchrec_module; /* plan --torchrec: the module path */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */
@@ -109,6 +115,7 @@ struct ctl_opts {
     bool no_splits, no_local_search;
     int64_t samples, device, warmup, repeats;
     bool no_flush;
+    bool collectives; /* comm-profile --collectives */
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
     double max_gb;
@@ -249,6 +256,7 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
+int comm_profile(const struct ctl_opts *o);    /* comm.c */
 int import_model(const struct ctl_opts *o);    /* import-model (import.c) */
 int import_comm_fit(const struct ctl_opts *o); /* comm-fit (import.c) */
 
@@ -273,6 +281,10 @@ void format_plan_text(FILE *out, const struct plan *p,
  * driver_ms that is negative, and stats.states < 0 (then only search_ms,
  * greedy_runs, splits and budget_exhausted are known).
  */
+/* The count of tables per scheme, and TorchRec's table of the tables that
+ * are not table-wise (the first 20). */
+void format_schemes(FILE *out, const struct plan *p,
+                    const struct table *tables);
 void format_explain(FILE *out, const struct plan *p,
                     const struct table *tables);
 

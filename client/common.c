@@ -75,9 +75,9 @@ int ctl_read_placement(const struct ctl_opts *o, const char *cmd,
         return ctl_fail(ctl_exit_for(rv), "%s: --plan: %s", cmd, d.msg);
     *ndev = o->devices ? (int32_t)o->devices : in.ndevices;
     rv = plan_init(p, *ndev);
+    /* every field of a shard: rows and scheme too */
     for (k = 0; rv == 0 && k < in.nshards; k++)
-        rv = plan_add(p, in.shards[k].table, in.shards[k].device,
-                      in.shards[k].col_offset, in.shards[k].col_width);
+        rv = plan_add_shard(p, &in.shards[k]);
     plan_destroy(&in);
     if (rv != 0) {
         plan_destroy(p);

@@ -17,7 +17,14 @@ static void append_label(char *line, size_t cap, const struct table *t,
 
     if (*full)
         return;
-    if (s->col_width == t->dim)
+    if (s->scheme == SCHEME_DP)
+        snprintf(label, sizeof(label), "%s%s(dp)", used ? ", " : "", t->name);
+    else if (s->row_count > 0)
+        snprintf(label, sizeof(label), "%s%s[%d:%d,r%lld:%lld]",
+                 used ? ", " : "", t->name, (int)s->col_offset,
+                 (int)(s->col_offset + s->col_width), (long long)s->row_offset,
+                 (long long)(s->row_offset + s->row_count));
+    else if (s->col_width == t->dim)
         snprintf(label, sizeof(label), "%s%s", used ? ", " : "", t->name);
     else
         snprintf(label, sizeof(label), "%s%s[%d:%d]", used ? ", " : "", t->name,
@@ -76,7 +83,61 @@ void format_plan_text(FILE *out, const struct plan *p,
     }
     fprintf(out, "\ncosts in ms per training step; fwd_comm includes waiting "
                  "for the slowest device\n");
+    format_schemes(out, p, tables);
     format_explain(out, p, tables);
+}
+
+/* At most this many split or replicated tables are listed one by one. */
+#define FORMAT_SCHEME_ROWS 20
+
+void format_schemes(FILE *out, const struct plan *p, const struct table *tables)
+{
+    size_t count[SCHEME_COUNT] = {0}, k, first, listed = 0, others = 0;
+    int sc, shown = 0;
+
+    for (k = 0; k < p->nshards; k = first) {
+        for (first = k;
+             first < p->nshards && p->shards[first].table == p->shards[k].table;
+             first++)
+            ;
+        count[plan_table_scheme(p, k)]++;
+    }
+    fprintf(out, "\nschemes:");
+    for (sc = 0; sc < SCHEME_COUNT; sc++)
+        if (count[sc] > 0)
+            fprintf(out, "%s %zu %s", shown++ ? "," : "", count[sc],
+                    scheme_name((enum plan_scheme)sc));
+    fprintf(out, "\n");
+    /* TorchRec's print(plan) for the tables that are not table-wise. */
+    for (k = 0; k < p->nshards; k = first) {
+        enum plan_scheme s = plan_table_scheme(p, k);
+        char ranks[64] = "";
+        size_t used = 0;
+
+        for (first = k;
+             first < p->nshards && p->shards[first].table == p->shards[k].table;
+             first++)
+            if (used + 12 < sizeof(ranks))
+                used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                         "%s%d", first > k ? ", " : "",
+                                         (int)p->shards[first].device);
+            else if (used + 5 < sizeof(ranks))
+                used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                         ", ...");
+        if (s == SCHEME_TW)
+            continue;
+        if (listed == FORMAT_SCHEME_ROWS) {
+            others++;
+            continue;
+        }
+        if (listed++ == 0)
+            fprintf(out, "%-24s | %-14s | %s\n", "param", "sharding type",
+                    "ranks");
+        fprintf(out, "%-24.24s | %-14s | [%s]\n",
+                tables[p->shards[k].table].name, scheme_name(s), ranks);
+    }
+    if (others > 0)
+        fprintf(out, "... and %zu more split or replicated tables\n", others);
 }
 
 void format_explain(FILE *out, const struct plan *p, const struct table *tables)

@@ -2,8 +2,13 @@
  * shardctl's measuring commands (client.h), on this machine's devices and a
  * store:
  *   shardctl profile --db F --samples N   measured compute-cost samples
- *   shardctl train --db F [--profile P]    a cost model from them
- *   shardctl score --db F [--model F]      a model's error on them
+ *   shardctl train --db F [--profile P]    a cost model from them (its
+ *                                          products on a device with
+ *                                          --backend: cuBLAS on cuda)
+ *   shardctl score --db F [--model F]      a model's error on them (scored
+ *                                          in one batch by the model
+ *                                          resident on a device with
+ *                                          --backend)
  *   shardctl eval --tables F --plan F      a plan measured on the devices
  * Long runs stop cleanly on Ctrl-C or SIGTERM (exit 130).
  */
@@ -274,6 +279,8 @@ int measure_train(const struct ctl_opts *o)
     struct train_params tp;
     struct cost_net *m = NULL;
     struct store_model sm;
+    struct prof_gemm pg;
+    bool on_device = false;
     struct sd_diag d;
     int64_t id = 0;
     size_t n = 0, i;
@@ -283,9 +290,22 @@ int measure_train(const struct ctl_opts *o)
 
     if (o->db == NULL)
         return ctl_fail(CTL_EXIT_USAGE, "train: --db is required");
+    if (o->backend != NULL) {
+        const struct kern_backend *be = pick_backend(o->backend);
+
+        if (be == NULL)
+            return CTL_EXIT_USAGE;
+        rv = prof_gemm_open(be, 0, &pg, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "train: --backend %s: %s",
+                            be->name, d.msg);
+        on_device = true;
+    }
     rv = store_open(o->db, 0, &st, &d);
-    if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+        goto out_gemm;
+    }
     rv = pick_profile(st, o->profile, &prof);
     if (rv != 0)
         goto out_store;
@@ -310,11 +330,14 @@ int measure_train(const struct ctl_opts *o)
     if (o->weight_decay >= 0)
         tp.weight_decay = o->weight_decay;
     tp.progress = train_progress;
-    fprintf(stderr, "train: %zu samples of profile %s\n", n, prof.name);
+    tp.gemm = on_device ? &pg.hook : NULL;
+    fprintf(stderr, "train: %zu samples of profile %s, products on %s\n", n,
+            prof.name, on_device ? pg.name : "cblas");
     catch_stop_signals();
     rv = net_train(&tp, ts, n, prof.name, prof.batch_size, &m, &d);
     if (rv != 0) {
-        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s%s%s", d.msg,
+                      on_device ? ": " : "", on_device ? pg.diag.msg : "");
         goto out_samples;
     }
     if (stop_requested) {
@@ -375,6 +398,9 @@ out_samples:
     store_samples_free(smp, n);
 out_store:
     store_close(st);
+out_gemm:
+    if (on_device)
+        prof_gemm_close(&pg);
     return rv;
 }
 
@@ -383,6 +409,44 @@ static int cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
 
     return x < y ? -1 : x > y;
+}
+
+/*
+ * The model's ms for n samples into ms[]: net_tables_ms() one by one, or
+ * with --backend in one batch by the model resident on that backend's
+ * device 0.  Returns 0 or an exit code (the message printed).
+ */
+static int predict(const struct ctl_opts *o, const struct cost_net *net,
+                   const struct store_sample *smp, size_t n, double *ms)
+{
+    const struct kern_backend *be;
+    struct train_sample *ts;
+    struct kern_net *kn = NULL;
+    struct sd_diag d;
+    size_t i;
+    int rv;
+
+    if (o->backend == NULL) {
+        for (i = 0; i < n; i++)
+            ms[i] = net_tables_ms(net, smp[i].tables, smp[i].ntables);
+        return 0;
+    }
+    be = pick_backend(o->backend);
+    if (be == NULL)
+        return CTL_EXIT_USAGE;
+    ts = calloc(n, sizeof(*ts));
+    if (ts == NULL)
+        return ctl_fail(1, "score: out of memory");
+    for (i = 0; i < n; i++)
+        ts[i] = (struct train_sample){smp[i].tables, smp[i].ntables, 1};
+    rv = prof_net_upload(be, 0, net, &kn, &d);
+    if (rv == 0)
+        rv = prof_net_score_tables(kn, net, ts, n, ms, &d);
+    kern_net_close(kn);
+    free(ts);
+    return rv == 0 ? 0
+                   : ctl_fail(ctl_exit_for(rv), "score: --backend %s: %s",
+                              be->name, d.msg);
 }
 
 /* How well a model predicts the measured samples of a store: the held-out
@@ -436,23 +500,26 @@ int measure_score(const struct ctl_opts *o)
         goto out_samples;
     }
     err = ape + n;
+    rv = predict(o, net, smp, n, err);
+    if (rv != 0)
+        goto out_ape;
     for (i = 0; i < n; i++) {
-        err[i] = (net_tables_ms(net, smp[i].tables, smp[i].ntables) -
-                  smp[i].measured_ms) /
-                 smp[i].measured_ms;
+        err[i] = (err[i] - smp[i].measured_ms) / smp[i].measured_ms;
         ape[i] = fabs(err[i]);
         sum += ape[i];
     }
     qsort(ape, n, sizeof(*ape), cmp_double);
     qsort(err, n, sizeof(*err), cmp_double);
-    printf("model %s on %zu samples of %s\n"
+    printf("model %s on %zu samples of %s%s%s\n"
            "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n"
            "signed median %+.2f%% (> 0: the model predicts more than was "
            "measured)\n",
            o->model ? o->model : "(embedded)", n, prof.name,
+           o->backend ? ", scored on " : "", o->backend ? o->backend : "",
            100 * sum / (double)n, 100 * ape[n / 2],
            100 * ape[(size_t)(0.9 * (double)(n - 1))], 100 * err[n / 2]);
     rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+out_ape:
     free(ape);
 out_samples:
     store_samples_free(smp, n);

@@ -180,7 +180,7 @@ int offline_plan(const struct ctl_opts *o)
     if (o->json)
         text = json_plan(&p, tables);
     else if (o->torchrec)
-        text = json_plan_torchrec(&p, tables, &topo);
+        text = json_plan_torchrec(&p, tables, &topo, o->torchrec_module);
 
     if (o->json || o->torchrec) {
         rv = text ? ctl_write_output(o->out, text)

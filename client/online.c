@@ -197,7 +197,8 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
         format_plan_text(stdout, p, tables, n, topo);
         return online_finish_stdout();
     }
-    text = o->json ? plan_json(p, tables) : json_plan_torchrec(p, tables, topo);
+    text = o->json ? plan_json(p, tables)
+                   : json_plan_torchrec(p, tables, topo, o->torchrec_module);
     if (text == NULL)
         return ctl_fail(1, "plan: out of memory");
     rv = ctl_write_output(o->out, text);

@@ -45,11 +45,14 @@ static const char usage_text[] =
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
     "              [--no-splits] [--no-local-search] [--threads T]\n"
-    "              [--json | --torchrec] [--svg FILE]\n"
+    "              [--json | --torchrec [--torchrec-module PATH]]\n"
+    "              [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
-    "      device.  --svg also writes the per-device picture (compute,\n"
-    "      comm, the wait, memory; the critical device outlined).\n"
+    "      device.  --torchrec writes TorchRec's ShardingPlan for module\n"
+    "      PATH (default embedding_bags).  --svg also writes the per-device\n"
+    "      picture (compute, comm, the wait, memory; the critical device\n"
+    "      outlined).\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -66,14 +69,18 @@ static const char usage_text[] =
     "      committed sample).\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
-    "              [--out FILE]\n"
+    "              [--backend cpu|cuda] [--out FILE]\n"
     "      Train a compute cost model on the profile's samples (the store's\n"
     "      only profile by default; --newest: its newest N), store it as a\n"
     "      new model version with its MAPE, and write the model file with\n"
-    "      --out.\n"
+    "      --out.  --backend: the matrix products on that backend's device 0\n"
+    "      (cuda: cuBLAS) instead of CBLAS.\n"
     "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
+    "              [--backend cpu|cuda]\n"
     "      A model's error (MAPE, median, p90, signed median) on a store's\n"
     "      measured samples: the held-out check for samples it never saw.\n"
+    "      --backend: every sample scored in one batch by the model resident\n"
+    "      on that backend's device 0.\n"
     "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"
     "              [--devices N] [--task K] [--batch-size B]\n"
     "              [--devices-per-host L] [--optimizer NAME] [--model FILE]\n"
@@ -99,6 +106,16 @@ static const char usage_text[] =
     "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
     "      Measure a plan on the device: each device's shard timed in turn,\n"
     "      communication modelled; per-device figures and the plan cost.\n"
+    "  comm-profile [--db FILE] [--backend cpu|cuda] [--devices N]\n"
+    "              [--samples N] [--seconds S] [--seed S] [--batch-size B]\n"
+    "              [--collectives] [TIMING]\n"
+    "      Time NeuroShard's comm samples: random plans' forward all-to-all\n"
+    "      behind each device's compute skew and backward all-to-all, on N\n"
+    "      devices (default all; NCCL on cuda, threads on cpu), stored as\n"
+    "      comm samples with --db (2 devices or more).  --collectives also\n"
+    "      times all-to-all, reduce-scatter, all-gather and all-reduce from\n"
+    "      4 KiB to 256 MiB per rank, together and with the last rank 5 ms\n"
+    "      late.\n"
     "  TIMING: [--warmup N] (default 5) [--repeats N] (default 10)\n"
     "          [--no-flush] (skip the cache flush before each timed step)\n"
     "\n"
@@ -152,6 +169,7 @@ static const struct cmd_def {
     [CTL_CMD_TRAIN] = {"train", 0, 0, NULL},
     [CTL_CMD_SCORE] = {"score", 0, 0, NULL},
     [CTL_CMD_EVAL] = {"eval", 0, 0, NULL},
+    [CTL_CMD_COMM_PROFILE] = {"comm-profile", 0, 0, NULL},
     [CTL_CMD_ESTIMATE] = {"estimate", 0, 0, NULL},
     [CTL_CMD_STATUS] = {"status", 0, 0, NULL},
     [CTL_CMD_MODELS] = {"models", 0, 0, NULL},
@@ -172,7 +190,7 @@ static const struct cmd_def {
  * command takes them, so that a prefix such as `shardctl --addr A` works
  * for offline commands too (which need none of them). */
 #define GLOBAL ((1u << CTL_CMD_COUNT) - 1)
-#define TIMING (CMD(PROFILE) | CMD(EVAL))
+#define TIMING (CMD(PROFILE) | CMD(EVAL) | CMD(COMM_PROFILE))
 _Static_assert(CTL_CMD_COUNT < 32, "a command is a bit of unsigned");
 
 /* ---------------------------------------------------------------------- */
@@ -208,8 +226,8 @@ static const struct opt_def opt_defs[] = {
     {"plan", ARG, O(plan), CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
     {"task", ARG, O(task), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 0,
      1e9},
-    {"devices", ARG, O(devices), CMD(PLAN) | CMD(ESTIMATE), set_int, 1,
-     TOPO_DEVICES_MAX},
+    {"devices", ARG, O(devices), CMD(PLAN) | CMD(ESTIMATE) | CMD(COMM_PROFILE),
+     set_int, 1, TOPO_DEVICES_MAX},
     {"devices-per-host", ARG, O(per_host),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 1, TOPO_DEVICES_MAX},
     /* --mem-gb G, or G0,G1,... one per device */
@@ -219,7 +237,7 @@ static const struct opt_def opt_defs[] = {
     {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
     {"batch-size", ARG, O(batch),
      CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL) |
-         CMD(IMPORT_MODEL),
+         CMD(COMM_PROFILE) | CMD(IMPORT_MODEL),
      set_int, 1, 1 << 30},
     {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
      set_str, 0, 0},
@@ -228,7 +246,7 @@ static const struct opt_def opt_defs[] = {
     {"alg", ARG, O(alg), CMD(PLAN), set_str, 0, 0},
     {"seed", ARG, O(seed),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(PROFILE) | CMD(TRAIN) |
-         CMD(EVAL),
+         CMD(EVAL) | CMD(COMM_PROFILE),
      set_int, 0, 9.2e18},
     {"time-budget-ms", ARG, O(time_budget_ms), CMD(PLAN), set_real, 1e-3, 1e9},
     {"no-splits", FLAG, O(no_splits), CMD(PLAN), set_flag, 0, 0},
@@ -247,6 +265,7 @@ static const struct opt_def opt_defs[] = {
          CMD(EVAL) | CMD(IMPORT_MODEL) | CMD(COMM_FIT),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
+    {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
     {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
@@ -256,11 +275,18 @@ static const struct opt_def opt_defs[] = {
      1e9},
     /* Measuring: profile, train, score, eval */
     {"db", ARG, O(db),
-     CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE) | CMD(IMPORT_MODEL), set_str, 0, 0},
-    {"backend", ARG, O(backend), CMD(PROFILE) | CMD(EVAL), set_str, 0, 0},
-    {"samples", ARG, O(samples), CMD(PROFILE), set_int, 1, 1e9},
+     CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE) |
+         CMD(IMPORT_MODEL),
+     set_str, 0, 0},
+    {"backend", ARG, O(backend),
+     CMD(PROFILE) | CMD(EVAL) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE),
+     set_str, 0, 0},
+    {"samples", ARG, O(samples), CMD(PROFILE) | CMD(COMM_PROFILE), set_int, 1,
+     1e9},
     {"device", ARG, O(device), CMD(PROFILE), set_int, 0, 1e6},
-    {"seconds", ARG, O(seconds), CMD(PROFILE), set_real, 1e-3, 1e9},
+    {"seconds", ARG, O(seconds), CMD(PROFILE) | CMD(COMM_PROFILE), set_real,
+     1e-3, 1e9},
+    {"collectives", FLAG, O(collectives), CMD(COMM_PROFILE), set_flag, 0, 0},
     {"warmup", ARG, O(warmup), TIMING, set_int, 0, 1000},
     {"repeats", ARG, O(repeats), TIMING, set_int, 1, 10000},
     {"no-flush", FLAG, O(no_flush), TIMING, set_flag, 0, 0},

@@ -9,6 +9,7 @@
  * and the measuring side on this machine's devices and a store:
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
+ *   shardctl comm-profile [--db F] --devices N  collectives timed
  *   shardctl import-model --neuroshard F ...;  shardctl comm-fit FILE...
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
@@ -44,6 +45,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_TRAIN] = measure_train,
     [CTL_CMD_SCORE] = measure_score,
     [CTL_CMD_EVAL] = measure_eval,
+    [CTL_CMD_COMM_PROFILE] = comm_profile,
     [CTL_CMD_ESTIMATE] = run_estimate,
     [CTL_CMD_STATUS] = online_run,
     [CTL_CMD_MODELS] = online_run,

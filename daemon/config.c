@@ -682,6 +682,7 @@ int conf_copy(struct sd_config *dst, const struct sd_config *src)
             return SD_ENOMEM;
         }
     t.print_config = src->print_config;
+    t.print_version = src->print_version;
     *dst = t;
     return 0;
 }

@@ -96,6 +96,8 @@
       "threads one search scores on; 0: one per CPU")                          \
     X(MAX_TIME_BUDGET_MS, max_time_budget_ms, U32, 1, 600000, "60000",         \
       CONF_RELOAD, "MS", "longest search a request may ask for")               \
+    X(BEAM_EVALUATIONS, beam_evaluations, U32, 0, 4000000000u, "4000000",      \
+      CONF_RELOAD, "N", "a search's beam budget in placements; 0: none")       \
     X(SMALL_SEARCH_WORK, small_search_work, U32, 1, 1000000000, "100000",      \
       CONF_RELOAD, "N", "tables x devices of a search in the small lane")      \
     X(BIG_SEARCHES, big_searches, U32, 0, 256, "0", CONF_RESTART, "N",         \
@@ -220,7 +222,8 @@ struct sd_config {
     CONF_KEYS(CONF_FIELD)
 #undef CONF_FIELD
 
-    bool print_config; /* --print-config was given: a mode, not a key */
+    bool print_config;  /* --print-config was given: a mode, not a key */
+    bool print_version; /* --version was given: likewise */
     struct conf_origin origin[CONF_KEY_COUNT]; /* per key */
 };
 

@@ -157,8 +157,9 @@ const char *conf_usage(void)
     }
     append(text, sizeof(text), &len,
            "  %-*s print the effective configuration and exit\n"
+           "  %-*s print the version and the backends built\n"
            "  %-*s this text\n",
            USAGE_HELP_COL - 3, "--print-config", USAGE_HELP_COL - 3,
-           "-h, --help");
+           "--version", USAGE_HELP_COL - 3, "-h, --help");
     return text;
 }

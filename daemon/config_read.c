@@ -313,6 +313,10 @@ int conf_parse_args(struct sd_config *c, int argc, char **argv, bool *help,
             c->print_config = true;
             continue;
         }
+        if (strcmp(a, "--version") == 0) {
+            c->print_version = true;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
             return sd_diag_set(d, SD_EINVAL,
                                "\"%.*s\": unexpected argument (options are "

@@ -5,7 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profiler.h"
 #include "shardd/log.h"
+
+/* Uploads m's net to device 0 of be (NULL: none); a failure is logged and
+ * leaves m without a resident copy. */
+static void make_resident(struct dmodel *m, const struct kern_backend *be)
+{
+    struct sd_diag d;
+
+    if (be == NULL)
+        return;
+    if (prof_net_upload(be, 0, m->net, &m->resident, &d) != 0) {
+        m->resident = NULL;
+        sd_log(SD_LOG_WARN, "model %s: not resident on %s device 0: %s",
+               m->version, be->name, d.msg);
+        return;
+    }
+    /* Debug: a start-up failure after this stays one line at info. */
+    sd_log(SD_LOG_DEBUG, "model %s of %s resident on %s device 0 (%llu bytes)",
+           m->version, m->net->profile, be->name,
+           (unsigned long long)kern_net_bytes(m->resident));
+}
 
 static struct dmodel *dmodel_new(const struct models *ms,
                                  const struct cost_net *net, bool embedded,
@@ -31,6 +52,7 @@ static struct dmodel *dmodel_new(const struct models *ms,
         snprintf(m->version, sizeof(m->version), "%lld", (long long)id);
     if (metrics != NULL)
         m->metrics = *metrics;
+    make_resident(m, ms->resident_be);
     return m;
 }
 
@@ -45,6 +67,7 @@ void dmodel_release(struct dmodel *m)
     if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
     net_memo_free(m->memo);
+    kern_net_close(m->resident);
     if (!m->embedded)
         free((void *)m->net);
     free(m);
@@ -205,7 +228,8 @@ static int publish_reference(struct models *ms, struct sd_diag *d)
 }
 
 int models_init(struct models *ms, struct store *st, const char *own_profile,
-                size_t memo_entries, struct sd_diag *d)
+                size_t memo_entries, const struct kern_backend *resident_be,
+                struct sd_diag *d)
 {
     const struct cost_net *emb = net_embedded(d);
     struct store_profile *profs = NULL;
@@ -218,6 +242,7 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
     pthread_mutex_init(&ms->mu, NULL);
     snprintf(ms->own_profile, sizeof(ms->own_profile), "%s", own_profile);
     ms->memo_entries = memo_entries;
+    ms->resident_be = resident_be;
     snprintf(ms->default_profile, sizeof(ms->default_profile), "%s",
              emb->profile);
     ms->embedded = dmodel_new(ms, emb, true, 0, NULL);

@@ -9,6 +9,12 @@
  * request in flight finishes on the model it started with and the last
  * release frees the old one.
  *
+ * Each model is also resident on the serving backend's device 0 (the GPU
+ * on cuda; a copy in host memory on cpu): uploaded once when the model is
+ * made, with the model, and freed with its last reference, so a hot swap
+ * swaps the device copy too.  A failed upload leaves it NULL (logged):
+ * every answer then comes from the host scorer, as without a GPU.
+ *
  * Functions that change what is active take the store connection to
  * record it on (`st`, borrowed; the caller serialises its use): the
  * request path passes the service's, the job thread its own.  Everything
@@ -22,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "planner.h"
 #include "shardd/err.h"
 #include "store.h"
@@ -37,6 +44,9 @@ struct dmodel {
     int64_t id;                       /* store model id; 0: the embedded */
     char version[MODELS_VERSION_MAX]; /* "embedded", "reference" or the id */
     struct store_model_metrics metrics;
+    /* net's parameters on the serving backend's device 0, for batched
+     * scoring (prof_net_score_tables()); NULL: none.  Owned. */
+    struct kern_net *resident;
 };
 
 /* The active model of one profile. */
@@ -51,8 +61,9 @@ struct models {
     size_t nslots;
     char default_profile[STORE_NAME_MAX]; /* requests naming none */
     char own_profile[STORE_NAME_MAX];     /* what this server measures */
-    size_t memo_entries; /* each model's memo (latent_cache_entries) */
-    struct dmodel *embedded;              /* one reference of its own */
+    size_t memo_entries;     /* each model's memo (latent_cache_entries) */
+    struct dmodel *embedded; /* one reference of its own */
+    const struct kern_backend *resident_be; /* where models are resident */
 };
 
 /*
@@ -60,10 +71,12 @@ struct models {
  * st.  own_profile ("" when the server measures nothing) answers requests
  * that name no profile once it has a model.  A stored model that no longer
  * parses is skipped with a warning (the embedded one or none serves its
- * profile).  On failure nothing is left to free.
+ * profile).  resident_be (NULL: none) is the backend every model is made
+ * resident on (device 0).  On failure nothing is left to free.
  */
 int models_init(struct models *ms, struct store *st, const char *own_profile,
-                size_t memo_entries, struct sd_diag *d);
+                size_t memo_entries, const struct kern_backend *resident_be,
+                struct sd_diag *d);
 void models_destroy(struct models *ms);
 
 /*

@@ -344,7 +344,7 @@ static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
  */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 {
-    const uint8_t *p = req, *end = req + len, *sub = NULL, *q;
+    const uint8_t *p = req, *end = req + len, *sub = NULL, *q, *inner = NULL;
     uint64_t tables = 0, devices = 1, v = 0, work;
     size_t sublen = 0, qlen;
     uint32_t field;
@@ -356,8 +356,10 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
         if (field != 2)
             continue;
         q = sub;
+        /* A length-delimited topology field (mem_bytes_by_device) goes to
+         * inner: sub still bounds the topology. */
         while (q < sub + sublen &&
-               pb_field(&q, sub + sublen, &field, &v, &sub, &qlen))
+               pb_field(&q, sub + sublen, &field, &v, &inner, &qlen))
             if (field == 1)
                 devices = v > 0 ? v : 1;
     }
@@ -509,6 +511,7 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
+    a.po.beam_evaluations = cf->c.beam_evaluations;
     /* With other searches running the CPUs are taken: more threads for
      * this one would only add their start and switches (a plan does not
      * depend on its thread count). */

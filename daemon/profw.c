@@ -28,7 +28,9 @@ void profw_init(struct profw *p, const struct kern_backend *be,
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->inflight, 0);
-    atomic_init(&p->last_request_ms, 0);
+    /* Idle time counts from now: the monotonic clock counts from boot, and
+     * a daemon just started has not been idle for profiler_idle_ms. */
+    atomic_init(&p->last_request_ms, sd_now_ms());
     atomic_init(&p->abort_ms, 0);
     atomic_init(&p->measuring, false);
     p->cf = conf_snap_ref(cf);
@@ -243,7 +245,8 @@ static bool may_measure(struct profw *p)
            sd_now_ms() - atomic_load(&p->last_request_ms) >=
                p->cf->c.profiler_idle_ms &&
            (p->nproposals > 0 ||
-            p->compute_samples < p->cf->c.profiler_max_samples);
+            p->compute_samples < p->cf->c.profiler_max_samples) &&
+           !kern_device_busy(p->be, 0, NULL, 0); /* others on the GPU */
 }
 
 /* Measures one proposed shard into the store, its weights within

@@ -115,7 +115,9 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     rv = ensure_profile(s, c->profiler_batch, d);
     if (rv != 0)
         return rv;
-    rv = models_init(&s->models, s->st, s->profile, c->latent_cache_entries, d);
+    /* Models are resident where the profiler measures (the GPU on cuda). */
+    rv = models_init(&s->models, s->st, s->profile, c->latent_cache_entries,
+                     s->be, d);
     if (rv != 0)
         return rv;
     rv = reflect_open(&s->reflect, d);

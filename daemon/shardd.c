@@ -36,6 +36,7 @@
 #include "config.h"
 #include "fleet_sync.h"
 #include "http.h"
+#include "kernels.h"
 #include "rpc.h"
 #include "service.h"
 #include "shardd/log.h"
@@ -351,6 +352,12 @@ int main(int argc, char **argv)
     }
     if (help) {
         fputs(conf_usage(), stdout);
+        return 0;
+    }
+    if (cfg.print_version) {
+        printf("shardd %s (backends: cpu%s)\n", SHARDD_VERSION,
+               kern_have_cuda() ? ", cuda" : "");
+        conf_free(&cfg);
         return 0;
     }
     if ((cfg.fleet_role == CONF_FLEET_PROFILER ||

@@ -64,9 +64,20 @@ static void check_cover(const struct plan *p)
 /* The shards of a and b are the same (both sorted). */
 static int same_shards(const struct plan *a, const struct plan *b)
 {
-    return a->nshards == b->nshards && a->ndevices == b->ndevices &&
-           (a->nshards == 0 ||
-            memcmp(a->shards, b->shards, a->nshards * sizeof(*a->shards)) == 0);
+    size_t k;
+
+    if (a->nshards != b->nshards || a->ndevices != b->ndevices)
+        return 0;
+    for (k = 0; k < a->nshards; k++) {
+        const struct shard *x = &a->shards[k], *y = &b->shards[k];
+
+        if (x->table != y->table || x->device != y->device ||
+            x->col_offset != y->col_offset || x->col_width != y->col_width ||
+            x->row_offset != y->row_offset || x->row_count != y->row_count ||
+            x->scheme != y->scheme)
+            return 0;
+    }
+    return 1;
 }
 
 static void check_valid_plan(struct plan *p, const struct topology *topo)

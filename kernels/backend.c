@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,31 @@ bool kern_have_cuda(void)
 #else
     return false;
 #endif /* SHARDD_HAVE_CUDA */
+}
+
+int kern_lib_probe(const char *name, char *detail, size_t cap)
+{
+    struct sd_diag d;
+    int rv;
+
+    d.msg[0] = '\0';
+    if (strcmp(name, "cublas") != 0 && strcmp(name, "nccl") != 0 &&
+        strcmp(name, "nvml") != 0)
+        rv = sd_diag_set(&d, SD_EINVAL, "unknown library \"%s\"", name);
+#ifdef SHARDD_HAVE_CUDA
+    else if (strcmp(name, "nccl") == 0 && kern_backend_cuda.comm_open == NULL)
+        rv = sd_diag_set(&d, SD_EUNSUPPORTED,
+                         "built without nccl.h: no collectives");
+    else
+        rv = kern__cuda_lib_probe(name, &d);
+#else
+    else
+        rv = sd_diag_set(&d, SD_EUNSUPPORTED,
+                         "not built with CUDA (no nvcc at build time)");
+#endif /* SHARDD_HAVE_CUDA */
+    if (detail != NULL && cap > 0)
+        snprintf(detail, cap, "%s", d.msg);
+    return rv;
 }
 
 /* The backend called `name` ("cpu" or "cuda"), or NULL with d set. */

@@ -13,6 +13,9 @@
 #ifndef SHARDD_KERN_INTERNAL_H
 #define SHARDD_KERN_INTERNAL_H
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -85,8 +88,37 @@ int32_t kern__shard_width(const struct kern_shard_desc *desc);
  */
 uint64_t kern__shard_bytes(const struct kern_shard_desc *desc);
 
+/* Where each layer's parameters start in a net's array (kernels.h). */
+struct kern__net_offsets {
+    size_t w1, b1, w2, b2, w3, b3, w4, b4;
+};
+void kern__net_layout(const struct kern_net_dims *dims,
+                      struct kern__net_offsets *o);
+
+/* Monotonic milliseconds, for timing collectives and idle gates. */
+double kern__now_ms(void);
+
+/*
+ * A barrier of n threads that can be broken: once one thread breaks it
+ * (its rank failed), every wait, present and future, returns false, so no
+ * rank waits for one that will never come.  comm.c.
+ */
+struct kern__barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, waiting;
+    unsigned gen;
+    bool broken;
+};
+void kern__barrier_init(struct kern__barrier *b, int n);
+void kern__barrier_destroy(struct kern__barrier *b);
+bool kern__barrier_wait(struct kern__barrier *b);
+void kern__barrier_break(struct kern__barrier *b);
+
 #ifdef SHARDD_HAVE_CUDA
 extern const struct kern_backend kern_backend_cuda;
+/* kern_lib_probe() of "cublas", "nccl" or "nvml" (kernels/cuda/libs.c). */
+int kern__cuda_lib_probe(const char *name, struct sd_diag *d);
 #endif
 
 #ifdef __cplusplus

@@ -5,6 +5,10 @@
  * table-batched embedding bag of one device's shard: forward (sum pooling
  * per bag), backward (pooled-output gradients scattered to the rows) and an
  * exact SGD update, fp32, over every table of the shard in one pass.
+ * Beside it: the compute cost model resident on a device and scored in
+ * batches, sgemm for training it, collectives timed across devices, and
+ * the idle gate's readings (docs/gpu.md); each has a cpu implementation
+ * that is its specification.
  *
  * Synchronous and loop-agnostic: call from worker threads.  Only
  * kernels/cuda/ includes CUDA headers; nothing here exposes CUDA types.
@@ -96,6 +100,112 @@ struct kern_timing {
 
 struct kern_shard; /* opaque: a shard's weights and inputs on a device */
 
+/* ------------------------------------------------------------------------ */
+/* Dense math on a device: the compute cost model resident, and sgemm        */
+
+/*
+ * The shape of a compute cost net (planner/models/models.h; neuroshard.md
+ * 5.1): every table of a shard goes through in -> h1 -> lat (ReLU after
+ * both), the latents are summed over the shard, and a head lat -> h2 -> 1
+ * (ReLU between) gives the raw cost, whose softplus log(1 + e^x) is the
+ * shard's ms.  Parameters are one float array, row-major [out][in] per
+ * layer, in the order W1 b1 W2 b2 W3 b3 W4 b4 (kern_net_nparams() floats):
+ * the planner's cost_net.p as it is.  kernels/ never sees the planner's
+ * types; profiler/ bridges the two.
+ */
+struct kern_net_dims {
+    int32_t in, h1, lat, h2; /* each in [1, KERN_NET_DIM_MAX] */
+};
+#define KERN_NET_DIM_MAX 1024
+
+/* Floats in the parameter array of dims (0 for a dimension out of range). */
+size_t kern_net_nparams(const struct kern_net_dims *dims);
+
+struct kern_net;  /* opaque: a model's parameters resident on a device */
+struct kern_blas; /* opaque: a device's matrix products (one thread) */
+
+/* ------------------------------------------------------------------------ */
+/* Collectives over devices (kernels/comm.c drives them)                     */
+
+enum kern_coll_op {
+    KERN_COLL_ALLTOALL = 0,
+    KERN_COLL_REDUCE_SCATTER,
+    KERN_COLL_ALL_GATHER,
+    KERN_COLL_ALL_REDUCE,
+    KERN_COLL_COUNT
+};
+
+/* "all-to-all", "reduce-scatter", "all-gather", "all-reduce" ("?"). */
+const char *kern_coll_name(enum kern_coll_op op);
+
+/* One collective to time over the n ranks of a struct kern_comm. */
+struct kern_coll_desc {
+    enum kern_coll_op op;
+    /* ALLTOALL: n x n floats, [src][dst]: rank src sends a2a_counts[src * n
+     * + dst] floats to rank dst (itself included).  NeuroShard's forward
+     * exchange of pooled columns (neuroshard.md 4) is counts[r][j] = batch /
+     * n * dim_sum[r], its backward counts[r][j] = batch / n * dim_sum[j]. */
+    const uint64_t *a2a_counts;
+    /* The others: floats of each rank's part: all-reduce's whole buffer,
+     * reduce-scatter's output block, all-gather's input block. */
+    uint64_t count;
+    /* n entries or NULL: after a common start, rank r sleeps sleep_ms[r] on
+     * the host before its part, so the others wait for the slowest, as the
+     * forward exchange does behind unequal compute (neuroshard.md 2.3).
+     * A rank's time is from the end of its sleep to the end of its part. */
+    const double *sleep_ms;
+    int warmup;  /* untimed iterations first (>= 0) */
+    int repeats; /* timed iterations (>= 1) */
+    /* Set (by another thread or a signal handler) to stop before the next
+     * iteration with SD_ECANCELED.  May be NULL. */
+    volatile sig_atomic_t *abort;
+};
+
+struct kern_comm; /* opaque: a communicator over devices 0 .. n-1 */
+
+/* ------------------------------------------------------------------------ */
+/* How busy a device is: the profiler's idle gate                            */
+
+/* Readings of one device, as far as its backend can tell. */
+struct kern_device_load {
+    double util_pct;         /* busy time over the driver's last sample
+                              * period, 0 to 100 */
+    uint64_t mem_used_bytes; /* by every process */
+    uint64_t mem_total_bytes;
+    uint64_t own_mem_bytes;   /* this process's, as the driver reports it,
+                               * else an estimate (own_seen false) */
+    bool own_seen;            /* this process was in the driver's list */
+    int32_t other_procs;      /* compute processes other than this one;
+                               * -1: the driver would not say */
+    uint32_t other_pid;       /* the first of them (0: none) */
+    uint64_t other_mem_bytes; /* their memory, where reported */
+    int64_t own_idle_ms;      /* since this process last used the device
+                               * (INT64_MAX: never) */
+};
+
+/*
+ * The idle gate's thresholds: a device is busy when another compute
+ * process is on it, when others use more than max_mem_frac of its memory,
+ * or when it was more than max_util_pct busy over the driver's last sample
+ * period while this process had left it idle for at least min_own_idle_ms
+ * (so the profiler's own kernels do not count; NVML samples over 1/6 to
+ * 1 s).
+ */
+struct kern_busy_limits {
+    double max_util_pct;     /* default 10 */
+    double max_mem_frac;     /* default 0.10 */
+    int64_t min_own_idle_ms; /* default 2000 */
+};
+void kern_busy_limits_default(struct kern_busy_limits *l);
+
+/*
+ * The decision on readings: true with one line in why (cap bytes; may be
+ * NULL) saying what is busy.  Pure; what kern_device_busy() applies.
+ */
+bool kern_busy_decide(const struct kern_device_load *l,
+                      const struct kern_busy_limits *lim, char *why,
+                      size_t cap);
+
 /*
  * The backend vtable.  `name` is "cpu" or "cuda".  All functions but
  * device_count may assume a valid device index.
@@ -128,12 +238,56 @@ struct kern_backend {
     void (*release)(int32_t device);
     /* Bytes the device keeps between shards now (0 for none). */
     uint64_t (*kept_bytes)(int32_t device);
+
+    /* The compute cost model on the device (kern_net_*() below call these;
+     * see there).  net_open copies the parameters: the caller's array is
+     * borrowed for the call.  *out is a backend object (freed by
+     * net_close).  net_score is thread-safe on one net. */
+    int (*net_open)(int32_t device, const struct kern_net_dims *dims,
+                    const float *params, void **out, uint64_t *bytes,
+                    struct sd_diag *d);
+    int (*net_score)(void *net, const float *x, size_t nrows,
+                     const size_t *shard_off, size_t nshards, double *ms,
+                     struct sd_diag *d);
+    void (*net_close)(void *net);
+
+    /* Matrix products (kern_blas_*() below). */
+    int (*blas_open)(int32_t device, void **out, struct sd_diag *d);
+    int (*blas_sgemm)(void *blas, bool trans_a, bool trans_b, int m, int n,
+                      int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc,
+                      struct sd_diag *d);
+    void (*blas_close)(void *blas);
+
+    /* Collectives over devices 0 .. n-1 (kern_comm_*() below): comm_run is
+     * rank `rank`'s part of one collective, called by that rank's own
+     * thread while every rank calls it; it returns once the rank's part is
+     * complete.  NULL where a backend has none. */
+    int (*comm_open)(int32_t n, void **out, struct sd_diag *d);
+    int (*comm_run)(void *comm, int32_t rank, const struct kern_coll_desc *c,
+                    struct sd_diag *d);
+    /* failed: a rank failed, others may be stuck in the collective. */
+    void (*comm_close)(void *comm, bool failed);
+
+    /* Readings of a device for the idle gate; NULL, or SD_EUNSUPPORTED,
+     * where the backend cannot tell (then the device counts as idle). */
+    int (*device_load)(int32_t device, struct kern_device_load *out,
+                       struct sd_diag *d);
 };
 
 extern const struct kern_backend kern_backend_cpu;
 
 /* Whether this binary was built with the CUDA backend. */
 bool kern_have_cuda(void);
+
+/*
+ * Whether the cuda backend's run-time library `name` ("cublas", "nccl" or
+ * "nvml") loads here with every symbol the backend uses; needs no GPU.
+ * Returns 0 with the file in detail (cap bytes), or SD_EUNSUPPORTED (not
+ * built with CUDA, not found, a symbol missing: detail says) or SD_EINVAL
+ * (another name).  The outcome is kept for the process's life.
+ */
+int kern_lib_probe(const char *name, char *detail, size_t cap);
 
 /*
  * Picks a backend by name ("cpu", "cuda") or, for NULL or "auto", the best
@@ -144,6 +298,126 @@ bool kern_have_cuda(void);
  */
 const struct kern_backend *kern_backend_get(const char *name,
                                             struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* The compute cost model resident on a device (net.c)                       */
+
+/*
+ * Uploads a model's parameters (kern_net_nparams(dims) floats, borrowed
+ * for the call) to a device of be: once per model activation; every score
+ * then runs on the device without copying the weights again.  *out is
+ * owned by the caller: kern_net_close() it.  Returns 0, SD_EINVAL (dims out
+ * of range, a device index the backend lacks, NULL params),
+ * SD_EUNSUPPORTED (a backend without scoring), SD_ENOMEM or SD_EDEVICE.
+ * Thread: any.
+ */
+int kern_net_open(const struct kern_backend *be, int32_t device,
+                  const struct kern_net_dims *dims, const float *params,
+                  struct kern_net **out, struct sd_diag *d);
+
+/*
+ * Scores nshards shards in one batch: the model's inputs (normalised
+ * features, the planner's net_input()) are x, nrows rows of dims.in floats
+ * back to back, and shard s is rows shard_off[s] .. shard_off[s + 1]
+ * (shard_off has nshards + 1 non-decreasing entries from 0 to nrows).
+ * ms[s] receives the shard's predicted cost; an empty shard costs 0.  The
+ * cpu backend computes in the planner's order (net_tables_ms(), to the
+ * last bit on the same compiler flags); the cuda backend sums latents
+ * before the head's first layer and agrees within fp32 rounding.  Returns
+ * 0, SD_EINVAL (bad offsets), SD_ENOMEM or SD_EDEVICE.  Thread: any; calls
+ * on one net may overlap.
+ */
+int kern_net_score(struct kern_net *net, const float *x, size_t nrows,
+                   const size_t *shard_off, size_t nshards, double *ms,
+                   struct sd_diag *d);
+
+void kern_net_close(struct kern_net *net); /* NULL-safe */
+
+/* Where a net lives: its backend, device and the device bytes it holds. */
+const struct kern_backend *kern_net_backend(const struct kern_net *net);
+int32_t kern_net_device(const struct kern_net *net);
+uint64_t kern_net_bytes(const struct kern_net *net);
+
+/* ------------------------------------------------------------------------ */
+/* Matrix products on a device (net.c)                                       */
+
+/*
+ * A device's sgemm, for training the cost model: kernels/cpu has the plain
+ * triple loop (the specification), kernels/cuda cuBLAS (loaded at run time
+ * from libcublas.so.13; TF32 off, so products are fp32).  *out belongs to
+ * one thread at a time; kern_blas_close() it.  Returns 0,
+ * SD_EUNSUPPORTED (no such backend op, or cuBLAS cannot be loaded: d says
+ * why), SD_ENOMEM or SD_EDEVICE.
+ */
+int kern_blas_open(const struct kern_backend *be, int32_t device,
+                   struct kern_blas **out, struct sd_diag *d);
+
+/*
+ * C = alpha op(A) op(B) + beta C for row-major host matrices, op(X) = X or
+ * X^T, exactly as cblas_sgemm(CblasRowMajor, ...): C is m x n, op(A) m x k,
+ * op(B) k x n, with leading dimensions lda, ldb, ldc.  A device copies the
+ * operands over and the result back.  Returns 0, SD_EINVAL (a dimension or
+ * leading dimension out of range), SD_ENOMEM or SD_EDEVICE.
+ */
+int kern_blas_sgemm(struct kern_blas *b, bool trans_a, bool trans_b, int m,
+                    int n, int k, float alpha, const float *a, int lda,
+                    const float *bm, int ldb, float beta, float *c, int ldc,
+                    struct sd_diag *d);
+
+void kern_blas_close(struct kern_blas *b); /* NULL-safe */
+const struct kern_backend *kern_blas_backend(const struct kern_blas *b);
+
+/* ------------------------------------------------------------------------ */
+/* Collective timing (comm.c)                                                */
+
+/*
+ * A communicator over devices 0 .. n-1 of be, n >= 1 (one device makes a
+ * 1-rank communicator: every collective is a local copy, but the whole
+ * path runs).  cuda: NCCL's ncclCommInitAll, NCCL loaded at run time from
+ * libnccl.so.2; cpu: n threads exchanging through shared memory (n up to
+ * KERN_COMM_MAX, whatever the core count), the specification of what each
+ * rank sends and receives.  Returns 0, SD_EINVAL, SD_EUNSUPPORTED (no
+ * collectives, no NCCL, fewer devices than n: d says which), SD_ENOMEM or
+ * SD_EDEVICE.
+ */
+#define KERN_COMM_MAX 64
+int kern_comm_open(const struct kern_backend *be, int32_t n,
+                   struct kern_comm **out, struct sd_diag *d);
+void kern_comm_close(struct kern_comm *c); /* NULL-safe */
+int32_t kern_comm_size(const struct kern_comm *c);
+
+/*
+ * Times a collective: one thread per rank; every iteration starts the ranks
+ * together (a barrier), each sleeps its sleep_ms, runs its part and stops
+ * its clock when its part is complete.  per_rank (n entries) receives each
+ * rank's summary (kern_timing_summarize()) of its timed iterations, in ms.
+ * Returns 0, SD_EINVAL (a bad description: d names the field),
+ * SD_ECANCELED (*abort), SD_ENOMEM or SD_EDEVICE; after a device failure
+ * the communicator is unusable (close it).
+ */
+int kern_comm_time(struct kern_comm *c, const struct kern_coll_desc *desc,
+                   struct kern_timing *per_rank, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* The idle gate (busy.c)                                                    */
+
+/*
+ * Readings of device `device` of be (NVML on cuda, loaded at run time from
+ * libnvidia-ml.so.1).  Returns 0, SD_EUNSUPPORTED (the backend cannot tell:
+ * no op, no NVML, no such device in NVML; d says which) or SD_EDEVICE.
+ */
+int kern_device_load(const struct kern_backend *be, int32_t device,
+                     struct kern_device_load *out, struct sd_diag *d);
+
+/*
+ * Whether someone else uses the device now, by kern_busy_decide() with the
+ * default limits: true with why (cap bytes, may be NULL) set.  A device
+ * whose backend cannot tell is not busy (false): the gate never stops a
+ * profiler that worked before.  Thread: any; a few NVML calls, well under
+ * a millisecond.
+ */
+bool kern_device_busy(const struct kern_backend *be, int32_t device, char *why,
+                      size_t cap);
 
 /* Fills timing defaults: 5 warm-up steps, 10 repeats, flush on. */
 void kern_timing_opts_default(struct kern_timing_opts *o);

@@ -351,7 +351,8 @@ out_free:
 struct measure_ctx {
     const struct kern_backend *be;
     const struct table *tables; /* base of the plan's tables */
-    struct trace *traces;       /* one per table, made on first use */
+    size_t ntables;
+    struct trace *traces; /* one per table, made on first use */
     int64_t batch;
     uint64_t seed;
     const struct kern_timing_opts *o;
@@ -366,6 +367,7 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
 {
     struct measure_ctx *c = ctxp;
     struct prof_item *pi = NULL;
+    struct trace *own = NULL; /* row blocks' and replicas' lookups */
     struct kern_timing tm;
     int32_t device = c->calls++;
     size_t i;
@@ -374,17 +376,29 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
     if (c->err != 0)
         return 0;
     pi = calloc(n ? n : 1, sizeof(*pi));
-    if (pi == NULL) {
+    own = calloc(n ? n : 1, sizeof(*own));
+    if (pi == NULL || own == NULL) {
+        free(pi);
+        free(own);
         c->err = sd_diag_set(c->d, SD_ENOMEM, "out of memory");
         return 0;
     }
     for (i = 0; i < n && rv == 0; i++) {
-        size_t ti = (size_t)(items[i].table - c->tables);
+        const struct table *tb = items[i].table;
+        size_t ti = (size_t)(tb - c->tables);
 
-        if (c->traces[ti].offsets == NULL)
-            rv = trace_from_table(items[i].table, c->batch,
-                                  rng_derive(c->seed, ti), &c->traces[ti]);
-        pi[i].trace = &c->traces[ti];
+        if (tb >= c->tables && ti < c->ntables) {
+            /* A table's own lookups, made once for all its slices. */
+            if (c->traces[ti].offsets == NULL)
+                rv = trace_from_table(tb, c->batch, rng_derive(c->seed, ti),
+                                      &c->traces[ti]);
+            pi[i].trace = &c->traces[ti];
+        } else {
+            /* A row block or a replica: lookups of its own rows. */
+            rv = trace_from_table(tb, c->batch,
+                                  rng_derive(c->seed, c->ntables + i), &own[i]);
+            pi[i].trace = &own[i];
+        }
         pi[i].cols = items[i].cols;
     }
     if (rv != 0)
@@ -394,6 +408,9 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
         rv = prof_measure_shard(c->be,
                                 device < c->be->device_count() ? device : 0, pi,
                                 n, c->o, &tm, c->d);
+    for (i = 0; i < n; i++)
+        trace_destroy(&own[i]);
+    free(own);
     free(pi);
     if (rv != 0) {
         c->err = rv;
@@ -418,6 +435,7 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
     memset(&c, 0, sizeof(c));
     c.be = be;
     c.tables = tables;
+    c.ntables = ntables;
     c.batch = t->batch_size;
     c.seed = seed;
     c.o = o;

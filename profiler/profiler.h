@@ -154,4 +154,116 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
                    const struct kern_timing_opts *o, uint64_t seed,
                    struct kern_timing *timings, struct sd_diag *d);
 
+/* ------------------------------------------------------------------------ */
+/* Communication samples (comm.c)                                            */
+
+#define PROF_COMM_MAX_TABLES 256
+
+struct prof_comm_params {
+    const struct kern_backend *be;
+    int32_t ndevices;     /* ranks: devices 0 .. ndevices - 1 (>= 1) */
+    int64_t batch_size;   /* the exchange's batch, default 65536 */
+    uint64_t seed;        /* the plans; same seed, same plans */
+    uint64_t first_index; /* the first plan of the sequence to measure */
+    uint64_t samples;     /* plans to measure, default 100 */
+    double max_seconds;   /* stop after this long; 0: no limit */
+    int warmup, repeats;  /* per exchange: 5 and 10 */
+    int32_t min_tables, max_tables; /* T in [min, max): 10, 60 */
+    int32_t max_sleep_ms;           /* sleep_diff in [1, max): 20 */
+    /* Set (e.g. by a signal handler) to stop before the next iteration;
+     * what was stored stays.  May be NULL. */
+    volatile sig_atomic_t *stop;
+    /* Called after every measured plan with its sample (i: its index in
+     * this run; the sample and its devices are borrowed).  May be NULL. */
+    void (*on_sample)(void *ctx, uint64_t i, const struct store_sample *s);
+    void *ctx;
+};
+
+void prof_comm_params_default(struct prof_comm_params *p);
+
+/*
+ * Plan i of p->seed (neuroshard.md 2.3): dim_sum and sleep_ms, ndevices
+ * entries each.  Deterministic.
+ */
+void prof_comm_draw(const struct prof_comm_params *p, uint64_t i,
+                    int32_t *dim_sum, double *sleep_ms);
+
+struct prof_comm_result {
+    char profile[STORE_NAME_MAX]; /* "<backend>/<device 0 model>/<batch>" */
+    int64_t profile_id;           /* 0 when no store */
+    uint64_t measured;            /* plans timed */
+    uint64_t stored;              /* samples added to the store */
+    bool interrupted;             /* *stop, or max_seconds */
+};
+
+/*
+ * Times p->samples plans (forward all-to-all behind each device's sleep,
+ * then backward) with a communicator over p->ndevices devices of p->be,
+ * and adds each as a STORE_KIND_COMM sample to st (NULL: measure only):
+ * per device dim_sum, sleep_ms and the median forward and backward ms;
+ * measured_ms = max forward + max backward, spread_ms the widest p90 -
+ * p10 of a device.  The store keeps exchanges of 2 or more devices: with
+ * one device the plans are timed (a 1-rank exchange is a local copy, but
+ * the whole path runs) and reported through on_sample, not stored.
+ * Returns 0 (res->interrupted when stopped), SD_EINVAL,
+ * SD_EUNSUPPORTED (no collectives, too few devices), SD_ENOMEM,
+ * SD_EDEVICE or a store error; res is filled on success and failure.
+ */
+int prof_comm_run(struct store *st, const struct prof_comm_params *p,
+                  struct prof_comm_result *res, struct sd_diag *d);
+
+/*
+ * One collective of `bytes` per rank (what each rank sends, nccl-tests'
+ * size; all-to-all in equal blocks) over `ndevices` devices of be, the
+ * last rank starting skew_ms late (0: together); per_rank (ndevices)
+ * receives each rank's timing.  Returns kern_comm_open()'s and
+ * kern_comm_time()'s codes.
+ */
+int prof_coll_sweep(const struct kern_backend *be, int32_t ndevices,
+                    enum kern_coll_op op, uint64_t bytes, double skew_ms,
+                    int warmup, int repeats, struct kern_timing *per_rank,
+                    struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* The cost model on a device (device_model.c)                               */
+
+/*
+ * Uploads m's parameters to device `device` of be (kern_net_open()): the
+ * model resident in that device's memory until kern_net_close().  m is
+ * borrowed for the call.  Returns 0 or kern_net_open()'s codes.
+ */
+int prof_net_upload(const struct kern_backend *be, int32_t device,
+                    const struct cost_net *m, struct kern_net **out,
+                    struct sd_diag *d);
+
+/*
+ * Scores n shards, each given as whole tables at their own dims (the form
+ * of a sample), in one batch on the net's device: ms[i] is sample i's
+ * predicted ms at m's batch, what net_tables_ms(m, ...) gives (to the last
+ * bit on the cpu backend, within fp32 rounding on cuda).  net must have
+ * been uploaded from m (m gives the inputs' normalisation).  Returns 0,
+ * SD_EINVAL, SD_ENOMEM or SD_EDEVICE.
+ */
+int prof_net_score_tables(struct kern_net *net, const struct cost_net *m,
+                          const struct train_sample *s, size_t n, double *ms,
+                          struct sd_diag *d);
+
+/*
+ * Training's matrix products on a device: hook is what train_params.gemm
+ * takes (valid while the struct lives and is not moved); diag holds the
+ * last failed product's detail.  One thread at a time.
+ */
+struct prof_gemm {
+    struct net_gemm hook;
+    struct kern_blas *blas;
+    struct sd_diag diag;
+    char name[64];
+};
+
+/* Opens a device's sgemm (kern_blas_open()) behind the hook.  Returns 0 or
+ * kern_blas_open()'s codes; *out is then prof_gemm_close()d. */
+int prof_gemm_open(const struct kern_backend *be, int32_t device,
+                   struct prof_gemm *out, struct sd_diag *d);
+void prof_gemm_close(struct prof_gemm *g);
+
 #endif /* SHARDD_PROFILER_H */

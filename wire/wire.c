@@ -575,16 +575,74 @@ Shardd__V1__Constraints *wire_pins_out(struct wire_arena *a,
 /* ---------------------------------------------------------------------- */
 /* Placements                                                              */
 
+int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out)
+{
+    switch (in) {
+    case SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED:
+    case SHARDD__V1__SCHEME__SCHEME_TABLE_WISE:
+        *out = SCHEME_TW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_COLUMN_WISE:
+        *out = SCHEME_CW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_ROW_WISE:
+        *out = SCHEME_RW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_TABLE_ROW_WISE:
+        *out = SCHEME_TWRW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_GRID_SHARD:
+        *out = SCHEME_GRID;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL:
+        *out = SCHEME_DP;
+        return 0;
+    default:
+        return SD_EINVAL;
+    }
+}
+
+Shardd__V1__Scheme wire_scheme_out(enum plan_scheme s)
+{
+    static const Shardd__V1__Scheme out[SCHEME_COUNT] = {
+        [SCHEME_TW] = SHARDD__V1__SCHEME__SCHEME_TABLE_WISE,
+        [SCHEME_CW] = SHARDD__V1__SCHEME__SCHEME_COLUMN_WISE,
+        [SCHEME_RW] = SHARDD__V1__SCHEME__SCHEME_ROW_WISE,
+        [SCHEME_TWRW] = SHARDD__V1__SCHEME__SCHEME_TABLE_ROW_WISE,
+        [SCHEME_GRID] = SHARDD__V1__SCHEME__SCHEME_GRID_SHARD,
+        [SCHEME_DP] = SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL,
+    };
+
+    return (unsigned)s < SCHEME_COUNT ? out[s]
+                                      : SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED;
+}
+
 /* The shards of one TablePlacement (table idx) into p. */
 static int shards_in(const char *field, size_t i,
                      const Shardd__V1__TablePlacement *tp,
                      const struct table *t, uint32_t idx, int32_t ndev,
                      struct plan *p, struct sd_diag *d)
 {
+    enum plan_scheme sc;
     size_t k;
 
+    if (wire_scheme_in(tp->scheme, &sc) != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": scheme %d is not a Scheme", field,
+                           i, t->name, (int)tp->scheme);
     for (k = 0; k < tp->n_shards; k++) {
         const Shardd__V1__Shard *sh = tp->shards[k];
+        struct shard s = {.table = idx,
+                          .device = sh->device,
+                          .col_offset = sh->col_offset,
+                          .col_width = sh->col_width,
+                          .row_offset = sh->row_offset,
+                          .row_count = sh->row_count,
+                          .scheme = (uint8_t)sc};
+
+        /* Every row, given as a count, is every row: one form for both. */
+        if (s.row_offset == 0 && s.row_count == t->rows)
+            s.row_count = 0;
 
         if (sh->device < 0 || sh->device >= ndev)
             return sd_diag_set(d, SD_EINVAL,
@@ -601,7 +659,15 @@ static int shards_in(const char *field, size_t i,
                                field, i, t->name, k, (int)sh->col_offset,
                                (long long)sh->col_offset + sh->col_width,
                                (int)t->dim);
-        if (plan_add(p, idx, sh->device, sh->col_offset, sh->col_width) != 0)
+        if (sh->row_offset < 0 || sh->row_count < 0 ||
+            sh->row_offset > t->rows ||
+            sh->row_count > t->rows - sh->row_offset)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": shards[%zu]: rows from %lld "
+                               "(%lld of them) are outside the table's %lld",
+                               field, i, t->name, k, (long long)sh->row_offset,
+                               (long long)sh->row_count, (long long)t->rows);
+        if (plan_add_shard(p, &s) != 0)
             return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     return 0;
@@ -680,6 +746,8 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
         shardd__v1__table_placement__init(tp);
         tp->table = msg_str(tables[i].name);
         tp->shards = &sh_ptrs[k];
+        if (k < p->nshards && p->shards[k].table == i)
+            tp->scheme = wire_scheme_out(plan_table_scheme(p, k));
         for (; k < p->nshards && p->shards[k].table == i; k++) {
             Shardd__V1__Shard *sh = &shards[k];
 
@@ -687,6 +755,8 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
             sh->device = p->shards[k].device;
             sh->col_offset = p->shards[k].col_offset;
             sh->col_width = p->shards[k].col_width;
+            sh->row_offset = p->shards[k].row_offset;
+            sh->row_count = shard_rows(&tables[i], &p->shards[k]);
             sh_ptrs[k] = sh;
             tp->n_shards++;
         }

@@ -157,6 +157,10 @@ Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
                                               const struct plan *p,
                                               const struct table *tables);
 Shardd__V1__Optimizer wire_optimizer_out(enum optimizer o);
+/* Scheme <-> enum plan_scheme; UNSPECIFIED reads as table-wise (validation
+ * makes it column-wise where the shards are).  SD_EINVAL: not a Scheme. */
+int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out);
+Shardd__V1__Scheme wire_scheme_out(enum plan_scheme s);
 
 /*
  * Packs a protobuf-c message into a new buffer (*out, owned by the caller,

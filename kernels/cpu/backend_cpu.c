@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kern_internal.h"
+#include "cpu_internal.h"
 
 #define CPU_ALIGN 64 /* bytes: a cache line, and any SIMD width */
 
@@ -687,4 +687,16 @@ const struct kern_backend kern_backend_cpu = {
     .shard_time = cpu_shard_time,
     .release = cpu_release,
     .kept_bytes = cpu_kept_bytes,
+    .net_open = kern_cpu_net_open,
+    .net_score = kern_cpu_net_score,
+    .net_close = kern_cpu_net_close,
+    .blas_open = kern_cpu_blas_open,
+    .blas_sgemm = kern_cpu_blas_sgemm,
+    .blas_close = kern_cpu_blas_close,
+    .comm_open = kern_cpu_comm_open,
+    .comm_run = kern_cpu_comm_run,
+    .comm_close = kern_cpu_comm_close,
+    /* A core has no other processes to yield to that the profiler could
+     * see; its nice level and the daemon's idle timer are its gate. */
+    .device_load = NULL,
 };

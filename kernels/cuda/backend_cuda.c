@@ -72,8 +72,8 @@ static bool is_sticky(cudaError_t e)
  * SD_ENOMEM for a failed allocation and SD_EDEVICE for anything else, with
  * the call, the error's name and where it happened in d.
  */
-static int cuda_status(struct sd_diag *d, cudaError_t e, const char *what,
-                       const char *file, int line)
+int kern_cuda__status(struct sd_diag *d, cudaError_t e, const char *what,
+                      const char *file, int line)
 {
     if (e == cudaSuccess)
         return 0;
@@ -86,8 +86,28 @@ static int cuda_status(struct sd_diag *d, cudaError_t e, const char *what,
                        cudaGetErrorString(e), file, line);
 }
 
-/* Evaluates a CUDA call and maps its status; hides no control flow. */
-#define CUDA_STATUS(d, call) cuda_status((d), (call), #call, __FILE__, __LINE__)
+bool kern_cuda__broken(void)
+{
+    return atomic_load(&broken);
+}
+
+/* When this process last used each device (kern__now_ms(), 0: never). */
+static _Atomic double last_use[KERN_CUDA_MAX_DEVICES];
+
+void kern_cuda__touch(int32_t device)
+{
+    if (device >= 0 && device < KERN_CUDA_MAX_DEVICES)
+        atomic_store(&last_use[device], kern__now_ms());
+}
+
+int64_t kern_cuda__idle_ms(int32_t device)
+{
+    double t = 0;
+
+    if (device >= 0 && device < KERN_CUDA_MAX_DEVICES)
+        t = atomic_load(&last_use[device]);
+    return t == 0 ? INT64_MAX : (int64_t)(kern__now_ms() - t);
+}
 
 /* No GPU, no driver, or a too-old driver all mean zero devices: the
  * runtime is linked statically, so this never fails to load. */
@@ -110,7 +130,7 @@ static int cuda_device_info(int32_t device, struct kern_device_info *out)
 
     if (device < 0 || device >= cuda_device_count())
         return SD_EINVAL;
-    if (CUDA_STATUS(NULL, cudaGetDeviceProperties(&prop, device)) != 0)
+    if (KERN_CUDA_STATUS(NULL, cudaGetDeviceProperties(&prop, device)) != 0)
         return SD_EDEVICE;
     memset(out, 0, sizeof(*out));
     snprintf(out->name, sizeof(out->name), "%.*s", (int)sizeof(out->name) - 1,
@@ -158,7 +178,7 @@ static int dev_alloc(void **p, uint64_t bytes, struct sd_diag *d)
     if (bytes > SIZE_MAX)
         return sd_diag_set(d, SD_ENOMEM, "cuda: %llu bytes",
                            (unsigned long long)bytes);
-    return CUDA_STATUS(d, cudaMalloc(p, bytes > 0 ? (size_t)bytes : 1));
+    return KERN_CUDA_STATUS(d, cudaMalloc(p, bytes > 0 ? (size_t)bytes : 1));
 }
 
 /* Host-side geometry: per-table metadata and the rebased offsets. */
@@ -230,12 +250,12 @@ static int shard_upload(struct cuda_shard *s,
     for (t = 0; t < desc->ntables; t++) {
         td = &desc->tables[t];
         if (td->nindices > 0)
-            rv = CUDA_STATUS(
+            rv = KERN_CUDA_STATUS(
                 d, cudaMemcpyAsync(indices + base, td->indices,
                                    (size_t)td->nindices * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, s->stream));
         if (rv == 0)
-            rv = CUDA_STATUS(
+            rv = KERN_CUDA_STATUS(
                 d, kern_cuda_fill(s->tbe.weights + s->tables[t].w_off,
                                   (uint64_t)td->rows * (uint64_t)td->dim,
                                   kern__stream_key(desc->seed, t),
@@ -244,15 +264,17 @@ static int shard_upload(struct cuda_shard *s,
             return rv;
         base += (uint64_t)td->nindices;
     }
-    rv = CUDA_STATUS(d, cudaMemcpyAsync((void *)s->tbe.offsets, offsets,
-                                        noff * sizeof(int64_t),
-                                        cudaMemcpyHostToDevice, s->stream));
-    if (rv == 0)
-        rv = CUDA_STATUS(d, cudaMemcpyAsync((void *)s->tbe.tables, s->tables,
-                                            desc->ntables * sizeof(*s->tables),
+    rv =
+        KERN_CUDA_STATUS(d, cudaMemcpyAsync((void *)s->tbe.offsets, offsets,
+                                            noff * sizeof(int64_t),
                                             cudaMemcpyHostToDevice, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(
+        rv = KERN_CUDA_STATUS(
+            d, cudaMemcpyAsync((void *)s->tbe.tables, s->tables,
+                               desc->ntables * sizeof(*s->tables),
+                               cudaMemcpyHostToDevice, s->stream));
+    if (rv == 0)
+        rv = KERN_CUDA_STATUS(
             d, kern_cuda_fill(s->grad, npooled,
                               kern__stream_key(desc->seed, KERN_STREAM_GRAD),
                               KERN_GRAD_SCALE, s->stream));
@@ -260,7 +282,7 @@ static int shard_upload(struct cuda_shard *s,
         return rv;
     /* The description's arrays are borrowed: done with them before
      * returning. */
-    return CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
+    return KERN_CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
 }
 
 static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
@@ -281,9 +303,10 @@ static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
     rv = kern__shard_check(desc, d);
     if (rv != 0)
         return rv;
-    rv = CUDA_STATUS(d, cudaSetDevice(device));
+    rv = KERN_CUDA_STATUS(d, cudaSetDevice(device));
+    kern_cuda__touch(device);
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaMemGetInfo(&free_b, &total_b));
+        rv = KERN_CUDA_STATUS(d, cudaMemGetInfo(&free_b, &total_b));
     if (rv != 0)
         return rv;
     need = kern__shard_bytes(desc);
@@ -308,12 +331,12 @@ static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
         sd_diag_set(d, rv, "cuda: out of host memory");
         goto fail_close_shard;
     }
-    rv = CUDA_STATUS(
+    rv = KERN_CUDA_STATUS(
         d, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventCreate(&s->start));
+        rv = KERN_CUDA_STATUS(d, cudaEventCreate(&s->start));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventCreate(&s->stop));
+        rv = KERN_CUDA_STATUS(d, cudaEventCreate(&s->stop));
     if (rv == 0)
         rv = shard_upload(s, desc, offsets, nw, ni, d);
     if (rv != 0)
@@ -341,9 +364,9 @@ static int step_grad(struct cuda_shard *s, const float *grad_pooled,
     if (s->grad_step == NULL)
         rv = dev_alloc((void **)&s->grad_step, bytes, &s->diag);
     if (rv == 0)
-        rv = CUDA_STATUS(&s->diag,
-                         cudaMemcpyAsync(s->grad_step, grad_pooled, bytes,
-                                         cudaMemcpyHostToDevice, s->stream));
+        rv = KERN_CUDA_STATUS(
+            &s->diag, cudaMemcpyAsync(s->grad_step, grad_pooled, bytes,
+                                      cudaMemcpyHostToDevice, s->stream));
     if (rv == 0)
         *g = s->grad_step;
     return rv;
@@ -358,20 +381,21 @@ static int cuda_shard_step(struct kern_shard *ks, float *pooled,
     const float *g = NULL;
     int rv;
 
-    rv = CUDA_STATUS(d, cudaSetDevice(s->device));
+    rv = KERN_CUDA_STATUS(d, cudaSetDevice(s->device));
     if (rv == 0)
         rv = step_grad(s, grad_pooled, bytes, &g);
     if (rv == 0)
-        rv = CUDA_STATUS(d,
-                         kern_cuda_tbe_forward(&s->tbe, s->pooled, s->stream));
+        rv = KERN_CUDA_STATUS(
+            d, kern_cuda_tbe_forward(&s->tbe, s->pooled, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(
+        rv = KERN_CUDA_STATUS(
             d, kern_cuda_tbe_backward_sgd(&s->tbe, g, s->lr, s->stream));
     if (rv == 0 && pooled != NULL)
-        rv = CUDA_STATUS(d, cudaMemcpyAsync(pooled, s->pooled, bytes,
-                                            cudaMemcpyDeviceToHost, s->stream));
+        rv = KERN_CUDA_STATUS(d, cudaMemcpyAsync(pooled, s->pooled, bytes,
+                                                 cudaMemcpyDeviceToHost,
+                                                 s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
+        rv = KERN_CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
     return rv;
 }
 
@@ -383,15 +407,15 @@ static int cuda_shard_read_weights(struct kern_shard *ks, size_t t, float *out)
 
     if (t >= s->ntables)
         return SD_EINVAL;
-    rv = CUDA_STATUS(d, cudaSetDevice(s->device));
+    rv = KERN_CUDA_STATUS(d, cudaSetDevice(s->device));
     if (rv == 0)
-        rv = CUDA_STATUS(
+        rv = KERN_CUDA_STATUS(
             d, cudaMemcpyAsync(out, s->tbe.weights + s->tables[t].w_off,
                                (size_t)s->rows[t] * (size_t)s->tables[t].dim *
                                    sizeof(float),
                                cudaMemcpyDeviceToHost, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
+        rv = KERN_CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
     return rv;
 }
 
@@ -400,8 +424,9 @@ static int flush_alloc(struct cuda_shard *s)
 {
     int l2 = 0, rv;
 
-    rv = CUDA_STATUS(&s->diag, cudaDeviceGetAttribute(
-                                   &l2, cudaDevAttrL2CacheSize, s->device));
+    rv = KERN_CUDA_STATUS(
+        &s->diag,
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, s->device));
     if (rv != 0)
         return rv;
     if (l2 <= 0)
@@ -415,11 +440,12 @@ static int enqueue_step(struct cuda_shard *s)
 {
     int rv;
 
-    rv = CUDA_STATUS(&s->diag,
-                     kern_cuda_tbe_forward(&s->tbe, s->pooled, s->stream));
+    rv = KERN_CUDA_STATUS(&s->diag,
+                          kern_cuda_tbe_forward(&s->tbe, s->pooled, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(&s->diag, kern_cuda_tbe_backward_sgd(
-                                       &s->tbe, s->grad, s->lr, s->stream));
+        rv = KERN_CUDA_STATUS(
+            &s->diag,
+            kern_cuda_tbe_backward_sgd(&s->tbe, s->grad, s->lr, s->stream));
     return rv;
 }
 
@@ -431,18 +457,19 @@ static int timed_step(struct cuda_shard *s, bool flush, double *ms)
     int rv = 0;
 
     if (flush)
-        rv = CUDA_STATUS(d, kern_cuda_flush(s->flush, s->flush_bytes,
-                                            ++s->flush_value, s->stream));
+        rv = KERN_CUDA_STATUS(d, kern_cuda_flush(s->flush, s->flush_bytes,
+                                                 ++s->flush_value, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventRecord(s->start, s->stream));
+        rv = KERN_CUDA_STATUS(d, cudaEventRecord(s->start, s->stream));
     if (rv == 0)
         rv = enqueue_step(s);
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventRecord(s->stop, s->stream));
+        rv = KERN_CUDA_STATUS(d, cudaEventRecord(s->stop, s->stream));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventSynchronize(s->stop));
+        rv = KERN_CUDA_STATUS(d, cudaEventSynchronize(s->stop));
     if (rv == 0)
-        rv = CUDA_STATUS(d, cudaEventElapsedTime(&elapsed, s->start, s->stop));
+        rv = KERN_CUDA_STATUS(
+            d, cudaEventElapsedTime(&elapsed, s->start, s->stop));
     if (rv == 0)
         *ms = (double)elapsed;
     return rv;
@@ -463,7 +490,7 @@ static int cuda_shard_time(struct kern_shard *ks,
     }
     if (o->warmup < 0 || o->repeats < 1)
         return SD_EINVAL;
-    rv = CUDA_STATUS(&s->diag, cudaSetDevice(s->device));
+    rv = KERN_CUDA_STATUS(&s->diag, cudaSetDevice(s->device));
     if (rv == 0 && o->flush && s->flush == NULL)
         rv = flush_alloc(s);
     if (rv != 0)
@@ -474,13 +501,14 @@ static int cuda_shard_time(struct kern_shard *ks,
     for (r = 0; r < o->warmup && rv == 0; r++)
         rv = o->abort != NULL && *o->abort ? SD_ECANCELED : enqueue_step(s);
     if (rv == 0)
-        rv = CUDA_STATUS(&s->diag, cudaStreamSynchronize(s->stream));
+        rv = KERN_CUDA_STATUS(&s->diag, cudaStreamSynchronize(s->stream));
     for (r = 0; r < o->repeats && rv == 0; r++)
         rv = o->abort != NULL && *o->abort
                  ? SD_ECANCELED
                  : timed_step(s, o->flush, &samples[r]);
     if (rv == 0)
         kern_timing_summarize(samples, o->repeats, out);
+    kern_cuda__touch(s->device);
     free(samples);
     return rv;
 }
@@ -494,4 +522,16 @@ const struct kern_backend kern_backend_cuda = {
     .shard_step = cuda_shard_step,
     .shard_read_weights = cuda_shard_read_weights,
     .shard_time = cuda_shard_time,
+    .net_open = kern_cuda_net_open,
+    .net_score = kern_cuda_net_score,
+    .net_close = kern_cuda_net_close,
+    .blas_open = kern_cuda_blas_open,
+    .blas_sgemm = kern_cuda_blas_sgemm,
+    .blas_close = kern_cuda_blas_close,
+#ifdef SHARDD_HAVE_NCCL
+    .comm_open = kern_cuda_comm_open,
+    .comm_run = kern_cuda_comm_run,
+    .comm_close = kern_cuda_comm_close,
+#endif /* SHARDD_HAVE_NCCL */
+    .device_load = kern_cuda_device_load,
 };

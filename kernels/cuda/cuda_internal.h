@@ -1,10 +1,12 @@
 /*
- * The seam between the cuda backend's host logic (backend_cuda.c, C11) and
- * its device code (tbe.cu): the argument blocks of the kernels and the
- * extern "C" launch shims.  Each shim enqueues one kernel on a stream and
- * returns the launch status (cudaGetLastError()), never synchronising;
- * backend_cuda.c maps any error to SD_E* codes.  Included only under
- * kernels/cuda/.
+ * The seam between the cuda backend's host logic (backend_cuda.c,
+ * net_cuda.c, nccl_cuda.c, nvml_cuda.c, libs.c: C11) and its device code
+ * (tbe.cu, net.cu): the argument blocks of the kernels and the extern "C"
+ * launch shims, and what the host files share (the error mapping, the
+ * run-time libraries, the ops of the vtable).  Each shim enqueues one
+ * kernel on a stream and returns the launch status (cudaGetLastError()),
+ * never synchronising; the host files map any error to SD_E* codes.
+ * Included only under kernels/cuda/.
  */
 #ifndef SHARDD_CUDA_INTERNAL_H
 #define SHARDD_CUDA_INTERNAL_H
@@ -13,6 +15,8 @@
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
+
+#include "kern_internal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +63,85 @@ cudaError_t kern_cuda_fill(float *p, uint64_t n, uint64_t key, float scale,
  * call to call, evicting everything else from the L2. */
 cudaError_t kern_cuda_flush(void *buf, size_t bytes, uint32_t value,
                             cudaStream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* The compute cost model's kernels (net.cu)                                 */
+
+/* A net's parameters on the device, and its shape. */
+struct kern_cuda_net {
+    const float *p; /* the parameter array (kernels.h's layout) */
+    int32_t in, h1, lat, h2;
+    /* offsets of the layers in p */
+    int64_t w1, b1, w2, b2, w3, b3, w4, b4;
+};
+
+/* lat[r] = relu(W2 relu(W1 x[r] + b1) + b2) for each of nrows rows. */
+cudaError_t kern_cuda_net_latent(const struct kern_cuda_net *n, const float *x,
+                                 uint64_t nrows, float *lat,
+                                 cudaStream_t stream);
+
+/* ms[s] = softplus(b4 + w4 . relu(b3 + W3 sum of lat over rows off[s] ..
+ * off[s + 1])), 0 for an empty shard. */
+cudaError_t kern_cuda_net_head(const struct kern_cuda_net *n, const float *lat,
+                               const uint64_t *off, uint64_t nshards,
+                               double *ms, cudaStream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* Host side shared by the cuda backend's files                              */
+
+#define KERN_CUDA_MAX_DEVICES 64
+
+/*
+ * The one place CUDA errors become SD_E* codes (backend_cuda.c): 0 for
+ * cudaSuccess, SD_ENOMEM for a failed allocation, SD_EDEVICE otherwise,
+ * with the call, the error's name and file:line in d; a sticky error marks
+ * the backend broken.
+ */
+int kern_cuda__status(struct sd_diag *d, cudaError_t e, const char *what,
+                      const char *file, int line);
+/* Evaluates a CUDA call and maps its status; hides no control flow. */
+#define KERN_CUDA_STATUS(d, call)                                              \
+    kern_cuda__status((d), (call), #call, __FILE__, __LINE__)
+/* Whether a sticky error spoiled the process's CUDA context. */
+bool kern_cuda__broken(void);
+/* Records that this process used `device` now (for the idle gate). */
+void kern_cuda__touch(int32_t device);
+/* Milliseconds since this process last used `device` (INT64_MAX: never). */
+int64_t kern_cuda__idle_ms(int32_t device);
+
+/*
+ * Libraries the backend loads at run time, so that binaries start where
+ * they are missing (libs.c): cuBLAS ("libcublas.so.13", or the path in
+ * $SHARDD_CUBLAS_LIB), NCCL ("libnccl.so.2", $SHARDD_NCCL_LIB) and NVML
+ * ("libnvidia-ml.so.1", $SHARDD_NVML_LIB).  Each is opened once per
+ * process and every symbol resolved; a failure is remembered.  Returns 0
+ * with *syms filled (an array of function pointers in the order of
+ * `names`), or SD_EUNSUPPORTED with d saying what is missing.
+ */
+enum kern_cuda_lib { KERN_LIB_CUBLAS, KERN_LIB_NCCL, KERN_LIB_NVML };
+int kern_cuda__lib(enum kern_cuda_lib lib, void *const **syms,
+                   struct sd_diag *d);
+
+/* The backend's ops beyond the embedding bag (kernels.h's vtable). */
+int kern_cuda_net_open(int32_t device, const struct kern_net_dims *dims,
+                       const float *params, void **out, uint64_t *bytes,
+                       struct sd_diag *d);
+int kern_cuda_net_score(void *net, const float *x, size_t nrows,
+                        const size_t *shard_off, size_t nshards, double *ms,
+                        struct sd_diag *d);
+void kern_cuda_net_close(void *net);
+int kern_cuda_blas_open(int32_t device, void **out, struct sd_diag *d);
+int kern_cuda_blas_sgemm(void *blas, bool trans_a, bool trans_b, int m, int n,
+                         int k, float alpha, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc,
+                         struct sd_diag *d);
+void kern_cuda_blas_close(void *blas);
+int kern_cuda_comm_open(int32_t n, void **out, struct sd_diag *d);
+int kern_cuda_comm_run(void *comm, int32_t rank, const struct kern_coll_desc *c,
+                       struct sd_diag *d);
+void kern_cuda_comm_close(void *comm, bool failed);
+int kern_cuda_device_load(int32_t device, struct kern_device_load *out,
+                          struct sd_diag *d);
 
 #ifdef __cplusplus
 }

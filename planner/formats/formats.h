@@ -217,8 +217,10 @@ int json_parse_tables(const char *buf, size_t len, size_t task_index,
 /*
  * Reads a plan in the json_plan() format back against its tables: the
  * device count is the length of "devices" (required, 1..TOPO_DEVICES_MAX),
- * every table name must be one of `tables`, and shards keep their device and
- * columns.  Costs in the file are ignored.  The plan is not validated here
+ * every table name must be one of `tables`, and shards keep their device,
+ * columns, rows (every row where a shard gives none) and their table's
+ * "scheme" (table_wise where none is given).  Costs in the file are
+ * ignored.  The plan is not validated here
  * (plan_validate() does that against a topology).  *out is initialised here;
  * plan_destroy() it.  Errors as for json_read_tables(); SD_EINVAL names the
  * table and shard.
@@ -235,16 +237,20 @@ int json_parse_plan(const char *buf, size_t len, const struct table *tables,
  *  - json_tasks: {"tasks": [{"name", "source": [pool indices], "tables"}]}.
  *  - json_plan: {"algorithm", "plan_cost_ms", "cost_model", "comm_model",
  *    "devices": [{"id", "memory_bytes", "cost_ms": {"compute", "fwd_comm",
- *    "bwd_comm", "total"}}], "tables": [{"name", "shards": [{"device",
- *    "col_offset", "col_width"}]}]}, and after plan_run() (search.h)
+ *    "bwd_comm", "total"}}], "tables": [{"name", "scheme", "shards":
+ *    [{"device", "col_offset", "col_width"[, "row_offset", "row_count"]}]}]}
+ *    (rows only for row blocks), and after plan_run() (search.h)
  *    "explanation": {"critical_device", "drivers": [{"table", "col_offset",
  *    "col_width", "cost_ms"}], "lower_bound_ms", "gap"} and, for
  *    neuroshard, "search":
  *    {"time_ms", "states", "greedy_runs", "beam_levels", "column_splits",
  *    "local_moves", "budget_exhausted"}.
- *  - json_plan_torchrec: TorchRec's serialized ShardingPlan for module
- *    "embedding_bags" (sharding_type, compute_kernel, ranks, shards with
- *    shard_offsets, shard_sizes, placement).
+ *  - json_plan_torchrec: TorchRec's serialized ShardingPlan for the
+ *    module path `module` (NULL or "": "embedding_bags"): per table
+ *    sharding_type (TorchRec's names), compute_kernel (dense for
+ *    data_parallel, else fused), ranks and, except for data_parallel,
+ *    shards with 2-D shard_offsets [row, column], shard_sizes [rows,
+ *    columns] and placement.
  */
 char *json_tables(const struct table *tables, size_t n);
 char *json_tasks(const struct task *tasks, size_t n);
@@ -256,6 +262,6 @@ char *json_comm_fit(const char *const *names, const struct nccl_run *runs,
                     const struct nccl_fit *fits, const struct nccl_fit *one,
                     size_t n);
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
-                         const struct topology *t);
+                         const struct topology *t, const char *module);
 
 #endif /* SHARDD_PLANNER_FORMATS_H */

@@ -275,12 +275,14 @@ int json_read_tables(const char *path, size_t task_index, struct table **out,
     return with_path(path, rv, d);
 }
 
-/* Reads one shard object {"device", "col_offset", "col_width"}. */
+/* Reads one shard object {"device", "col_offset", "col_width"[,
+ * "row_offset", "row_count"]} into sh (table and scheme left). */
 static int parse_shard(const json_t *o, const char *name, size_t k,
-                       int32_t v[3], struct sd_diag *d)
+                       struct shard *sh, struct sd_diag *d)
 {
-    static const char *const keys[3] = {"device", "col_offset", "col_width"};
-    int64_t x;
+    static const char *const keys[5] = {"device", "col_offset", "col_width",
+                                        "row_offset", "row_count"};
+    int64_t v[5] = {0};
     int j;
 
     if (!json_is_object(o))
@@ -288,15 +290,44 @@ static int parse_shard(const json_t *o, const char *name, size_t k,
                            "plan: table \"%s\": shards[%zu] is "
                            "not an object",
                            name, k);
-    for (j = 0; j < 3; j++) {
-        if (!get_integer(json_object_get(o, keys[j]), &x) || x < 0 ||
-            x > INT32_MAX)
+    for (j = 0; j < 5; j++) {
+        const json_t *x = json_object_get(o, keys[j]);
+
+        if (j >= 3 && x == NULL) /* rows: every row unless given */
+            continue;
+        if (!get_integer(x, &v[j]) || v[j] < 0 ||
+            v[j] > (j >= 3 ? TABLE_ROWS_MAX : INT32_MAX))
             return sd_diag_set(d, SD_EINVAL,
-                               "plan: table \"%s\": shards[%zu].%s is missing "
-                               "or not a non-negative integer",
-                               name, k, keys[j]);
-        v[j] = (int32_t)x;
+                               "plan: table \"%s\": shards[%zu].%s is %s", name,
+                               k, keys[j],
+                               j >= 3 ? "not an integer in [0, 2^40]"
+                                      : "missing or not a non-negative "
+                                        "integer");
     }
+    sh->device = (int32_t)v[0];
+    sh->col_offset = (int32_t)v[1];
+    sh->col_width = (int32_t)v[2];
+    sh->row_offset = v[3];
+    sh->row_count = v[4];
+    return 0;
+}
+
+/* A table entry's "scheme" (optional: table_wise, which validation makes
+ * column_wise where the table has several slices). */
+static int parse_scheme(const json_t *o, const char *name,
+                        enum plan_scheme *out, struct sd_diag *d)
+{
+    const json_t *v = json_object_get(o, "scheme");
+
+    *out = SCHEME_TW;
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v) || scheme_parse(json_string_value(v), out) != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "plan: table \"%s\": scheme is not one of "
+                           "table_wise, column_wise, row_wise, "
+                           "table_row_wise, grid_shard, data_parallel",
+                           name);
     return 0;
 }
 
@@ -322,6 +353,7 @@ static int parse_plan_tables(const json_t *arr, const struct table *tables,
         const json_t *o = json_array_get(arr, i);
         const json_t *shards = json_object_get(o, "shards");
         const char *name = json_string_value(json_object_get(o, "name"));
+        enum plan_scheme sc;
         ptrdiff_t t;
 
         if (name == NULL)
@@ -340,13 +372,16 @@ static int parse_plan_tables(const json_t *arr, const struct table *tables,
                                "plan: table \"%s\": shards is "
                                "missing",
                                name);
+        rv = parse_scheme(o, name, &sc, d);
+        if (rv != 0)
+            return rv;
         for (k = 0; k < json_array_size(shards); k++) {
-            int32_t v[3];
+            struct shard sh = {.table = (uint32_t)t, .scheme = (uint8_t)sc};
 
-            rv = parse_shard(json_array_get(shards, k), name, k, v, d);
+            rv = parse_shard(json_array_get(shards, k), name, k, &sh, d);
             if (rv != 0)
                 return rv;
-            rv = plan_add(p, (uint32_t)t, v[0], v[1], v[2]);
+            rv = plan_add_shard(p, &sh);
             if (rv != 0)
                 return sd_diag_set(d, rv, "out of memory");
         }
@@ -580,6 +615,9 @@ char *json_plan(const struct plan *p, const struct table *tables)
             shards = json_array();
             bad |= json_object_set_new(cur, "name",
                                        json_string(tables[s->table].name));
+            bad |= json_object_set_new(
+                cur, "scheme",
+                json_string(scheme_name(plan_table_scheme(p, k))));
             bad |= json_object_set_new(cur, "shards", shards);
             bad |= json_array_append_new(tbls, cur);
             if (bad) { /* shards may be gone with cur */
@@ -591,6 +629,12 @@ char *json_plan(const struct plan *p, const struct table *tables)
         bad |=
             json_object_set_new(so, "col_offset", json_integer(s->col_offset));
         bad |= json_object_set_new(so, "col_width", json_integer(s->col_width));
+        if (s->row_count > 0) {
+            bad |= json_object_set_new(so, "row_offset",
+                                       json_integer(s->row_offset));
+            bad |= json_object_set_new(so, "row_count",
+                                       json_integer(s->row_count));
+        }
         bad |= json_array_append_new(shards, so);
     }
     bad |= json_object_set_new(root, "algorithm", json_string(p->algorithm));
@@ -618,8 +662,52 @@ char *json_plan(const struct plan *p, const struct table *tables)
     return dump(root);
 }
 
+/* One table of a TorchRec plan: its shards [first, end). */
+static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
+                              const struct table *tb, const struct topology *t)
+{
+    enum plan_scheme sc = plan_table_scheme(p, first);
+    json_t *o = json_object(), *ranks = json_array(), *shards = json_array();
+    int bad = o == NULL || ranks == NULL || shards == NULL;
+    size_t k;
+
+    for (k = first; k < end && !bad; k++) {
+        const struct shard *s = &p->shards[k];
+        json_t *so = json_object(), *off = json_array(), *size = json_array();
+        char placement[64];
+
+        snprintf(placement, sizeof(placement), "rank:%d/cuda:%d",
+                 (int)s->device, (int)(s->device % t->devices_per_host));
+        bad |= json_array_append_new(ranks, json_integer(s->device));
+        bad |= json_array_append_new(off, json_integer(s->row_offset));
+        bad |= json_array_append_new(off, json_integer(s->col_offset));
+        bad |= json_array_append_new(size, json_integer(shard_rows(tb, s)));
+        bad |= json_array_append_new(size, json_integer(s->col_width));
+        bad |= json_object_set_new(so, "shard_offsets", off);
+        bad |= json_object_set_new(so, "shard_sizes", size);
+        bad |= json_object_set_new(so, "placement", json_string(placement));
+        bad |= json_array_append_new(shards, so);
+    }
+    bad |=
+        json_object_set_new(o, "sharding_type", json_string(scheme_name(sc)));
+    /* TorchRec runs replicated tables with the dense kernel and has no
+     * sharding_spec for them. */
+    bad |= json_object_set_new(
+        o, "compute_kernel", json_string(sc == SCHEME_DP ? "dense" : "fused"));
+    bad |= json_object_set_new(o, "ranks", ranks);
+    if (sc == SCHEME_DP)
+        json_decref(shards);
+    else
+        bad |= json_object_set_new(o, "shards", shards);
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
-                         const struct topology *t)
+                         const struct topology *t, const char *module)
 {
     json_t *root = json_object(), *plan = json_object(), *mod = json_object();
     int bad = root == NULL || plan == NULL || mod == NULL;
@@ -627,38 +715,16 @@ char *json_plan_torchrec(const struct plan *p, const struct table *tables,
 
     while (k < p->nshards && !bad) {
         const struct table *tb = &tables[p->shards[k].table];
-        json_t *o = json_object(), *ranks = json_array(),
-               *shards = json_array();
+        json_t *o;
 
         first = k;
-        for (; k < p->nshards && p->shards[k].table == p->shards[first].table;
-             k++) {
-            const struct shard *s = &p->shards[k];
-            json_t *so = json_object(), *off = json_array(),
-                   *size = json_array();
-            char placement[64];
-
-            snprintf(placement, sizeof(placement), "rank:%d/cuda:%d",
-                     (int)s->device, (int)(s->device % t->devices_per_host));
-            bad |= json_array_append_new(ranks, json_integer(s->device));
-            bad |= json_array_append_new(off, json_integer(0));
-            bad |= json_array_append_new(off, json_integer(s->col_offset));
-            bad |= json_array_append_new(size, json_integer(tb->rows));
-            bad |= json_array_append_new(size, json_integer(s->col_width));
-            bad |= json_object_set_new(so, "shard_offsets", off);
-            bad |= json_object_set_new(so, "shard_sizes", size);
-            bad |= json_object_set_new(so, "placement", json_string(placement));
-            bad |= json_array_append_new(shards, so);
-        }
-        bad |= json_object_set_new(
-            o, "sharding_type",
-            json_string(k - first == 1 ? "table_wise" : "column_wise"));
-        bad |= json_object_set_new(o, "compute_kernel", json_string("fused"));
-        bad |= json_object_set_new(o, "ranks", ranks);
-        bad |= json_object_set_new(o, "shards", shards);
-        bad |= json_object_set_new(mod, tb->name, o);
+        while (k < p->nshards && p->shards[k].table == p->shards[first].table)
+            k++;
+        o = torchrec_table(p, first, k, tb, t);
+        bad |= o == NULL || json_object_set_new(mod, tb->name, o);
     }
-    bad |= json_object_set_new(plan, "embedding_bags", mod);
+    bad |= json_object_set_new(
+        plan, module != NULL && module[0] ? module : "embedding_bags", mod);
     bad |= json_object_set_new(root, "plan", plan);
     if (bad) {
         json_decref(root);

@@ -369,6 +369,26 @@ struct train_sample {
     double ms; /* measured, > 0 */
 };
 
+/*
+ * The matrix products of training, as a hook: C = alpha op(A) op(B) +
+ * beta C on row-major float matrices, op(X) = X or X^T, with the arguments
+ * and meaning of cblas_sgemm(CblasRowMajor, ...).  train.c makes every
+ * product through one (the table MLP's over all a minibatch's tables, the
+ * head's over its shards: eight per step), so a device can do them while
+ * the planner stays pure: net_gemm_cblas (the default) is the reference
+ * CBLAS, and profiler/ makes one from a kernels/ device (cuBLAS on a GPU).
+ * sgemm returns 0, or a negative SD_E* code that stops training with that
+ * code (a device that failed); ctx is the hook's.
+ */
+struct net_gemm {
+    const char *name;
+    int (*sgemm)(void *ctx, bool trans_a, bool trans_b, int m, int n, int k,
+                 float alpha, const float *a, int lda, const float *b, int ldb,
+                 float beta, float *c, int ldc);
+    void *ctx;
+};
+extern const struct net_gemm net_gemm_cblas;
+
 struct train_params {
     uint64_t seed;
     int32_t max_epochs; /* default 400 */
@@ -387,6 +407,11 @@ struct train_params {
     int (*progress)(void *ctx, int32_t epoch, int32_t max_epochs,
                     double train_loss, double val_mape);
     void *ctx;
+    /* Where the matrix products run; NULL: net_gemm_cblas.  Borrowed for
+     * the call.  Another sgemm rounds differently, so the weights differ
+     * from the default's by fp32 rounding that the epochs amplify
+     * (docs/gpu.md has the tolerance). */
+    const struct net_gemm *gemm;
 };
 void train_params_default(struct train_params *p);
 
@@ -402,7 +427,8 @@ void train_params_default(struct train_params *p);
  * profile, batch_size and the metrics (MAPE on every split).  Returns 0,
  * SD_EINVAL (fewer than 10 samples, a sample with no tables, an invalid
  * table or ms <= 0, bad params, weight_decay included, an empty profile or
- * batch_size < 1; d says which) or SD_ENOMEM.
+ * batch_size < 1; d says which), SD_ENOMEM, or the code of a p->gemm
+ * product that failed (nothing is returned then).
  */
 int net_train(const struct train_params *p, const struct train_sample *s,
               size_t n, const char *profile, int64_t batch_size,

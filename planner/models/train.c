@@ -8,8 +8,10 @@
  * Why it looks the way it does:
  *  - The table MLP runs once per table of every shard in a minibatch, so its
  *    three big products (forward H1 = X W1^T, L = H1 W2^T; backward dW1,
- *    dW2, dH1) are single cblas_sgemm calls over all the minibatch's tables
+ *    dW2, dH1) are single sgemm calls over all the minibatch's tables
  *    gathered into one matrix; the head, one row per shard, is small.
+ *    Every product goes through the train_params' gemm hook (models.h):
+ *    CBLAS by default, a device's (cuBLAS) when the caller gives one.
  *  - Features are computed and z-scored once, after the training split's
  *    mean and std are known, with exactly the float operations of
  *    net_input(), so what the model was fitted on is what it is asked.
@@ -39,6 +41,19 @@
 #define ADAM_EPS          1e-8f
 #define TRAIN_MIN_SAMPLES 10
 
+static int cblas_hook(void *ctx, bool trans_a, bool trans_b, int m, int n,
+                      int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc)
+{
+    (void)ctx;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+                ldb, beta, c, ldc);
+    return 0;
+}
+
+const struct net_gemm net_gemm_cblas = {"cblas", cblas_hook, NULL};
+
 void train_params_default(struct train_params *p)
 {
     p->seed = 0;
@@ -51,6 +66,7 @@ void train_params_default(struct train_params *p)
     p->test_frac = 0.1;
     p->progress = NULL;
     p->ctx = NULL;
+    p->gemm = NULL;
 }
 
 double net_mape(const struct cost_net *m, const struct train_sample *s,
@@ -76,17 +92,31 @@ double net_mape(const struct cost_net *m, const struct train_sample *s,
  * tables any minibatch can hold (work_floats()).
  */
 struct work {
-    float *x;     /* [rows][NET_IN] gathered normalised inputs */
-    float *h1;    /* [rows][NET_H1] after ReLU */
-    float *lat;   /* [rows][NET_LAT] after ReLU */
-    float *dlat;  /* [rows][NET_LAT] loss gradient before ReLU */
-    float *dh1;   /* [rows][NET_H1] loss gradient before ReLU */
-    float *lsum;  /* [shards][NET_LAT] latent sums */
-    float *z;     /* [shards][NET_H2] after ReLU */
-    float *dlsum; /* [shards][NET_LAT] loss gradient of lsum */
-    float *dz;    /* [shards][NET_H2] loss gradient before ReLU */
-    float *out;   /* [shards] head output, softplus(out) = ms */
+    float *x;                 /* [rows][NET_IN] gathered normalised inputs */
+    float *h1;                /* [rows][NET_H1] after ReLU */
+    float *lat;               /* [rows][NET_LAT] after ReLU */
+    float *dlat;              /* [rows][NET_LAT] loss gradient before ReLU */
+    float *dh1;               /* [rows][NET_H1] loss gradient before ReLU */
+    float *lsum;              /* [shards][NET_LAT] latent sums */
+    float *z;                 /* [shards][NET_H2] after ReLU */
+    float *dlsum;             /* [shards][NET_LAT] loss gradient of lsum */
+    float *dz;                /* [shards][NET_H2] loss gradient before ReLU */
+    float *out;               /* [shards] head output, softplus(out) = ms */
+    const struct net_gemm *g; /* where the products run */
+    int err; /* the first failed product's code (0: none); the passes'
+              * results are garbage once it is set */
 };
+
+/* w's product C = op(A) op(B) through the hook; after a failure the rest
+ * are skipped and w->err keeps the first code. */
+static void mm(struct work *w, bool ta, bool tb, int m, int n, int k,
+               const float *a, int lda, const float *b, int ldb, float *c,
+               int ldc)
+{
+    if (w->err == 0)
+        w->err = w->g->sgemm(w->g->ctx, ta, tb, m, n, k, 1.0f, a, lda, b, ldb,
+                             0.0f, c, ldc);
+}
 
 /* Floats in a work area for `rows` tables and `shards` shards, or 0 when
  * that many would overflow a size_t of bytes. */
@@ -176,13 +206,11 @@ static int forward(const float *p, const struct dataset *ds, const size_t *pos,
     rows = r;
 
     /* The table MLP over every table of the minibatch at once. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, NET_H1,
-                NET_IN, 1.0f, w->x, NET_IN, p + NET_W1, NET_IN, 0.0f, w->h1,
-                NET_H1);
+    mm(w, false, true, (int)rows, NET_H1, NET_IN, w->x, NET_IN, p + NET_W1,
+       NET_IN, w->h1, NET_H1);
     bias_relu(w->h1, p + NET_B1, rows, NET_H1);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, NET_LAT,
-                NET_H1, 1.0f, w->h1, NET_H1, p + NET_W2, NET_H1, 0.0f, w->lat,
-                NET_LAT);
+    mm(w, false, true, (int)rows, NET_LAT, NET_H1, w->h1, NET_H1, p + NET_W2,
+       NET_H1, w->lat, NET_LAT);
     bias_relu(w->lat, p + NET_B2, rows, NET_LAT);
 
     /* Segment sums: shard b's latent is the sum over its tables. */
@@ -198,9 +226,8 @@ static int forward(const float *p, const struct dataset *ds, const size_t *pos,
     }
 
     /* The head, one row per shard. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, NET_H2,
-                NET_LAT, 1.0f, w->lsum, NET_LAT, p + NET_W3, NET_LAT, 0.0f,
-                w->z, NET_H2);
+    mm(w, false, true, (int)nb, NET_H2, NET_LAT, w->lsum, NET_LAT, p + NET_W3,
+       NET_LAT, w->z, NET_H2);
     bias_relu(w->z, p + NET_B3, nb, NET_H2);
     for (b = 0; b < nb; b++) {
         float v = p[NET_B4];
@@ -257,13 +284,11 @@ static double backward(const float *p, const struct dataset *ds,
     }
 
     /* Head: dW3 = dZ^T S, dS = dZ W3. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_H2, NET_LAT,
-                (int)nb, 1.0f, w->dz, NET_H2, w->lsum, NET_LAT, 0.0f,
-                g + NET_W3, NET_LAT);
+    mm(w, true, false, NET_H2, NET_LAT, (int)nb, w->dz, NET_H2, w->lsum,
+       NET_LAT, g + NET_W3, NET_LAT);
     add_col_sums(g + NET_B3, w->dz, nb, NET_H2);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, NET_LAT,
-                NET_H2, 1.0f, w->dz, NET_H2, p + NET_W3, NET_LAT, 0.0f,
-                w->dlsum, NET_LAT);
+    mm(w, false, false, (int)nb, NET_LAT, NET_H2, w->dz, NET_H2, p + NET_W3,
+       NET_LAT, w->dlsum, NET_LAT);
 
     /* Every table of a shard gets the shard's dS, through its ReLU. */
     r = 0;
@@ -278,18 +303,16 @@ static double backward(const float *p, const struct dataset *ds,
     }
 
     /* Table MLP: dW2 = dL^T H1, dH1 = dL W2 (through ReLU), dW1 = dH1^T X. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_LAT, NET_H1, rows,
-                1.0f, w->dlat, NET_LAT, w->h1, NET_H1, 0.0f, g + NET_W2,
-                NET_H1);
+    mm(w, true, false, NET_LAT, NET_H1, rows, w->dlat, NET_LAT, w->h1, NET_H1,
+       g + NET_W2, NET_H1);
     add_col_sums(g + NET_B2, w->dlat, (size_t)rows, NET_LAT);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, NET_H1,
-                NET_LAT, 1.0f, w->dlat, NET_LAT, p + NET_W2, NET_H1, 0.0f,
-                w->dh1, NET_H1);
+    mm(w, false, false, rows, NET_H1, NET_LAT, w->dlat, NET_LAT, p + NET_W2,
+       NET_H1, w->dh1, NET_H1);
     for (r = 0; r < (size_t)rows * NET_H1; r++)
         if (!(w->h1[r] > 0))
             w->dh1[r] = 0;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NET_H1, NET_IN, rows,
-                1.0f, w->dh1, NET_H1, w->x, NET_IN, 0.0f, g + NET_W1, NET_IN);
+    mm(w, true, false, NET_H1, NET_IN, rows, w->dh1, NET_H1, w->x, NET_IN,
+       g + NET_W1, NET_IN);
     add_col_sums(g + NET_B1, w->dh1, (size_t)rows, NET_H1);
     return sse;
 }
@@ -627,6 +650,8 @@ static void run_epochs(struct trainer *t)
             nb = t->ntrain - i < t->bmax ? t->ntrain - i : t->bmax;
             rows = forward(m->p, &t->ds, t->pos + i, nb, &t->w);
             sse += backward(m->p, &t->ds, t->pos + i, nb, rows, &t->w, t->a->g);
+            if (t->w.err != 0)
+                return; /* a product failed: nothing more is computed */
             adam_step(m->p, t->a, ++step, p->lr, p->weight_decay);
         }
         train_loss = sse / (double)t->ntrain;
@@ -734,11 +759,17 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         goto out_free_adam;
     }
     work_carve(&t.w, block, rows_max, t.bmax);
+    t.w.g = p->gemm != NULL ? p->gemm : &net_gemm_cblas;
 
     /* The rng's draws, in order: split, weights, every epoch's shuffle. */
     prepare(&t, s, n, ord, off, x);
     init_params(&t);
     run_epochs(&t);
+    if (t.w.err != 0) {
+        rv = sd_diag_set(d, t.w.err, "train: a matrix product on %s failed: %s",
+                         t.w.g->name, sd_strerror(t.w.err));
+        goto out_free_block;
+    }
 
     snprintf(t.m->profile, sizeof(t.m->profile), "%s", profile);
     t.m->batch_size = batch_size;
@@ -753,6 +784,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     t.m = NULL;
     rv = 0;
 
+out_free_block:
     free(block);
 out_free_adam:
     free(t.a);

@@ -95,40 +95,69 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
     }
 }
 
+/* Devices of a learned comm model: a few; more take the heap. */
+#define COMM_STACK_DEVICES 64
+
 const char *cost_comm_exchange(const struct topology *t, const int32_t *dim_sum,
-                               const double *compute_ms, double *fwd_ms,
-                               double *bwd_ms)
+                               const double *compute_ms,
+                               const double *fixed_fwd, const double *fixed_bwd,
+                               double *fwd_ms, double *bwd_ms)
 {
-    double max_ready = 0;
-    int32_t r;
+    double max_ready = 0, stack[COMM_STACK_DEVICES] = {0}, *before = NULL;
+    int32_t n = t->ndevices, r;
 
     if (t->comm != NULL) {
-        t->comm->exchange(t->comm->ctx, t, dim_sum, compute_ms, fwd_ms, bwd_ms);
+        /* What each device runs before the forward all-to-all, the backward
+         * collectives included, is what the learned model waits for. */
+        if (fixed_bwd != NULL) {
+            before = n <= COMM_STACK_DEVICES
+                         ? stack
+                         : malloc((size_t)n * sizeof(*before));
+            for (r = 0; before != NULL && r < n; r++)
+                before[r] = (compute_ms ? compute_ms[r] : 0) + fixed_bwd[r];
+        }
+        t->comm->exchange(t->comm->ctx, t, dim_sum,
+                          before != NULL ? before : compute_ms, fwd_ms, bwd_ms);
+        for (r = 0; r < n; r++) {
+            bwd_ms[r] += fixed_bwd ? fixed_bwd[r] : 0;
+            fwd_ms[r] += fixed_fwd ? fixed_fwd[r] : 0;
+        }
+        if (before != stack)
+            free(before);
         return t->comm->name;
     }
     cost_comm_alpha_beta(t, dim_sum, fwd_ms, bwd_ms);
-    /* The forward all-to-all starts when the slowest device is ready: a
-     * device that finishes early waits (neuroshard.md 6.1). */
-    for (r = 0; r < t->ndevices; r++) {
-        double ready = (compute_ms ? compute_ms[r] : 0) + bwd_ms[r];
+    for (r = 0; r < n; r++) {
+        double ready;
 
+        if (fixed_fwd)
+            fwd_ms[r] += fixed_fwd[r];
+        if (fixed_bwd)
+            bwd_ms[r] += fixed_bwd[r];
+        ready = (compute_ms ? compute_ms[r] : 0) + bwd_ms[r];
         if (ready > max_ready)
             max_ready = ready;
     }
-    for (r = 0; r < t->ndevices; r++)
+    /* The forward all-to-all starts when the slowest device is ready: a
+     * device that finishes early waits (neuroshard.md 6.1). */
+    for (r = 0; r < n; r++)
         fwd_ms[r] += max_ready - ((compute_ms ? compute_ms[r] : 0) + bwd_ms[r]);
     return "alpha_beta";
 }
 
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
-                    const int32_t *dim_sum, double *fwd_scratch,
+                    const int32_t *dim_sum, const double *fixed_fwd,
+                    const double *fixed_bwd, double *fwd_scratch,
                     double *bwd_scratch)
 {
-    double max_ready = 0, max_fwd = 0, max_total = 0;
+    double max_ready = 0, max_fwd = 0;
     int32_t r;
 
     if (t->comm != NULL) {
-        cost_comm_exchange(t, dim_sum, compute_ms, fwd_scratch, bwd_scratch);
+        double max_total = 0;
+
+        cost_comm_exchange(t, dim_sum, compute_ms, fixed_fwd, fixed_bwd,
+                           fwd_scratch, bwd_scratch);
         for (r = 0; r < t->ndevices; r++) {
             double total = compute_ms[r] + bwd_scratch[r] + fwd_scratch[r];
 
@@ -141,14 +170,68 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
     /* total_r = ready_r + fwd_r + (max ready - ready_r): every device
      * finishes at the slowest one's ready time plus its own exchange. */
     for (r = 0; r < t->ndevices; r++) {
-        double ready = compute_ms[r] + bwd_scratch[r];
+        double ready, fwd = fwd_scratch[r];
 
+        if (fixed_bwd)
+            bwd_scratch[r] += fixed_bwd[r];
+        if (fixed_fwd)
+            fwd_scratch[r] = fwd += fixed_fwd[r];
+        ready = compute_ms[r] + bwd_scratch[r];
         if (ready > max_ready)
             max_ready = ready;
-        if (fwd_scratch[r] > max_fwd)
-            max_fwd = fwd_scratch[r];
+        if (fwd > max_fwd)
+            max_fwd = fwd;
     }
     return max_ready + max_fwd;
+}
+
+
+/* The cost of shard k alone. */
+static double one_shard_ms(const struct plan *p, size_t k,
+                           const struct table *tables, const struct topology *t,
+                           const struct cost_model *m)
+{
+    const struct shard *s = &p->shards[k];
+    struct table b;
+    struct shard_item it = {&tables[s->table], s->col_width};
+
+    if (s->row_count > 0 || s->scheme == SCHEME_DP) {
+        shard_table(&tables[s->table], s, t->ndevices, &b);
+        it.table = &b;
+    }
+    return m->shard_ms(m->ctx, t, &it, 1);
+}
+
+/*
+ * The costliest piece some device must run: each table- or column-wise
+ * table at its narrowest legal width (any column split leaves a piece at
+ * least that costly), each row-split or replicated table's own shards.
+ */
+static double largest_piece_ms(const struct plan *p, const struct table *tables,
+                               const struct topology *t,
+                               const struct cost_model *m)
+{
+    double largest = 0, ms;
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+        const struct table *tb = &tables[s->table];
+
+        if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW) {
+            struct shard_item it = {tb, tb->dim >>
+                                            (table_split_levels(tb->dim) - 1)};
+
+            if (s->col_offset != 0)
+                continue; /* once per table */
+            ms = m->shard_ms(m->ctx, t, &it, 1);
+        } else {
+            ms = one_shard_ms(p, k, tables, t, m);
+        }
+        if (ms > largest)
+            largest = ms;
+    }
+    return largest;
 }
 
 int plan_explain(struct plan *p, const struct table *tables,
@@ -156,25 +239,26 @@ int plan_explain(struct plan *p, const struct table *tables,
 {
     struct plan_explain *e = &p->explain;
     int32_t n = p->ndevices, r, crit = 0, *dims = NULL;
-    double *fwd, *bwd, sum = 0, largest = 0, max_compute = 0, comm, latency;
-    double balanced_bwd;
+    double *fwd, *bwd, *cfwd, *cbwd, sum = 0, fixed_fwd = 0, largest,
+                                     max_compute = 0, comm, latency;
     size_t k, i;
     int64_t total_dim = 0;
+    int rv = SD_ENOMEM;
 
     dims = calloc((size_t)n, sizeof(*dims));
     fwd = malloc((size_t)n * sizeof(*fwd));
     bwd = malloc((size_t)n * sizeof(*bwd));
-    if (!dims || !fwd || !bwd) {
-        free(dims);
-        free(fwd);
-        free(bwd);
-        return SD_ENOMEM;
-    }
+    cfwd = malloc((size_t)n * sizeof(*cfwd));
+    cbwd = malloc((size_t)n * sizeof(*cbwd));
+    if (!dims || !fwd || !bwd || !cfwd || !cbwd ||
+        plan_collectives(p, tables, t, cfwd, cbwd) != 0)
+        goto out_free;
     memset(e, 0, sizeof(*e));
     for (r = 0; r < n; r++) {
         const struct plan_device *dv = &p->devices[r];
 
-        sum += dv->compute_ms;
+        sum += dv->compute_ms + cbwd[r];
+        fixed_fwd += cfwd[r];
         total_dim += dv->dim_sum;
         if (dv->compute_ms + dv->bwd_comm_ms >
             p->devices[crit].compute_ms + p->devices[crit].bwd_comm_ms)
@@ -182,13 +266,11 @@ int plan_explain(struct plan *p, const struct table *tables,
     }
     e->critical_device = crit;
     for (k = 0; k < p->nshards; k++) {
-        const struct shard *s = &p->shards[k];
-        struct shard_item it = {&tables[s->table], s->col_width};
         double ms;
 
-        if (s->device != crit)
+        if (p->shards[k].device != crit)
             continue;
-        ms = m->shard_ms(m->ctx, t, &it, 1);
+        ms = one_shard_ms(p, k, tables, t, m);
         /* Insertion into the short sorted list of drivers. */
         for (i = (size_t)e->ndrivers; i > 0 && ms > e->driver_ms[i - 1]; i--)
             if (i < PLAN_DRIVERS_MAX) {
@@ -202,41 +284,30 @@ int plan_explain(struct plan *p, const struct table *tables,
                 e->ndrivers++;
         }
     }
-    /* The costliest table at its narrowest width must run somewhere. */
-    for (k = 0; k < p->nshards; k++) {
-        const struct table *tb = &tables[p->shards[k].table];
-        struct shard_item it = {tb,
-                                tb->dim >> (table_split_levels(tb->dim) - 1)};
-        double ms;
-
-        if (p->shards[k].col_offset != 0)
-            continue; /* once per table */
-        ms = m->shard_ms(m->ctx, t, &it, 1);
-        if (ms > largest)
-            largest = ms;
-    }
+    largest = largest_piece_ms(p, tables, t, m);
     /*
      * The slowest device is ready (compute + backward exchange) no earlier
      * than the mean of compute + backward exchange, and that mean is at
-     * least the mean compute plus the exchange of perfectly balanced dims:
-     * a device's exchange is a maximum of linear functions of the dims,
-     * convex, and the same for every device, so its mean over the devices
-     * is at least its value at the mean (Jensen).  The same holds for the
-     * forward exchange every device then waits for.  The largest piece is
-     * ready no earlier than its compute plus the exchange's latency term.
-     * Balanced dims are rounded down, so this stays a bound.
+     * least the mean compute and collectives plus the all-to-all of
+     * perfectly balanced dims: a device's all-to-all is a maximum of linear
+     * functions of the dims, convex, and the same for every device, so its
+     * mean over the devices is at least its value at the mean (Jensen).
+     * The same holds for the forward exchange every device then waits for.
+     * The largest piece is ready no earlier than its compute plus the
+     * exchange's latency term.  Balanced dims are rounded down, so this
+     * stays a bound.
      */
     for (r = 0; r < n; r++)
         dims[r] = (int32_t)(total_dim / n);
-    /* A learned comm model is not convex: there the bound is its exchange
-     * of balanced dims, an estimate rather than a bound (docs/models.md). */
-    cost_comm_exchange(t, dims, NULL, fwd, bwd);
-    comm = fwd[0];
-    balanced_bwd = bwd[0];
-    for (r = 1; r < n; r++) { /* alpha-beta: all equal */
-        comm = fwd[r] < comm ? fwd[r] : comm;
-        balanced_bwd = bwd[r] < balanced_bwd ? bwd[r] : balanced_bwd;
+    /* A learned comm model is not convex: there this is its exchange of
+     * balanced dims, the least device's, an estimate rather than a bound
+     * (docs/models.md); alpha-beta gives every device the same. */
+    cost_comm_exchange(t, dims, NULL, NULL, NULL, fwd, bwd);
+    for (r = 1; r < n; r++) {
+        fwd[0] = fwd[r] < fwd[0] ? fwd[r] : fwd[0];
+        bwd[0] = bwd[r] < bwd[0] ? bwd[r] : bwd[0];
     }
+    comm = fwd[0] + fixed_fwd / n;
     latency = n > 1 ? t->link_latency_ms * (double)(n - 1) : 0;
     /* A piece costs no more than the device holding it; a model that says
      * otherwise (it is not monotone everywhere) must not lift the bound
@@ -248,14 +319,19 @@ int plan_explain(struct plan *p, const struct table *tables,
     if (largest > max_compute)
         largest = max_compute;
     e->lower_bound_ms =
-        (sum / n + balanced_bwd > largest + latency ? sum / n + balanced_bwd
-                                                    : largest + latency) +
+        (sum / n + bwd[0] > largest + latency ? sum / n + bwd[0]
+                                              : largest + latency) +
         comm;
     e->gap = e->lower_bound_ms > 0 ? p->cost_ms / e->lower_bound_ms - 1 : 0;
+    rv = 0;
+
+out_free:
     free(dims);
     free(fwd);
     free(bwd);
-    return 0;
+    free(cfwd);
+    free(cbwd);
+    return rv;
 }
 
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
@@ -264,20 +340,26 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
 {
     int32_t n = t->ndevices, r;
     struct shard_item *items = NULL;
+    struct table *blocks = NULL; /* the cost model's view of each shard */
     size_t *start = NULL, *fill = NULL, k;
     int32_t *dim_sum = NULL;
-    double *fwd = NULL, *bwd = NULL, *compute = NULL;
+    double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL;
+    double *compute = NULL;
     int rv = SD_ENOMEM;
 
     (void)ntables;
     items = malloc((p->nshards ? p->nshards : 1) * sizeof(*items));
+    blocks = malloc((p->nshards ? p->nshards : 1) * sizeof(*blocks));
     start = calloc((size_t)n + 1, sizeof(*start));
     fill = calloc((size_t)n, sizeof(*fill));
     dim_sum = calloc((size_t)n, sizeof(*dim_sum));
     fwd = calloc((size_t)n, sizeof(*fwd));
     bwd = calloc((size_t)n, sizeof(*bwd));
+    cfwd = calloc((size_t)n, sizeof(*cfwd));
+    cbwd = calloc((size_t)n, sizeof(*cbwd));
     compute = calloc((size_t)n, sizeof(*compute));
-    if (!items || !start || !fill || !dim_sum || !fwd || !bwd || !compute)
+    if (!items || !blocks || !start || !fill || !dim_sum || !fwd || !bwd ||
+        !cfwd || !cbwd || !compute)
         goto out_free;
 
     memset(p->devices, 0, (size_t)n * sizeof(*p->devices));
@@ -291,10 +373,17 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         const struct table *tb = &tables[s->table];
         struct plan_device *dev = &p->devices[s->device];
 
-        items[start[s->device] + fill[s->device]++] =
-            (struct shard_item){tb, s->col_width};
-        dev->mem_bytes += shard_bytes(tb, s->col_width, opt);
-        dev->dim_sum += s->col_width;
+        /* A shard of every row is its table to the model (the cost model
+         * takes the width apart); row blocks and replicas get their own. */
+        shard_table(tb, s, n, &blocks[k]);
+        items[start[s->device] + fill[s->device]++] = (struct shard_item){
+            s->row_count > 0 || s->scheme == SCHEME_DP ? &blocks[k] : tb,
+            s->col_width};
+        dev->mem_bytes += shard_block_bytes(tb, s, opt);
+        /* The all-to-all carries table- and column-wise outputs; row
+         * blocks and replicas exchange through their collectives. */
+        if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW)
+            dev->dim_sum += s->col_width;
         dev->nshards++;
     }
 
@@ -303,7 +392,12 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         p->devices[r].compute_ms = compute[r] =
             m->shard_ms(m->ctx, t, items + start[r], start[r + 1] - start[r]);
     }
-    p->comm_model = cost_comm_exchange(t, dim_sum, compute, fwd, bwd);
+    rv = plan_collectives(p, tables, t, cfwd, cbwd);
+    if (rv != 0)
+        goto out_free;
+    /* the forward one with the wait for the slowest device (6.1) */
+    p->comm_model =
+        cost_comm_exchange(t, dim_sum, compute, cfwd, cbwd, fwd, bwd);
     p->cost_ms = 0;
     for (r = 0; r < n; r++) {
         struct plan_device *dev = &p->devices[r];
@@ -319,11 +413,14 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
 
 out_free:
     free(compute);
+    free(cbwd);
+    free(cfwd);
     free(bwd);
     free(fwd);
     free(dim_sum);
     free(fill);
     free(start);
+    free(blocks);
     free(items);
     return rv;
 }

@@ -3,6 +3,8 @@
  * of a finished plan, and the checks of the inputs every algorithm makes
  * first (problem.h).
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,8 +32,7 @@ void plan_destroy(struct plan *p)
     memset(p, 0, sizeof(*p));
 }
 
-int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
-             int32_t col_width)
+int plan_add_shard(struct plan *p, const struct shard *sh)
 {
     struct shard *s;
 
@@ -44,12 +45,20 @@ int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
         p->shards = s;
         p->cap = cap;
     }
-    s = &p->shards[p->nshards++];
-    s->table = table;
-    s->device = device;
-    s->col_offset = col_offset;
-    s->col_width = col_width;
+    p->shards[p->nshards++] = *sh;
     return 0;
+}
+
+int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
+             int32_t col_width)
+{
+    struct shard s = {.table = table,
+                      .device = device,
+                      .col_offset = col_offset,
+                      .col_width = col_width,
+                      .scheme = SCHEME_TW};
+
+    return plan_add_shard(p, &s);
 }
 
 static int cmp_shard(const void *a, const void *b)
@@ -60,6 +69,8 @@ static int cmp_shard(const void *a, const void *b)
         return x->table < y->table ? -1 : 1;
     if (x->col_offset != y->col_offset)
         return x->col_offset < y->col_offset ? -1 : 1;
+    if (x->row_offset != y->row_offset)
+        return x->row_offset < y->row_offset ? -1 : 1;
     return (x->device > y->device) - (x->device < y->device);
 }
 
@@ -69,30 +80,299 @@ void plan_sort(struct plan *p)
         qsort(p->shards, p->nshards, sizeof(*p->shards), cmp_shard);
 }
 
-/* Checks that the sorted shards of table i tile [0, dim) exactly; *pos is
- * the first shard of table i and is advanced past its shards. */
-static int check_columns(const struct plan *p, size_t *pos, uint32_t i,
-                         const struct table *t, const char *what,
-                         struct sd_diag *d)
+void plan_note(struct plan *p, const char *fmt, ...)
 {
-    int32_t next = 0;
-    size_t k = *pos;
+    va_list ap;
 
-    for (; k < p->nshards && p->shards[k].table == i; k++) {
+    if (p->nnotes >= PLAN_NOTES_MAX)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(p->notes[p->nnotes++], PLAN_NOTE_LEN, fmt, ap);
+    va_end(ap);
+}
+
+bool constraint_allows(const struct table_constraint *c, enum plan_scheme s)
+{
+    if (c == NULL)
+        return true;
+    if (c->no_split && s != SCHEME_TW)
+        return false;
+    if (c->min_row_shards > 1 && !scheme_splits_rows(s))
+        return false;
+    return c->schemes == 0 || (c->schemes & (1u << s)) != 0;
+}
+
+int plan_check_constraints(const struct table *tables, size_t ntables,
+                           const struct topology *t, const int32_t *pins,
+                           const struct table_constraint *c, const char *field,
+                           struct sd_diag *d)
+{
+    int32_t hosts = t->ndevices / t->devices_per_host;
+    size_t i;
+    int s;
+
+    for (i = 0; c != NULL && i < ntables; i++) {
+        const struct table_constraint *ci = &c[i];
+        const char *name = tables[i].name;
+        bool any = false;
+
+        for (s = 0; s < SCHEME_COUNT; s++)
+            any = any || constraint_allows(ci, (enum plan_scheme)s);
+        if (ci->host < -1 || ci->host >= hosts)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": host %d is not in [0, %d)",
+                               field, i, name, (int)ci->host, (int)hosts);
+        if (ci->min_row_shards < 0 || ci->min_row_shards > t->ndevices)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": min_row_shards %d is not in "
+                               "[0, %d] (the devices)",
+                               field, i, name, (int)ci->min_row_shards,
+                               (int)t->ndevices);
+        if (ci->host >= 0 && ci->min_row_shards > t->devices_per_host)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": min_row_shards %d is more "
+                               "than the %d devices of host %d",
+                               field, i, name, (int)ci->min_row_shards,
+                               (int)t->devices_per_host, (int)ci->host);
+        if (!any)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": no scheme is left (no_split "
+                               "allows table_wise only, min_row_shards a "
+                               "row-wise scheme only)",
+                               field, i, name);
+        if (pins != NULL && pins[i] >= 0 &&
+            (!constraint_allows(ci, SCHEME_TW) ||
+             (ci->host >= 0 && pins[i] / t->devices_per_host != ci->host)))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": the table is pinned to "
+                               "device %d, which this constraint forbids",
+                               field, i, name, (int)pins[i]);
+    }
+    return 0;
+}
+
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first)
+{
+    enum plan_scheme sc = (enum plan_scheme)p->shards[first].scheme;
+    size_t end = first + 1;
+
+    if (sc != SCHEME_TW && sc != SCHEME_CW)
+        return sc;
+    while (end < p->nshards && p->shards[end].table == p->shards[first].table)
+        end++;
+    return end - first == 1 ? SCHEME_TW : SCHEME_CW;
+}
+
+/* What validation needs besides the plan. */
+struct check {
+    const struct table *t;
+    const struct topology *topo;
+    const char *what;
+    uint8_t *seen; /* [ndevices]: devices of the current row group */
+    struct sd_diag *d;
+};
+
+/* A data-parallel table: one whole replica on each device, in order. */
+static int check_replicas(const struct plan *p, size_t a, size_t b,
+                          const struct check *c)
+{
+    const struct table *t = c->t;
+    size_t k;
+
+    if (b - a != (size_t)c->topo->ndevices)
+        return sd_diag_set(c->d, SD_EINVAL,
+                           "%s: table \"%s\": data_parallel needs one "
+                           "replica on each of the %d devices, not %zu",
+                           c->what, t->name, (int)c->topo->ndevices, b - a);
+    for (k = a; k < b; k++) {
+        const struct shard *s = &p->shards[k];
+
+        if (s->col_offset != 0 || s->col_width != t->dim ||
+            s->row_offset != 0 || shard_rows(t, s) != t->rows)
+            return sd_diag_set(c->d, SD_EINVAL,
+                               "%s: table \"%s\": a data_parallel replica "
+                               "holds every row and column",
+                               c->what, t->name);
+        if (s->device != (int32_t)(k - a))
+            return sd_diag_set(c->d, SD_EINVAL,
+                               "%s: table \"%s\": device %d holds two "
+                               "data_parallel replicas",
+                               c->what, t->name, (int)s->device);
+    }
+    return 0;
+}
+
+/*
+ * The row group of one column slice, shards [a, *end): rows [0, rows)
+ * tiled, each device once, on one host where the scheme says so.
+ */
+static int check_rows(const struct plan *p, size_t a, size_t b, size_t *end,
+                      const struct check *c)
+{
+    const struct table *t = c->t;
+    const struct shard *first = &p->shards[a];
+    int32_t per_host = c->topo->devices_per_host, off = first->col_offset;
+    bool one_host =
+        first->scheme == SCHEME_TWRW || first->scheme == SCHEME_GRID;
+    int64_t next = 0;
+    size_t k;
+    int rv = 0;
+
+    for (k = a; k < b && p->shards[k].col_offset == off; k++) {
+        const struct shard *s = &p->shards[k];
+        int64_t rows = shard_rows(t, s);
+
+        if (s->col_width != first->col_width)
+            rv = sd_diag_set(c->d, SD_EINVAL,
+                             "%s: table \"%s\": the shards at column %d "
+                             "differ in width (%d and %d)",
+                             c->what, t->name, (int)off, (int)first->col_width,
+                             (int)s->col_width);
+        else if (s->row_offset != next)
+            rv = sd_diag_set(
+                c->d, SD_EINVAL,
+                "%s: table \"%s\": rows [%lld, %lld) at column %d %s", c->what,
+                t->name, (long long)next, (long long)s->row_offset, (int)off,
+                s->row_offset > next ? "are not placed" : "are placed twice");
+        else if (rows <= 0 || rows > t->rows - s->row_offset)
+            rv = sd_diag_set(c->d, SD_EINVAL,
+                             "%s: table \"%s\": rows from %lld (%lld of "
+                             "them) run past its %lld rows",
+                             c->what, t->name, (long long)s->row_offset,
+                             (long long)rows, (long long)t->rows);
+        else if (c->seen[s->device])
+            rv = sd_diag_set(c->d, SD_EINVAL,
+                             "%s: table \"%s\": device %d holds two row "
+                             "blocks of column %d",
+                             c->what, t->name, (int)s->device, (int)off);
+        else if (one_host && s->device / per_host != first->device / per_host)
+            rv = sd_diag_set(c->d, SD_EINVAL,
+                             "%s: table \"%s\": %s row blocks of column %d "
+                             "are on hosts %d and %d, not one",
+                             c->what, t->name,
+                             scheme_name((enum plan_scheme)s->scheme), (int)off,
+                             (int)(first->device / per_host),
+                             (int)(s->device / per_host));
+        if (rv != 0)
+            break;
+        c->seen[s->device] = 1;
+        next += rows;
+    }
+    *end = k;
+    for (k = a; k < *end; k++)
+        c->seen[p->shards[k].device] = 0;
+    if (rv == 0 && next != t->rows)
+        rv = sd_diag_set(c->d, SD_EINVAL,
+                         "%s: table \"%s\": %lld of %lld rows placed at "
+                         "column %d",
+                         c->what, t->name, (long long)next, (long long)t->rows,
+                         (int)off);
+    return rv;
+}
+
+/*
+ * The sorted shards [a, b) of table i: every (row, column) cell exactly
+ * once, in its scheme's shape; shards of every row are marked table- or
+ * column-wise as they are.
+ */
+static int check_table(struct plan *p, size_t a, size_t b,
+                       const struct check *c)
+{
+    const struct table *t = c->t;
+    enum plan_scheme sc = (enum plan_scheme)p->shards[a].scheme;
+    int32_t next = 0, slices = 0;
+    bool split_rows = false;
+    size_t k, end;
+    int rv;
+
+    for (k = a; k < b; k++)
+        if (p->shards[k].scheme != sc)
+            return sd_diag_set(
+                c->d, SD_EINVAL,
+                "%s: table \"%s\": its shards say %s and %s; "
+                "a table has one scheme",
+                c->what, t->name, scheme_name(sc),
+                scheme_name((enum plan_scheme)p->shards[k].scheme));
+    if (sc == SCHEME_DP)
+        return check_replicas(p, a, b, c);
+    for (k = a; k < b; k = end) {
         const struct shard *s = &p->shards[k];
 
         if (s->col_offset != next)
             return sd_diag_set(
-                d, SD_EINVAL, "%s: table \"%s\": columns [%d, %d) %s", what,
-                t->name, (int)next, (int)s->col_offset,
+                c->d, SD_EINVAL, "%s: table \"%s\": columns [%d, %d) %s",
+                c->what, t->name, (int)next, (int)s->col_offset,
                 s->col_offset > next ? "are not placed" : "are placed twice");
+        rv = check_rows(p, k, b, &end, c);
+        if (rv != 0)
+            return rv;
+        split_rows = split_rows || end - k > 1;
         next += s->col_width;
+        slices++;
     }
     if (next != t->dim)
-        return sd_diag_set(d, SD_EINVAL,
-                           "%s: table \"%s\": %d of %d columns placed", what,
+        return sd_diag_set(c->d, SD_EINVAL,
+                           "%s: table \"%s\": %d of %d columns placed", c->what,
                            t->name, (int)next, (int)t->dim);
-    *pos = k;
+    if (split_rows && (sc == SCHEME_TW || sc == SCHEME_CW))
+        return sd_diag_set(c->d, SD_EINVAL,
+                           "%s: table \"%s\": its rows are split, so its "
+                           "scheme is row_wise, table_row_wise or "
+                           "grid_shard, not %s",
+                           c->what, t->name, scheme_name(sc));
+    if (slices > 1 && (sc == SCHEME_RW || sc == SCHEME_TWRW))
+        return sd_diag_set(c->d, SD_EINVAL,
+                           "%s: table \"%s\": %s blocks span every column; "
+                           "column slices split in rows are grid_shard",
+                           c->what, t->name, scheme_name(sc));
+    if (!scheme_splits_rows(sc))
+        for (k = a; k < b; k++)
+            p->shards[k].scheme = slices == 1 ? SCHEME_TW : SCHEME_CW;
+    return 0;
+}
+
+/* Each shard's own fields: table, device, column alignment and range. */
+static int check_shard(const struct plan *p, size_t k,
+                       const struct table *tables, size_t ntables,
+                       const struct topology *t, const char *what,
+                       struct sd_diag *d)
+{
+    const struct shard *s = &p->shards[k];
+
+    if (s->table >= ntables)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: shards[%zu]: table %u does not exist", what, k,
+                           (unsigned)s->table);
+    if (s->device < 0 || s->device >= t->ndevices)
+        return sd_diag_set(
+            d, SD_EINVAL, "%s: table \"%s\": device %d is not in [0, %d)", what,
+            tables[s->table].name, (int)s->device, (int)t->ndevices);
+    if (s->scheme >= SCHEME_COUNT)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: table \"%s\": scheme %d is not one of "
+                           "table_wise .. data_parallel",
+                           what, tables[s->table].name, (int)s->scheme);
+    if (s->col_width <= 0 || s->col_width % TABLE_DIM_ALIGN != 0 ||
+        s->col_offset < 0 || s->col_offset % TABLE_DIM_ALIGN != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: table \"%s\": shard at column %d of "
+                           "width %d is not aligned to %d columns",
+                           what, tables[s->table].name, (int)s->col_offset,
+                           (int)s->col_width, TABLE_DIM_ALIGN);
+    /* Checked here, in 64 bits, so that summing widths cannot overflow
+     * whatever a plan file says. */
+    if ((int64_t)s->col_offset + s->col_width > tables[s->table].dim)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: table \"%s\": shard at column %d of "
+                           "width %d runs past its %d columns",
+                           what, tables[s->table].name, (int)s->col_offset,
+                           (int)s->col_width, (int)tables[s->table].dim);
+    if (s->row_offset < 0 || s->row_count < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: table \"%s\": rows from %lld (%lld of "
+                           "them): neither may be negative",
+                           what, tables[s->table].name,
+                           (long long)s->row_offset, (long long)s->row_count);
     return 0;
 }
 
@@ -107,46 +387,34 @@ int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
                      const struct topology *t, enum optimizer opt,
                      const char *what, struct sd_diag *d)
 {
+    struct check c = {.topo = t, .what = what, .d = d};
     uint64_t *used;
-    size_t k, pos = 0;
+    size_t k, a = 0, b;
     uint32_t i;
     int rv = 0;
 
     for (k = 0; k < p->nshards; k++) {
-        const struct shard *s = &p->shards[k];
-
-        if (s->table >= ntables)
-            return sd_diag_set(d, SD_EINVAL,
-                               "%s: shards[%zu]: table %u does not exist", what,
-                               k, (unsigned)s->table);
-        if (s->device < 0 || s->device >= t->ndevices)
-            return sd_diag_set(d, SD_EINVAL,
-                               "%s: table \"%s\": device %d is not in "
-                               "[0, %d)",
-                               what, tables[s->table].name, (int)s->device,
-                               (int)t->ndevices);
-        if (s->col_width <= 0 || s->col_width % TABLE_DIM_ALIGN != 0 ||
-            s->col_offset < 0 || s->col_offset % TABLE_DIM_ALIGN != 0)
-            return sd_diag_set(d, SD_EINVAL,
-                               "%s: table \"%s\": shard at column %d of "
-                               "width %d is not aligned to %d columns",
-                               what, tables[s->table].name, (int)s->col_offset,
-                               (int)s->col_width, TABLE_DIM_ALIGN);
-        /* Checked here, in 64 bits, so that summing widths cannot overflow
-         * whatever a plan file says. */
-        if ((int64_t)s->col_offset + s->col_width > tables[s->table].dim)
-            return sd_diag_set(d, SD_EINVAL,
-                               "%s: table \"%s\": shard at column %d of "
-                               "width %d runs past its %d columns",
-                               what, tables[s->table].name, (int)s->col_offset,
-                               (int)s->col_width, (int)tables[s->table].dim);
-    }
-    plan_sort(p);
-    for (i = 0; i < ntables; i++) {
-        rv = check_columns(p, &pos, i, &tables[i], what, d);
+        rv = check_shard(p, k, tables, ntables, t, what, d);
         if (rv != 0)
             return rv;
     }
+    plan_sort(p);
+    c.seen = calloc((size_t)t->ndevices, 1);
+    if (c.seen == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    for (i = 0; i < ntables && rv == 0; i++) {
+        for (b = a; b < p->nshards && p->shards[b].table == i; b++)
+            ;
+        c.t = &tables[i];
+        rv = b == a ? sd_diag_set(d, SD_EINVAL,
+                                  "%s: table \"%s\": 0 of %d columns placed",
+                                  what, tables[i].name, (int)tables[i].dim)
+                    : check_table(p, a, b, &c);
+        a = b;
+    }
+    free(c.seen);
+    if (rv != 0)
+        return rv;
 
     used = calloc((size_t)t->ndevices, sizeof(*used));
     if (used == NULL)
@@ -156,7 +424,7 @@ int plan_validate_as(struct plan *p, const struct table *tables, size_t ntables,
 
         uint64_t cap = topology_mem(t, s->device);
 
-        used[s->device] += shard_bytes(&tables[s->table], s->col_width, opt);
+        used[s->device] += shard_block_bytes(&tables[s->table], s, opt);
         if (used[s->device] > cap) {
             rv = sd_diag_set(d, SD_ENOSPACE,
                              "%s: device %d: %llu bytes placed, capacity "

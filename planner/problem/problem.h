@@ -230,13 +230,73 @@ uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt);
 /* ------------------------------------------------------------------------ */
 /* Plans (plan.c)                                                           */
 
-/* Columns [col_offset, col_offset + col_width) of table `table` on `device`. */
+/*
+ * How a table is split (TorchRec's sharding types, torchrec_planner.md 1.2,
+ * under TorchRec's names: scheme_name()).
+ */
+enum plan_scheme {
+    SCHEME_TW = 0, /* whole, on one device */
+    SCHEME_CW,     /* column slices, each whole in rows */
+    SCHEME_RW,     /* one column slice (all columns) in row blocks */
+    SCHEME_TWRW,   /* row blocks on the devices of one host */
+    SCHEME_GRID,   /* column slices, each in row blocks on one host */
+    SCHEME_DP,     /* a whole replica on every device */
+    SCHEME_COUNT
+};
+
+const char *scheme_name(enum plan_scheme s);
+/* TorchRec's name ("row_wise", ...) to the scheme; SD_EINVAL if unknown. */
+int scheme_parse(const char *s, enum plan_scheme *out);
+/* RW, TWRW and grid: blocks of rows. */
+bool scheme_splits_rows(enum plan_scheme s);
+
+/*
+ * Columns [col_offset, col_offset + col_width) and rows [row_offset,
+ * row_offset + row_count) of table `table` on `device`; row_count 0 means
+ * every row.  Every shard of a table has the table's scheme.
+ */
 struct shard {
     uint32_t table;
     int32_t device;
     int32_t col_offset;
     int32_t col_width;
+    int64_t row_offset;
+    int64_t row_count;
+    uint8_t scheme; /* enum plan_scheme */
 };
+
+/*
+ * What a user allows for one table (TorchRec's ParameterConstraints,
+ * torchrec_planner.md 5): the schemes (bit 1 << scheme each; 0: any), a
+ * minimum of row blocks (0 or 1: none), no split at all (table-wise only),
+ * and one host for all its shards (-1: any).
+ */
+struct table_constraint {
+    uint32_t schemes;
+    int32_t min_row_shards;
+    bool no_split;
+    int32_t host;
+};
+
+/* c (NULL: no constraint) allows scheme s for its table. */
+bool constraint_allows(const struct table_constraint *c, enum plan_scheme s);
+
+/* The rows shard s of t holds. */
+int64_t shard_rows(const struct table *t, const struct shard *s);
+
+/*
+ * The table the cost model sees for shard s of t on n devices: its columns
+ * and rows; a row block sees its share of the lookups (ids hashed evenly
+ * over the rows: pooling factor x rows / all rows, the access histogram
+ * unchanged), a data-parallel replica its device's local batch (pooling
+ * factor / n).  Stated in docs/api.md as the assumption it is.
+ */
+void shard_table(const struct table *t, const struct shard *s, int32_t ndevices,
+                 struct table *out);
+
+/* Bytes shard s of t needs on its device (shard_bytes() of its rows). */
+uint64_t shard_block_bytes(const struct table *t, const struct shard *s,
+                           enum optimizer opt);
 
 /* Per-device figures of a plan. */
 struct plan_device {
@@ -248,6 +308,9 @@ struct plan_device {
     int32_t dim_sum; /* pooled columns the device produces */
     int32_t nshards;
 };
+
+#define PLAN_NOTES_MAX 4
+#define PLAN_NOTE_LEN  320
 
 /* Why a plan costs what it does (plan_explain()). */
 #define PLAN_DRIVERS_MAX 3
@@ -302,24 +365,46 @@ struct plan {
     const char *comm_model;
     struct plan_explain explain;
     struct plan_search_stats stats;
+    /* Sentences on choices the algorithm made beyond placing (why tables
+     * are split in rows or replicated), for outputs. */
+    int32_t nnotes;
+    char notes[PLAN_NOTES_MAX][PLAN_NOTE_LEN];
 };
+
+/* Appends a note (printf-style; cut to PLAN_NOTE_LEN; dropped beyond
+ * PLAN_NOTES_MAX). */
+void plan_note(struct plan *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Makes an empty plan for ndevices devices.  Returns 0 or SD_ENOMEM. */
 int plan_init(struct plan *p, int32_t ndevices);
 void plan_destroy(struct plan *p);
-/* Appends one shard.  Returns 0 or SD_ENOMEM. */
+/* Appends one shard of every row, scheme table-wise (plan_validate() makes
+ * it column-wise where the table has several).  0 or SD_ENOMEM. */
 int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
              int32_t col_width);
-/* Sorts shards by (table, col_offset). */
+/* Appends one shard as given.  0 or SD_ENOMEM. */
+int plan_add_shard(struct plan *p, const struct shard *s);
+/* Sorts shards by (table, col_offset, row_offset, device). */
 void plan_sort(struct plan *p);
+/*
+ * The scheme of the table whose sorted shards start at `first`: as they
+ * say, except that shards of every row are table-wise alone and column-wise
+ * together (before plan_validate() they all say table-wise).
+ */
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first);
 
 /*
  * Checks a plan against its tables and topology: every shard names an
  * existing table and device, widths are positive multiples of 4, every
- * column of every table is placed exactly once, and each device's bytes
- * (shard_bytes()) are within its capacity.  Returns 0, or SD_EINVAL (a
- * malformed plan) or SD_ENOSPACE (memory) with d naming table, device and
- * bytes.  Sorts the plan.
+ * (row, column) cell of every table is placed exactly once (a
+ * data-parallel table: once on every device), a table's shards agree on its
+ * scheme and the scheme's shape (row blocks of TWRW and of each grid slice
+ * on one host, on distinct devices), and each device's bytes
+ * (shard_block_bytes()) are within its capacity.  Shards of every row are
+ * marked table-wise or column-wise as their table's are.  Returns 0, or
+ * SD_EINVAL (a malformed plan) or SD_ENOSPACE (memory) with d naming table,
+ * device and bytes.  Sorts the plan.
  */
 int plan_validate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
@@ -347,6 +432,18 @@ int plan_check_inputs(const struct table *tables, size_t ntables,
 int plan_check_pins(const struct table *tables, size_t ntables,
                     const struct topology *t, const int32_t *pins,
                     enum optimizer opt, struct sd_diag *d);
+/*
+ * Checks per-table constraints (ntables entries; NULL passes) against the
+ * topology and the pins: a host in range, at least one scheme allowed, no
+ * split and pins only with table_wise, a pinned device on the constraint's
+ * host, a minimum of row blocks at most the devices it may use and only with
+ * a row-wise scheme allowed.  SD_EINVAL naming `field`[i] and the table.
+ */
+int plan_check_constraints(const struct table *tables, size_t ntables,
+                           const struct topology *t, const int32_t *pins,
+                           const struct table_constraint *c, const char *field,
+                           struct sd_diag *d);
+
 /* The same, with messages naming the pins `field`
  * ("options.constraints.pins") instead of "pins". */
 int plan_check_pins_as(const struct table *tables, size_t ntables,
@@ -400,14 +497,17 @@ struct comm_model {
 };
 
 /*
- * t's exchange (t->comm, else alpha-beta): bwd_ms[r], and fwd_ms[r] with
- * the wait for the slowest device included, so device r finishes at
- * compute_ms[r] + bwd_ms[r] + fwd_ms[r].  compute_ms NULL: no compute (no
- * wait).  Returns t's comm model name ("alpha_beta").
+ * t's exchange (t->comm, else alpha-beta) plus fixed_fwd and fixed_bwd
+ * (NULL: none; the collectives every device has whatever the dims):
+ * bwd_ms[r], and fwd_ms[r] with the wait for the slowest device included,
+ * so device r finishes at compute_ms[r] + bwd_ms[r] + fwd_ms[r].
+ * compute_ms NULL: no compute.  Returns t's comm model name
+ * ("alpha_beta").
  */
 const char *cost_comm_exchange(const struct topology *t, const int32_t *dim_sum,
-                               const double *compute_ms, double *fwd_ms,
-                               double *bwd_ms);
+                               const double *compute_ms,
+                               const double *fixed_fwd, const double *fixed_bwd,
+                               double *fwd_ms, double *bwd_ms);
 
 /*
  * The alpha-beta all-to-all model: device r sends batch/N * dim_sum[r]
@@ -429,14 +529,50 @@ double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
 
 /*
  * The plan cost of per-device compute and dim sums (neuroshard.md 6.1):
- * max_r(compute_r + bwd_r + fwd_r) with t's exchange, the forward one
- * waiting for the slowest device; with the alpha-beta model that is
- * max_r(compute_r + bwd_r) + max_r fwd_r (the pure exchange).  O(N) for
- * alpha-beta.  Leaves the backward exchange in bwd_scratch.
+ * max_r(compute_r + bwd_r + fwd_r) with t's all-to-all (cost_comm_exchange:
+ * the forward waiting for the slowest device); with the alpha-beta model
+ * that is max_r(compute_r + bwd_r) + max_r fwd_r (the pure exchange).
+ * fixed_fwd and fixed_bwd (NULL: none) are exchanges every device has
+ * whatever the dims, added to the all-to-all's (the collectives of
+ * row-split and replicated tables, plan_collectives()); a learned forward
+ * model sees the backward ones in the readiness it waits for.  O(N) for
+ * alpha-beta.  Leaves the backward all-to-all in bwd_scratch.
  */
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
-                    const int32_t *dim_sum, double *fwd_scratch,
+                    const int32_t *dim_sum, const double *fixed_fwd,
+                    const double *fixed_bwd, double *fwd_scratch,
                     double *bwd_scratch);
+
+/*
+ * Collectives (alpha-beta, ring algorithms): a group of k devices on the
+ * intra-host link, or the inter-host one if it spans hosts.  A reduce-scatter
+ * or all-gather of a buffer of `bytes` moves (k-1)/k of it per device in k-1
+ * steps; an all-reduce is both.
+ */
+double collective_ring_ms(const struct topology *t, double bytes, int32_t k,
+                          bool spans_hosts);
+double collective_all_reduce_ms(const struct topology *t, double bytes,
+                                int32_t k, bool spans_hosts);
+/*
+ * The forward (and, the same bytes back, backward) exchange of one column
+ * slice of `cols` split in rows over a group of k devices: a reduce-scatter
+ * of the blocks' partial pooled sums for the whole batch (fp32) inside the
+ * group, then, when the group is not every device, the reduced sums sent to
+ * the devices that own their samples.  TWRW is this with the group one
+ * host: intra-host reduce-scatter, then an inter-host all-to-all.
+ */
+double collective_row_group_ms(const struct topology *t, int32_t cols,
+                               int32_t k, bool spans_hosts);
+/*
+ * Per device, the forward and backward exchanges a sorted, valid plan's
+ * row-split and replicated tables add: each row group's
+ * collective_row_group_ms() on its members both ways, and one bucketed
+ * all-reduce of every replicated table's gradient on every device.  Table-
+ * and column-wise shards add nothing here (theirs is the all-to-all of the
+ * dims).  0 or SD_ENOMEM.
+ */
+int plan_collectives(const struct plan *p, const struct table *tables,
+                     const struct topology *t, double *fwd_ms, double *bwd_ms);
 
 /*
  * Fills p->explain from an evaluated plan: the critical device, its driving

@@ -65,6 +65,13 @@ struct plan_options {
      */
     const int32_t *pins;
     /*
+     * Per-table constraints (borrowed; NULL: none; else one per table):
+     * schemes, row blocks, no split, a host.  neuroshard and
+     * torchrec_greedy honour them; the baselines place whole tables and
+     * refuse a table that may not be whole.
+     */
+    const struct table_constraint *constraints;
+    /*
      * When not NULL and set (by another thread), the search stops as if
      * its time budget ran out: the caller no longer wants the plan.  The
      * baselines finish (they take microseconds).

@@ -180,6 +180,19 @@ expect_fail 2 'not "cuda/H100/65536"' plan --offline --tables \
     "$DIR/score.txt" && ok || bad "score: $(cat "$DIR/err")"
 expect_fail 2 'no such profile' score --db "$DIR/p.db"
 expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
+# --backend: the model scored in one batch on a device (the cpu's: the same
+# figures), training's products on a device (the cpu's: plain loops).
+"$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" --backend cpu \
+    >"$DIR/scored.txt" 2>"$DIR/err" && grep -q ", scored on cpu$" \
+    "$DIR/scored.txt" && [ "$(sed 1d "$DIR/scored.txt")" = \
+    "$(sed 1d "$DIR/score.txt")" ] && ok ||
+    bad "score --backend cpu: $(cat "$DIR/err" "$DIR/scored.txt")"
+"$CTL" train --db "$DIR/p.db" --epochs 5 --backend cpu >"$DIR/tb.txt" \
+    2>"$DIR/err" && grep -q "products on cpu device 0" "$DIR/err" &&
+    grep -q "^model [0-9]* " "$DIR/tb.txt" && ok ||
+    bad "train --backend cpu: $(cat "$DIR/err")"
+expect_fail 2 '--backend' score --db "$DIR/p.db" --model "$DIR/m.sdcn" \
+    --backend tpu
 expect_fail 2 '--db is required' train
 # Ctrl-C: the run stops after its current sample, keeps every committed
 # one (exit 130), and the same command resumes from there.
@@ -212,6 +225,27 @@ expect_fail 2 '--backend' profile --db "$DIR/p.db" --samples 1 \
     --backend tpu
 expect_fail 2 'required' profile --samples 3
 
+# --- comm-profile: NeuroShard comm samples on cpu "devices" (threads) -------
+"$CTL" comm-profile --backend cpu --devices 3 --samples 2 --batch-size 300 \
+    --warmup 0 --repeats 1 --db "$DIR/c.db" >"$DIR/comm.txt" 2>"$DIR/err" &&
+    [ "$(grep -c '^plan [0-9]*: .* dev 2 dim [0-9]* sleep' "$DIR/comm.txt")" \
+    -eq 2 ] && grep -q "3 devices, 2 plans timed, 2 stored" "$DIR/err" && ok ||
+    bad "comm-profile: $(cat "$DIR/err" "$DIR/comm.txt")"
+# A second run resumes the sequence: its plan is the third of a run of 3.
+plans() { sed 's/fwd [0-9.]* bwd [0-9.]*//g; s/^plan [0-9]*: [0-9.]* ms//' "$1"; }
+"$CTL" comm-profile --backend cpu --devices 3 --samples 1 --batch-size 300 \
+    --warmup 0 --repeats 1 --db "$DIR/c.db" >"$DIR/comm2.txt" 2>"$DIR/err" &&
+    "$CTL" comm-profile --backend cpu --devices 3 --samples 3 \
+        --batch-size 300 --warmup 0 --repeats 1 >"$DIR/comm3.txt" 2>&1 &&
+    [ "$(plans "$DIR/comm2.txt")" = "$(plans "$DIR/comm3.txt" | sed -n 3p)" ] &&
+    ok || bad "comm-profile resume: $(cat "$DIR/err" "$DIR/comm2.txt")"
+"$CTL" comm-profile --backend cpu --devices 1 --samples 1 --batch-size 300 \
+    --warmup 0 --repeats 1 --db "$DIR/c.db" >/dev/null 2>"$DIR/err" &&
+    grep -q "not stored" "$DIR/err" && grep -q "1 plans timed, 0 stored" \
+    "$DIR/err" && ok || bad "comm-profile one device: $(cat "$DIR/err")"
+expect_fail 2 '--backend' comm-profile --backend tpu
+expect_fail 2 'no option --model' comm-profile --model x
+
 # --- bad input: exit 2, one message naming table and field -----------------
 B='[0.5,0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]'
 tbl() { printf '{"tables":[%s]}' "$1" >"$DIR/bad.json"; }
@@ -237,7 +271,7 @@ printf '{"tables":[' >"$DIR/bad.json"
 plan_bad 'malformed JSON at line 1'
 # A table larger than every device: named, with the shortfall in bytes.
 tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
-plan_bad 'table "huge": even at 4 columns it needs 1600000000 bytes'
+plan_bad 'table "huge" needs 51200000000 bytes: even in row blocks over all 2 devices a block needs 25600000000'
 expect_fail 2 'table "huge": needs 51200000000 bytes' plan --offline \
     --tables "$DIR/bad.json" --devices 2 --mem-gb 1 --alg size_greedy
 expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \

@@ -135,13 +135,13 @@ static void test_exchange(void)
     t.batch_size = 100;
     CHECK(net_comm_model_init(&ncm, m, &t));
     t.comm = &ncm.cm;
-    CHECK(strcmp(cost_comm_exchange(&t, dims, comp, fwd, bwd),
+    CHECK(strcmp(cost_comm_exchange(&t, dims, comp, NULL, NULL, fwd, bwd),
                  "neural_comm:test/tiny/100 (2 devices)") == 0);
     CHECK_NEAR(bwd[0], 1.5, 1e-6);
     CHECK_NEAR(bwd[1], 2.0, 1e-6);
     CHECK_NEAR(fwd[0], 1.03, 1e-6);
     CHECK_NEAR(fwd[1], 8.55, 1e-6);
-    CHECK_NEAR(cost_plan_ms(&t, comp, dims, fwd, bwd), 12.55, 1e-6);
+    CHECK_NEAR(cost_plan_ms(&t, comp, dims, NULL, NULL, fwd, bwd), 12.55, 1e-6);
     CHECK_NEAR(bwd[1], 2.0, 1e-6); /* left for the caller */
 
     /* Twice the set's batch: the same bytes as twice the dims, (6, 10):
@@ -152,7 +152,7 @@ static void test_exchange(void)
     CHECK(net_comm_model_init(&ncm, m, &t));
     t.comm = &ncm.cm;
     CHECK(strstr(ncm.cm.name, "scaled from batch 100") != NULL);
-    cost_comm_exchange(&t, dims, comp, fwd, bwd);
+    cost_comm_exchange(&t, dims, comp, NULL, NULL, fwd, bwd);
     CHECK_NEAR(bwd[0], 3.0, 1e-6);
     CHECK_NEAR(bwd[1], 5.0, 1e-6);
     CHECK_NEAR(fwd[0], 1.06, 1e-6);
@@ -161,8 +161,8 @@ static void test_exchange(void)
     /* No model for 4 devices: the caller keeps alpha-beta. */
     topology_default(&t, 4, 1ull << 30);
     CHECK(!net_comm_model_init(&ncm, m, &t));
-    CHECK(strcmp(cost_comm_exchange(&t, (int32_t[]){1, 2, 3, 4}, NULL,
-                                    (double[4]){0}, (double[4]){0}),
+    CHECK(strcmp(cost_comm_exchange(&t, (int32_t[]){1, 2, 3, 4}, NULL, NULL,
+                                    NULL, (double[4]){0}, (double[4]){0}),
                  "alpha_beta") == 0);
     free(m);
 }

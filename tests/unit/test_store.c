@@ -1145,6 +1145,152 @@ static void test_foreign(void)
     teardown();
 }
 
+/*
+ * Makes a SQLite file at `path` with Python's sqlite3 module (the test
+ * does not include <sqlite3.h>): /usr/bin/python3 -c script path arg.
+ * False, with a SKIP line, where that Python or its sqlite3 is missing.
+ */
+static bool python_sqlite(const char *script, const char *arg)
+{
+    static int have = -1; /* unknown, no, yes */
+    pid_t pid;
+    int status = -1;
+
+    if (have < 0) {
+        have = access("/usr/bin/python3", X_OK) == 0 &&
+               system("/usr/bin/python3 -c 'import sqlite3' 2>/dev/null") == 0;
+        if (!have)
+            tap_skip("/usr/bin/python3 with its sqlite3 module is missing: "
+                     "databases of other applications not tried");
+    }
+    if (!have)
+        return false;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        execl("/usr/bin/python3", "python3", "-c", script, path, arg,
+              (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0);
+    return status == 0;
+}
+
+/*
+ * Real databases of other programs, made by SQLite itself: refused with
+ * SD_EFORMAT, read-write and read-only, and left byte for byte as they
+ * were.  One without an application_id whose user_version is this store's
+ * schema version (a version number alone proves nothing), in WAL mode like
+ * ours; one of another application_id (GeoPackage's "GPKG") whose tables
+ * are named like ours.
+ */
+static void test_other_applications(void)
+{
+    static const char plain[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA journal_mode = WAL')\n"
+        "con.execute('PRAGMA user_version = %d' % int(sys.argv[2]))\n"
+        "con.execute('CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, '\n"
+        "            'url TEXT NOT NULL, title TEXT, visits INTEGER)')\n"
+        "con.execute('CREATE INDEX bookmarks_url ON bookmarks (url)')\n"
+        "con.executemany('INSERT INTO bookmarks (url, title, visits) '\n"
+        "                'VALUES (?, ?, ?)', [('https://example.org/%d' % i,\n"
+        "                'page %d' % i, i) for i in range(500)])\n"
+        "con.commit()\n"
+        "con.close()\n";
+    static const char gpkg[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA application_id = 0x47504B47')\n"
+        "con.execute('PRAGMA user_version = 10300')\n"
+        "con.execute('CREATE TABLE gpkg_contents (table_name TEXT PRIMARY '\n"
+        "            'KEY, data_type TEXT NOT NULL)')\n"
+        "con.execute('CREATE TABLE profiles (id INTEGER PRIMARY KEY, '\n"
+        "            'name TEXT)')\n"
+        "con.execute('CREATE TABLE samples (id INTEGER PRIMARY KEY, '\n"
+        "            'measured_ms REAL)')\n"
+        "con.execute(\"INSERT INTO profiles (name) VALUES ('cpu/x/4096')\")\n"
+        "con.commit()\n"
+        "con.close()\n";
+    struct store *st = NULL;
+    struct sd_diag d;
+    char version[16], uv[32];
+
+    snprintf(version, sizeof(version), "%d", STORE_SCHEMA_VERSION);
+    snprintf(uv, sizeof(uv), "user_version %d,", STORE_SCHEMA_VERSION);
+    setup();
+    if (python_sqlite(plain, version)) {
+        CHECK(file_size("") > 4096 && !exists("-wal"));
+        check_refused(SD_EFORMAT, "another program's database, no app id");
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+        CHECK(strstr(d.msg, "without shardd's schema") != NULL);
+        CHECK(strstr(d.msg, uv) != NULL);
+        CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_EFORMAT &&
+              strstr(d.msg, "without shardd's schema") != NULL);
+    }
+    teardown();
+
+    setup();
+    if (python_sqlite(gpkg, "")) {
+        check_refused(SD_EFORMAT, "GeoPackage");
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+        CHECK(strstr(d.msg, "another application's SQLite database") != NULL &&
+              strstr(d.msg, "0x47504b47") != NULL);
+    }
+    teardown();
+}
+
+/*
+ * A store of an older schema, made by hand (SQLite sets user_version to
+ * the version before this build's): read-only, it is refused untouched
+ * (migrating needs a write).  At schema 1 the version before is 0, which
+ * is no schema at all: refused as not shardd's, read-write too.  From
+ * schema 2 on, read-only says to open it read-write once.
+ */
+static void test_older_readonly(void)
+{
+    static const char older[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA user_version = %d' % int(sys.argv[2]))\n"
+        "con.close()\n";
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *before, *after;
+    size_t nbefore = 0, nafter = 0;
+    char version[16];
+    int rv;
+
+    setup();
+    fill_store(3);
+    snprintf(version, sizeof(version), "%d", STORE_SCHEMA_VERSION - 1);
+    if (!python_sqlite(older, version)) {
+        teardown();
+        return;
+    }
+    before = slurp(&nbefore);
+    CHECK(before != NULL && be32(before + 60) == STORE_SCHEMA_VERSION - 1 &&
+          be32(before + 68) == STORE_APPLICATION_ID);
+    rv = store_open(path, STORE_OPEN_READONLY, &st, &d);
+    CHECK(st == NULL && strstr(d.msg, path) != NULL);
+    if (STORE_SCHEMA_VERSION - 1 == 0) {
+        CHECK(rv == SD_EFORMAT && strstr(d.msg, "no schema version") != NULL);
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+    } else {
+        CHECK(rv == SD_ESTORE && strstr(d.msg, "older than") != NULL &&
+              strstr(d.msg, "open it read-write once") != NULL);
+    }
+    CHECK(file_size("-wal") <= 0);
+    after = slurp(&nafter);
+    CHECK(before != NULL && after != NULL && nbefore == nafter &&
+          memcmp(before, after, nbefore) == 0);
+    free(before);
+    free(after);
+    teardown();
+}
+
 /* Counts the entries of d whose names start with prefix. */
 static size_t count_files(const char *d, const char *prefix)
 {
@@ -1415,6 +1561,8 @@ int main(int argc, char **argv)
     test_empty_file();
     test_damaged();
     test_foreign();
+    test_other_applications();
+    test_older_readonly();
     test_backup();
     test_modes();
     test_prune();

@@ -1,0 +1,205 @@
+#!/bin/sh
+# Proves shardd's GPU path in one go on a GPU machine that has CUDA but none
+# of shardd's Debian libraries, from the bundle scripts/gpu-bundle.sh made
+# (docs/gpu.md):
+#   1. the machine: GPUs, driver, where cuBLAS, NCCL and NVML are;
+#   2. the GPU parity tests: the TBE kernels, the cost model's scores,
+#      cuBLAS's products and training, NCCL and NVML (test_parity_tbe,
+#      test_parity_net, test_gpu_comm);
+#   3. bench_kernels and bench_net on cuda;
+#   4. NCCL on every GPU (a 1-rank communicator on one): the collectives
+#      sweep and NeuroShard comm samples (shardctl comm-profile);
+#   5. shardctl profile --backend cuda for a time budget (>= 3,000 samples
+#      is the aim), shardctl train with cuBLAS's products, the model scored
+#      on the GPU and on the host;
+#   6. shardd on the cuda backend with that model active and resident in
+#      GPU memory: status, an online plan equal to the offline one, an
+#      estimate;
+#   7. a summary.
+# Writes summary.txt, the samples database (shardd.db, gzipped when large),
+# the model (model.sdcn) and the logs (logs.txt) into OUT.  Exit 0 when
+# every step passed; every step runs whatever the others did.
+#   usage: gpu-check.sh OUT [BUNDLE]
+#   GPU_CHECK_SECONDS  the whole run's budget (default 540: one device call)
+#   PROFILE_SECONDS    the profiling budget (default: what is left, <= 240)
+#   GPU_CHECK_BACKEND  cuda (default); cpu rehearses the script where no GPU
+#                      is (the GPU tests then skip, and count as failed)
+set -u
+BE=${GPU_CHECK_BACKEND:-cuda}
+OUT=${1:?usage: gpu-check.sh OUT [BUNDLE]}
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ -n "${2:-}" ]; then
+    B=$(cd "$2" && pwd)
+elif [ -x "$HERE/shardd" ]; then
+    B=$HERE # run from inside the bundle
+else
+    B=$(cd "$HERE/.." && pwd)/build-gpu-bundle
+fi
+[ -x "$B/shardd" ] || {
+    echo "gpu-check: no bundle at $B (scripts/gpu-bundle.sh makes it)" >&2
+    exit 2
+}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+W=$(mktemp -d /tmp/gpu-check.XXXXXX)
+START=$(date +%s)
+BUDGET=${GPU_CHECK_SECONDS:-540}
+SUM="$OUT/summary.txt"
+LOG="$W/logs.txt"
+: >"$SUM"
+: >"$LOG"
+FAILED=0
+
+say() { echo "$*" | tee -a "$SUM"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# step NAME CMD...: runs CMD with its output in the log, and says how it
+# went (exit 77 is a skip, which counts as a failure here: a GPU is meant
+# to be at hand).
+step() {
+    name=$1
+    shift
+    t0=$(date +%s)
+    {
+        echo "===== $name: $*"
+    } >>"$LOG"
+    "$@" >"$W/step.out" 2>&1
+    rc=$?
+    cat "$W/step.out" >>"$LOG"
+    case $rc in
+    0) status=ok ;;
+    77) status="SKIPPED (no GPU answered?)" ;;
+    *) status="FAILED (exit $rc)" ;;
+    esac
+    [ $rc -eq 0 ] || FAILED=$((FAILED + 1))
+    say "[$status] $name ($(($(date +%s) - t0)) s)"
+    return $rc
+}
+# The lines of the last step's output matching a pattern, into the summary.
+keep() { grep -E "$1" "$W/step.out" | sed 's/^/    /' | tee -a "$SUM" >/dev/null; }
+
+# --- 1. the machine -----------------------------------------------------------
+say "shardd GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), bundle $B"
+sed -n '2,4p' "$B/MANIFEST" 2>/dev/null | sed 's/^/    bundle /' | tee -a "$SUM" >/dev/null
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id \
+        --format=csv,noheader 2>&1 | sed 's/^/    gpu /' | tee -a "$SUM" >/dev/null
+else
+    say "    no nvidia-smi"
+fi
+# cuBLAS, NCCL and NVML: from the loader's cache, CUDA's folders, or the
+# Python wheels (nvidia-*-cu13); shardd loads them at run time.
+find_lib() { # SONAME: the first file found
+    p=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}')
+    [ -n "$p" ] && { echo "$p"; return; }
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-*/lib* \
+        /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu \
+        /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
+        /usr/local/lib/python3*/dist-packages/nvidia/*/lib \
+        /usr/lib/python3*/site-packages/nvidia/*/lib; do
+        [ -e "$d/$1" ] && { echo "$d/$1"; return; }
+    done
+}
+LIBPATH="$B/lib"
+for pair in SHARDD_CUBLAS_LIB:libcublas.so.13 SHARDD_NCCL_LIB:libnccl.so.2 \
+    SHARDD_NVML_LIB:libnvidia-ml.so.1; do
+    var=${pair%%:*}
+    so=${pair#*:}
+    f=$(find_lib "$so")
+    if [ -n "$f" ]; then
+        export "$var=$f"
+        LIBPATH="$LIBPATH:$(dirname "$f")" # cuBLAS needs cublasLt beside it
+        say "    $so: $f"
+    else
+        say "    $so: not found"
+    fi
+done
+export LD_LIBRARY_PATH="$LIBPATH"
+cd "$B" || exit 2
+
+# --- 2. parity tests ------------------------------------------------------------
+step "shardd --version" ./shardd --version && keep 'shardd'
+step "parity: TBE kernels (cuda vs cpu)" ./test_parity_tbe
+keep 'passed|failed|median|ms'
+step "parity: cost model scores, cuBLAS sgemm, training" ./test_parity_net
+keep 'passed|scores of|one shard|epochs|training'
+step "NCCL (every GPU) and NVML" ./test_gpu_comm
+keep 'passed|nccl:|nvml|idle gate|late|comm sample 0'
+
+# --- 3. benches ------------------------------------------------------------------
+step "bench_kernels $BE" ./bench_kernels $BE 5 && keep '.'
+step "bench_net" ./bench_net all && keep '.'
+
+# --- 4. NCCL --------------------------------------------------------------------
+step "comm-profile: collectives sweep and NeuroShard comm samples" \
+    ./shardctl comm-profile --backend $BE --collectives --samples 20 \
+    --db "$W/comm.db" --seconds 60
+keep '^(all-to-all|reduce-scatter|all-gather|all-reduce) .* 16777216|plan 0:|plans timed'
+
+# --- 5. profile, train, score -----------------------------------------------------
+mkdir -p "$W/data"
+DB="$W/data/shardd.db"
+P=${PROFILE_SECONDS:-$(($(left) - 150))}
+[ "$P" -gt 240 ] && P=240
+[ "$P" -lt 30 ] && P=30
+step "profile --backend $BE (${P} s budget)" ./shardctl profile --db "$DB" \
+    --backend $BE --samples 100000 --seconds "$P" --batch-size 4096
+keep 'samples added'
+step "train --backend $BE (cuBLAS products on cuda)" ./shardctl train \
+    --db "$DB" --backend $BE --activate --out "$OUT/model.sdcn"
+keep '^(model|samples|MAPE|epochs)|products on'
+step "score on the host" ./shardctl score --db "$DB" --model "$OUT/model.sdcn"
+keep MAPE
+step "score on the GPU (the model resident, one batch)" ./shardctl score \
+    --db "$DB" --model "$OUT/model.sdcn" --backend $BE
+keep MAPE
+
+# --- 6. shardd ----------------------------------------------------------------------
+SOCK="unix:$W/shardd.sock"
+./shardd --data-dir "$W/data" --listen "$SOCK" --backend $BE \
+    --log-level debug --profiler-idle-ms 3600000 >"$W/shardd.log" 2>&1 &
+PID=$!
+i=0
+until ./shardctl health --addr "$SOCK" --timeout-s 2 >/dev/null 2>&1; do
+    i=$((i + 1))
+    if [ $i -gt 100 ] || ! kill -0 $PID 2>/dev/null; then
+        say "[FAILED] shardd did not come up"
+        FAILED=$((FAILED + 1))
+        break
+    fi
+    sleep 0.2
+done
+step "shardd status" ./shardctl status --addr "$SOCK" && keep '.'
+./shardctl gen-tables --count 60 --seed 1 --out "$W/tables.json" >/dev/null 2>&1
+step "plan through shardd ($BE backend, the new model)" ./shardctl plan \
+    --addr "$SOCK" --tables "$W/tables.json" --devices 8 --mem-gb 16 \
+    --json --out "$W/online.json" && keep '.'
+step "the same plan offline with the model file" ./shardctl plan --offline \
+    --tables "$W/tables.json" --devices 8 --mem-gb 16 --model "$OUT/model.sdcn" \
+    --json --out "$W/offline.json"
+step "online plan equals offline (cost, devices, placements)" python3 -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+keys = ("plan_cost_ms", "cost_model", "devices", "tables")
+print("plan cost: online %r, offline %r" % (a["plan_cost_ms"], b["plan_cost_ms"]))
+sys.exit(any(a[k] != b[k] for k in keys))' "$W/online.json" "$W/offline.json"
+keep 'plan cost'
+step "estimate through shardd" ./shardctl estimate --addr "$SOCK" \
+    --tables "$W/tables.json" --plan "$W/online.json" --mem-gb 16
+kill -TERM $PID 2>/dev/null
+wait $PID 2>/dev/null
+cat "$W/shardd.log" >>"$LOG"
+step "the model was resident on the device" grep -E "resident on $BE device 0" \
+    "$W/shardd.log" && keep resident
+
+# --- 7. summary ----------------------------------------------------------------------
+if [ -f "$DB" ]; then
+    if [ "$(du -k "$DB" | cut -f1)" -gt 15000 ]; then
+        gzip -c "$DB" >"$OUT/shardd.db.gz"
+    else
+        cp "$DB" "$OUT/shardd.db"
+    fi
+fi
+cp "$LOG" "$OUT/logs.txt"
+say "$FAILED step(s) failed, $(($(date +%s) - START)) s in all"
+rm -rf "$W"
+[ "$FAILED" -eq 0 ]
