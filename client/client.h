@@ -8,7 +8,8 @@
  *                    (getopt_long), the usage.
  *  - common.c:       what every command shares: ctl_fail(), output files,
  *                    the cost model, capacities and pins.
- *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
+ *  - offline.c:      gen-tables, gen-tasks, plan --offline and features,
+ *                    in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
  *  - comm.c:         comm-profile: collectives timed on this machine's
@@ -67,6 +68,7 @@
 #define CTL_EXIT_USAGE 2  /* bad input or usage */
 #define CTL_MAX_ARGS   16 /* words after the command (job ID, files) */
 #define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
+#define CTL_DLRM_DIM   64 /* features: the dim of dlrm layout tables */
 
 /* The commands, as opts.c names them. */
 enum ctl_cmd {
@@ -86,6 +88,7 @@ enum ctl_cmd {
     CTL_CMD_JOB,
     CTL_CMD_PROFILER,
     CTL_CMD_HEALTH,
+    CTL_CMD_FEATURES,
     CTL_CMD_IMPORT_MODEL,
     CTL_CMD_COMM_FIT,
     CTL_CMD_COUNT
@@ -97,6 +100,10 @@ enum ctl_cmd {
  */
 struct ctl_opts {
     const char *tables;
+    const char *tables_format; /* --tables-format auto|shardd|torchrec */
+    const char *trace;         /* features --trace: a file or a folder */
+    const char *traces;        /* gen-tables --traces: write them there */
+    int64_t dim;               /* features --dim (the dlrm layout) */
     const char *out;
     const char *alg;
     const char *optimizer;
@@ -247,11 +254,21 @@ int ctl_write_svg(const struct ctl_opts *o, const char *cmd,
 /* ------------------------------------------------------------------------ */
 /* Offline commands (offline.c) and measuring ones (measure.c)              */
 
+/*
+ * The tables of --tables as users describe them (shardd's form or
+ * TorchRec's, --tables-format, else detected; task --task of a tasks
+ * file), into *in (tables_input_destroy() it); cmd names the command in
+ * messages.  Returns 0 or an exit code (the message printed).
+ */
+int ctl_read_tables(const struct ctl_opts *o, const char *cmd,
+                    struct tables_input *in);
+
 /* Each runs its command and returns shardctl's exit status. */
 int offline_gen_tables(const struct ctl_opts *o);
 int offline_gen_tasks(const struct ctl_opts *o);
 int offline_plan(const struct ctl_opts *o);     /* plan --offline */
 int offline_estimate(const struct ctl_opts *o); /* estimate --offline */
+int offline_features(const struct ctl_opts *o);
 int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
@@ -287,6 +304,13 @@ void format_schemes(FILE *out, const struct plan *p,
                     const struct table *tables);
 void format_explain(FILE *out, const struct plan *p,
                     const struct table *tables);
+
+/*
+ * The notes of an input (nothing when there are none): "inputs:", then a
+ * line per note, "KIND: message", at most 3 of each kind and field and a
+ * count of the others (--json lists every note).
+ */
+void format_notes(FILE *out, const struct input_notes *notes);
 
 /* ------------------------------------------------------------------------ */
 /* Online mode (online.c)                                                    */

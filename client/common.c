@@ -1,9 +1,9 @@
 /*
  * What every shardctl command shares (client.h): the one way to fail, exit
- * codes of planner errors, writing output, the cost model of a plan, and the
- * constraints of the command line (capacities and pins) resolved against a
- * topology and tables.  Called by the commands; calls nothing of the client
- * back, only the planning library.
+ * codes of planner errors, writing output, the cost model of a plan, reading
+ * --tables, and the constraints of the command line (capacities and pins)
+ * resolved against a topology and tables.  Called by the commands; calls
+ * nothing of the client back, only the planning library.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -92,6 +92,28 @@ void ctl_attach_comm(const struct cost_net *net, struct topology *t,
 {
     if (net_comm_model_init(ncm, net, t))
         t->comm = &ncm->cm;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tables                                                                  */
+
+int ctl_read_tables(const struct ctl_opts *o, const char *cmd,
+                    struct tables_input *in)
+{
+    enum tables_form form = TABLES_FORM_AUTO;
+    struct sd_diag d;
+    int rv;
+
+    if (o->tables_format != NULL &&
+        tables_form_parse(o->tables_format, &form) != 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "%s: --tables-format \"%s\" is not auto, shardd or "
+                        "torchrec",
+                        cmd, o->tables_format);
+    rv = json_read_tables_input(o->tables, (size_t)o->task, form, in, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* Human-readable plan report for shardctl (client.h). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -174,4 +175,43 @@ void format_explain(FILE *out, const struct plan *p, const struct table *tables)
                 (long long)st->greedy_runs, (int)st->levels, (int)st->splits,
                 (int)st->moves,
                 st->budget_exhausted ? " (time budget reached)" : "");
+}
+
+/* The group of notes a note belongs to: its kind and field. */
+struct note_group {
+    enum note_kind kind;
+    const char *field;
+    size_t count;
+};
+
+#define NOTES_SHOWN 3 /* of one group */
+
+void format_notes(FILE *out, const struct input_notes *notes)
+{
+    struct note_group *groups;
+    size_t ngroups = 0, i, g;
+
+    if (notes == NULL || notes->n == 0)
+        return;
+    groups = calloc(notes->n, sizeof(*groups));
+    fprintf(out, "\ninputs:\n");
+    for (i = 0; i < notes->n; i++) {
+        const struct input_note *nt = &notes->v[i];
+
+        for (g = 0; groups != NULL && g < ngroups; g++)
+            if (groups[g].kind == nt->kind &&
+                strcmp(groups[g].field, nt->field) == 0)
+                break;
+        if (groups != NULL && g == ngroups)
+            groups[ngroups++] = (struct note_group){nt->kind, nt->field, 0};
+        if (groups != NULL && groups[g].count++ >= NOTES_SHOWN)
+            continue;
+        fprintf(out, "  %s: %s\n", note_kind_name(nt->kind), nt->text);
+    }
+    for (g = 0; g < ngroups; g++)
+        if (groups[g].count > NOTES_SHOWN)
+            fprintf(out, "  %s: ... and %zu more on %s (--json lists them)\n",
+                    note_kind_name(groups[g].kind),
+                    groups[g].count - NOTES_SHOWN, groups[g].field);
+    free(groups);
 }

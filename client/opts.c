@@ -33,13 +33,20 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  gen-tables  --count N --seed S [--batch-size B] [--threads T]\n"
-    "              [--out FILE]\n"
+    "              [--traces FILE] [--out FILE]\n"
     "      Generate N synthetic DLRM tables (traces made, features computed)\n"
-    "      and write the tables JSON.\n"
+    "      and write the tables JSON; --traces also writes the traces (the\n"
+    "      trace file format, docs/trace-format.md).\n"
+    "  features    --trace FILE|DIR [--batch-size B] [--dim D] [--out FILE]\n"
+    "      The tables (access histogram, pooling factor) of one batch of real\n"
+    "      lookups: a trace file, or a folder in the dlrm_datasets layout\n"
+    "      (indices, offsets, lengths as .npy or raw .bin; B bags per table\n"
+    "      unless lengths.npy is 2-D; every table of dim D, default 64).\n"
     "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
     "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
+    "              [--tables-format auto|shardd|torchrec]\n"
     "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
     "              [--optimizer NAME]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
@@ -49,10 +56,12 @@ static const char usage_text[] =
     "              [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
-    "      device.  --torchrec writes TorchRec's ShardingPlan for module\n"
-    "      PATH (default embedding_bags).  --svg also writes the per-device\n"
-    "      picture (compute, comm, the wait, memory; the critical device\n"
-    "      outlined).\n"
+    "      device.  Tables in shardd's form (bins optional: derived) or\n"
+    "      TorchRec's (EmbeddingBagConfig and ParameterConstraints); the\n"
+    "      output ends with what was assumed or not applied.  --torchrec\n"
+    "      writes TorchRec's ShardingPlan for module PATH (default\n"
+    "      embedding_bags).  --svg also writes the per-device picture\n"
+    "      (compute, comm, the wait, memory; the critical device outlined).\n"
     "      Algorithms: neuroshard (default), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
@@ -125,8 +134,9 @@ static const char usage_text[] =
     "      The daemon plans; the output is offline plan's, except figures\n"
     "      its API does not carry (null in --json).\n"
     "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
-    "              [--task K] [--batch-size B] [--devices-per-host L]\n"
-    "              [--optimizer NAME] [--profile NAME] [--svg FILE]\n"
+    "              [--tables-format F] [--task K] [--batch-size B]\n"
+    "              [--devices-per-host L] [--optimizer NAME] [--profile NAME]\n"
+    "              [--svg FILE]\n"
     "      Predicted per-device costs of a given plan (a --json plan file);\n"
     "      --svg also writes their picture.\n"
     "  status                       daemon version, devices, model, jobs\n"
@@ -178,6 +188,7 @@ static const struct cmd_def {
     [CTL_CMD_JOB] = {"job", 1, 1, "job ID [--watch]"},
     [CTL_CMD_PROFILER] = {"profiler", 1, 1, "profiler pause|resume"},
     [CTL_CMD_HEALTH] = {"health", 0, 1, NULL},
+    [CTL_CMD_FEATURES] = {"features", 0, 0, NULL},
     [CTL_CMD_IMPORT_MODEL] = {"import-model", 0, 0, NULL},
     [CTL_CMD_COMM_FIT] = {"comm-fit", 1, CTL_MAX_ARGS,
                           "comm-fit FILE... [--collective NAME] [--bands K]"},
@@ -223,6 +234,8 @@ static const struct opt_def opt_defs[] = {
     /* What to plan and where */
     {"tables", ARG, O(tables),
      CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
+    {"tables-format", ARG, O(tables_format), CMD(PLAN) | CMD(ESTIMATE), set_str,
+     0, 0},
     {"plan", ARG, O(plan), CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
     {"task", ARG, O(task), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 0,
      1e9},
@@ -237,7 +250,7 @@ static const struct opt_def opt_defs[] = {
     {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
     {"batch-size", ARG, O(batch),
      CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL) |
-         CMD(COMM_PROFILE) | CMD(IMPORT_MODEL),
+         CMD(COMM_PROFILE) | CMD(FEATURES) | CMD(IMPORT_MODEL),
      set_int, 1, 1 << 30},
     {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
      set_str, 0, 0},
@@ -262,13 +275,17 @@ static const struct opt_def opt_defs[] = {
     /* Output */
     {"out", ARG, O(out),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) |
-         CMD(EVAL) | CMD(IMPORT_MODEL) | CMD(COMM_FIT),
+         CMD(EVAL) | CMD(FEATURES) | CMD(IMPORT_MODEL) | CMD(COMM_FIT),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
     {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
     {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"traces", ARG, O(traces), CMD(GEN_TABLES), set_str, 0, 0},
+    /* features */
+    {"trace", ARG, O(trace), CMD(FEATURES), set_str, 0, 0},
+    {"dim", ARG, O(dim), CMD(FEATURES), set_int, TABLE_DIM_MIN, TABLE_DIM_MAX},
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,

@@ -4,6 +4,7 @@
  * Offline mode runs the planning library in-process:
  *   shardctl gen-tables --count N --seed S [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl features   --trace FILE|DIR [--out F]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
  *                 [--model F] [--json | --torchrec]
  * and the measuring side on this machine's devices and a store:
@@ -54,6 +55,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_JOB] = online_run,
     [CTL_CMD_PROFILER] = online_run,
     [CTL_CMD_HEALTH] = online_run,
+    [CTL_CMD_FEATURES] = offline_features,
     [CTL_CMD_IMPORT_MODEL] = import_model,
     [CTL_CMD_COMM_FIT] = import_comm_fit,
 };

@@ -25,14 +25,10 @@
 #include "shardd/v1/types.pb-c.h"
 #include "wire.h"
 
-/* The batch when neither the request, the configuration nor a learned
- * model gives one (the analytic model's; docs/api.md). */
-#define SVC_DEFAULT_BATCH 65536
 /* A search stops this long before the client's deadline, to reply. */
 #define SVC_DEADLINE_MARGIN_MS 50
 
-/* The limits and defaults of the configuration, for wire's checks. */
-static void limits_of(const struct sd_config *c, struct wire_limits *l)
+void svc_limits(const struct sd_config *c, struct wire_limits *l)
 {
     wire_limits_default(l);
     l->max_tables = c->max_tables;
@@ -131,7 +127,7 @@ static void scorer_release(struct scorer *sc)
 static uint64_t request_hash(const struct table *tables, size_t n,
                              const struct topology *t,
                              const struct plan_options *o, const char *profile,
-                             char out[17])
+                             const struct input_notes *notes, char out[17])
 {
     struct sd_fnv hs;
     size_t i;
@@ -174,6 +170,13 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         sd_fnv_str(&hs, "pins");
         for (i = 0; i < n; i++)
             sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
+    }
+    /* The notes are part of the answer: requests that differ only in what
+     * they left to assume, or asked for in vain, get their own. */
+    if (notes->n > 0) {
+        sd_fnv_str(&hs, "notes");
+        for (i = 0; i < notes->n; i++)
+            sd_fnv_str(&hs, notes->v[i].text);
     }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;
@@ -339,8 +342,8 @@ static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
 
 /*
  * A Plan is big when its tables x devices exceed small_search_work: read
- * from the bytes (PlanRequest.tables = 1, .topology = 2 and its
- * num_devices = 1) without decoding a table.
+ * from the bytes (PlanRequest.tables = 1 or .torchrec_tables = 4,
+ * .topology = 2 and its num_devices = 1) without decoding a table.
  */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 {
@@ -351,10 +354,13 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
     struct conf_snap *cf;
 
     while (p < end && pb_field(&p, end, &field, &v, &sub, &sublen)) {
-        if (field == 1)
+        if (field == 1 || field == 4)
             tables++;
         if (field != 2)
             continue;
+        /* The topology's own length-delimited fields (a packed
+         * mem_bytes_by_device) land in qsub, never in sub, which bounds
+         * this loop. */
         q = sub;
         /* A length-delimited topology field (mem_bytes_by_device) goes to
          * inner: sub still bounds the topology. */
@@ -375,7 +381,8 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 /* A Plan request decoded, with its defaults applied. */
 struct plan_ask {
     Shardd__V1__PlanRequest *rq; /* owned */
-    struct table *tables;        /* owned */
+    struct tables_input in;      /* owned: the tables and their notes */
+    struct table *tables;        /* in.tables */
     size_t n;
     struct topology topo;
     uint64_t *caps; /* owned; topo.mem_by_device */
@@ -391,7 +398,7 @@ static void plan_ask_free(struct plan_ask *a)
     scorer_release(&a->sc);
     free(a->pins);
     free(a->caps);
-    free(a->tables);
+    tables_input_destroy(&a->in);
     if (a->rq != NULL)
         shardd__v1__plan_request__free_unpacked(a->rq, NULL);
 }
@@ -405,14 +412,17 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     const char *profile;
     int rv;
 
-    limits_of(cfg, &lim);
+    svc_limits(cfg, &lim);
     a->rq = shardd__v1__plan_request__unpack(NULL, len, req);
     if (a->rq == NULL)
         return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
-    rv = wire_tables_in(&lim, a->rq->tables, a->rq->n_tables, &a->tables, d);
+    rv = wire_tables_input_in(&lim, a->rq->tables, a->rq->n_tables,
+                              a->rq->torchrec_tables, a->rq->n_torchrec_tables,
+                              &a->in, d);
     if (rv != 0)
         return rv;
-    a->n = a->rq->n_tables;
+    a->tables = a->in.tables;
+    a->n = a->in.n;
     rv = wire_topology_in(&lim, a->rq->topology, &a->topo, &a->caps, d);
     if (rv == 0)
         rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
@@ -427,14 +437,18 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
     a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
     rv = resolve_batch(&a->topo, &a->sc, d);
+    if (rv == 0)
+        rv = tables_input_resolve(&a->in, a->topo.batch_size, d);
     if (rv != 0)
         return rv;
+    if (a->in.whole_tables)
+        a->po.column_splits = false;
     attach_comm(&a->sc, &a->topo);
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
-    a->key =
-        request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile, a->hash);
+    a->key = request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile,
+                          &a->in.notes, a->hash);
     return 0;
 }
 
@@ -468,7 +482,10 @@ static int plan_reply(const struct plan_ask *a, const struct plan *p,
     out.devices = wire_devices_out(&arena, p, &a->topo);
     out.n_devices = (size_t)p->ndevices;
     out.explanation = wire_explanation_out(&arena, p, a->tables);
-    if (out.tables == NULL || out.devices == NULL || out.explanation == NULL) {
+    out.notes = wire_notes_out(&arena, &a->in.notes);
+    out.n_notes = a->in.notes.n;
+    if (out.tables == NULL || out.devices == NULL || out.explanation == NULL ||
+        out.notes == NULL) {
         wire_arena_free(&arena);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
@@ -567,7 +584,8 @@ int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
 
 /* The EstimateResponse of an evaluated plan, packed into *resp. */
 static int estimate_reply(const struct plan *p, const struct topology *topo,
-                          const struct scorer *sc, uint8_t **resp,
+                          const struct scorer *sc,
+                          const struct input_notes *notes, uint8_t **resp,
                           size_t *resp_len, struct sd_diag *d)
 {
     Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
@@ -578,7 +596,9 @@ static int estimate_reply(const struct plan *p, const struct topology *topo,
     int rv;
 
     out.devices = wire_devices_out(&arena, p, topo);
-    if (out.devices == NULL) {
+    out.notes = wire_notes_out(&arena, notes);
+    out.n_notes = notes->n;
+    if (out.devices == NULL || out.notes == NULL) {
         wire_arena_free(&arena);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
@@ -602,7 +622,9 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     Shardd__V1__EstimateRequest *rq;
     struct conf_snap *cf = svc_conf(s);
     struct topology topo, unbounded;
+    struct tables_input in = {0};
     struct table *tables = NULL;
+    size_t n = 0;
     enum optimizer opt = OPTIMIZER_SGD;
     struct wire_limits lim;
     struct scorer sc = {0};
@@ -610,14 +632,18 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     uint64_t *caps = NULL;
     int rv;
 
-    limits_of(&cf->c, &lim);
+    svc_limits(&cf->c, &lim);
     rq = shardd__v1__estimate_request__unpack(NULL, len, req);
     if (rq == NULL) {
         conf_snap_unref(cf);
         return sd_diag_set(d, SD_EFORMAT,
                            "EstimateRequest: not a valid message");
     }
-    rv = wire_tables_in(&lim, rq->tables, rq->n_tables, &tables, d);
+    rv = wire_tables_input_in(&lim, rq->tables, rq->n_tables,
+                              rq->torchrec_tables, rq->n_torchrec_tables, &in,
+                              d);
+    tables = in.tables;
+    n = in.n;
     if (rv == 0)
         rv = wire_topology_in(&lim, rq->topology, &topo, &caps, d);
     if (rv == 0)
@@ -627,10 +653,12 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     if (rv == 0)
         rv = resolve_batch(&topo, &sc, d);
     if (rv == 0)
+        rv = tables_input_resolve(&in, topo.batch_size, d);
+    if (rv == 0)
         attach_comm(&sc, &topo);
     if (rv == 0)
         rv = wire_placement_in("placement", rq->placement, rq->n_placement,
-                               tables, rq->n_tables, topo.ndevices, &p, d);
+                               tables, n, topo.ndevices, &p, d);
     if (rv != 0)
         goto out_tables;
 
@@ -639,18 +667,16 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     unbounded = topo;
     unbounded.mem_bytes = UINT64_MAX;
     unbounded.mem_by_device = NULL;
-    rv = plan_validate_as(&p, tables, rq->n_tables, &unbounded, opt,
-                          "placement", d);
-    if (rv == 0 &&
-        plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m) != 0)
+    rv = plan_validate_as(&p, tables, n, &unbounded, opt, "placement", d);
+    if (rv == 0 && plan_evaluate(&p, tables, n, &topo, opt, sc.m) != 0)
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
     if (rv == 0)
-        rv = estimate_reply(&p, &topo, &sc, resp, resp_len, d);
+        rv = estimate_reply(&p, &topo, &sc, &in.notes, resp, resp_len, d);
     plan_destroy(&p);
 out_tables:
     scorer_release(&sc);
     free(caps);
-    free(tables);
+    tables_input_destroy(&in);
     shardd__v1__estimate_request__free_unpacked(rq, NULL);
     conf_snap_unref(cf);
     return rv;

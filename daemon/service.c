@@ -14,6 +14,7 @@
 const struct svc_method svc_methods[] = {
     {.path = "/shardd.v1.Planner/Plan", .fn = svc_plan, .lane = svc_plan_lane},
     {.path = "/shardd.v1.Planner/Estimate", .fn = svc_estimate},
+    {.path = "/shardd.v1.Planner/Features", .fn = svc_features},
     {.path = "/grpc.health.v1.Health/Check",
      .draining_ok = true,
      .fn = svc_health},

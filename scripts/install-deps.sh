@@ -11,6 +11,7 @@ libuv1-dev libsqlite3-dev libjansson-dev libblas-dev libsystemd-dev zlib1g-dev p
 libzip-dev \
 libmicrohttpd-dev \
 python3-grpcio python3-grpc-tools python3-protobuf \
+python3-venv python3-pip python3-setuptools python3-wheel \
 prometheus chromium"
 
 missing=""

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wire_int.h"
+
 #define WIRE_BLOCK_ALIGN    16
 #define WIRE_BOTTLENECK_MAX 5 /* Explanation.bottleneck_tables */
 
@@ -119,38 +121,74 @@ static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
 /* ---------------------------------------------------------------------- */
 /* Tables                                                                  */
 
-/* One Table into t (its planner checks come after, for all at once). */
-static int table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
-                    struct sd_diag *d)
+int wire__name_in(const char *src, const char *where, size_t i,
+                  char name[TABLE_NAME_MAX], struct sd_diag *d)
 {
-    const char *name = str_or_empty(src->name);
-    size_t len = strlen(name);
-    int k;
+    const char *s = str_or_empty(src);
+    size_t len = strlen(s);
 
     if (len == 0)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", i);
+        return sd_diag_set(d, SD_EINVAL, "%s[%zu]: name is empty", where, i);
     if (len >= TABLE_NAME_MAX)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu]: name is %zu bytes, more than %d", i,
+                           "%s[%zu]: name is %zu bytes, more than %d", where, i,
                            len, TABLE_NAME_MAX - 1);
-    memcpy(t->name, name, len + 1);
-    if (src->n_bins != TABLE_NBINS)
+    memcpy(name, s, len + 1);
+    return 0;
+}
+
+int wire__bins_in(const double *bins, size_t n, double zipf, const char *where,
+                  size_t i, struct table *t, struct table_spec *sp,
+                  struct sd_diag *d)
+{
+    size_t k;
+
+    if (n != 0 && n != TABLE_NBINS)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": bins has %zu values, not %d", i,
-                           t->name, src->n_bins, TABLE_NBINS);
+                           "%s[%zu] \"%s\": bins has %zu values, not %d (or "
+                           "none, to derive them)",
+                           where, i, t->name, n, TABLE_NBINS);
+    for (k = 0; k < n; k++) {
+        if (!isfinite(bins[k]))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": bins[%zu] is not a finite "
+                               "number",
+                               where, i, t->name, k);
+        t->bins[k] = bins[k];
+    }
+    sp->has_bins = n == TABLE_NBINS;
+    if (zipf != 0 && sp->has_bins)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": zipf_exponent is for deriving "
+                           "bins: give bins or zipf_exponent, not both",
+                           where, i, t->name);
+    if (!isfinite(zipf) || zipf < 0 || zipf > DERIVE_ZIPF_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": zipf_exponent %g is not in "
+                           "(0, %g] (0 = the default)",
+                           where, i, t->name, zipf, DERIVE_ZIPF_MAX);
+    sp->zipf_s = zipf;
+    return 0;
+}
+
+int wire__table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
+                   struct table_spec *sp, struct sd_diag *d)
+{
+    int rv;
+
+    memset(sp, 0, sizeof(*sp));
+    rv = wire__name_in(src->name, "tables", i, t->name, d);
+    if (rv != 0)
+        return rv;
     if (!isfinite(src->pooling_factor))
         return sd_diag_set(d, SD_EINVAL,
                            "tables[%zu] \"%s\": pooling_factor is not a "
                            "finite number",
                            i, t->name);
-    for (k = 0; k < TABLE_NBINS; k++) {
-        if (!isfinite(src->bins[k]))
-            return sd_diag_set(d, SD_EINVAL,
-                               "tables[%zu] \"%s\": bins[%d] is not a "
-                               "finite number",
-                               i, t->name, k);
-        t->bins[k] = src->bins[k];
-    }
+    rv = wire__bins_in(src->bins, src->n_bins, src->zipf_exponent, "tables", i,
+                       t, sp, d);
+    if (rv != 0)
+        return rv;
     t->rows = src->rows;
     t->dim = src->dim;
     t->pooling_factor = src->pooling_factor;
@@ -187,7 +225,13 @@ int wire_tables_in(const struct wire_limits *l, Shardd__V1__Table *const *in,
     if (tables == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     for (i = 0; i < n && rv == 0; i++) {
-        rv = table_in(in[i], i, &tables[i], d);
+        struct table_spec sp;
+
+        rv = wire__table_in(in[i], i, &tables[i], &sp, d);
+        if (rv == 0 && !sp.has_bins)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": bins has 0 values, not %d", i,
+                             tables[i].name, TABLE_NBINS);
         table_normalize_bins(&tables[i]);
     }
     if (rv == 0)

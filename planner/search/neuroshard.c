@@ -144,7 +144,8 @@ struct ns {
     const struct cost_net *net;
     double scale; /* topology batch / the model's batch */
     int32_t n;
-    size_t cap; /* pieces a state can have */
+    uint64_t largest_room; /* the most a base device has left */
+    size_t cap;            /* pieces a state can have */
     double dim_mean;
     int32_t candidates;  /* o->candidates, for this many tables */
     const int32_t *pins; /* per table: its device or -1; NULL: none */
@@ -1139,7 +1140,7 @@ static int32_t narrowest(struct ns *s, size_t i)
  */
 static int no_fit(struct ns *s, struct sd_diag *d)
 {
-    uint64_t total = 0, cap = 0, largest = topology_mem_max(s->t), *room;
+    uint64_t total = 0, cap = 0, largest = s->largest_room, *room;
     struct ns_fit *pieces;
     size_t i, np = 0, k;
     int32_t r, best;
@@ -1173,16 +1174,16 @@ static int no_fit(struct ns *s, struct sd_diag *d)
                          (unsigned long long)cap);
         goto out_free;
     }
-    for (r = 0; r < s->n; r++)
-        room[r] = topology_mem(s->t, r);
+    for (r = 0; r < s->n; r++) /* beside the pass's shards */
+        room[r] = topology_mem(s->t, r) > s->base.mem[r]
+                      ? topology_mem(s->t, r) - s->base.mem[r]
+                      : 0;
     np = 0;
     for (i = 0; i < s->ntables; i++) {
         uint64_t b = ns_level(s, (uint32_t)i, narrowest(s, i))->bytes;
 
-        if (piece_pinned(s, i)) { /* fits: plan_check_pins() said so */
-            room[s->pins[i]] -= b;
+        if (piece_pinned(s, i)) /* in the base: room[] has it */
             continue;
-        }
         for (k = 0; k < (size_t)1 << narrowest(s, i); k++)
             pieces[np++] = (struct ns_fit){b, (uint32_t)i};
     }
@@ -1314,13 +1315,12 @@ static void work_free(struct ns_work *w)
 static int32_t forced_level(const struct ns *s, size_t i)
 {
     const struct table *tb = &s->tables[i];
-    uint64_t largest = topology_mem_max(s->t);
     int32_t lv = 0;
 
     if (piece_pinned(s, i))
         return 0;
     while (lv + 1 < s->tl[i].nlevels &&
-           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > largest)
+           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > s->largest_room)
         lv++;
     return lv;
 }
@@ -1407,7 +1407,8 @@ static int ns_constraints(struct ns *s)
 
 static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
                    const struct topology *t, const struct plan_options *o,
-                   struct plan_search_stats *st)
+                   struct plan_search_stats *st, const struct scheme_pass *sp,
+                   const struct table *all)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t dims = 0;
@@ -1451,6 +1452,21 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->presplit = calloc(ntables ? ntables : 1, sizeof(*s->presplit));
     if (!s->forced || !s->presplit)
         return SD_ENOMEM;
+    /* The base devices: the pass's shards and the pinned tables placed
+     * (plan_check_pins() has checked that those fit). */
+    devs_reset(s, &s->base);
+    if (sp != NULL)
+        base_fixed(s, sp, all);
+    for (i = 0; i < ntables; i++) {
+        if (!piece_pinned(s, i))
+            continue;
+        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
+        s->npinned++;
+    }
+    for (k = 0; k < s->n; k++)
+        if (topology_mem(t, k) > s->base.mem[k] &&
+            topology_mem(t, k) - s->base.mem[k] > s->largest_room)
+            s->largest_room = topology_mem(t, k) - s->base.mem[k];
     if (o->column_splits)
         root_levels(s);
     /* Room for the root's pieces and one more per beam level. */
@@ -1463,17 +1479,9 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     for (k = 0; k < s->nthreads; k++)
         if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
-    /* The base devices: the pinned tables placed (plan_check_pins() has
-     * checked that they fit). */
-    devs_reset(s, &s->base);
-    for (i = 0; i < ntables; i++) {
-        if (!piece_pinned(s, i))
-            continue;
-        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
-        for (k = 0; k < s->nthreads; k++)
+    for (i = 0; i < ntables; i++)
+        for (k = 0; piece_pinned(s, i) && k < s->nthreads; k++)
             s->work[k].assign[i] = s->pins[i]; /* greedy runs keep it */
-        s->npinned++;
-    }
     return 0;
 }
 
@@ -1580,11 +1588,9 @@ static int ns_search(const struct table *tables, size_t ntables,
     size_t i, merged = 0;
     int rv, k;
 
-    rv = ns_init(&s, tables, ntables, t, o, &st);
+    rv = ns_init(&s, tables, ntables, t, o, &st, sp, all);
     if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
         goto out_free;
-    if (sp != NULL)
-        base_fixed(&s, sp, all);
 
     /* The whole-table root: every table whole, or in as many pieces as it
      * needs to fit on a device at all; its greedy order is the order the

@@ -375,7 +375,8 @@ class ServingTest(Base):
             self.assertEqual([f.name for f in planner],
                              ["shardd/v1/planner.proto", "shardd/v1/types.proto"],
                              "the file and what it imports")
-            self.assertEqual([m.name for m in planner[0].service[0].method], ["Plan", "Estimate"])
+            self.assertEqual([m.name for m in planner[0].service[0].method],
+                             ["Plan", "Estimate", "Features"])
             admin = files(out[2])
             self.assertEqual(admin[0].name, "shardd/v1/admin.proto")
             self.assertIn("WatchJob", [m.name for m in admin[0].service[0].method])
