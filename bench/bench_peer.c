@@ -12,9 +12,10 @@
  * Variants of neuroshard show where its quality comes from: searching with
  * the alpha-beta comm model instead of the learned one (judged under the
  * learned one), without the final local search, and a run close to the
- * original search (top-10 candidates, no budget, no early stop, no local
- * search), and one searched with shardd's embedded cpu model and the
- * alpha-beta comm (what shardd planned before it could hold these models).
+ * original search (whole tables and column slices only, top-10
+ * candidates, no budget, no local search), and one searched with shardd's
+ * embedded cpu model and the alpha-beta comm (what shardd planned before it
+ * could hold these models).
  *
  * usage: bench_peer [tasks] [model file] [threads]
  *        (defaults: 10 tasks, the reference set neuroshard/V100/65536,
@@ -47,7 +48,7 @@ static const char *const variant_name[V_COUNT] = {
     "neuroshard",
     "neuroshard, alpha-beta search",
     "neuroshard, no local search",
-    "neuroshard, original-like",
+    "neuroshard, original-like (TW/CW)",
     "neuroshard, embedded cpu model",
     "neuroshard + all-pairs local",
     "neuroshard + all-pairs local, splits",
@@ -87,6 +88,9 @@ struct wide {
     const struct task *tk;
     bool splits;          /* try halving a shard onto another device */
     size_t n, cap;        /* shards, room for them */
+    struct shard *sh;     /* [cap] the plan's shards, as they change */
+    bool *fixed;          /* [cap] row blocks and replicas: never moved */
+    double *cfwd, *cbwd;  /* [ndev] their collectives */
     uint32_t *table;      /* [cap] */
     int32_t *off;         /* [cap] column offset */
     int32_t *dev;         /* [cap] */
@@ -130,7 +134,7 @@ static double wide_try(struct wide *w, size_t a, int32_t y, long b)
     w->comp[y] = wide_comp(w, y, pa, pb, w->count[y] + 1 - (b >= 0));
     w->dim[x] -= moved;
     w->dim[y] += moved;
-    c = cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd);
+    c = cost_plan_ms(w->t, w->comp, w->dim, w->cfwd, w->cbwd, w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dim[x] = dx;
@@ -141,8 +145,8 @@ static double wide_try(struct wide *w, size_t a, int32_t y, long b)
 /* Whether shard a may halve (the half a multiple of 4). */
 static bool wide_splittable(const struct wide *w, size_t a)
 {
-    return w->splits && w->n < w->cap && (w->cols[a] / 2) % 4 == 0 &&
-           w->cols[a] >= 8;
+    return !w->fixed[a] && w->splits && w->n < w->cap &&
+           (w->cols[a] / 2) % 4 == 0 && w->cols[a] >= 8;
 }
 
 /* The plan cost with shard a halved, its second half on y. */
@@ -159,7 +163,7 @@ static double wide_try_split(struct wide *w, size_t a, int32_t y)
     w->comp[y] = wide_comp(w, y, ph, NULL, w->count[y] + 1);
     w->dim[x] -= h;
     w->dim[y] += h;
-    c = cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd);
+    c = cost_plan_ms(w->t, w->comp, w->dim, w->cfwd, w->cbwd, w->fwd, w->bwd);
     w->comp[x] = cx;
     w->comp[y] = cy;
     w->dim[x] += h;
@@ -171,7 +175,14 @@ static double wide_try_split(struct wide *w, size_t a, int32_t y)
 static void wide_project(struct wide *w, size_t k)
 {
     const struct table *tb = &w->tk->tables[w->table[k]];
+    struct table blk;
 
+    if (w->fixed[k]) { /* the cost model's view of a row block, a replica */
+        shard_table(tb, &w->sh[k], w->t->ndevices, &blk);
+        net_projected(w->net, NULL, &blk, w->cols[k], w->proj + k * NET_H2);
+        w->bytes[k] = shard_block_bytes(tb, &w->sh[k], OPTIMIZER_SGD);
+        return;
+    }
     net_projected(w->net, NULL, tb, w->cols[k], w->proj + k * NET_H2);
     if (w->cols[k] >= 8 && (w->cols[k] / 2) % 4 == 0)
         net_projected(w->net, NULL, tb, w->cols[k] / 2, w->half + k * NET_H2);
@@ -192,6 +203,9 @@ static void wide_split(struct wide *w, size_t a, int32_t y)
     w->dim[x] -= w->cols[a];
     w->count[x]--;
     w->table[k] = w->table[a];
+    w->sh[a].scheme = SCHEME_CW; /* a table in slices is column-wise */
+    w->sh[k] = w->sh[a];
+    w->fixed[k] = false;
     w->off[k] = w->off[a] + h;
     w->cols[k] = w->cols[a] = h;
     w->dev[k] = x;
@@ -232,9 +246,9 @@ static void wide_search(struct wide *w)
     int iter;
 
     for (iter = 0; iter < 1000; iter++) {
-        double best =
-            cost_plan_ms(w->t, w->comp, w->dim, NULL, NULL, w->fwd, w->bwd) *
-            (1 - 1e-4);
+        double best = cost_plan_ms(w->t, w->comp, w->dim, w->cfwd, w->cbwd,
+                                   w->fwd, w->bwd) *
+                      (1 - 1e-4);
         size_t a, ba = SIZE_MAX;
         long b, bb = -1;
         int32_t by = -1;
@@ -243,6 +257,8 @@ static void wide_search(struct wide *w)
         for (a = 0; a < w->n; a++) {
             int32_t x = w->dev[a];
 
+            if (w->fixed[a])
+                continue;
             for (y = 0; y < nd; y++) {
                 double c;
 
@@ -273,7 +289,7 @@ static void wide_search(struct wide *w)
                 double c;
 
                 y = w->dev[b];
-                if (y == x ||
+                if (y == x || w->fixed[b] ||
                     w->mem[y] - w->bytes[b] + w->bytes[a] >
                         topology_mem(w->t, y) ||
                     w->mem[x] - w->bytes[a] + w->bytes[b] >
@@ -307,6 +323,7 @@ static int wide_improve(struct plan *p, const struct task *tk,
                         const struct cost_model *cm, bool splits)
 {
     struct wide w;
+    struct sd_diag d;
     size_t k, n = p->nshards, nd = (size_t)t->ndevices, cap;
     int32_t r;
     int rv = -1;
@@ -318,6 +335,10 @@ static int wide_improve(struct plan *p, const struct task *tk,
     w.splits = splits;
     w.n = n;
     w.cap = cap = n + WIDE_SPLITS;
+    w.sh = calloc(cap, sizeof(*w.sh));
+    w.fixed = calloc(cap, sizeof(*w.fixed));
+    w.cfwd = calloc(nd, sizeof(*w.cfwd));
+    w.cbwd = calloc(nd, sizeof(*w.cbwd));
     w.table = calloc(cap, sizeof(*w.table));
     w.off = calloc(cap, sizeof(*w.off));
     w.dev = calloc(cap, sizeof(*w.dev));
@@ -332,9 +353,10 @@ static int wide_improve(struct plan *p, const struct task *tk,
     w.comp = calloc(nd, sizeof(*w.comp));
     w.fwd = calloc(nd, sizeof(*w.fwd));
     w.bwd = calloc(nd, sizeof(*w.bwd));
-    if (!w.table || !w.off || !w.dev || !w.cols || !w.bytes || !w.proj ||
-        !w.half || !w.z || !w.count || !w.dim || !w.mem || !w.comp || !w.fwd ||
-        !w.bwd)
+    if (!w.sh || !w.fixed || !w.cfwd || !w.cbwd || !w.table || !w.off ||
+        !w.dev || !w.cols || !w.bytes || !w.proj || !w.half || !w.z ||
+        !w.count || !w.dim || !w.mem || !w.comp || !w.fwd || !w.bwd ||
+        plan_collectives(p, tk->tables, t, w.cfwd, w.cbwd) != 0)
         goto out;
     for (r = 0; r < t->ndevices; r++)
         net_head_init(net, w.z + (size_t)r * NET_H2);
@@ -342,6 +364,8 @@ static int wide_improve(struct plan *p, const struct task *tk,
         const struct shard *s = &p->shards[k];
         int o;
 
+        w.sh[k] = *s;
+        w.fixed[k] = !(s->scheme == SCHEME_TW || s->scheme == SCHEME_CW);
         w.table[k] = s->table;
         w.off[k] = s->col_offset;
         w.dev[k] = s->device;
@@ -350,19 +374,33 @@ static int wide_improve(struct plan *p, const struct task *tk,
         for (o = 0; o < NET_H2; o++)
             w.z[(size_t)s->device * NET_H2 + o] += w.proj[k * NET_H2 + o];
         w.count[s->device]++;
-        w.dim[s->device] += s->col_width;
+        w.dim[s->device] += w.fixed[k] ? 0 : s->col_width;
         w.mem[s->device] += w.bytes[k];
     }
     for (r = 0; r < t->ndevices; r++)
         w.comp[r] = wide_comp(&w, r, NULL, NULL, w.count[r]);
     wide_search(&w);
     p->nshards = 0;
-    for (k = 0; k < w.n; k++)
-        if (plan_add(p, w.table[k], w.dev[k], w.off[k], w.cols[k]) != 0)
+    for (k = 0; k < w.n; k++) {
+        struct shard s = w.sh[k];
+
+        s.device = w.dev[k];
+        s.col_offset = w.off[k];
+        s.col_width = w.cols[k];
+        if (plan_add_shard(p, &s) != 0)
             goto out;
-    plan_sort(p);
+    }
+    /* schemes marked again (a split table is column-wise), memory checked */
+    if (plan_validate(p, tk->tables, tk->ntables, t, OPTIMIZER_SGD, &d) != 0) {
+        fprintf(stderr, "bench_peer: all-pairs: %s\n", d.msg);
+        goto out;
+    }
     rv = plan_evaluate(p, tk->tables, tk->ntables, t, OPTIMIZER_SGD, cm);
 out:
+    free(w.sh);
+    free(w.fixed);
+    free(w.cfwd);
+    free(w.cbwd);
     free(w.table);
     free(w.off);
     free(w.half);
@@ -387,7 +425,9 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
                      double *cost, double *search_ms)
 {
     struct net_cost_model ncm, search_cm;
+    struct table_constraint *tw_cw = NULL;
     struct plan_options o;
+    size_t k;
     struct topology search = *learned;
     struct plan p;
     struct sd_diag d;
@@ -405,6 +445,12 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
     if (row == PLAN_ALG_NEUROSHARD + V_NO_LOCAL)
         o.local_search = false;
     if (row == PLAN_ALG_NEUROSHARD + V_ORIGINAL) {
+        /* the original's moves: whole tables and column slices only */
+        tw_cw = calloc(tk->ntables, sizeof(*tw_cw));
+        for (k = 0; tw_cw != NULL && k < tk->ntables; k++)
+            tw_cw[k] = (struct table_constraint){
+                (1u << SCHEME_TW) | (1u << SCHEME_CW), 0, false, -1};
+        o.constraints = tw_cw;
         o.local_search = false;
         o.candidates = 10;
         o.beam_evaluations = 0;
@@ -420,6 +466,7 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
     search_cm.cm.ctx = &search_cm;
     t0 = now_ms();
     rv = plan_run(tk->tables, tk->ntables, &search, &o, &search_cm.cm, &p, &d);
+    free(tw_cw);
     if (rv == 0 &&
         (row == PLAN_ALG_NEUROSHARD + V_WIDE ||
          row == PLAN_ALG_NEUROSHARD + V_WIDE_SPLIT) &&
