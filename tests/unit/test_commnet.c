@@ -112,6 +112,15 @@ static void test_inference(void)
     comm_net_run(m, net_comm_find(m, COMM_BWD, 2), in, out);
     CHECK_NEAR(out[0], log1p(exp(1.5)), 1e-6);
     CHECK_NEAR(out[1], log1p(exp(2.0)), 1e-6);
+    /* The last layer has no ReLU: a raw -498.8 is softplus(-498.8) ~ 0,
+     * not softplus(0) = 0.69. */
+    in[0] = 1;
+    in[1] = 20;
+    in[2] = -500;
+    in[3] = 0;
+    comm_net_run(m, net_comm_find(m, COMM_FWD, 2), in, out);
+    CHECK_NEAR(out[0], log1p(exp(1.01)), 1e-6);
+    CHECK(out[1] >= 0 && out[1] < 1e-6);
     free(m);
 }
 

@@ -72,6 +72,7 @@ static void test_fixtures(void)
         CHECK(text != NULL);
         if (text == NULL)
             continue;
+        memset(&r, 0, sizeof(r));
         CHECK(nccl_parse(text, len, fx->file, &r, &d) == 0);
         free(text);
         if (r.rows == NULL) {
@@ -116,7 +117,7 @@ static void test_exact(void)
     char text[8192];
     size_t len = 0;
     uint64_t s;
-    struct nccl_run r;
+    struct nccl_run r = {0};
     struct nccl_fit f;
     struct sd_diag d = {{0}};
 
@@ -172,7 +173,7 @@ static void test_noise_and_refusals(void)
     static const char ambiguous[] =
         "     1048576  262144  float  none  -1  100.0  10.49  9.18  0  99.0  "
         "10.59  9.27  0\n";
-    struct nccl_run a, b;
+    struct nccl_run a = {0}, b = {0};
     struct sd_diag d = {{0}};
 
     CHECK(nccl_parse(plain, sizeof(plain) - 1, NULL, &a, &d) == 0);
