@@ -270,6 +270,57 @@ out:
     return rv;
 }
 
+/*
+ * A trained set as a new model version of prof (--activate: the active
+ * one), written to --out too, and its figures printed.  Returns 0 or an
+ * exit code.
+ */
+static int store_trained(const struct ctl_opts *o, struct store *st,
+                         const struct store_profile *prof,
+                         const struct cost_net *m)
+{
+    struct store_model sm;
+    struct sd_diag d;
+    int64_t id = 0;
+    void *img = NULL;
+    size_t len;
+    int rv;
+
+    if (net_serialize(m, &img, &len) != 0)
+        return ctl_fail(1, "train: out of memory");
+    memset(&sm, 0, sizeof(sm));
+    sm.info.profile_id = prof->id;
+    sm.info.kind = STORE_KIND_COMPUTE;
+    sm.info.format_version = net_format_version(m);
+    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.test_mape = m->metrics.test_mape;
+    sm.info.metrics.train_samples = m->metrics.train_samples;
+    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.test_samples = m->metrics.test_samples;
+    sm.info.weights_bytes = len;
+    sm.weights = img;
+    rv = store_model_put(st, &sm, &id, &d);
+    if (rv == 0 && o->activate)
+        rv = store_model_activate(st, id, NULL, &d);
+    free(img);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+    if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
+    printf("model %lld for profile %s%s\n"
+           "samples: %lld train, %lld validation, %lld test\n"
+           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
+           "epochs: %d (best %d), seed %llu\n",
+           (long long)id, prof->name, o->activate ? " (active)" : "",
+           (long long)m->metrics.train_samples,
+           (long long)m->metrics.val_samples,
+           (long long)m->metrics.test_samples, 100 * m->metrics.train_mape,
+           100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
+           (int)m->metrics.epochs, (int)m->metrics.best_epoch,
+           (unsigned long long)m->metrics.seed);
+    return 0;
+}
+
 int measure_train(const struct ctl_opts *o)
 {
     struct store *st = NULL;
@@ -278,14 +329,10 @@ int measure_train(const struct ctl_opts *o)
     struct train_sample *ts = NULL;
     struct train_params tp;
     struct cost_net *m = NULL;
-    struct store_model sm;
     struct prof_gemm pg;
     bool on_device = false;
     struct sd_diag d;
-    int64_t id = 0;
     size_t n = 0, i;
-    void *img = NULL;
-    size_t len;
     int rv;
 
     if (o->db == NULL)
@@ -349,48 +396,11 @@ int measure_train(const struct ctl_opts *o)
     rv = train_comm_models(st, &prof, &tp, &m);
     if (rv != 0)
         goto out_model;
-    rv = net_serialize(m, &img, &len);
-    if (rv != 0) {
-        rv = ctl_fail(1, "train: out of memory");
+    rv = store_trained(o, st, &prof, m);
+    if (rv != 0)
         goto out_model;
-    }
-    memset(&sm, 0, sizeof(sm));
-    sm.info.profile_id = prof.id;
-    sm.info.kind = STORE_KIND_COMPUTE;
-    sm.info.format_version = net_format_version(m);
-    sm.info.metrics.val_mape = m->metrics.val_mape;
-    sm.info.metrics.test_mape = m->metrics.test_mape;
-    sm.info.metrics.train_samples = m->metrics.train_samples;
-    sm.info.metrics.val_samples = m->metrics.val_samples;
-    sm.info.metrics.test_samples = m->metrics.test_samples;
-    sm.info.weights_bytes = len;
-    sm.weights = img;
-    rv = store_model_put(st, &sm, &id, &d);
-    if (rv == 0 && o->activate)
-        rv = store_model_activate(st, id, NULL, &d);
-    if (rv != 0) {
-        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
-        goto out_image;
-    }
-    if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0) {
-        rv = ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
-        goto out_image;
-    }
-    printf("model %lld for profile %s%s\n"
-           "samples: %lld train, %lld validation, %lld test\n"
-           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
-           "epochs: %d (best %d), seed %llu\n",
-           (long long)id, prof.name, o->activate ? " (active)" : "",
-           (long long)m->metrics.train_samples,
-           (long long)m->metrics.val_samples,
-           (long long)m->metrics.test_samples, 100 * m->metrics.train_mape,
-           100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
-           (int)m->metrics.epochs, (int)m->metrics.best_epoch,
-           (unsigned long long)m->metrics.seed);
     rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 
-out_image:
-    free(img);
 out_model:
     free(m);
 out_samples:
