@@ -16,6 +16,8 @@
  *                    devices.
  *  - import.c:       import-model (NeuroShard's checkpoints into a model
  *                    set) and comm-fit (nccl-tests outputs to alpha-beta).
+ *  - train_policy.c: train-policy, a dreamshard placement policy for a
+ *                    compute model (a file, or a version in a store).
  *  - format.c:       human-readable plan reports, offline and online.
  *  - svg.c:          the per-device picture of a plan (--svg FILE).
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
@@ -31,7 +33,8 @@
  * of a file that calls it, directly or not):
  *
  *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, import.c,
- *                     online.c
+ *                     train_policy.c, online.c
+ *   train_policy.c -> common.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
@@ -91,6 +94,7 @@ enum ctl_cmd {
     CTL_CMD_FEATURES,
     CTL_CMD_IMPORT_MODEL,
     CTL_CMD_COMM_FIT,
+    CTL_CMD_TRAIN_POLICY,
     CTL_CMD_COUNT
 };
 
@@ -111,6 +115,10 @@ struct ctl_opts {
     const char *plan;
     const char *backend;
     const char *model;
+    const char *policy; /* plan --offline --policy: the dreamshard policy */
+    const char *tasks;  /* train-policy --tasks */
+    int64_t iterations; /* train-policy --iterations; 0: the default */
+    const char *kind;   /* retrain --kind compute|policy */
     const char *profile;
     const char *svg;             /* plan, estimate --svg: the picture's file */
     const char *torchrec_module; /* plan --torchrec: the module path */
@@ -235,6 +243,14 @@ int ctl_read_placement(const struct ctl_opts *o, const char *cmd,
 void ctl_attach_comm(const struct cost_net *net, struct topology *t,
                      struct net_comm_model *ncm);
 
+/*
+ * dreamshard's policy: --policy FILE, else the embedded one (NULL when it
+ * is damaged: plan_run() then says to train one).  *owned is what the
+ * caller frees.  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
+                    const struct policy_net **pn, struct policy_net **owned);
+
 /* ------------------------------------------------------------------------ */
 /* The plan's picture (svg.c)                                                */
 
@@ -273,9 +289,10 @@ int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
-int comm_profile(const struct ctl_opts *o);    /* comm.c */
-int import_model(const struct ctl_opts *o);    /* import-model (import.c) */
-int import_comm_fit(const struct ctl_opts *o); /* comm-fit (import.c) */
+int comm_profile(const struct ctl_opts *o);     /* comm.c */
+int import_model(const struct ctl_opts *o);     /* import-model (import.c) */
+int import_comm_fit(const struct ctl_opts *o);  /* comm-fit (import.c) */
+int train_policy_run(const struct ctl_opts *o); /* train_policy.c */
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */

@@ -94,6 +94,24 @@ void ctl_attach_comm(const struct cost_net *net, struct topology *t,
         t->comm = &ncm->cm;
 }
 
+int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
+                    const struct policy_net **pn, struct policy_net **owned)
+{
+    struct sd_diag d = {{0}};
+    int rv;
+
+    *owned = NULL;
+    if (o->policy != NULL) {
+        rv = policy_read_file(o->policy, owned, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "%s: --policy: %s", cmd, d.msg);
+        *pn = *owned;
+        return 0;
+    }
+    *pn = policy_embedded(NULL);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Tables                                                                  */
 

@@ -163,6 +163,8 @@ void format_explain(FILE *out, const struct plan *p, const struct table *tables)
     }
     fprintf(out, "\nlower bound: %.3f ms; this plan is %.1f%% above it\n",
             e->lower_bound_ms, 100.0 * e->gap);
+    for (i = 0; i < p->nnotes; i++)
+        fprintf(out, "note: %s\n", p->notes[i]);
     if (st->states < 0) /* a daemon's plan: fewer figures (client.h) */
         fprintf(out, "search: %.1f ms, %lld greedy runs, %d column splits%s\n",
                 st->search_ms, (long long)st->greedy_runs, (int)st->splits,

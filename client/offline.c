@@ -5,7 +5,7 @@
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl features   --trace FILE|DIR [--batch-size B] [--dim D]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
- *                 [--model F] [--json | --torchrec]
+ *                 [--model F] [--policy F] [--json | --torchrec]
  * Measuring on this machine's devices (profile, train, score, eval) is
  * measure.c's.
  */
@@ -142,6 +142,22 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
     return rv;
 }
 
+/*
+ * dreamshard's policy into po: --policy, else the embedded one (trained
+ * against the embedded model: with another --model, plan_run() says to
+ * train one).  *owned is what the caller frees.
+ */
+static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
+                       struct policy_net **owned)
+{
+    if (po->alg != PLAN_ALG_DREAMSHARD)
+        return o->policy == NULL
+                   ? 0
+                   : ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg "
+                                              "dreamshard");
+    return ctl_load_policy(o, "plan", &po->policy, owned);
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
@@ -152,10 +168,12 @@ int offline_plan(const struct ctl_opts *o)
     struct plan p;
     const struct cost_net *net;
     struct cost_net *owned;
+    struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     struct net_comm_model ncomm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
+    struct table_constraint *cons = NULL;
     size_t n;
     int rv;
 
@@ -193,6 +211,9 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
+    rv = pick_policy(o, &po, &owned_pol);
+    if (rv != 0)
+        goto out_model;
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);
@@ -224,6 +245,11 @@ int offline_plan(const struct ctl_opts *o)
     if (rv != 0)
         goto out_tables;
     po.pins = pins;
+    if (tables_input_constraints(&in, &cons) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: out of memory");
+        goto out_tables;
+    }
+    po.constraints = cons;
     rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
@@ -241,9 +267,11 @@ int offline_plan(const struct ctl_opts *o)
     plan_destroy(&p);
 out_tables:
     free(pins);
+    free(cons);
     tables_input_destroy(&in);
 out_model:
     free(caps);
+    free(owned_pol);
     free(owned);
     return rv;
 }

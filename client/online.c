@@ -146,6 +146,8 @@ static int reject_offline_only(const struct ctl_opts *o)
 
     if (o->model != NULL)
         strcat(names, ", --model");
+    if (o->policy != NULL)
+        strcat(names, ", --policy");
     if (o->no_local_search)
         strcat(names, ", --no-local-search");
     if (o->threads != 0)

@@ -12,6 +12,7 @@
  *   shardctl train --db F [--profile P] [--out F]
  *   shardctl comm-profile [--db F] --devices N  collectives timed
  *   shardctl import-model --neuroshard F ...;  shardctl comm-fit FILE...
+ *   shardctl train-policy --db F [--profile P]   (train_policy.c)
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
  * (shardctl --help lists every option.)
@@ -58,6 +59,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_FEATURES] = offline_features,
     [CTL_CMD_IMPORT_MODEL] = import_model,
     [CTL_CMD_COMM_FIT] = import_comm_fit,
+    [CTL_CMD_TRAIN_POLICY] = train_policy_run,
 };
 
 int main(int argc, char **argv)

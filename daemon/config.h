@@ -132,6 +132,10 @@
       CONF_RELOAD, "S", "at most one retrain a profile this often")            \
     X(MODELS_KEEP, models_keep, U32, 1, 100000, "20", CONF_RELOAD, "N",        \
       "model versions kept per profile")                                       \
+    X(POLICY_AFTER_ACTIVATION, policy_after_activation, BOOL, 0, 0, "on",      \
+      CONF_RELOAD, "on|off", "train a dreamshard policy for each activation")  \
+    X(POLICY_ITERATIONS, policy_iterations, U32, 1, 1000000, "600",            \
+      CONF_RELOAD, "N", "training steps of a policy retrain")                  \
     X(BACKUP_EVERY_HOURS, backup_every_hours, U32, 0, 8760, "24", CONF_RELOAD, \
       "H", "back the store up this often; 0: never")                           \
     X(BACKUP_KEEP, backup_keep, U32, 1, 1000, "3", CONF_RELOAD, "N",           \

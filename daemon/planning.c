@@ -43,7 +43,7 @@ void svc_limits(const struct sd_config *c, struct wire_limits *l)
  * The cost model that answers for a profile (empty: the server's default):
  * the profile's active model (models.c); a profile with none gets the
  * analytic model unless the algorithm needs a learned one (neuroshard
- * searches with it), which is SD_ESTATE.
+ * searches with it, dreamshard's policy reads it), which is SD_ESTATE.
  */
 struct scorer {
     struct net_cost_model ncm;
@@ -127,7 +127,8 @@ static void scorer_release(struct scorer *sc)
 static uint64_t request_hash(const struct table *tables, size_t n,
                              const struct topology *t,
                              const struct plan_options *o, const char *profile,
-                             const struct input_notes *notes, char out[17])
+                             const struct input_notes *notes,
+                             const struct dpolicy *pol, char out[17])
 {
     struct sd_fnv hs;
     size_t i;
@@ -171,12 +172,32 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         for (i = 0; i < n; i++)
             sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
     }
+    if (o->constraints != NULL) {
+        sd_fnv_str(&hs, "constraints");
+        for (i = 0; i < n; i++) {
+            const struct table_constraint *c = &o->constraints[i];
+
+            sd_fnv_u64(&hs, c->schemes);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->min_row_shards);
+            sd_fnv_u64(&hs, c->no_split);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->host);
+        }
+    }
+    if (o->beam_evaluations != PLAN_BEAM_EVALUATIONS) {
+        sd_fnv_str(&hs, "beam_evaluations");
+        sd_fnv_u64(&hs, (uint64_t)o->beam_evaluations);
+    }
     /* The notes are part of the answer: requests that differ only in what
      * they left to assume, or asked for in vain, get their own. */
     if (notes->n > 0) {
         sd_fnv_str(&hs, "notes");
         for (i = 0; i < notes->n; i++)
             sd_fnv_str(&hs, notes->v[i].text);
+    }
+    /* A new policy of the same model plans anew. */
+    if (pol != NULL) {
+        sd_fnv_str(&hs, "policy");
+        sd_fnv_str(&hs, pol->version);
     }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;
@@ -198,9 +219,11 @@ static void cost_model_name(const struct plan *p, const struct scorer *sc,
 
 /* The CostBasis of a response; its strings point into sc and p. */
 static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
-                       const struct plan *p, char *cost_model)
+                       const struct dpolicy *pol, const struct plan *p,
+                       char *cost_model)
 {
     shardd__v1__cost_basis__init(b);
+    b->policy_version = (char *)(pol != NULL ? pol->version : "");
     b->model_version = (char *)(sc->dm != NULL ? sc->dm->version : "");
     b->profile = (char *)sc->profile;
     b->cost_model = cost_model;
@@ -347,7 +370,7 @@ static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
  */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 {
-    const uint8_t *p = req, *end = req + len, *sub = NULL, *q, *inner = NULL;
+    const uint8_t *p = req, *end = req + len, *sub = NULL, *q, *qend, *inner;
     uint64_t tables = 0, devices = 1, v = 0, work;
     size_t sublen = 0, qlen;
     uint32_t field;
@@ -358,14 +381,11 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
             tables++;
         if (field != 2)
             continue;
-        /* The topology's own length-delimited fields (a packed
-         * mem_bytes_by_device) land in qsub, never in sub, which bounds
-         * this loop. */
+        /* The topology's fields; a length-delimited one among them (the
+         * packed mem_bytes_by_device) must not move the topology's end. */
         q = sub;
-        /* A length-delimited topology field (mem_bytes_by_device) goes to
-         * inner: sub still bounds the topology. */
-        while (q < sub + sublen &&
-               pb_field(&q, sub + sublen, &field, &v, &inner, &qlen))
+        qend = sub + sublen;
+        while (q < qend && pb_field(&q, qend, &field, &v, &inner, &qlen))
             if (field == 1)
                 devices = v > 0 ? v : 1;
     }
@@ -387,16 +407,20 @@ struct plan_ask {
     struct topology topo;
     uint64_t *caps; /* owned; topo.mem_by_device */
     struct plan_options po;
-    int32_t *pins; /* owned; po.pins */
+    int32_t *pins;                 /* owned; po.pins */
+    struct table_constraint *cons; /* owned; po.constraints */
     struct scorer sc;
-    uint64_t key;  /* the request hash */
-    char hash[17]; /* and in hex */
+    struct dpolicy *pol; /* dreamshard's policy (a reference); else NULL */
+    uint64_t key;        /* the request hash */
+    char hash[17];       /* and in hex */
 };
 
 static void plan_ask_free(struct plan_ask *a)
 {
+    dpolicy_release(a->pol);
     scorer_release(&a->sc);
     free(a->pins);
+    free(a->cons);
     free(a->caps);
     tables_input_destroy(&a->in);
     if (a->rq != NULL)
@@ -426,16 +450,31 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     rv = wire_topology_in(&lim, a->rq->topology, &a->topo, &a->caps, d);
     if (rv == 0)
         rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
-                             &a->po, &a->pins, d);
+                             &a->po, &a->pins, &a->cons, d);
+    if (rv == 0 && tables_input_constraints(&a->in, &a->cons) != 0)
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (rv == 0)
+        a->po.constraints = a->cons;
+    a->po.beam_evaluations = cfg->beam_evaluations;
     if (rv != 0)
         return rv;
     profile = a->rq->options != NULL ? a->rq->options->profile : NULL;
-    rv = pick_scorer(s, profile, a->po.alg == PLAN_ALG_NEUROSHARD,
+    rv = pick_scorer(s, profile,
+                     a->po.alg == PLAN_ALG_NEUROSHARD ||
+                         a->po.alg == PLAN_ALG_DREAMSHARD,
                      "options.profile", &a->sc, d);
     if (rv != 0)
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
     a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
+    if (a->po.alg == PLAN_ALG_DREAMSHARD) {
+        struct sd_diag why;
+
+        rv = models_acquire_policy(&s->models, a->sc.dm, &a->pol, &why);
+        if (rv != 0)
+            return sd_diag_set(d, rv, "options.algorithm: %s", why.msg);
+        a->po.policy = a->pol->pn;
+    }
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv == 0)
         rv = tables_input_resolve(&a->in, a->topo.batch_size, d);
@@ -448,7 +487,7 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
     a->key = request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile,
-                          &a->in.notes, a->hash);
+                          &a->in.notes, a->pol, a->hash);
     return 0;
 }
 
@@ -458,10 +497,14 @@ static void fill_search(Shardd__V1__SearchStats *m, const struct plan *p,
                         enum plan_alg alg, double elapsed_ms)
 {
     bool searched = alg == PLAN_ALG_NEUROSHARD;
+    bool learned = alg == PLAN_ALG_DREAMSHARD;
 
     shardd__v1__search_stats__init(m);
-    m->search_time_ms = searched ? p->stats.search_ms : elapsed_ms;
-    m->candidates_evaluated = searched ? (uint64_t)p->stats.greedy_runs : 1;
+    m->search_time_ms = searched || learned ? p->stats.search_ms : elapsed_ms;
+    /* dreamshard: the devices its policy scored. */
+    m->candidates_evaluated = searched  ? (uint64_t)p->stats.greedy_runs
+                              : learned ? (uint64_t)p->stats.evaluations
+                                        : 1;
     m->time_budget_exhausted = p->stats.budget_exhausted;
 }
 
@@ -492,7 +535,7 @@ static int plan_reply(const struct plan_ask *a, const struct plan *p,
     out.plan_cost_ms = p->cost_ms;
     out.algorithm = (char *)plan_alg_name(a->po.alg);
     cost_model_name(p, &a->sc, &a->topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, &a->sc, p, cm_name);
+    fill_basis(&basis, &a->sc, a->pol, p, cm_name);
     out.basis = &basis;
     fill_search(&search, p, a->po.alg, elapsed_ms);
     out.search = &search;
@@ -528,7 +571,6 @@ static int plan_request(struct svc *s, const struct svc_call *call,
     if (rv != 0)
         goto out_ask;
     a.po.cancel = call != NULL ? call->stop : NULL;
-    a.po.beam_evaluations = cf->c.beam_evaluations;
     /* With other searches running the CPUs are taken: more threads for
      * this one would only add their start and switches (a plan does not
      * depend on its thread count). */
@@ -605,7 +647,7 @@ static int estimate_reply(const struct plan *p, const struct topology *topo,
     out.n_devices = (size_t)p->ndevices;
     out.plan_cost_ms = p->cost_ms;
     cost_model_name(p, sc, topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, sc, p, cm_name);
+    fill_basis(&basis, sc, NULL, p, cm_name);
     out.basis = &basis;
     out.fits_memory = true;
     for (r = 0; r < p->ndevices; r++)

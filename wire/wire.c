@@ -547,15 +547,100 @@ out_free:
     return rv;
 }
 
+/* One TableConstraint into cons[] (by its table's index). */
+static int constraint_in(const Shardd__V1__TableConstraint *tc, size_t i,
+                         const struct name_idx *index, size_t ntables,
+                         const bool *seen, struct table_constraint *cons,
+                         size_t *at, struct sd_diag *d)
+{
+    const char *name = str_or_empty(tc->table);
+    int64_t k = find_table(index, ntables, name);
+    struct table_constraint c = {.host = -1};
+    size_t j;
+
+    if (k < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu]: table \"%.200s\" "
+                           "is not in tables",
+                           i, name);
+    if (seen[k])
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu]: table \"%s\" has "
+                           "a constraint already",
+                           i, name);
+    for (j = 0; j < tc->n_schemes; j++) {
+        enum plan_scheme sc;
+
+        if (tc->schemes[j] == SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED ||
+            wire_scheme_in(tc->schemes[j], &sc) != 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "options.constraints.tables[%zu].schemes[%zu]: "
+                               "%d is not a Scheme",
+                               i, j, (int)tc->schemes[j]);
+        c.schemes |= 1u << sc;
+    }
+    c.min_row_shards = tc->min_row_shards;
+    c.no_split = tc->no_split;
+    if (tc->pin_host)
+        c.host = tc->host < 0 ? -2 : tc->host; /* -2: refused as out of range */
+    cons[k] = c;
+    *at = (size_t)k;
+    return 0;
+}
+
+/*
+ * Constraints.tables to one constraint per table (none: {0, 0, false,
+ * -1}): *out, owned by the caller, stays NULL when there are none.
+ */
+static int constraints_in(const Shardd__V1__Constraints *in,
+                          const struct table *tables, size_t ntables,
+                          struct table_constraint **out, struct sd_diag *d)
+{
+    struct table_constraint *cons;
+    struct name_idx *index;
+    bool *seen;
+    size_t i, k = 0;
+    int rv = 0;
+
+    *out = NULL;
+    if (in == NULL || in->n_tables == 0)
+        return 0;
+    index = name_index(tables, ntables);
+    cons = malloc((ntables ? ntables : 1) * sizeof(*cons));
+    seen = calloc(ntables ? ntables : 1, sizeof(*seen));
+    if (index == NULL || cons == NULL || seen == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++)
+        cons[i] = (struct table_constraint){.host = -1};
+    for (i = 0; i < in->n_tables && rv == 0; i++) {
+        rv = constraint_in(in->tables[i], i, index, ntables, seen, cons, &k, d);
+        if (rv == 0)
+            seen[k] = true;
+    }
+    if (rv == 0) {
+        *out = cons;
+        cons = NULL;
+    }
+out_free:
+    free(seen);
+    free(cons);
+    free(index);
+    return rv;
+}
+
 int wire_options_in(const struct wire_limits *l,
                     const Shardd__V1__PlanOptions *in,
                     const struct table *tables, size_t n,
                     const struct topology *t, struct plan_options *o,
-                    int32_t **pins, struct sd_diag *d)
+                    int32_t **pins, struct table_constraint **cons,
+                    struct sd_diag *d)
 {
     int rv;
 
     *pins = NULL;
+    *cons = NULL;
     plan_options_default(o);
     o->alg = PLAN_ALG_NEUROSHARD;
     o->threads = l->search_threads;
@@ -586,7 +671,13 @@ int wire_options_in(const struct wire_limits *l,
     if (rv == 0)
         rv = plan_check_pins_as(tables, n, t, *pins, o->optimizer,
                                 "options.constraints.pins", d);
+    if (rv == 0)
+        rv = constraints_in(in->constraints, tables, n, cons, d);
+    if (rv == 0)
+        rv = plan_check_constraints(tables, n, t, *pins, *cons,
+                                    "options.constraints.tables", d);
     o->pins = *pins;
+    o->constraints = *cons;
     return rv;
 }
 
@@ -896,6 +987,13 @@ Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
     }
     ex->lower_bound_ms = p->explain.lower_bound_ms;
     ex->gap_ratio = p->explain.lower_bound_ms > 0 ? p->explain.gap : 0;
+    if (p->nnotes > 0) {
+        ex->notes = wire_alloc(a, (size_t)p->nnotes, sizeof(*ex->notes));
+        if (ex->notes == NULL)
+            return NULL;
+        for (i = 0; i < p->nnotes; i++)
+            ex->notes[ex->n_notes++] = msg_str(p->notes[i]);
+    }
     return ex;
 }
 
@@ -912,6 +1010,8 @@ static void explanation_in(const Shardd__V1__Explanation *ex,
     int64_t t;
 
     p->explain.critical_device = -1;
+    for (i = 0; ex != NULL && i < ex->n_notes; i++)
+        plan_note(p, "%s", str_or_empty(ex->notes[i]));
     if (ex == NULL || ex->bottleneck_device < 0 ||
         ex->bottleneck_device >= ndev)
         return;

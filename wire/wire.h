@@ -68,14 +68,16 @@ int wire_optimizer_in(Shardd__V1__Optimizer in, const char *field,
 
 /*
  * PlanOptions (may be NULL: all defaults) into *o, for tables on t.  Pins
- * go to *pins (owned by the caller, NULL when none; o->pins points at it)
- * and are checked against the topology's capacities.
+ * go to *pins and per-table constraints to *cons (both owned by the caller,
+ * NULL when none; o->pins and o->constraints point at them), checked
+ * against the topology (capacities, hosts) and each other.
  */
 int wire_options_in(const struct wire_limits *l,
                     const Shardd__V1__PlanOptions *in,
                     const struct table *tables, size_t n,
                     const struct topology *t, struct plan_options *o,
-                    int32_t **pins, struct sd_diag *d);
+                    int32_t **pins, struct table_constraint **cons,
+                    struct sd_diag *d);
 
 /*
  * A placement (one entry per table, by name, in any order) into *p

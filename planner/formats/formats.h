@@ -180,6 +180,36 @@ int task_generate(const struct task_params *p, const struct table *pool,
                   size_t npool, struct task **out, struct sd_diag *d);
 void task_array_free(struct task *tasks, size_t n);
 
+/*
+ * DreamShard's split of a pool of tables (neuroshard.md 9): the indices
+ * shuffled with the seed, the first half the training pool (*train), the
+ * rest the test pool (*test); tasks drawn from each (task_generate()) never
+ * share a table.  Both arrays are owned by the caller (free()).  Returns 0,
+ * SD_EINVAL (fewer than 2 tables) or SD_ENOMEM.
+ */
+int task_split_pool(const struct table *pool, size_t npool, uint64_t seed,
+                    struct table **train, size_t *ntrain, struct table **test,
+                    size_t *ntest);
+
+/* Training, validation and held-out tasks of one pool (owned). */
+struct task_split {
+    struct task *train, *val, *test;
+    size_t ntrain, nval, ntest;
+};
+
+/*
+ * The task sets a placement policy is trained, validated and gated on:
+ * the pool split with p->seed (task_split_pool()), then task_generate()
+ * with p's bounds of ntrain and nval tasks from the training half and ntest
+ * from the test half, each set with its own seed derived from p->seed
+ * (p->count is ignored).  *out is released with task_split_free().  Returns
+ * 0, SD_EINVAL (d says why) or SD_ENOMEM.
+ */
+int task_generate_split(const struct task_params *p, size_t ntrain, size_t nval,
+                        size_t ntest, const struct table *pool, size_t npool,
+                        struct task_split *out, struct sd_diag *d);
+void task_split_free(struct task_split *s); /* NULL-safe */
+
 /* ------------------------------------------------------------------------ */
 /* Traces from features (trace_from_table.c)                                */
 
@@ -392,6 +422,16 @@ int tables_input_init(struct tables_input *in, enum tables_form form, size_t n);
 void tables_input_destroy(struct tables_input *in);
 
 /*
+ * The sharding types of TorchRec constraints as per-table constraints
+ * (plan_options.constraints): for tables with sharding types and no
+ * constraint in *cons yet (NULL: made here, owned by the caller, when any
+ * table has them).  table_column_wise counts as column_wise.  0 or
+ * SD_ENOMEM.
+ */
+int tables_input_constraints(const struct tables_input *in,
+                             struct table_constraint **cons);
+
+/*
  * Makes the tables plannable at a batch of `batch` bags (the job's global
  * batch), adding a note for each thing assumed or left unapplied:
  *  - bins: derived (bins_derive()) for every table without them, with the
@@ -476,6 +516,17 @@ int json_read_tables_input(const char *path, size_t task_index,
 int json_parse_tables_input(const char *buf, size_t len, size_t task_index,
                             enum tables_form form, struct tables_input *out,
                             struct sd_diag *d);
+
+/*
+ * Reads every task of a tasks file ({"tasks": [{"tables": [...]}, ...]},
+ * other keys ignored) into a new array (*out, *n; task_array_free(); the
+ * tasks' source is NULL).  Errors as json_read_tables(), the message naming
+ * the task.
+ */
+int json_read_tasks(const char *path, struct task **out, size_t *n,
+                    struct sd_diag *d);
+int json_parse_tasks(const char *buf, size_t len, struct task **out, size_t *n,
+                     struct sd_diag *d);
 
 /*
  * Reads a plan in the json_plan() format back against its tables: the

@@ -345,23 +345,16 @@ static int note_sharding(struct tables_input *in, size_t i)
     uint32_t cw = TREC_ST_COLUMN_WISE | TREC_ST_TABLE_COLUMN_WISE;
     char names[160];
 
+    (void)cw;
     if (st == 0 || st == TREC_ST_TABLE_WISE)
         return 0;
     trec_sharding_names(st, names, sizeof(names));
-    if (!(st & (TREC_ST_TABLE_WISE | cw)))
-        return input_notes_add(&in->notes, NOTE_NOT_APPLIED, t->name,
+    if (st & TREC_ST_TABLE_COLUMN_WISE)
+        return input_notes_add(&in->notes, NOTE_APPLIED, t->name,
                                "constraints.sharding_types",
-                               "sharding_types of %s (%s) not applied: "
-                               "shardd plans table_wise and column_wise "
-                               "only so far, and plans %s so",
-                               t->name, names, t->name);
-    if (!(st & TREC_ST_TABLE_WISE))
-        return input_notes_add(&in->notes, NOTE_NOT_APPLIED, t->name,
-                               "constraints.sharding_types",
-                               "sharding_types of %s (%s) leave out "
-                               "table_wise: not applied yet, %s may be "
-                               "placed whole",
-                               t->name, names, t->name);
+                               "sharding_types of %s (%s): table_column_wise "
+                               "is planned as column_wise (or table_wise)",
+                               t->name, names);
     return 0;
 }
 
@@ -471,15 +464,6 @@ static int note_whole(struct tables_input *in)
                                "constraints.sharding_types",
                                "every table allows only table_wise: planned "
                                "with whole tables, no column splits");
-    for (i = 0; i < in->n && rv == 0 && nwhole > 0; i++)
-        if (in->specs[i].c.sharding_types == TREC_ST_TABLE_WISE)
-            rv = input_notes_add(
-                &in->notes, NOTE_NOT_APPLIED, in->tables[i].name,
-                "constraints.sharding_types",
-                "sharding_types of %s (table_wise) not applied yet: the "
-                "search keeps either every table whole or lets any split; "
-                "pin %s, or plan with whole tables only, to keep it whole",
-                in->tables[i].name, in->tables[i].name);
     return rv;
 }
 
@@ -518,4 +502,52 @@ int tables_input_resolve(struct tables_input *in, int64_t batch,
     if (rv != 0)
         return rv;
     return table_validate_all(in->tables, in->n, d);
+}
+
+/* TorchRec's sharding types as shardd's scheme bits. */
+static uint32_t schemes_of(uint32_t st)
+{
+    uint32_t out = 0;
+
+    if (st & TREC_ST_DATA_PARALLEL)
+        out |= 1u << SCHEME_DP;
+    if (st & TREC_ST_TABLE_WISE)
+        out |= 1u << SCHEME_TW;
+    if (st & (TREC_ST_COLUMN_WISE | TREC_ST_TABLE_COLUMN_WISE))
+        out |= (1u << SCHEME_CW) | (1u << SCHEME_TW);
+    if (st & TREC_ST_ROW_WISE)
+        out |= 1u << SCHEME_RW;
+    if (st & TREC_ST_TABLE_ROW_WISE)
+        out |= 1u << SCHEME_TWRW;
+    if (st & TREC_ST_GRID_SHARD)
+        out |= 1u << SCHEME_GRID;
+    return out;
+}
+
+int tables_input_constraints(const struct tables_input *in,
+                             struct table_constraint **cons)
+{
+    size_t i;
+
+    for (i = 0; i < in->n; i++) {
+        struct table_constraint *c;
+
+        if (in->specs[i].c.sharding_types == 0)
+            continue;
+        if (*cons == NULL) {
+            size_t k;
+
+            *cons = malloc(in->n * sizeof(**cons));
+            if (*cons == NULL)
+                return SD_ENOMEM;
+            for (k = 0; k < in->n; k++)
+                (*cons)[k] = (struct table_constraint){.host = -1};
+        }
+        c = &(*cons)[i];
+        /* A constraint given with the request wins. */
+        if (c->schemes == 0 && !c->no_split && c->min_row_shards == 0 &&
+            c->host == -1)
+            c->schemes = schemes_of(in->specs[i].c.sharding_types);
+    }
+    return 0;
 }

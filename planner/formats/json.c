@@ -402,6 +402,62 @@ static int with_path(const char *path, int rv, struct sd_diag *d)
     return sd_diag_set(d, rv, "%s: %s", path, inner.msg);
 }
 
+int json_parse_tasks(const char *buf, size_t len, struct task **out, size_t *n,
+                     struct sd_diag *d)
+{
+    const json_t *tasks;
+    struct task *all = NULL;
+    struct sd_diag sub;
+    json_error_t jerr;
+    json_t *root;
+    size_t k, count = 0;
+    int rv = 0;
+
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+    tasks = json_is_object(root) ? json_object_get(root, "tasks") : NULL;
+    count = json_is_array(tasks) ? json_array_size(tasks) : 0;
+    json_decref(root);
+    if (count == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tasks: missing, not an array or empty");
+    all = calloc(count, sizeof(*all));
+    if (all == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    /* Each task as json_parse_tables() reads task k: the same checks. */
+    for (k = 0; k < count && rv == 0; k++) {
+        rv = json_parse_tables(buf, len, k, &all[k].tables, &all[k].ntables,
+                               &sub);
+        if (rv != 0)
+            rv = sd_diag_set(d, rv, "tasks[%zu]: %s", k, sub.msg);
+    }
+    if (rv == 0) {
+        *out = all;
+        *n = count;
+        all = NULL;
+    }
+    task_array_free(all, count);
+    return rv;
+}
+
+int json_read_tasks(const char *path, struct task **out, size_t *n,
+                    struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_tasks(buf, len, out, n, d);
+    free(buf);
+    return with_path(path, rv, d);
+}
+
 int json_read_tables(const char *path, size_t task_index, struct table **out,
                      size_t *n, struct sd_diag *d)
 {
@@ -737,8 +793,8 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
 static json_t *explain_json(const struct plan *p, const struct table *tables)
 {
     const struct plan_explain *e = &p->explain;
-    json_t *drivers = json_array();
-    int i, bad = drivers == NULL;
+    json_t *drivers = json_array(), *notes = json_array();
+    int i, bad = drivers == NULL || notes == NULL;
 
     for (i = 0; i < e->ndrivers && !bad; i++) {
         const struct shard *s = &p->shards[e->drivers[i]];
@@ -749,13 +805,17 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                       "col_offset", (int)s->col_offset, "col_width",
                       (int)s->col_width, "cost_ms", e->driver_ms[i]));
     }
+    for (i = 0; i < p->nnotes && !bad; i++)
+        bad |= json_array_append_new(notes, json_string(p->notes[i]));
     if (bad) {
         json_decref(drivers);
+        json_decref(notes);
         return NULL;
     }
-    return json_pack("{s:i, s:o, s:f, s:f}", "critical_device",
+    return json_pack("{s:i, s:o, s:f, s:f, s:o}", "critical_device",
                      (int)e->critical_device, "drivers", drivers,
-                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap);
+                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap, "why",
+                     notes);
 }
 
 static json_t *plan_doc(const struct plan *p, const struct table *tables)

@@ -724,9 +724,12 @@ static void devs_load(const struct ns *s, struct ns_work *w,
 {
     size_t k;
 
-    devs_reset(s, &w->dv);
+    /* The base holds the pinned tables and the scheme pass's shards. */
+    devs_copy(s, &w->dv, &s->base);
     for (k = 0; k < st->np; k++)
-        devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]), +1);
+        if (!piece_pinned(s, k))
+            devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
+                       +1);
 }
 
 /* The device the others wait for: max compute + backward comm. */
@@ -1021,13 +1024,20 @@ static void ns_local(struct ns *s, struct ns_state *st)
     if (st->cost == INFINITY)
         return;
     devs_load(s, w, st);
-    for (iter = 0; iter < 256 && !cancelled(s); iter++) {
-        int32_t crit = critical_device(s, w), tg[NS_TARGETS], ntg = 0, r, q;
-        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
-         * search time than it saves training time. */
-        double best = devs_plan_ms(s, w) * (1 - 1e-4), ready[NS_TARGETS];
+    for (iter = 0; iter < 256; iter++) {
+        int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
+        double best, ready[NS_TARGETS];
         size_t bi = SIZE_MAX, bj = SIZE_MAX, i, j;
         int32_t bto = -1;
+
+        if (out_of_time(s)) { /* the time budget holds here too */
+            s->st->budget_exhausted = true;
+            break;
+        }
+        crit = critical_device(s, w);
+        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
+         * search time than it saves training time. */
+        best = devs_plan_ms(s, w) * (1 - 1e-4);
 
         /* The least ready devices, least first (insertion: NS_TARGETS is
          * tiny); devs_plan_ms() left this state's comm in w->bwd. */
@@ -1767,8 +1777,11 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
     if (sp.nfixed == 0) {
+        rv = ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+        if (rv == 0)
+            scheme_pass_note(&sp, ntables, out); /* small tables kept */
         scheme_pass_free(&sp);
-        return ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+        return rv;
     }
     rv = search_rest(tables, ntables, t, o, &sp, out, d);
     /* Unless memory or a constraint forced them, the row blocks and
@@ -1784,21 +1797,17 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
             cw.cost_ms <= out->cost_ms) {
             plan_destroy(out);
             *out = cw;
+            plan_note(out,
+                      "row blocks and replicas were weighed and the column "
+                      "search alone came out cheaper");
         } else {
+            /* The plan kept was chosen under the same budget. */
+            out->stats.budget_exhausted |= cw.stats.budget_exhausted;
             plan_destroy(&cw);
         }
     }
-    if (rv == 0 && out->nshards > 0 && sp.shards.nshards > 0 &&
-        out->nnotes == 0) {
-        /* The pass's shards are in this plan (not the column search's). */
-        size_t k;
-
-        for (k = 0; k < out->nshards; k++)
-            if (out->shards[k].scheme != SCHEME_TW)
-                break;
-        if (k < out->nshards)
-            scheme_pass_note(&sp, ntables, out);
-    }
+    if (rv == 0 && out->nnotes == 0)
+        scheme_pass_note(&sp, ntables, out);
     scheme_pass_free(&sp);
     return rv;
 }

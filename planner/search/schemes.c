@@ -9,8 +9,11 @@
 
 #include "search/search_int.h"
 
-/* Replicas take at most this share of the smallest device's memory. */
-#define DP_MEM_SHARE 0.1
+/* Replicas take at most this share of the smallest device's memory, and
+ * only tables of at most DP_TABLE_SHARE of it are weighed for replication
+ * (a replica costs every device its bytes). */
+#define DP_MEM_SHARE   0.1
+#define DP_TABLE_SHARE 0.001
 /* Pooled embeddings travel as fp32. */
 #define POOLED_BYTES 4.0
 
@@ -93,6 +96,19 @@ static int add_blocks(struct pass *ps, struct scheme_pass *sp, size_t i,
     return 0;
 }
 
+/* The cost of one of k row blocks of table i alone. */
+static double block_ms(const struct pass *ps, size_t i, int32_t k)
+{
+    const struct table *tb = &ps->tables[i];
+    struct shard s = {.col_width = tb->dim, .row_count = tb->rows / k};
+    struct table view;
+
+    if (s.row_count < 1)
+        s.row_count = 1;
+    shard_table(tb, &s, ps->t->ndevices, &view);
+    return alone_ms(ps, &view, tb->dim);
+}
+
 /* Devices [first, first + k) can each take 1/k of table i's rows. */
 static bool blocks_fit(const struct pass *ps, size_t i, int32_t first,
                        int32_t k)
@@ -140,6 +156,12 @@ static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
                 best_load = load;
             }
         }
+    /* A host's blocks that would still outweigh the mean device spread
+     * over every device instead (when allowed and they fit). */
+    if (best >= 0 && t->ndevices > L && constraint_allows(c, SCHEME_RW) &&
+        (c == NULL || c->host < 0) && block_ms(ps, i, L) > ps->mean_ms &&
+        blocks_fit(ps, i, 0, t->ndevices))
+        return add_blocks(ps, sp, i, 0, t->ndevices, SCHEME_RW);
     if (best >= 0)
         return add_blocks(ps, sp, i, best * L, L, SCHEME_TWRW);
     if (constraint_allows(c, SCHEME_RW) && (c == NULL || c->host < 0) &&
@@ -263,12 +285,15 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
     for (r = 0; r < ps->t->ndevices; r++)
         if (topology_mem(ps->t, r) < smallest)
             smallest = topology_mem(ps->t, r);
+    if ((double)whole > DP_TABLE_SHARE * (double)smallest)
+        return SCHEME_TW;
     replica_costs(ps, i, dp_ms, tw_ms);
     if (*dp_ms < *tw_ms &&
         (double)(ps->dp_bytes + whole) <= DP_MEM_SHARE * (double)smallest) {
         *why = REASON_REPLICATE;
         return SCHEME_DP;
     }
+    *why = REASON_KEPT; /* weighed, and cheaper placed once */
     return SCHEME_TW;
 }
 
@@ -340,14 +365,21 @@ int scheme_pass_run(const struct table *tables, size_t ntables,
         if (pinned(&ps, i))
             continue;
         sc = choose(&ps, i, &sp->why[i], &dp_ms, &tw_ms);
-        if (sc == SCHEME_TW)
+        if (sc == SCHEME_TW) {
+            if (sp->why[i] == REASON_KEPT) {
+                sp->kept++;
+                sp->kept_dp_ms += dp_ms;
+                sp->kept_tw_ms += tw_ms;
+            }
             continue;
+        }
         rv = sc == SCHEME_DP ? add_replicas(&ps, sp, i)
                              : split_rows(&ps, sp, i, d);
         sp->fixed[i] = true;
         sp->nfixed++;
-        sp->forced = sp->forced || sp->why[i] == REASON_MEMORY ||
-                     sp->why[i] == REASON_CONSTRAINT;
+        /* Memory alone does not force: the column search may cut such a
+         * table in slices instead, and is tried. */
+        sp->forced = sp->forced || sp->why[i] == REASON_CONSTRAINT;
         if (sc == SCHEME_DP) {
             sp->dp_ms += dp_ms;
             sp->tw_ms += tw_ms;
@@ -382,7 +414,7 @@ void scheme_pass_free(struct scheme_pass *sp)
 void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                       struct plan *p)
 {
-    size_t count[REASON_CONSTRAINT + 1] = {0}, i;
+    size_t count[REASON_KEPT + 1] = {0}, i;
 
     for (i = 0; i < ntables; i++)
         if (sp->fixed[i])
@@ -410,4 +442,10 @@ void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                   "%zu table(s) split in rows or replicated as their "
                   "constraints say",
                   count[REASON_CONSTRAINT]);
+    if (sp->kept > 0)
+        plan_note(p,
+                  "%zu small table(s) not replicated: together %.3f ms per "
+                  "device replicated (local batch and one bucketed gradient "
+                  "all-reduce) against %.3f ms placed once",
+                  sp->kept, sp->kept_dp_ms, sp->kept_tw_ms);
 }

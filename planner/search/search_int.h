@@ -14,14 +14,16 @@ enum scheme_reason {
     REASON_HOT,        /* its narrowest column slice outweighs a device */
     REASON_REPLICATE,  /* cheaper replicated than placed once */
     REASON_CONSTRAINT, /* the user's constraint says so */
+    REASON_KEPT,       /* small, weighed for replication, kept: cheaper
+                        * placed once (fixed stays false) */
 };
 
 /*
  * The pass's outcome: which tables the column search places (fixed[i] ==
  * false) and the shards of the others (row blocks on one host or on every
  * device, or a replica on every device), sorted, with their collectives'
- * per-device exchanges.  `forced` says that no placement leaves every
- * table to the column search (memory or a constraint).
+ * per-device exchanges.  `forced` says that a constraint takes a table out
+ * of the column search, so the search alone is no alternative.
  */
 struct scheme_pass {
     bool *fixed;             /* [ntables] */
@@ -31,8 +33,11 @@ struct scheme_pass {
     size_t nfixed;
     bool forced;
     /* Figures for the explanation: replicated tables' summed marginal
-     * cost per device, replicated and placed once. */
+     * cost per device, replicated and placed once; the same for the small
+     * tables kept whole. */
     double dp_ms, tw_ms;
+    size_t kept;
+    double kept_dp_ms, kept_tw_ms;
 };
 
 /*

@@ -295,6 +295,11 @@ class Daemon:
             key = flag[2:].replace("-", "_")
             if key not in from_config and flag in _flags(binary):
                 self.argv += [flag, "0"]
+        # No policy retrain after each activation (test_dreamshard.py's):
+        # it would hold the job thread for seconds after every retrain.
+        if ("--policy-after-activation" in _flags(binary) and
+                "--policy-after-activation" not in args):
+            self.argv += ["--policy-after-activation", "off"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:

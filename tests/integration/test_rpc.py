@@ -951,7 +951,9 @@ class DrainTest(Base):
              DRAIN_TABLES, DRAIN_DEVICES, box["t"], r.search.search_time_ms,
              r.search.time_budget_exhausted, rc, t_exit)
         self.assertEqual(rc, 0)
-        self.assertLess(t_exit, GRACE_S + 2)
+        # The grace, the 2 s the stopping search gets to answer, and slack
+        # for a loaded machine.
+        self.assertLess(t_exit, GRACE_S + 5)
         self.assertTrue(alive, "the plan was still in flight at the new calls")
         for which, (code, details) in late.items():
             self.assertEqual(code, SC.UNAVAILABLE, "new %s call after SIGTERM: %s %s"

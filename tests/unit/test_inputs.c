@@ -305,10 +305,9 @@ static const char *trec_doc =
 static void test_torchrec(void)
 {
     static const char *const not_applied[] = {
-        "constraints.sharding_types", "constraints.compute_kernels",
-        "constraints.cache_params",   "constraints.batch_sizes",
-        "constraints.is_weighted",    "constraints.min_partition",
-        "constraints.device_group",
+        "constraints.compute_kernels", "constraints.cache_params",
+        "constraints.batch_sizes",     "constraints.is_weighted",
+        "constraints.min_partition",   "constraints.device_group",
     };
     struct tables_input in;
     const struct input_note *nt;
@@ -350,6 +349,20 @@ static void test_torchrec(void)
     CHECK(find_note(&in, "t0", "constraints.compute_kernels") == NULL);
     CHECK(find_note(&in, "t2", "constraints.enforce_hbm") == NULL);
     CHECK(find_note(&in, "t1", "bins") != NULL);
+    /* t2's table_wise is applied: a constraint of table_wise only. */
+    CHECK(find_note(&in, "t2", "constraints.sharding_types") == NULL);
+    {
+        struct table_constraint *cons = NULL;
+
+        CHECK(tables_input_constraints(&in, &cons) == 0 && cons != NULL);
+        if (cons != NULL) {
+            CHECK(cons[2].schemes == 1u << SCHEME_TW);
+            CHECK(!constraint_allows(&cons[2], SCHEME_CW));
+            CHECK(cons[0].schemes == ((1u << SCHEME_TW) | (1u << SCHEME_CW)));
+            CHECK(cons[1].schemes == 0 && cons[1].host == -1);
+        }
+        free(cons);
+    }
     tables_input_destroy(&in);
 }
 

@@ -3,6 +3,7 @@
  * is the evaluator's, never worse than its own table-wise start or the
  * greedy baselines under the same model, splits that make an oversized table
  * fit, and the explanation. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,12 +388,23 @@ static void test_budget(void)
     struct plan_options o;
     struct plan p;
     struct sd_diag d = {{0}};
+    atomic_bool stop = true;
 
     topology_default(&topo, 8, 16ull << 30);
     topo.batch_size = net->batch_size;
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
     o.time_budget_ms = 1e-3;
+    CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted);
+    CHECK(p.stats.levels == 1);
+    plan_destroy(&p);
+
+    /* A cancel (the daemon's grace running out) stops it the same way, and
+     * the plan says so. */
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.cancel = &stop;
     CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
     CHECK(p.stats.budget_exhausted);
     CHECK(p.stats.levels == 1);
@@ -512,6 +524,145 @@ static void test_beam_budget(void)
     free(tb);
 }
 
+static bool has_note(const struct plan *p, const char *words)
+{
+    int i;
+
+    for (i = 0; i < p->nnotes; i++)
+        if (strstr(p->notes[i], words) != NULL)
+            return true;
+    return false;
+}
+
+/* The tables' schemes in plan p (sorted), counted. */
+static void count_schemes(const struct plan *p, int count[SCHEME_COUNT])
+{
+    size_t k;
+
+    memset(count, 0, SCHEME_COUNT * sizeof(*count));
+    for (k = 0; k < p->nshards; k++)
+        if (k == 0 || p->shards[k].table != p->shards[k - 1].table)
+            count[plan_table_scheme(p, k)]++;
+}
+
+/*
+ * The schemes at work (issue #16's cases, scaled to a unit test): a table
+ * five times a device among ordinary ones on 4 hosts of 4 devices is split
+ * in rows, the plan valid and cheaper under the model than torchrec_greedy
+ * with every scheme; tiny tables behind a slow inter-host link are
+ * replicated and the plan says why, and behind a fast one kept whole, also
+ * said; constraints: a host, a minimum of row blocks, no split.
+ */
+static void test_schemes(void)
+{
+    struct table *tb = make_tables(61, 61);
+    struct table_constraint cons[61];
+    struct topology topo;
+    struct plan_options o;
+    struct plan p, q;
+    struct sd_diag d = {{0}};
+    int count[SCHEME_COUNT];
+    size_t k;
+
+    tb[0].rows = 50000000; /* 25.6 GB at dim 128 */
+    topology_default(&topo, 16, 5ull << 30);
+    topo.devices_per_host = 4;
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(scheme_splits_rows((enum plan_scheme)p.shards[0].scheme));
+    CHECK(count[SCHEME_TWRW] + count[SCHEME_RW] >= 1);
+    CHECK(has_note(&p, "split in rows"));
+    o.alg = PLAN_ALG_TORCHREC_GREEDY;
+    CHECK(run(tb, 61, &topo, &o, &q, &d) == 0);
+    CHECK(p.cost_ms < q.cost_ms);
+    plan_destroy(&q);
+    plan_destroy(&p);
+
+    /* Row blocks that nearly fill their host, held there by a constraint:
+     * the column search places the rest around them, within memory. */
+    {
+        struct table *mix = make_tables(120, 62);
+        uint64_t room = 5ull << 30;
+        struct table_constraint one[120];
+
+        mix[0].rows = (int64_t)(4 * (room - (300ull << 20)) / (128 * 4));
+        mix[0].pooling_factor = 0.1; /* light: its devices look idle */
+        for (k = 1; k < 120; k++) {
+            mix[k].rows = 400000; /* ~100-200 MB each */
+            mix[k].dim = 64 << (k % 2);
+        }
+        for (k = 0; k < 120; k++)
+            one[k] = (struct table_constraint){.host = -1};
+        one[0].schemes = 1u << SCHEME_TWRW; /* no column search of it */
+        o.constraints = one;
+        topology_default(&topo, 16, room);
+        topo.devices_per_host = 4;
+        topo.batch_size = net->batch_size;
+        d.msg[0] = '\0';
+        CHECK(run(mix, 120, &topo, &o, &p, &d) == 0);
+        if (d.msg[0])
+            fprintf(stderr, "%s\n", d.msg);
+        plan_destroy(&p);
+        o.constraints = NULL;
+        free(mix);
+    }
+
+    /* Tiny tables (8 rows): behind a 10 MB/s link between hosts a table's
+     * pooled columns cost more to send than its replicas' gradients. */
+    for (k = 1; k < 61; k++)
+        tb[k].rows = 8;
+    tb[0].rows = 100000;
+    topo.inter_host_bw = 1e4;
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(count[SCHEME_DP] > 30);
+    CHECK(has_note(&p, "replicated (data_parallel)"));
+    plan_destroy(&p);
+    /* 4,000 rows (under 1 MB) behind the default links: each replica's
+     * lookups and gradient cost more than the table's columns travel. */
+    for (k = 1; k < 61; k++)
+        tb[k].rows = 4000;
+    topology_default(&topo, 16, 5ull << 30);
+    topo.devices_per_host = 4;
+    topo.batch_size = net->batch_size;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(count[SCHEME_DP] < 30); /* most stay whole, and it says so */
+    CHECK(has_note(&p, "small table(s) not replicated"));
+    CHECK(count[SCHEME_DP] == 0 || has_note(&p, "replicated (data_parallel)"));
+    plan_destroy(&p);
+
+    /* Constraints: t1 on host 2, t2 in 4 row blocks at least, t3 whole. */
+    for (k = 0; k < 61; k++)
+        cons[k] = (struct table_constraint){.host = -1};
+    cons[1].host = 2;
+    cons[2].min_row_shards = 4;
+    cons[3].no_split = true;
+    o.constraints = cons;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    {
+        int blocks = 0, whole = 0;
+
+        for (k = 0; k < p.nshards; k++) {
+            const struct shard *s = &p.shards[k];
+
+            if (s->table == 1)
+                CHECK(s->device / 4 == 2);
+            blocks += s->table == 2;
+            whole += s->table == 3;
+            if (s->table == 2)
+                CHECK(scheme_splits_rows((enum plan_scheme)s->scheme));
+        }
+        CHECK(blocks >= 4 && whole == 1);
+    }
+    plan_destroy(&p);
+    free(tb);
+}
+
 int main(void)
 {
     struct sd_diag d = {{0}};
@@ -528,5 +679,6 @@ int main(void)
     test_budget();
     test_memo();
     test_beam_budget();
+    test_schemes();
     return tap_done();
 }

@@ -64,6 +64,9 @@ static void setup(struct sd_config *c)
     c->retrain_min_interval_s = 0;
     c->backup_every_hours = 0;
     c->search_threads = 1;
+    /* Policy retrains are test_dreamshard.py's: here they would only slow
+     * every activation down. */
+    c->policy_after_activation = false;
 }
 
 static void teardown(struct svc *s, struct sd_config *c)
@@ -215,6 +218,48 @@ static bool covers(const Shardd__V1__PlanResponse *r, size_t n)
 
 /* ---------------------------------------------------------------------- */
 /* Plan and Estimate                                                       */
+
+/*
+ * A Plan's lane is read from its bytes: tables x num_devices against
+ * small_search_work.  The topology last in the message, with per-device
+ * capacities (a packed, length-delimited field inside it): the skim must
+ * stop at the topology's end, not at the end of the capacities (it read
+ * past the message; ASan saw it).
+ */
+static void test_plan_lane(struct svc *s, struct sd_config *c)
+{
+    Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    uint64_t caps[NDEV];
+    struct topology t;
+    struct sd_diag d;
+    uint8_t *req = NULL, *exact;
+    size_t len = 0;
+    int r;
+
+    topology_default(&t, NDEV, 8ull << 30);
+    for (r = 0; r < NDEV; r++)
+        caps[r] = (uint64_t)(r + 1) << 30;
+    t.mem_by_device = caps;
+    rq.n_tables = 6;
+    rq.tables = wire_tables_out(&arena, pool, 6);
+    rq.topology = wire_topology_out(&arena, &t);
+    CHECK(rq.topology != NULL && rq.topology->n_mem_bytes_by_device == NDEV);
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    wire_arena_free(&arena);
+    exact = malloc(len); /* exactly the message: a read past it is caught */
+    memcpy(exact, req, len);
+    c->small_search_work = 6 * NDEV;
+    CHECK(svc_reconfigure(s, c) == 0);
+    CHECK(svc_plan_lane(s, exact, len) == SVC_LANE_SMALL);
+    c->small_search_work = 6 * NDEV - 1;
+    CHECK(svc_reconfigure(s, c) == 0);
+    CHECK(svc_plan_lane(s, exact, len) == SVC_LANE_BIG);
+    c->small_search_work = 100000;
+    CHECK(svc_reconfigure(s, c) == 0);
+    free(exact);
+    free(req);
+}
 
 static void test_plan_round_trip(struct svc *s)
 {
@@ -1226,6 +1271,7 @@ int main(void)
     test_reference_profile(s);
     test_pins_named(s);
     test_lane_reads_within(s);
+    test_plan_lane(s, &c);
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
     test_hot_swap(s);

@@ -552,6 +552,99 @@ static void test_models(void)
     teardown();
 }
 
+/*
+ * Policies: a kind of their own, active beside the compute model, bound to
+ * the compute version they were trained against (a base that is not a
+ * policy's, or names no version, is refused); pruning the base leaves the
+ * policy with base 0; policy retrain jobs are their own kind.
+ */
+static void test_policies(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store_model m, *got = NULL;
+    struct store_model_info *list = NULL;
+    struct store_job j, open_job;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, c1 = 0, c2 = 0, c3 = 0, p1 = 0, job = 0, other = 0;
+    uint64_t pruned = 0;
+    size_t n = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &c1, &d) == 0);
+    CHECK(store_model_activate(st, c1, NULL, &d) == 0);
+    model_init(&m, prof, STORE_KIND_POLICY, w, sizeof(w), NULL, 0, 0);
+    m.info.base_model_id = c1;
+    m.info.metrics.gate_ratio = 0.87;
+    CHECK(store_model_put(st, &m, &p1, &d) == 0);
+    CHECK(store_model_activate(st, p1, NULL, &d) == 0);
+    CHECK(store_model_get_active(st, prof, STORE_KIND_POLICY, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == p1 &&
+          got->info.kind == STORE_KIND_POLICY &&
+          got->info.base_model_id == c1 &&
+          got->info.metrics.gate_ratio == 0.87);
+    store_model_free(got);
+    got = NULL;
+    /* Both kinds active at once. */
+    CHECK(store_model_get_active(st, prof, STORE_KIND_COMPUTE, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == c1 && got->info.base_model_id == 0);
+    store_model_free(got);
+    CHECK(store_model_list(st, prof, 0, &list, &n, &d) == 0 && n == 2);
+    CHECK(n == 2 && list[0].id == p1 && list[0].active &&
+          strcmp(store_kind_name(list[0].kind), "policy") == 0);
+    free(list);
+
+    /* A base on a compute model, and a base naming no version. */
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    m.info.base_model_id = c1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL &&
+          strstr(d.msg, "base_model_id") != NULL);
+    model_init(&m, prof, STORE_KIND_POLICY, w, sizeof(w), NULL, 0, 0);
+    m.info.base_model_id = 9999;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL);
+    m.info.base_model_id = -1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL);
+    m.info.base_model_id = 0;
+    m.info.metrics.gate_ratio = -1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL &&
+          strstr(d.msg, "gate_ratio") != NULL);
+
+    /* Two newer compute models, c1 deactivated: pruning to 1 deletes c1
+     * and the policy keeps its blob with base 0. */
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &c2, &d) == 0);
+    CHECK(store_model_put(st, &m, &c3, &d) == 0);
+    CHECK(store_model_activate(st, c3, NULL, &d) == 0);
+    CHECK(store_model_prune(st, prof, 1, &pruned, &d) == 0 && pruned == 2);
+    CHECK(store_model_get(st, c1, &got, &d) == SD_ENOENT);
+    CHECK(store_model_get(st, p1, &got, &d) == 0);
+    CHECK(got != NULL && got->info.base_model_id == 0 && got->info.active);
+    store_model_free(got);
+
+    /* Policy retrains: a kind of job of their own. */
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN_POLICY;
+    j.profile_id = prof;
+    CHECK(store_job_create(st, &j, &job, &d) == 0);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN, prof, &open_job, &d) ==
+          SD_ENOENT);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN_POLICY, prof, &open_job,
+                              &d) == 0);
+    CHECK(open_job.id == job && open_job.kind == STORE_JOB_RETRAIN_POLICY);
+    CHECK(strcmp(store_job_kind_name(open_job.kind), "retrain_policy") == 0);
+    j.kind = 7;
+    CHECK(store_job_create(st, &j, &job, &d) == SD_EINVAL);
+    /* Samples are never policies. */
+    CHECK(store_sample_count(st, prof, STORE_KIND_POLICY, 0, &pruned, &d) ==
+          SD_EINVAL);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
 static void test_jobs(void)
 {
     struct store_job j, got, *list = NULL;
@@ -1554,6 +1647,7 @@ int main(int argc, char **argv)
     test_samples();
     test_kill9();
     test_models();
+    test_policies();
     test_jobs();
     test_audit();
     test_newer();
