@@ -342,10 +342,8 @@ static int note_sharding(struct tables_input *in, size_t i)
 {
     const struct table *t = &in->tables[i];
     uint32_t st = in->specs[i].c.sharding_types;
-    uint32_t cw = TREC_ST_COLUMN_WISE | TREC_ST_TABLE_COLUMN_WISE;
     char names[160];
 
-    (void)cw;
     if (st == 0 || st == TREC_ST_TABLE_WISE)
         return 0;
     trec_sharding_names(st, names, sizeof(names));
@@ -447,8 +445,8 @@ static int note_keys(struct tables_input *in, size_t i)
 }
 
 /*
- * Tables whose types allow only table_wise: honoured for all tables at once
- * (no column splits); for some of them only, not yet.
+ * Every table's types allow only table_wise: no column splits at all.  (For
+ * some tables only, tables_input_constraints() keeps those whole.)
  */
 static int note_whole(struct tables_input *in)
 {

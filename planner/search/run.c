@@ -108,8 +108,8 @@ static bool constraints_kept(const struct plan *p, const struct topology *t,
 }
 
 /*
- * The baselines place whole tables anywhere: a table whose constraint
- * forbids that is refused, naming it and what can plan it.
+ * The baselines and dreamshard place whole tables anywhere: a table whose
+ * constraint forbids that is refused, naming it and what can plan it.
  */
 static int baseline_constraints(const struct table *tables, size_t n,
                                 const struct plan_options *o, struct sd_diag *d)
@@ -159,7 +159,9 @@ int plan_run(const struct table *tables, size_t ntables,
         rv = plan_neuroshard(tables, ntables, t, o, &p, d);
         break;
     case PLAN_ALG_DREAMSHARD:
-        rv = plan_dreamshard(tables, ntables, t, o, &p, d);
+        rv = baseline_constraints(tables, ntables, o, d);
+        if (rv == 0)
+            rv = plan_dreamshard(tables, ntables, t, o, &p, d);
         break;
     default:
         return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",

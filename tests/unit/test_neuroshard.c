@@ -660,6 +660,15 @@ static void test_schemes(void)
         CHECK(blocks >= 4 && whole == 1);
     }
     plan_destroy(&p);
+    /* What places whole tables on any device refuses t1's host, naming
+     * the table, before it places anything. */
+    o.alg = PLAN_ALG_SIZE_GREEDY;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "\"t1\" may not be") != NULL);
+    o.alg = PLAN_ALG_DREAMSHARD;
+    d.msg[0] = '\0';
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "dreamshard places tables whole") != NULL);
     free(tb);
 }
 
