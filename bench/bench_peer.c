@@ -9,13 +9,18 @@
  * neuroshard.md 6.1).  It prints the mean plan cost, its ratio to the
  * best greedy baseline of each task, and the search time.
  *
- * Variants of neuroshard show where its quality comes from: searching with
- * the alpha-beta comm model instead of the learned one (judged under the
- * learned one), without the final local search, and a run close to the
- * original search (whole tables and column slices only, top-10
- * candidates, no budget, no local search), and one searched with shardd's
- * embedded cpu model and the alpha-beta comm (what shardd planned before it
- * could hold these models).
+ * Variants of neuroshard show where its quality comes from: held to whole
+ * tables and column slices (the only schemes the released models and the
+ * original's simulator know: row blocks and replicas add collectives that
+ * shardd prices with its alpha-beta rings, outside the learned exchange),
+ * searching with the alpha-beta comm model instead of the learned one
+ * (judged under the learned one), without the final local search, a run
+ * close to the original search (whole tables and column slices only,
+ * top-10 candidates, no budget, no local search), one searched with
+ * shardd's embedded cpu model and the alpha-beta comm (what shardd planned
+ * before it could hold these models), and one followed by the bench's own
+ * pass with halving moves.  torchrec_greedy held to table- and column-wise
+ * is the baseline's comparable row.
  *
  * usage: bench_peer [tasks] [model file] [threads]
  *        (defaults: 10 tasks, the reference set neuroshard/V100/65536,
@@ -35,23 +40,25 @@
 
 enum variant {
     V_DEFAULT = 0,
+    V_TWCW,       /* table- and column-wise only, as the original's moves */
     V_ALPHA_BETA, /* searched with alpha-beta comm, judged learned */
     V_NO_LOCAL,
-    V_ORIGINAL,   /* close to the original search */
-    V_CPU,        /* searched with the embedded cpu model and alpha-beta */
-    V_WIDE,       /* the default, then the prototype all-pairs local search */
-    V_WIDE_SPLIT, /* the same with column splits among its steps */
+    V_ORIGINAL,      /* close to the original search */
+    V_CPU,           /* searched with the embedded cpu model and alpha-beta */
+    V_SPLIT,         /* the default, then the bench's pass with halving moves */
+    V_TORCHREC_TWCW, /* torchrec_greedy held to table- and column-wise */
     V_COUNT
 };
 
 static const char *const variant_name[V_COUNT] = {
     "neuroshard",
+    "neuroshard, TW/CW only",
     "neuroshard, alpha-beta search",
     "neuroshard, no local search",
     "neuroshard, original-like (TW/CW)",
     "neuroshard, embedded cpu model",
-    "neuroshard + all-pairs local",
-    "neuroshard + all-pairs local, splits",
+    "neuroshard + halving pass",
+    "torchrec_greedy, TW/CW only",
 };
 
 /* The baselines (every algorithm before neuroshard), then neuroshard's
@@ -74,14 +81,15 @@ static double now_ms(void)
 
 
 /* ------------------------------------------------------------------------ */
-/* A prototype local search (bench only: what neuroshard could add)          */
+/* A prototype pass with halving moves (bench only: what neuroshard could   */
+/* add beyond its own all-pairs local search)                                */
 
 /*
- * Every move of a shard to any other device with room and every swap of two
- * shards of different devices, scored by the full plan cost (compute of the
- * two devices re-scored through their head pre-activations, the learned
- * exchange of all), the best step while it gains 0.01 %.  Whole shards
- * only: no new column splits.
+ * Every move of a shard to any other device with room, every swap of two
+ * shards of different devices and (splits) every halving of a shard onto
+ * another device, scored by the full plan cost (compute of the two devices
+ * re-scored through their head pre-activations, the learned exchange of
+ * all), the best step while it gains 0.01 %.
  */
 #define WIDE_SPLITS 64 /* new column splits at most */
 
@@ -444,17 +452,23 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
     o.seed = 0;
     o.alg =
         row < PLAN_ALG_NEUROSHARD ? (enum plan_alg)row : PLAN_ALG_NEUROSHARD;
+    if (row == PLAN_ALG_NEUROSHARD + V_TORCHREC_TWCW)
+        o.alg = PLAN_ALG_TORCHREC_GREEDY;
     if (row == PLAN_ALG_NEUROSHARD + V_ALPHA_BETA)
         search.comm = NULL;
     if (row == PLAN_ALG_NEUROSHARD + V_NO_LOCAL)
         o.local_search = false;
-    if (row == PLAN_ALG_NEUROSHARD + V_ORIGINAL) {
+    if (row == PLAN_ALG_NEUROSHARD + V_ORIGINAL ||
+        row == PLAN_ALG_NEUROSHARD + V_TWCW ||
+        row == PLAN_ALG_NEUROSHARD + V_TORCHREC_TWCW) {
         /* the original's moves: whole tables and column slices only */
         tw_cw = calloc(tk->ntables, sizeof(*tw_cw));
         for (k = 0; tw_cw != NULL && k < tk->ntables; k++)
             tw_cw[k] = (struct table_constraint){
                 (1u << SCHEME_TW) | (1u << SCHEME_CW), 0, false, -1};
         o.constraints = tw_cw;
+    }
+    if (row == PLAN_ALG_NEUROSHARD + V_ORIGINAL) {
         o.local_search = false;
         o.candidates = 10;
         o.beam_evaluations = 0;
@@ -471,11 +485,8 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
     t0 = now_ms();
     rv = plan_run(tk->tables, tk->ntables, &search, &o, &search_cm.cm, &p, &d);
     free(tw_cw);
-    if (rv == 0 &&
-        (row == PLAN_ALG_NEUROSHARD + V_WIDE ||
-         row == PLAN_ALG_NEUROSHARD + V_WIDE_SPLIT) &&
-        wide_improve(&p, tk, net, learned, &ncm.cm,
-                     row == PLAN_ALG_NEUROSHARD + V_WIDE_SPLIT) != 0)
+    if (rv == 0 && row == PLAN_ALG_NEUROSHARD + V_SPLIT &&
+        wide_improve(&p, tk, net, learned, &ncm.cm, true) != 0)
         rv = -1;
     *search_ms = now_ms() - t0;
     if (rv != 0)
