@@ -1252,7 +1252,7 @@ static int no_fit(struct ns *s, struct sd_diag *d)
     }
     for (r = 0; r < s->n; r++)
         cap += topology_mem(s->t, r);
-    room = calloc((size_t)s->n, sizeof(*room));
+    room = calloc(s->n > 0 ? (size_t)s->n : 1, sizeof(*room));
     pieces = calloc(np ? np : 1, sizeof(*pieces));
     if (room == NULL || pieces == NULL) {
         rv = sd_diag_set(d, SD_ENOSPACE,
