@@ -14,6 +14,8 @@
  *                    devices.
  *  - comm.c:         comm-profile: collectives timed on this machine's
  *                    devices.
+ *  - import.c:       import-model (NeuroShard's checkpoints into a model
+ *                    set) and comm-fit (nccl-tests outputs to alpha-beta).
  *  - train_policy.c: train-policy, a dreamshard placement policy for a
  *                    compute model (a file, or a version in a store).
  *  - format.c:       human-readable plan reports, offline and online.
@@ -30,13 +32,14 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, train_policy.c,
- *                     online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, import.c,
+ *                     train_policy.c, online.c
  *   train_policy.c -> common.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
  *   comm.c         -> common.c
+ *   import.c       -> common.c
  *   online.c       -> online_admin.c, online_call.c, common.c, format.c,
  *                     svg.c
  *   svg.c          -> common.c
@@ -65,8 +68,8 @@
 
 #include "planner.h"
 
-#define CTL_EXIT_USAGE 2 /* bad input or usage */
-#define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
+#define CTL_EXIT_USAGE 2  /* bad input or usage */
+#define CTL_MAX_ARGS   16 /* words after the command (job ID, files) */
 #define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
 #define CTL_DLRM_DIM   64 /* features: the dim of dlrm layout tables */
 
@@ -89,6 +92,8 @@ enum ctl_cmd {
     CTL_CMD_PROFILER,
     CTL_CMD_HEALTH,
     CTL_CMD_FEATURES,
+    CTL_CMD_IMPORT_MODEL,
+    CTL_CMD_COMM_FIT,
     CTL_CMD_TRAIN_POLICY,
     CTL_CMD_CACHE_CURVE,
     CTL_CMD_COUNT
@@ -152,6 +157,11 @@ struct ctl_opts {
     double timeout_s;       /* --timeout-s; 0: the command's default */
     int64_t limit;          /* models --limit */
     bool force, wait, watch;
+    /* import-model: NeuroShard's checkpoints and a notice file */
+    const char *neuroshard, *comm_fw, *comm_bw, *notice;
+    /* comm-fit: the collective when the output does not say; bands */
+    const char *collective;
+    int64_t bands;
     /* The words that are not options: args[0] is the command. */
     const char *args[CTL_MAX_ARGS + 1];
     int nargs;
@@ -216,11 +226,29 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
 
 /*
  * The cost model plans are searched with and scored by: --model FILE, else
- * the embedded default.  *owned is what the caller frees (NULL for the
- * embedded one).  Returns 0 or an exit code, the message naming cmd.
+ * the reference set when --profile names NET_REFERENCE_PROFILE, else the
+ * embedded default.  *owned is what the caller frees (NULL for a compiled-in
+ * one).  Returns 0 or an exit code, the message naming cmd.
  */
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    const struct cost_net **net, struct cost_net **owned);
+
+/*
+ * The placement of --plan (a --json plan file) for the tables, on
+ * --devices devices, else the file's: into *p (initialised here, sorted)
+ * and *ndev.  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_read_placement(const struct ctl_opts *o, const char *cmd,
+                       const struct table *tables, size_t n, struct plan *p,
+                       int32_t *ndev);
+
+/*
+ * net's learned comm models for t's device count, when it has them, as
+ * t->comm (ncm must outlive t's use; set t->batch_size first); else t
+ * keeps the alpha-beta model.
+ */
+void ctl_attach_comm(const struct cost_net *net, struct topology *t,
+                     struct net_comm_model *ncm);
 
 /*
  * dreamshard's policy: --policy FILE, else the embedded one (NULL when it
@@ -261,13 +289,16 @@ int ctl_read_tables(const struct ctl_opts *o, const char *cmd,
 /* Each runs its command and returns shardctl's exit status. */
 int offline_gen_tables(const struct ctl_opts *o);
 int offline_gen_tasks(const struct ctl_opts *o);
-int offline_plan(const struct ctl_opts *o); /* plan --offline */
+int offline_plan(const struct ctl_opts *o);     /* plan --offline */
+int offline_estimate(const struct ctl_opts *o); /* estimate --offline */
 int offline_features(const struct ctl_opts *o);
 int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o);
 int measure_score(const struct ctl_opts *o);
 int measure_eval(const struct ctl_opts *o);
 int comm_profile(const struct ctl_opts *o);      /* comm.c */
+int import_model(const struct ctl_opts *o);      /* import-model (import.c) */
+int import_comm_fit(const struct ctl_opts *o);   /* comm-fit (import.c) */
 int train_policy_run(const struct ctl_opts *o);  /* train_policy.c */
 int tiers_cache_curve(const struct ctl_opts *o); /* tiers.c */
 

@@ -50,10 +50,48 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
         *net = *owned;
         return 0;
     }
-    *net = net_embedded(&d);
+    /* The reference profile (NeuroShard's released models) only when
+     * named: the embedded cpu model stays the default. */
+    if (o->profile != NULL && strcmp(o->profile, NET_REFERENCE_PROFILE) == 0)
+        *net = net_reference(&d);
+    else
+        *net = net_embedded(&d);
     if (*net == NULL)
         return ctl_fail(1, "%s: %s", cmd, d.msg);
     return 0;
+}
+
+int ctl_read_placement(const struct ctl_opts *o, const char *cmd,
+                       const struct table *tables, size_t n, struct plan *p,
+                       int32_t *ndev)
+{
+    struct sd_diag d;
+    struct plan in;
+    size_t k;
+    int rv;
+
+    rv = json_read_plan(o->plan, tables, n, &in, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "%s: --plan: %s", cmd, d.msg);
+    *ndev = o->devices ? (int32_t)o->devices : in.ndevices;
+    rv = plan_init(p, *ndev);
+    /* every field of a shard: rows and scheme too */
+    for (k = 0; rv == 0 && k < in.nshards; k++)
+        rv = plan_add_shard(p, &in.shards[k]);
+    plan_destroy(&in);
+    if (rv != 0) {
+        plan_destroy(p);
+        return ctl_fail(1, "%s: out of memory", cmd);
+    }
+    plan_sort(p);
+    return 0;
+}
+
+void ctl_attach_comm(const struct cost_net *net, struct topology *t,
+                     struct net_comm_model *ncm)
+{
+    if (net_comm_model_init(ncm, net, t))
+        t->comm = &ncm->cm;
 }
 
 int ctl_load_policy(const struct ctl_opts *o, const char *cmd,

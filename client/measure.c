@@ -188,6 +188,139 @@ static int pick_profile(struct store *st, const char *name,
     return CTL_EXIT_USAGE;
 }
 
+/*
+ * Comm models from the profile's comm samples (the profiler's NCCL
+ * exchanges): for each device count with 10 samples or more, a forward
+ * and a backward net through the compute model's training path, added to
+ * *m (at most COMM_NETS_MAX / 2 counts, the most sampled first).  Nothing
+ * when the store has none.  Returns 0 or an exit code.
+ */
+static int train_comm_models(struct store *st, const struct store_profile *prof,
+                             const struct train_params *tp, struct cost_net **m)
+{
+    struct store_sample *smp = NULL;
+    struct comm_sample *cs = NULL;
+    double *buf = NULL;
+    int32_t *dims = NULL, counts[COMM_DEVICES_MAX + 1] = {0}, nd;
+    struct sd_diag d = {{0}};
+    size_t n = 0, i, r, at = 0, total = 0;
+    int rv, k, pairs = 0;
+
+    rv = store_samples_load(st, prof->id, STORE_KIND_COMM, 0, 0, &smp, &n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: comm samples: %s", d.msg);
+    for (i = 0; i < n; i++)
+        total += smp[i].ndevices;
+    cs = calloc(n ? n : 1, sizeof(*cs));
+    dims = calloc(total ? total : 1, sizeof(*dims));
+    buf = calloc(3 * (total ? total : 1), sizeof(*buf));
+    if (!cs || !dims || !buf) {
+        rv = ctl_fail(1, "train: out of memory");
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        const struct store_sample *x = &smp[i];
+
+        cs[i] = (struct comm_sample){(int32_t)x->ndevices, dims + at, buf + at,
+                                     buf + total + at, buf + 2 * total + at};
+        for (r = 0; r < x->ndevices; r++, at++) {
+            dims[at] = x->devices[r].dim_sum;
+            buf[at] = x->devices[r].sleep_ms;
+            buf[total + at] = x->devices[r].fwd_ms;
+            buf[2 * total + at] = x->devices[r].bwd_ms;
+        }
+        if (x->ndevices <= COMM_DEVICES_MAX)
+            counts[x->ndevices]++;
+    }
+    while (pairs < COMM_NETS_MAX / 2) {
+        struct comm_net c[2];
+        float *p[2] = {NULL, NULL};
+
+        for (nd = 0, k = 2; k <= COMM_DEVICES_MAX; k++)
+            if (counts[k] >= 10 && (nd == 0 || counts[k] > counts[nd]))
+                nd = k;
+        if (nd == 0)
+            break;
+        counts[nd] = 0;
+        rv = comm_train(tp, cs, n, COMM_FWD, nd, &c[0], &p[0], &d);
+        if (rv == 0)
+            rv = comm_train(tp, cs, n, COMM_BWD, nd, &c[1], &p[1], &d);
+        for (k = 0; rv == 0 && k < 2; k++)
+            rv = net_add_comm(m, &c[k], p[k], &d);
+        free(p[0]);
+        free(p[1]);
+        if (rv != 0) {
+            rv = ctl_fail(ctl_exit_for(rv), "train: comm: %s", d.msg);
+            goto out;
+        }
+        printf(
+            "comm models of %d devices: forward MAPE %.2f%% test, "
+            "backward %.2f%% test (%lld samples)\n",
+            (int)nd, 100 * c[0].metrics.test_mape, 100 * c[1].metrics.test_mape,
+            (long long)(c[0].metrics.train_samples + c[0].metrics.val_samples +
+                        c[0].metrics.test_samples));
+        pairs++;
+    }
+    rv = 0;
+out:
+    free(buf);
+    free(dims);
+    free(cs);
+    store_samples_free(smp, n);
+    return rv;
+}
+
+/*
+ * A trained set as a new model version of prof (--activate: the active
+ * one), written to --out too, and its figures printed.  Returns 0 or an
+ * exit code.
+ */
+static int store_trained(const struct ctl_opts *o, struct store *st,
+                         const struct store_profile *prof,
+                         const struct cost_net *m)
+{
+    struct store_model sm;
+    struct sd_diag d;
+    int64_t id = 0;
+    void *img = NULL;
+    size_t len;
+    int rv;
+
+    if (net_serialize(m, &img, &len) != 0)
+        return ctl_fail(1, "train: out of memory");
+    memset(&sm, 0, sizeof(sm));
+    sm.info.profile_id = prof->id;
+    sm.info.kind = STORE_KIND_COMPUTE;
+    sm.info.format_version = net_format_version(m);
+    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.test_mape = m->metrics.test_mape;
+    sm.info.metrics.train_samples = m->metrics.train_samples;
+    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.test_samples = m->metrics.test_samples;
+    sm.info.weights_bytes = len;
+    sm.weights = img;
+    rv = store_model_put(st, &sm, &id, &d);
+    if (rv == 0 && o->activate)
+        rv = store_model_activate(st, id, NULL, &d);
+    free(img);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+    if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
+    printf("model %lld for profile %s%s\n"
+           "samples: %lld train, %lld validation, %lld test\n"
+           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
+           "epochs: %d (best %d), seed %llu\n",
+           (long long)id, prof->name, o->activate ? " (active)" : "",
+           (long long)m->metrics.train_samples,
+           (long long)m->metrics.val_samples,
+           (long long)m->metrics.test_samples, 100 * m->metrics.train_mape,
+           100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
+           (int)m->metrics.epochs, (int)m->metrics.best_epoch,
+           (unsigned long long)m->metrics.seed);
+    return 0;
+}
+
 int measure_train(const struct ctl_opts *o)
 {
     struct store *st = NULL;
@@ -196,14 +329,10 @@ int measure_train(const struct ctl_opts *o)
     struct train_sample *ts = NULL;
     struct train_params tp;
     struct cost_net *m = NULL;
-    struct store_model sm;
     struct prof_gemm pg;
     bool on_device = false;
     struct sd_diag d;
-    int64_t id = 0;
     size_t n = 0, i;
-    void *img = NULL;
-    size_t len;
     int rv;
 
     if (o->db == NULL)
@@ -263,48 +392,15 @@ int measure_train(const struct ctl_opts *o)
         rv = 130;
         goto out_model;
     }
-    rv = net_serialize(m, &img, &len);
-    if (rv != 0) {
-        rv = ctl_fail(1, "train: out of memory");
+    tp.progress = NULL;
+    rv = train_comm_models(st, &prof, &tp, &m);
+    if (rv != 0)
         goto out_model;
-    }
-    memset(&sm, 0, sizeof(sm));
-    sm.info.profile_id = prof.id;
-    sm.info.kind = STORE_KIND_COMPUTE;
-    sm.info.format_version = NET_FORMAT_VERSION;
-    sm.info.metrics.val_mape = m->metrics.val_mape;
-    sm.info.metrics.test_mape = m->metrics.test_mape;
-    sm.info.metrics.train_samples = m->metrics.train_samples;
-    sm.info.metrics.val_samples = m->metrics.val_samples;
-    sm.info.metrics.test_samples = m->metrics.test_samples;
-    sm.info.weights_bytes = len;
-    sm.weights = img;
-    rv = store_model_put(st, &sm, &id, &d);
-    if (rv == 0 && o->activate)
-        rv = store_model_activate(st, id, NULL, &d);
-    if (rv != 0) {
-        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
-        goto out_image;
-    }
-    if (o->out != NULL && (rv = net_write_file(o->out, m, &d)) != 0) {
-        rv = ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
-        goto out_image;
-    }
-    printf("model %lld for profile %s%s\n"
-           "samples: %lld train, %lld validation, %lld test\n"
-           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
-           "epochs: %d (best %d), seed %llu\n",
-           (long long)id, prof.name, o->activate ? " (active)" : "",
-           (long long)m->metrics.train_samples,
-           (long long)m->metrics.val_samples,
-           (long long)m->metrics.test_samples, 100 * m->metrics.train_mape,
-           100 * m->metrics.val_mape, 100 * m->metrics.test_mape,
-           (int)m->metrics.epochs, (int)m->metrics.best_epoch,
-           (unsigned long long)m->metrics.seed);
+    rv = store_trained(o, st, &prof, m);
+    if (rv != 0)
+        goto out_model;
     rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 
-out_image:
-    free(img);
 out_model:
     free(m);
 out_samples:

@@ -170,6 +170,7 @@ int offline_plan(const struct ctl_opts *o)
     struct cost_net *owned;
     struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
+    struct net_comm_model ncomm;
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     struct table_constraint *cons = NULL;
@@ -226,6 +227,7 @@ int offline_plan(const struct ctl_opts *o)
         rv = ctl_fail(CTL_EXIT_USAGE, "plan: %s", d.msg);
         goto out_model;
     }
+    ctl_attach_comm(net, &topo, &ncomm);
 
     rv = ctl_read_tables(o, "plan", &in);
     if (rv != 0)
@@ -270,6 +272,131 @@ out_tables:
 out_model:
     free(caps);
     free(owned_pol);
+    free(owned);
+    return rv;
+}
+
+/* Where the evaluated plan does not fit: "memory: ..." after the report. */
+static void print_fit(const struct plan *p, const struct topology *t)
+{
+    bool first = true;
+    int32_t r;
+
+    for (r = 0; r < p->ndevices; r++) {
+        if (p->devices[r].mem_bytes <= topology_mem(t, r))
+            continue;
+        printf("%s %d", first ? "memory: over capacity on device" : ",",
+               (int)r);
+        first = false;
+    }
+    printf("%s\n", first ? "memory: every device fits" : "");
+}
+
+/* The topology of estimate --offline for ndev devices: capacities, batch
+ * (the model's unless given) and hosts.  Returns 0 or an exit code. */
+static int estimate_topology(const struct ctl_opts *o,
+                             const struct cost_net *net, int32_t ndev,
+                             struct topology *t, uint64_t **caps)
+{
+    struct sd_diag d;
+    int rv;
+
+    topology_default(t, ndev, 0);
+    rv = ctl_capacities(o, "estimate", t, caps);
+    if (rv != 0)
+        return rv;
+    t->batch_size = o->batch ? o->batch : net->batch_size;
+    if (o->per_host)
+        t->devices_per_host = (int32_t)o->per_host;
+    if (topology_validate(t, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "estimate: %s", d.msg);
+    return 0;
+}
+
+int offline_estimate(const struct ctl_opts *o)
+{
+    enum optimizer opt = OPTIMIZER_SGD;
+    const struct cost_net *net;
+    struct cost_net *owned;
+    struct net_cost_model ncm;
+    struct net_comm_model ncomm;
+    struct topology topo, unbounded;
+    struct table *tables = NULL;
+    uint64_t *caps = NULL;
+    struct sd_diag d;
+    struct plan p;
+    int32_t ndev = 0;
+    char *text = NULL;
+    size_t n, len;
+    int rv;
+
+    if (o->tables == NULL || o->plan == NULL || o->mem_gb <= 0)
+        return ctl_fail(CTL_EXIT_USAGE, "estimate: --tables, --plan and "
+                                        "--mem-gb are required");
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "estimate: --optimizer \"%s\" is unknown (sgd, "
+                        "adagrad, rowwise_adagrad, adam)",
+                        o->optimizer);
+    rv = ctl_load_model(o, "estimate", &net, &owned);
+    if (rv != 0)
+        return rv;
+    if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "estimate: --profile: %s", d.msg);
+        goto out_model;
+    }
+    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "estimate: %s", d.msg);
+        goto out_model;
+    }
+    rv = ctl_read_placement(o, "estimate", tables, n, &p, &ndev);
+    if (rv != 0)
+        goto out_tables;
+    rv = estimate_topology(o, net, ndev, &topo, &caps);
+    if (rv != 0)
+        goto out_plan;
+    ctl_attach_comm(net, &topo, &ncomm);
+    /* An over-full device is costed, not refused (as online). */
+    unbounded = topo;
+    unbounded.mem_bytes = UINT64_MAX;
+    unbounded.mem_by_device = NULL;
+    net_cost_model_init(&ncm, net);
+    if (plan_validate_as(&p, tables, n, &unbounded, opt, "placement", &d) !=
+        0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "estimate: %s", d.msg);
+        goto out_plan;
+    }
+    if (plan_evaluate(&p, tables, n, &topo, opt, &ncm.cm) != 0 ||
+        plan_explain(&p, tables, &topo, &ncm.cm) != 0) {
+        rv = ctl_fail(1, "estimate: out of memory");
+        goto out_plan;
+    }
+    p.algorithm = "estimate";
+    if (topo.batch_size != net->batch_size) {
+        len = strlen(p.cost_model);
+        snprintf(p.cost_model + len, sizeof(p.cost_model) - len,
+                 " (scaled from batch %lld)", (long long)net->batch_size);
+    }
+    rv = ctl_write_svg(o, "estimate", &p, &topo);
+    if (rv != 0)
+        goto out_plan;
+    if (o->json) {
+        text = json_plan(&p, tables);
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "estimate: out of memory");
+        free(text);
+    } else {
+        format_plan_text(stdout, &p, tables, n, &topo);
+        print_fit(&p, &topo);
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+    }
+out_plan:
+    plan_destroy(&p);
+out_tables:
+    free(tables);
+out_model:
+    free(caps);
     free(owned);
     return rv;
 }

@@ -311,32 +311,6 @@ out_tables:
 /* ---------------------------------------------------------------------- */
 /* estimate                                                                */
 
-/* The plan file's shards on ndev devices, sorted; *p initialised here. */
-static int read_placement(const struct ctl_opts *o, const struct table *tables,
-                          size_t n, struct plan *p, int32_t *ndev)
-{
-    struct sd_diag d;
-    struct plan in;
-    size_t k;
-    int rv;
-
-    rv = json_read_plan(o->plan, tables, n, &in, &d);
-    if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "estimate: --plan: %s", d.msg);
-    *ndev = o->devices ? (int32_t)o->devices : in.ndevices;
-    rv = plan_init(p, *ndev);
-    for (k = 0; rv == 0 && k < in.nshards; k++)
-        rv = plan_add(p, in.shards[k].table, in.shards[k].device,
-                      in.shards[k].col_offset, in.shards[k].col_width);
-    plan_destroy(&in);
-    if (rv != 0) {
-        plan_destroy(p);
-        return ctl_fail(1, "estimate: out of memory");
-    }
-    plan_sort(p);
-    return 0;
-}
-
 /* The human report: the offline plan table, and whether it all fits. */
 static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
                           struct tables_input *in, const struct topology *topo)
@@ -386,6 +360,10 @@ static int online_estimate(struct online *on)
     if (o->tables == NULL || o->plan == NULL || o->mem_gb <= 0)
         return ctl_fail(CTL_EXIT_USAGE, "estimate: --tables, --plan and "
                                         "--mem-gb are required");
+    if (o->model != NULL || o->out != NULL)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "estimate: --model and --out work only with "
+                        "--offline (the daemon answers with its own model)");
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
         return ctl_fail(CTL_EXIT_USAGE,
                         "estimate: --optimizer \"%s\" is unknown (sgd, "
@@ -394,7 +372,7 @@ static int online_estimate(struct online *on)
     rv = ctl_read_tables(o, "estimate", &in);
     if (rv != 0)
         return rv;
-    rv = read_placement(o, in.tables, in.n, &p, &ndev);
+    rv = ctl_read_placement(o, "estimate", in.tables, in.n, &p, &ndev);
     if (rv != 0)
         goto out_tables;
     rv = asked_topology(o, "estimate", ndev, &asked, &caps);

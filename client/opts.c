@@ -74,7 +74,10 @@ static const char usage_text[] =
     "      --policy FILE, else the embedded one), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
-    "      embedded one) at its batch unless --batch-size is given.\n"
+    "      embedded one; --profile neuroshard/V100/65536 alone picks the\n"
+    "      reference set, NeuroShard's released models, MIT) at its batch\n"
+    "      unless --batch-size is given; a set with comm models for N\n"
+    "      devices prices the all-to-all with them.\n"
     "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
@@ -105,6 +108,26 @@ static const char usage_text[] =
     "      measured samples: the held-out check for samples it never saw.\n"
     "      --backend: every sample scored in one batch by the model resident\n"
     "      on that backend's device 0.\n"
+    "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"
+    "              [--devices N] [--task K] [--batch-size B]\n"
+    "              [--devices-per-host L] [--optimizer NAME] [--model FILE]\n"
+    "              [--profile NAME] [--json [--out FILE]] [--svg FILE]\n"
+    "      Per-device costs of a given plan (a --json plan file) by the\n"
+    "      model set, in this process: its comm models too when it has them\n"
+    "      for N devices, else the alpha-beta model.\n"
+    "  import-model --neuroshard compute.pt [--comm-fw F --comm-bw F]\n"
+    "              --profile NAME [--batch-size B] [--notice FILE]\n"
+    "              [--out FILE] [--db FILE [--activate]]\n"
+    "      NeuroShard's PyTorch checkpoints (read without torch) as one\n"
+    "      model set, held exactly (format 2): written to --out, stored as\n"
+    "      a model version of the profile with --db.  The batch is the\n"
+    "      profile's last part unless --batch-size; --notice carries a\n"
+    "      license text along.\n"
+    "  comm-fit    FILE... [--collective NAME] [--bands K] [--json]\n"
+    "              [--out FILE]\n"
+    "      Fit alpha-beta per size band (K bands, default 3, at most 4) to\n"
+    "      nccl-tests outputs (all_reduce, all_gather, reduce_scatter,\n"
+    "      alltoall); --collective when an output does not name it.\n"
     "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
@@ -188,6 +211,9 @@ static const struct cmd_def {
     [CTL_CMD_PROFILER] = {"profiler", 1, 1, "profiler pause|resume"},
     [CTL_CMD_HEALTH] = {"health", 0, 1, NULL},
     [CTL_CMD_FEATURES] = {"features", 0, 0, NULL},
+    [CTL_CMD_IMPORT_MODEL] = {"import-model", 0, 0, NULL},
+    [CTL_CMD_COMM_FIT] = {"comm-fit", 1, CTL_MAX_ARGS,
+                          "comm-fit FILE... [--collective NAME] [--bands K]"},
     [CTL_CMD_TRAIN_POLICY] = {"train-policy", 0, 0, NULL},
     [CTL_CMD_CACHE_CURVE] = {"cache-curve", 0, 0, NULL},
 };
@@ -261,12 +287,13 @@ static const struct opt_def opt_defs[] = {
     {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
     {"batch-size", ARG, O(batch),
      CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL) |
-         CMD(COMM_PROFILE) | CMD(FEATURES) | CMD(CACHE_CURVE),
+         CMD(COMM_PROFILE) | CMD(FEATURES) | CMD(CACHE_CURVE) |
+         CMD(IMPORT_MODEL),
      set_int, 1, 1 << 30},
     {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
      set_str, 0, 0},
     /* How to plan */
-    {"offline", FLAG, O(offline), CMD(PLAN), set_flag, 0, 0},
+    {"offline", FLAG, O(offline), CMD(PLAN) | CMD(ESTIMATE), set_flag, 0, 0},
     {"alg", ARG, O(alg), CMD(PLAN), set_str, 0, 0},
     {"seed", ARG, O(seed),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(PROFILE) | CMD(TRAIN) |
@@ -277,17 +304,18 @@ static const struct opt_def opt_defs[] = {
     /* Offline-only; online plan refuses them with its own message. */
     {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
-    {"model", ARG, O(model), CMD(PLAN) | CMD(SCORE) | CMD(TRAIN_POLICY),
-     set_str, 0, 0},
+    {"model", ARG, O(model),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(TRAIN_POLICY), set_str, 0, 0},
     {"policy", ARG, O(policy), CMD(PLAN), set_str, 0, 0},
     {"profile", ARG, O(profile),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
-         CMD(RETRAIN) | CMD(TRAIN_POLICY),
+         CMD(RETRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY),
      set_str, 0, 0},
     /* Output */
     {"out", ARG, O(out),
-     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL) |
-         CMD(FEATURES) | CMD(TRAIN_POLICY),
+     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) |
+         CMD(EVAL) | CMD(FEATURES) | CMD(IMPORT_MODEL) | CMD(COMM_FIT) |
+         CMD(TRAIN_POLICY),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
     {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
@@ -305,7 +333,7 @@ static const struct opt_def opt_defs[] = {
     /* Measuring: profile, train, score, eval */
     {"db", ARG, O(db),
      CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE) |
-         CMD(TRAIN_POLICY),
+         CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY),
      set_str, 0, 0},
     {"backend", ARG, O(backend),
      CMD(PROFILE) | CMD(EVAL) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE),
@@ -322,8 +350,15 @@ static const struct opt_def opt_defs[] = {
     {"epochs", ARG, O(epochs), CMD(TRAIN), set_int, 1, 1e6},
     {"weight-decay", ARG, O(weight_decay), CMD(TRAIN), set_real, 0, 100},
     {"newest", ARG, O(newest), CMD(TRAIN) | CMD(SCORE), set_int, 1, 1e9},
-    {"activate", FLAG, O(activate), CMD(TRAIN) | CMD(TRAIN_POLICY), set_flag, 0,
-     0},
+    {"activate", FLAG, O(activate),
+     CMD(TRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY), set_flag, 0, 0},
+    /* import-model and comm-fit */
+    {"neuroshard", ARG, O(neuroshard), CMD(IMPORT_MODEL), set_str, 0, 0},
+    {"comm-fw", ARG, O(comm_fw), CMD(IMPORT_MODEL), set_str, 0, 0},
+    {"comm-bw", ARG, O(comm_bw), CMD(IMPORT_MODEL), set_str, 0, 0},
+    {"notice", ARG, O(notice), CMD(IMPORT_MODEL), set_str, 0, 0},
+    {"collective", ARG, O(collective), CMD(COMM_FIT), set_str, 0, 0},
+    {"bands", ARG, O(bands), CMD(COMM_FIT), set_int, 1, NCCL_BANDS_MAX},
     /* train-policy */
     {"tasks", ARG, O(tasks), CMD(TRAIN_POLICY), set_str, 0, 0},
     {"iterations", ARG, O(iterations), CMD(TRAIN_POLICY), set_int, 1, 1e7},

@@ -12,6 +12,7 @@
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
  *   shardctl comm-profile [--db F] --devices N  collectives timed
+ *   shardctl import-model --neuroshard F ...;  shardctl comm-fit FILE...
  *   shardctl train-policy --db F [--profile P]   (train_policy.c)
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
@@ -28,10 +29,15 @@
 
 #include "client.h"
 
-/* plan runs in this process with --offline, else asks shardd. */
+/* plan and estimate run in this process with --offline, else ask shardd. */
 static int run_plan(const struct ctl_opts *o)
 {
     return o->offline ? offline_plan(o) : online_run(o);
+}
+
+static int run_estimate(const struct ctl_opts *o)
+{
+    return o->offline ? offline_estimate(o) : online_run(o);
 }
 
 static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
@@ -43,7 +49,7 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_SCORE] = measure_score,
     [CTL_CMD_EVAL] = measure_eval,
     [CTL_CMD_COMM_PROFILE] = comm_profile,
-    [CTL_CMD_ESTIMATE] = online_run,
+    [CTL_CMD_ESTIMATE] = run_estimate,
     [CTL_CMD_STATUS] = online_run,
     [CTL_CMD_MODELS] = online_run,
     [CTL_CMD_ACTIVATE] = online_run,
@@ -52,6 +58,8 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_PROFILER] = online_run,
     [CTL_CMD_HEALTH] = online_run,
     [CTL_CMD_FEATURES] = offline_features,
+    [CTL_CMD_IMPORT_MODEL] = import_model,
+    [CTL_CMD_COMM_FIT] = import_comm_fit,
     [CTL_CMD_TRAIN_POLICY] = train_policy_run,
     [CTL_CMD_CACHE_CURVE] = tiers_cache_curve,
 };

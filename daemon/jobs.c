@@ -357,7 +357,7 @@ static int store_new_model(struct store *st, int64_t profile_id,
     memset(&sm, 0, sizeof(sm));
     sm.info.profile_id = profile_id;
     sm.info.kind = STORE_KIND_COMPUTE;
-    sm.info.format_version = NET_FORMAT_VERSION;
+    sm.info.format_version = net_format_version(m);
     sm.info.metrics.val_mape = gate_mape;
     sm.info.metrics.test_mape = m->metrics.test_mape;
     sm.info.metrics.train_samples =

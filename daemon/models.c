@@ -14,7 +14,9 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
 {
     struct sd_diag d;
 
-    if (be == NULL)
+    /* A model with a raw output (NeuroShard's, the reference profile) is
+     * scored on the host: the device kernels end in softplus. */
+    if (be == NULL || net_io_activation(m->net) != NET_ACT_SOFTPLUS)
         return;
     if (prof_net_upload(be, 0, m->net, &m->resident, &d) != 0) {
         m->resident = NULL;
@@ -45,7 +47,9 @@ static struct dmodel *dmodel_new(const struct models *ms,
     m->embedded = embedded;
     m->id = id;
     if (embedded)
-        snprintf(m->version, sizeof(m->version), "embedded");
+        snprintf(m->version, sizeof(m->version), "%s",
+                 strcmp(net->profile, NET_REFERENCE_PROFILE) == 0 ? "reference"
+                                                                  : "embedded");
     else
         snprintf(m->version, sizeof(m->version), "%lld", (long long)id);
     if (metrics != NULL)
@@ -142,10 +146,11 @@ int models_parse_stored(const struct store_model *sm, struct cost_net **out,
 {
     int rv;
 
-    if (sm->info.format_version != NET_FORMAT_VERSION)
+    if (sm->info.format_version < 1 ||
+        sm->info.format_version > NET_FORMAT_VERSION)
         return sd_diag_set(d, SD_EFORMAT,
                            "model %lld: weights format %d, this shardd "
-                           "reads %d",
+                           "reads 1 to %d",
                            (long long)sm->info.id, (int)sm->info.format_version,
                            NET_FORMAT_VERSION);
     rv = net_parse(sm->weights, sm->info.weights_bytes, out, d);
@@ -193,6 +198,31 @@ static int load_active(struct models *ms, struct store *st,
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     if (publish(ms, m) != 0) {
+        dmodel_release(m);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/*
+ * The reference profile (NeuroShard's released models, compiled in) in a
+ * slot of its own: it answers requests that name it, never by default (the
+ * default profile is the embedded model's or the server's own), and an
+ * active stored model of that profile replaces it.  A damaged image is
+ * logged and left out.
+ */
+static int publish_reference(struct models *ms, struct sd_diag *d)
+{
+    struct sd_diag why;
+    const struct cost_net *ref = net_reference(&why);
+    struct dmodel *m;
+
+    if (ref == NULL) {
+        sd_log(SD_LOG_WARN, "%s", why.msg);
+        return 0;
+    }
+    m = dmodel_new(ms, ref, true, 0, NULL);
+    if (m == NULL || publish(ms, m) != 0) {
         dmodel_release(m);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
@@ -470,7 +500,9 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
         rv = sd_diag_set(d, rv, "out of memory");
         goto fail;
     }
-    rv = load_embedded_policy(ms, d);
+    rv = publish_reference(ms, d);
+    if (rv == 0)
+        rv = load_embedded_policy(ms, d);
     if (rv != 0)
         goto fail;
     rv = store_profile_list(st, &profs, &np, d);

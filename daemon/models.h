@@ -44,7 +44,7 @@ struct dmodel {
     struct net_memo *memo;      /* owned: net's latents; NULL: none */
     bool embedded;
     int64_t id;                       /* store model id; 0: the embedded */
-    char version[MODELS_VERSION_MAX]; /* "embedded" or the id */
+    char version[MODELS_VERSION_MAX]; /* "embedded", "reference" or the id */
     struct store_model_metrics metrics;
     /* net's parameters on the serving backend's device 0, for batched
      * scoring (prof_net_score_tables()); NULL: none.  Owned. */

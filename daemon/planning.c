@@ -47,6 +47,8 @@ void svc_limits(const struct sd_config *c, struct wire_limits *l)
  */
 struct scorer {
     struct net_cost_model ncm;
+    struct net_comm_model ncomm; /* the learned comm, when comm_learned */
+    bool comm_learned;
     const struct cost_model *m;
     struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
@@ -97,6 +99,20 @@ static int resolve_batch(struct topology *t, const struct scorer *sc,
                            "model's) is below num_devices %d; give one",
                            (long long)t->batch_size, (int)t->ndevices);
     return 0;
+}
+
+/*
+ * The learned comm models of the answering set, when it has them for the
+ * request's device count (the reference profile's for 4 devices); else
+ * the topology keeps the alpha-beta model.  After resolve_batch(): they
+ * scale with the batch.
+ */
+static void attach_comm(struct scorer *sc, struct topology *t)
+{
+    sc->comm_learned =
+        sc->dm != NULL && net_comm_model_init(&sc->ncomm, sc->dm->net, t);
+    if (sc->comm_learned)
+        t->comm = &sc->ncomm.cm;
 }
 
 static void scorer_release(struct scorer *sc)
@@ -222,7 +238,9 @@ static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
     b->compute_source = sc->dm != NULL
                             ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
                             : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
-    b->comm_source = SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
+    b->comm_source = sc->comm_learned
+                         ? SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED
+                         : SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC;
 }
 
 /*
@@ -471,6 +489,7 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
         return rv;
     if (a->in.whole_tables)
         a->po.column_splits = false;
+    attach_comm(&a->sc, &a->topo);
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
@@ -684,6 +703,8 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
         rv = resolve_batch(&topo, &sc, d);
     if (rv == 0)
         rv = tables_input_resolve(&in, topo.batch_size, d);
+    if (rv == 0)
+        attach_comm(&sc, &topo);
     if (rv == 0)
         rv = wire_placement_in("placement", rq->placement, rq->n_placement,
                                tables, n, topo.ndevices, &p, d);

@@ -1,17 +1,22 @@
 /*
- * Fuzz target: the cost-model file loader, net_parse() (planner/models/net.c).
+ * Fuzz target: the cost-model file loader, net_parse()
+ * (planner/models/netfile.c), formats 1 and 2.
  *
  * The first byte picks how the rest is used:
  *  - even: the rest is a model file image as it is;
- *  - odd: the rest is a list of 3-byte edits (offset u16 little-endian,
+ *  - 1 mod 4: the rest is a list of 3-byte edits (offset u16 little-endian,
  *    modulo the image size, then the new byte) applied to the embedded
- *    model's image, whose CRC-32 is then made right again.  A checksum
- *    stops raw mutations at the first changed byte; the edits reach the
- *    checks behind it (architecture, profile, batch size, weights).
+ *    model's image (format 1), whose CRC-32 is then made right again;
+ *  - 3 mod 4: a list of 4-byte edits (offset u24) of the reference set's
+ *    image (format 2: transforms, notice, comm models).
+ *    A checksum stops raw mutations at the first changed byte; the edits
+ *    reach the checks behind it (architecture, profile, batch size,
+ *    transforms, comm models' sizes, weights).
  *
  * Invariants: an input is refused with a code and a message, or the model
- * has a NUL-terminated, non-empty profile, a batch size >= 1 and finite
- * weights, and net_serialize() then net_parse() gives the same model.
+ * has a NUL-terminated, non-empty profile, a batch size >= 1, finite
+ * weights, transforms, activations and comm sizes in range, and
+ * net_serialize() then net_parse() gives the same model.
  */
 #include <math.h>
 #include <string.h>
@@ -19,19 +24,24 @@
 #include "fuzz.h"
 #include "planner.h"
 
-static uint8_t *image; /* the embedded model, serialised */
+static uint8_t *image; /* the embedded model, serialised (format 1) */
 static size_t image_len;
+static uint8_t *image2; /* the reference set, serialised (format 2) */
+static size_t image2_len;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const struct cost_net *m = net_embedded(NULL);
+    const struct cost_net *r = net_reference(NULL);
     void *img;
 
     (void)argc;
     (void)argv;
-    FUZZ_CHECK(m != NULL);
+    FUZZ_CHECK(m != NULL && r != NULL);
     FUZZ_CHECK(net_serialize(m, &img, &image_len) == 0);
     image = img;
+    FUZZ_CHECK(net_serialize(r, &img, &image2_len) == 0);
+    image2 = img;
     return 0;
 }
 
@@ -50,6 +60,39 @@ static uint32_t crc32_ieee(const uint8_t *p, size_t n)
     return ~c;
 }
 
+static int same_io(const struct cost_net *a, const struct cost_net *b)
+{
+    int i;
+
+    for (i = 0; i < NET_IN; i++)
+        if (net_io_transform(a, i) != net_io_transform(b, i))
+            return 0;
+    return net_io_activation(a) == net_io_activation(b) &&
+           net_io_eps(a) == net_io_eps(b);
+}
+
+static int same_comm(const struct cost_net *a, const struct cost_net *b)
+{
+    int32_t k;
+
+    if (a->ncomm != b->ncomm || a->ncomm_p != b->ncomm_p ||
+        memcmp(a->comm_p, b->comm_p, a->ncomm_p * sizeof(float)) != 0)
+        return 0;
+    for (k = 0; k < a->ncomm; k++) {
+        const struct comm_net *x = &a->comm[k], *y = &b->comm[k];
+
+        if (x->dir != y->dir || x->ndevices != y->ndevices ||
+            x->nlayers != y->nlayers || x->activation != y->activation ||
+            x->eps != y->eps || x->off != y->off || x->nparams != y->nparams ||
+            memcmp(x->sizes, y->sizes, sizeof(x->sizes)) != 0 ||
+            memcmp(x->mean, y->mean, sizeof(x->mean)) != 0 ||
+            memcmp(x->std, y->std, sizeof(x->std)) != 0 ||
+            memcmp(&x->metrics, &y->metrics, sizeof(x->metrics)) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static int same_model(const struct cost_net *a, const struct cost_net *b)
 {
     return strcmp(a->profile, b->profile) == 0 &&
@@ -57,7 +100,28 @@ static int same_model(const struct cost_net *a, const struct cost_net *b)
            memcmp(a->mean, b->mean, sizeof(a->mean)) == 0 &&
            memcmp(a->std, b->std, sizeof(a->std)) == 0 &&
            memcmp(a->p, b->p, sizeof(a->p)) == 0 &&
-           memcmp(&a->metrics, &b->metrics, sizeof(a->metrics)) == 0;
+           memcmp(&a->metrics, &b->metrics, sizeof(a->metrics)) == 0 &&
+           strcmp(a->notice, b->notice) == 0 && same_io(a, b) &&
+           same_comm(a, b);
+}
+
+/* A comm net that parsed: sizes in range and consistent, weights finite. */
+static void check_comm(const struct cost_net *m, const struct comm_net *c)
+{
+    int32_t l;
+    size_t i;
+
+    FUZZ_CHECK(c->dir == COMM_FWD || c->dir == COMM_BWD);
+    FUZZ_CHECK(c->ndevices >= 2 && c->ndevices <= COMM_DEVICES_MAX);
+    FUZZ_CHECK(c->nlayers >= 1 && c->nlayers <= COMM_LAYERS_MAX);
+    for (l = 0; l <= c->nlayers; l++)
+        FUZZ_CHECK(c->sizes[l] >= 1 && c->sizes[l] <= COMM_WIDTH_MAX);
+    FUZZ_CHECK(c->sizes[c->nlayers] == c->ndevices);
+    FUZZ_CHECK(c->nparams == comm_net_nparams(c->nlayers, c->sizes));
+    FUZZ_CHECK(c->off + c->nparams <= m->ncomm_p);
+    FUZZ_CHECK(isfinite(c->eps) && c->eps >= 0);
+    for (i = 0; i < c->nparams; i++)
+        FUZZ_CHECK(isfinite(m->comm_p[c->off + i]));
 }
 
 static void check_model(const struct cost_net *m)
@@ -74,7 +138,13 @@ static void check_model(const struct cost_net *m)
         FUZZ_CHECK(isfinite(m->p[i]));
     for (i = 0; i < NET_IN; i++)
         FUZZ_CHECK(isfinite(m->mean[i]) && isfinite(m->std[i]) &&
-                   m->std[i] >= 0);
+                   m->std[i] >= 0 &&
+                   net_io_transform(m, (int)i) < NET_TF_COUNT);
+    FUZZ_CHECK(net_io_activation(m) < NET_ACT_COUNT);
+    FUZZ_CHECK(memchr(m->notice, '\0', sizeof(m->notice)) != NULL);
+    FUZZ_CHECK(m->ncomm >= 0 && m->ncomm <= COMM_NETS_MAX);
+    for (i = 0; i < (size_t)m->ncomm; i++)
+        check_comm(m, &m->comm[i]);
 
     FUZZ_CHECK(net_serialize(m, &img, &len) == 0);
     d.msg[0] = '\0';
@@ -103,9 +173,10 @@ static void parse(const uint8_t *buf, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    const uint8_t *base;
     uint8_t *buf;
     uint32_t crc;
-    size_t i;
+    size_t i, blen, step;
     int k;
 
     if (size == 0)
@@ -119,18 +190,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(buf);
         return 0;
     }
-    buf = malloc(image_len);
+    /* 1 mod 4: 3-byte edits of format 1; 3 mod 4: 4-byte edits (a 24-bit
+     * offset) of format 2. */
+    base = (data[0] & 2) ? image2 : image;
+    blen = (data[0] & 2) ? image2_len : image_len;
+    step = (data[0] & 2) ? 4 : 3;
+    buf = malloc(blen);
     FUZZ_CHECK(buf != NULL);
-    memcpy(buf, image, image_len);
-    for (i = 1; i + 3 <= size; i += 3) {
-        size_t off = ((size_t)data[i] | (size_t)data[i + 1] << 8) % image_len;
+    memcpy(buf, base, blen);
+    for (i = 1; i + step <= size; i += step) {
+        size_t off = (size_t)data[i] | (size_t)data[i + 1] << 8;
 
-        buf[off] = data[i + 2];
+        if (step == 4)
+            off |= (size_t)data[i + 2] << 16;
+        buf[off % blen] = data[i + step - 1];
     }
-    crc = crc32_ieee(buf, image_len - 4);
+    crc = crc32_ieee(buf, blen - 4);
     for (k = 0; k < 4; k++)
-        buf[image_len - 4 + k] = (uint8_t)(crc >> (8 * k));
-    parse(buf, image_len);
+        buf[blen - 4 + k] = (uint8_t)(crc >> (8 * k));
+    parse(buf, blen);
     free(buf);
     return 0;
 }

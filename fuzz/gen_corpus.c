@@ -294,8 +294,69 @@ static void gen_traces(void)
     put("fuzz_trace", "edge-index-range", buf, 71);
 }
 
+/* One format-2 edit: mode byte 3, offset u24, the new byte. */
+static void edit4(unsigned char e[5], size_t off, unsigned char v)
+{
+    e[0] = 3;
+    e[1] = (unsigned char)off;
+    e[2] = (unsigned char)(off >> 8);
+    e[3] = (unsigned char)(off >> 16);
+    e[4] = v;
+}
+
 /* ---------------------------------------------------------------------- */
-/* fuzz_model: the first byte picks raw (even) or edits (odd)              */
+/* fuzz_model: the first byte picks raw (even), edits of format 1 (1 mod   */
+/* 4) or of format 2 (3 mod 4)                                             */
+
+/*
+ * Format 2 (the reference set's image): the image itself, and 4-byte edits
+ * (offset u24 little-endian, new byte) of its fields: offsets from
+ * docs/model-format.md (transforms at 228, activation 248, eps 252, the
+ * notice's length at 36,388, the first comm model after the notice).
+ */
+static void model_v2_seeds(void)
+{
+    static const unsigned char none[] = {3};
+    static const unsigned char transform[] = {3, 228, 0, 0, 9};
+    static const unsigned char activation[] = {3, 248, 0, 0, 5};
+    static const unsigned char eps_nan[] = {3,   254, 0, 0,   0xc0,
+                                            255, 0,   0, 0x7f};
+    /* the length's second byte: 0x1032 = 4,146 bytes */
+    static const unsigned char notice_long[] = {3, 0x25, 0x8e, 0, 0x10};
+    static const unsigned char flags[] = {3, 24, 0, 0, 1};
+    const struct cost_net *r = net_reference(NULL);
+    unsigned char *img1, ncomm[5], ndev[5], sizes[5], dir[5];
+    size_t len, comm0;
+    void *img;
+
+    if (r == NULL || net_serialize(r, &img, &len) != 0)
+        die("net_serialize (reference)");
+    img1 = malloc(len + 1);
+    if (img1 == NULL)
+        die("out of memory");
+    img1[0] = 0;
+    memcpy(img1 + 1, img, len);
+    put("fuzz_model", "seed-v2-reference", img1, len + 1);
+    put("fuzz_model", "edge-v2-truncated", img1, len - 200);
+    free(img1);
+    free(img);
+    comm0 = 36388 + 4 + (strlen(r->notice) + 3) / 4 * 4 + 4;
+    edit4(ncomm, comm0 - 4, 9);  /* 9 comm models */
+    edit4(ndev, comm0 + 4, 1);   /* comm[0] of 1 device */
+    edit4(sizes, comm0 + 16, 0); /* comm[0].sizes[1] 0 */
+    edit4(dir, comm0, 2);        /* comm[0].dir 2 */
+    put("fuzz_model", "edit-v2-none", none, sizeof(none));
+    put("fuzz_model", "edit-v2-transform", transform, sizeof(transform));
+    put("fuzz_model", "edit-v2-activation", activation, sizeof(activation));
+    put("fuzz_model", "edit-v2-eps-nan", eps_nan, sizeof(eps_nan));
+    put("fuzz_model", "edit-v2-notice-long", notice_long, sizeof(notice_long));
+    put("fuzz_model", "edit-v2-flags", flags, sizeof(flags));
+    put("fuzz_model", "edit-v2-ncomm", ncomm, sizeof(ncomm));
+    put("fuzz_model", "edit-v2-comm-ndevices", ndev, sizeof(ndev));
+    put("fuzz_model", "edit-v2-comm-sizes", sizes, sizeof(sizes));
+    put("fuzz_model", "edit-v2-comm-dir", dir, sizeof(dir));
+}
+
 
 static void gen_models(void)
 {
@@ -340,6 +401,7 @@ static void gen_models(void)
     put("fuzz_model", "raw-short", raw_short, sizeof(raw_short));
     put("fuzz_model", "raw-newer", raw_newer, sizeof(raw_newer));
     put("fuzz_model", "raw-empty", raw_short, 1);
+    model_v2_seeds();
 }
 
 /* ---------------------------------------------------------------------- */

@@ -23,6 +23,13 @@ int prof_net_upload(const struct kern_backend *be, int32_t device,
 {
     if (kern_net_nparams(&net_dims) != NET_NPARAMS)
         return sd_diag_set(d, SD_EINVAL, "net: parameter layouts differ");
+    /* The device kernels end in softplus (format 1's output); a model
+     * whose output is raw (format 2, NeuroShard's) is scored on the host. */
+    if (net_io_activation(m) != NET_ACT_SOFTPLUS)
+        return sd_diag_set(d, SD_EUNSUPPORTED,
+                           "net: model %s has no softplus output, which the "
+                           "device kernels apply: scored on the host",
+                           m->profile);
     return kern_net_open(be, device, &net_dims, m->p, out, d);
 }
 

@@ -230,7 +230,9 @@ int prof_coll_sweep(const struct kern_backend *be, int32_t ndevices,
 /*
  * Uploads m's parameters to device `device` of be (kern_net_open()): the
  * model resident in that device's memory until kern_net_close().  m is
- * borrowed for the call.  Returns 0 or kern_net_open()'s codes.
+ * borrowed for the call.  Returns 0, SD_EUNSUPPORTED (a model without
+ * format 1's softplus output: the kernels apply it) or kern_net_open()'s
+ * codes.
  */
 int prof_net_upload(const struct kern_backend *be, int32_t device,
                     const struct cost_net *m, struct kern_net **out,

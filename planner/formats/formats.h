@@ -2,8 +2,9 @@
  * The formats, beside the problem (problem.h, which has the conventions):
  * JSON of tables, tasks and plans on jansson (json.c; the plan format belongs
  * to the planner), trace files (trace_file.c), synthetic tables and
- * benchmark tasks (synth.c, task.c), and traces synthesised from a table's
- * features (trace_from_table.c).  Includes the problem room only.
+ * benchmark tasks (synth.c, task.c), traces synthesised from a table's
+ * features (trace_from_table.c), and nccl-tests outputs with their
+ * alpha-beta fit (nccl.c).  Includes the problem room only.
  */
 #ifndef SHARDD_PLANNER_FORMATS_H
 #define SHARDD_PLANNER_FORMATS_H
@@ -30,6 +31,90 @@ int trace_file_write(const char *path, const struct trace *traces, size_t n,
 int trace_file_read(const char *path, struct trace **out, size_t *n,
                     struct sd_diag *d);
 
+
+/* ------------------------------------------------------------------------ */
+/* nccl-tests outputs and their alpha-beta fit (nccl.c)                      */
+
+/*
+ * What NVIDIA's nccl-tests binaries (all_reduce_perf, ...) print, read as
+ * it is posted: launcher prefixes ("0: ", "[1,0]<stdout>:"), markdown
+ * indentation, foreign lines (NCCL INFO, MPI warnings, shell prompts) and
+ * several tables in one file are taken; only the rows' numbers matter
+ * (docs/models.md, "comm-fit").
+ */
+enum nccl_coll {
+    NCCL_ALL_REDUCE = 0,
+    NCCL_ALL_GATHER,
+    NCCL_REDUCE_SCATTER,
+    NCCL_ALL_TO_ALL,
+    NCCL_COLL_COUNT
+};
+
+/* "all_reduce", "all_gather", "reduce_scatter", "alltoall". */
+const char *nccl_coll_name(enum nccl_coll c);
+/* Parses those names (and "all_to_all"); SD_EINVAL for others. */
+int nccl_coll_parse(const char *s, enum nccl_coll *out);
+
+/* One size of a table: the out-of-place figures. */
+struct nccl_row {
+    uint64_t bytes; /* the size column: bytes per rank (max of send, recv) */
+    double time_us;
+    double algbw, busbw; /* GB/s (1e9 bytes), as printed */
+};
+
+#define NCCL_DEVICE_MAX 96
+
+struct nccl_run {
+    enum nccl_coll coll;
+    int32_t nranks; /* from the rank lines, else from busbw / algbw */
+    int32_t nhosts; /* distinct hosts of the rank lines; 0: not given */
+    char device[NCCL_DEVICE_MAX]; /* rank 0's GPU; "" when not given */
+    size_t nrows;                 /* rows of size > 0 */
+    struct nccl_row *rows;        /* owned: nccl_run_free() */
+};
+
+/*
+ * Parses one output (text of len bytes).  The collective is the one the
+ * text names ("Collective test starting: X_perf", a command line, any
+ * "X_perf"), else `hint` (a file name, say) when it names one, else what
+ * busbw / algbw says when only all_reduce fits it.  Returns 0, SD_EINVAL
+ * (no data row, or no way to tell the collective or the ranks; d says
+ * which) or SD_ENOMEM.
+ */
+int nccl_parse(const char *text, size_t len, const char *hint,
+               struct nccl_run *out, struct sd_diag *d);
+void nccl_run_free(struct nccl_run *r); /* NULL-safe */
+
+/*
+ * An alpha-beta fit per size band: time = alpha + bytes / beta within each
+ * band of consecutive sizes (NCCL switches protocol and algorithm with the
+ * size, each with its own latency and bandwidth).  Bands are chosen by
+ * dynamic programming to minimise the squared relative error, each fitted
+ * by least squares on the relative error (alpha >= 0).
+ */
+#define NCCL_BANDS_MAX 4
+
+struct nccl_band {
+    uint64_t from_bytes, to_bytes; /* the band's first and last size */
+    double alpha_us;               /* latency */
+    double beta_gbps;              /* bytes / time in GB/s (algbw) */
+};
+
+struct nccl_fit {
+    int32_t nbands;
+    struct nccl_band band[NCCL_BANDS_MAX];
+    double mape;    /* mean |predicted / measured - 1| over the rows */
+    double max_err; /* the largest of those */
+    size_t nrows;
+};
+
+/* Fits r's rows with at most `bands` bands (1 .. NCCL_BANDS_MAX; fewer when
+ * there are too few rows: two a band).  SD_EINVAL when r has fewer than 2
+ * rows. */
+int nccl_fit(const struct nccl_run *r, int32_t bands, struct nccl_fit *out,
+             struct sd_diag *d);
+/* A fit's time for `bytes` (the band holding it, or the nearest). */
+double nccl_fit_us(const struct nccl_fit *f, uint64_t bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Synthetic DLRM tables and tasks (synth.c, task.c)                        */
@@ -487,6 +572,12 @@ int json_parse_plan(const char *buf, size_t len, const struct table *tables,
 char *json_tables(const struct table *tables, size_t n);
 char *json_tasks(const struct task *tasks, size_t n);
 char *json_plan(const struct plan *p, const struct table *tables);
+/* comm-fit's result: {"fits": [{"file", "collective", "ranks", "hosts",
+ * "device", "sizes", "bands": [{"from_bytes", "to_bytes", "alpha_us",
+ * "beta_gbps"}], "mape", "max_error", "one_band_mape"}]}, one per run. */
+char *json_comm_fit(const char *const *names, const struct nccl_run *runs,
+                    const struct nccl_fit *fits, const struct nccl_fit *one,
+                    size_t n);
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
                          const struct topology *t, const char *module);
 

@@ -1122,3 +1122,47 @@ char *json_plan_torchrec_noted(const struct plan *p, const struct table *tables,
 {
     return dump_noted(torchrec_doc(p, tables, t, module), notes);
 }
+
+char *json_comm_fit(const char *const *names, const struct nccl_run *runs,
+                    const struct nccl_fit *fits, const struct nccl_fit *one,
+                    size_t n)
+{
+    json_t *root = json_object(), *arr = json_array();
+    int bad = root == NULL || arr == NULL;
+    size_t k;
+    int32_t b;
+
+    for (k = 0; k < n && !bad; k++) {
+        json_t *o = json_object(), *bands = json_array();
+
+        bad |= o == NULL || bands == NULL;
+        for (b = 0; b < fits[k].nbands && !bad; b++) {
+            const struct nccl_band *nb = &fits[k].band[b];
+
+            bad |= json_array_append_new(
+                bands, json_pack("{s:I, s:I, s:f, s:f}", "from_bytes",
+                                 (json_int_t)nb->from_bytes, "to_bytes",
+                                 (json_int_t)nb->to_bytes, "alpha_us",
+                                 nb->alpha_us, "beta_gbps", nb->beta_gbps));
+        }
+        bad |= json_object_set_new(o, "file", json_string(names[k]));
+        bad |= json_object_set_new(o, "collective",
+                                   json_string(nccl_coll_name(runs[k].coll)));
+        bad |= json_object_set_new(o, "ranks", json_integer(runs[k].nranks));
+        bad |= json_object_set_new(o, "hosts", json_integer(runs[k].nhosts));
+        bad |= json_object_set_new(o, "device", json_string(runs[k].device));
+        bad |= json_object_set_new(o, "sizes",
+                                   json_integer((json_int_t)runs[k].nrows));
+        bad |= json_object_set_new(o, "bands", bands);
+        bad |= json_object_set_new(o, "mape", json_real(fits[k].mape));
+        bad |= json_object_set_new(o, "max_error", json_real(fits[k].max_err));
+        bad |= json_object_set_new(o, "one_band_mape", json_real(one[k].mape));
+        bad |= json_array_append_new(arr, o);
+    }
+    bad |= json_object_set_new(root, "fits", arr);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return dump(root);
+}

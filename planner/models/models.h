@@ -22,14 +22,18 @@
  * NeuroShard's compute model (neuroshard.md 5.1): every table of a shard goes
  * through the same MLP 20 -> 128 -> 32 (ReLU after both layers), the 32-d
  * latents are summed over the shard, and a head 32 -> 64 -> 1 (ReLU between)
- * gives the shard's cost.  Two deliberate differences from the original:
+ * gives the shard's cost.  How inputs are transformed and the output
+ * activated is the model's own (struct net_io, format 2); shardd's trainer
+ * makes models with format 1's fixed choice, which differs from the
+ * original in two deliberate ways:
  *  - inputs are table_features() with the pooling factor as log1p(pf) and
  *    rows as log(rows), then z-scored with constants stored in the model;
  *  - the head's output goes through softplus, so costs are always positive
  *    yet grow linearly (not exponentially) for shards larger than any it
  *    was trained on, and training fits relative error, not raw ms.
- * Parameters are one float array, row-major [out][in] per layer, in this
- * order (offsets below).
+ * NeuroShard's released model (identity inputs, no activation) is held
+ * exactly by format 2.  Parameters are one float array, row-major
+ * [out][in] per layer, in this order (offsets below).
  */
 #define NET_IN      TABLE_NFEATURES
 #define NET_H1      128
@@ -45,9 +49,15 @@
 #define NET_B4      (NET_W4 + NET_H2)
 #define NET_NPARAMS (NET_B4 + 1) /* 8,993 */
 
-/* The model file's format version (docs/model-format.md). */
-#define NET_FORMAT_VERSION 1
+/*
+ * The model file's newest format version (docs/model-format.md): 1 holds a
+ * compute model with format 1's fixed inputs and output; 2 adds per-input
+ * transforms, the output activation, communication models and a notice.
+ * Both are read; net_serialize() writes the oldest that holds the model.
+ */
+#define NET_FORMAT_VERSION 2
 #define NET_PROFILE_MAX    128
+#define NET_NOTICE_MAX     2048 /* bytes, terminating NUL included */
 
 /* How a model was trained; fractions (0.05 = 5 %) and counts of samples. */
 struct net_metrics {
@@ -62,6 +72,90 @@ struct net_metrics {
     uint64_t seed;
 };
 
+/* What an input goes through before it is z-scored. */
+enum net_transform {
+    NET_TF_IDENTITY = 0,
+    NET_TF_LOG = 1,   /* log(x); 0 where x <= 0 */
+    NET_TF_LOG1P = 2, /* log(1 + x); 0 where x <= 0 */
+    NET_TF_COUNT
+};
+
+/* What a network's output goes through to become milliseconds. */
+enum net_activation {
+    NET_ACT_NONE = 0,     /* the raw output (NeuroShard's); a time below 0
+                           * is read as 0 */
+    NET_ACT_SOFTPLUS = 1, /* log(1 + e^x) */
+    NET_ACT_COUNT
+};
+
+/*
+ * A compute model's inputs and output.  custom false (a zeroed struct, a
+ * format-1 file, what net_train() makes): format 1's choice, log1p of the
+ * pooling factor, log of rows, identity otherwise, z-scored as
+ * (x - mean) / (std + 1e-6), softplus out.  custom true: transform[] (enum
+ * net_transform) per input, eps in place of 1e-6 (NeuroShard stores its
+ * stds with the 1e-6 added: 0 there) and the activation.
+ */
+struct net_io {
+    bool custom;
+    uint8_t transform[NET_IN];
+    uint8_t activation;
+    float eps;
+};
+
+/* Format 1's choice written out (custom true, the same effect). */
+void net_io_format1(struct net_io *io);
+
+/*
+ * Learned communication models (comm.c; neuroshard.md 4, 5.2): plain MLPs
+ * with a ReLU after every layer but the last, for one device count N.  The
+ * backward one maps the devices' dim sums (N inputs) to each device's
+ * backward all-to-all ms; the forward one maps the dim sums and each
+ * device's wait before the exchange (2N inputs: dims, then waits) to each
+ * device's forward all-to-all ms, the wait for the slowest device included.
+ * Inputs are z-scored, (x - mean) / (std + eps), with the net's constants.
+ * Dim sums are columns at the set's batch_size.
+ */
+#define COMM_NETS_MAX    4    /* in one model set */
+#define COMM_LAYERS_MAX  8    /* linear layers */
+#define COMM_WIDTH_MAX   1024 /* units of any layer */
+#define COMM_DEVICES_MAX 64
+#define COMM_IN_MAX      (2 * COMM_DEVICES_MAX)
+#define COMM_PARAMS_MAX  49152 /* floats of one net */
+
+enum comm_dir {
+    COMM_FWD = 0,
+    COMM_BWD = 1,
+};
+
+struct comm_net {
+    int32_t dir;      /* enum comm_dir */
+    int32_t ndevices; /* N */
+    int32_t nlayers;  /* linear layers, 1 .. COMM_LAYERS_MAX */
+    /* sizes[0] inputs (2N forward, N backward), sizes[nlayers] = N */
+    int32_t sizes[COMM_LAYERS_MAX + 1];
+    int32_t activation; /* enum net_activation of the outputs */
+    float eps;          /* of the z-score: 0 imported, 1e-6 trained */
+    float mean[COMM_IN_MAX];
+    float std[COMM_IN_MAX];
+    /* Its parameters: the set's comm_p + off, per layer W then b; W is
+     * row-major [out][in] in the file (torch's) and [in][out] in memory,
+     * so that a product runs down contiguous columns. */
+    size_t off;
+    size_t nparams;
+    struct net_metrics metrics;
+};
+
+/* Parameters of an MLP of `nlayers` layers of these sizes. */
+size_t comm_net_nparams(int32_t nlayers, const int32_t *sizes);
+
+/*
+ * A model set: the compute model and, optionally, communication models and
+ * a notice (provenance and license of imported models; shown wherever the
+ * set is).  One allocation (the comm parameters are its flexible tail), so
+ * a set is released with free(); a cost_net declared on the stack holds no
+ * comm models.
+ */
 struct cost_net {
     char profile[NET_PROFILE_MAX]; /* the hardware profile it answers for */
     int64_t batch_size;            /* the batch its samples were measured at */
@@ -69,13 +163,60 @@ struct cost_net {
     float std[NET_IN];
     float p[NET_NPARAMS];
     struct net_metrics metrics;
+    struct net_io io;
+    char notice[NET_NOTICE_MAX]; /* "" when none */
+    int32_t ncomm;
+    struct comm_net comm[COMM_NETS_MAX];
+    size_t ncomm_p; /* floats in comm_p */
+    float comm_p[];
 };
+
+/* A zeroed set without comm models (free()); NULL when memory is short. */
+struct cost_net *net_alloc(void);
+
+/*
+ * Adds a copy of comm net c with parameters p (c->nparams floats; c->off is
+ * ignored) to *m, which may move (realloc).  Returns 0, SD_EINVAL (a field
+ * of c out of range or inconsistent, a parameter not finite, COMM_NETS_MAX
+ * already, or the set has one for the same direction and device count; d
+ * names it) or SD_ENOMEM (*m unchanged).
+ */
+int net_add_comm(struct cost_net **m, const struct comm_net *c, const float *p,
+                 struct sd_diag *d);
+
+/* Comm net c's parameters in the file's layout ([out][in] weights) into p
+ * (c->nparams floats), and from it into m's memory layout. */
+void comm_net_params_get(const struct cost_net *m, const struct comm_net *c,
+                         float *p);
+void comm_net_params_set(struct cost_net *m, const struct comm_net *c,
+                         const float *p);
+
+/* The comm net of m for a direction and device count; NULL when none. */
+const struct comm_net *net_comm_find(const struct cost_net *m,
+                                     enum comm_dir dir, int32_t ndevices);
+
+/*
+ * Runs comm net c of set m on raw inputs in[c->sizes[0]] and writes
+ * out[c->ndevices] ms.  Float arithmetic, as the original's fp32.
+ */
+void comm_net_run(const struct cost_net *m, const struct comm_net *c,
+                  const double *in, double *out);
+
+/* The effective transform of input i, output activation and z-score
+ * epsilon of m. */
+enum net_transform net_io_transform(const struct cost_net *m, int i);
+enum net_activation net_io_activation(const struct cost_net *m);
+float net_io_eps(const struct cost_net *m);
 
 /* The transformed, normalised input of a table cut to `cols` columns. */
 void net_input(const struct cost_net *m, const struct table *t, int32_t cols,
                float x[NET_IN]);
-/* Raw transformed features (before z-scoring): what the mean/std are of. */
+/* Format 1's transformed features (before z-scoring): what the mean/std of
+ * a model net_train() makes are of. */
 void net_features(const struct table *t, int32_t cols, float x[NET_IN]);
+/* m's transformed features (before z-scoring). */
+void net_features_of(const struct cost_net *m, const struct table *t,
+                     int32_t cols, float x[NET_IN]);
 
 /* The 32-d latent of one table cut to `cols` columns. */
 void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
@@ -94,10 +235,12 @@ void net_project(const struct cost_net *m, const float lat[NET_LAT],
                  float proj[NET_H2]);
 void net_head_init(const struct cost_net *m, float z[NET_H2]); /* z = b3 */
 double net_head_z(const struct cost_net *m, const float z[NET_H2]);
-/* log(1 + e^x), the output activation. */
+/* log(1 + e^x), format 1's output activation. */
 double net_softplus(double x);
-/* The head before its activation: cost = softplus(raw), a monotone map, so
- * comparisons of shards can skip it. */
+/* m's output activation of a raw head output: ms. */
+double net_activate(const struct cost_net *m, double raw);
+/* The head before its activation: cost = net_activate(raw), a monotone
+ * map, so comparisons of shards can skip it. */
 double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
 
 /* Predicted ms of one shard (items' tables cut to their cols). */
@@ -109,17 +252,23 @@ double net_tables_ms(const struct cost_net *m, const struct table *tables,
                      size_t n);
 
 /*
+ * The format version net_serialize() writes for m: 1 when format 1 holds it
+ * (format 1's inputs and output, no comm models, no notice), else 2.
+ */
+int net_format_version(const struct cost_net *m);
+
+/*
  * Serialises m into a new buffer (*out, free()) of *len bytes: the model
- * file format, little-endian, with a CRC-32 over everything before it.
- * Returns 0 or SD_ENOMEM.
+ * file format (version net_format_version(m)), little-endian, with a
+ * CRC-32 over everything before it.  Returns 0 or SD_ENOMEM.
  */
 int net_serialize(const struct cost_net *m, void **out, size_t *len);
 
 /*
- * Parses a model file image into *out (owned: free()).  Returns 0, or
- * SD_EFORMAT (not a model file, a damaged one: bad magic, size or checksum,
- * non-finite weights; d says which) or SD_ENEWER (a newer format version),
- * or SD_ENOMEM.
+ * Parses a model file image (format 1 or 2) into *out (owned: free()).
+ * Returns 0, or SD_EFORMAT (not a model file, a damaged one: bad magic,
+ * size or checksum, a field out of range, non-finite weights; d names the
+ * field) or SD_ENEWER (a newer format version), or SD_ENOMEM.
  */
 int net_parse(const void *buf, size_t len, struct cost_net **out,
               struct sd_diag *d);
@@ -142,6 +291,17 @@ int net_check_profile(const struct cost_net *m, const char *profile,
  * never freed.
  */
 const struct cost_net *net_embedded(struct sd_diag *d);
+
+/*
+ * The reference profile: NeuroShard's released models (models/
+ * neuroshard-released/, MIT; compute and 4-device comm, V100, batch
+ * 65536) converted to models/neuroshard-v100.sdcn and compiled in.  It
+ * answers only when a request names its profile, never as a default.
+ * Parsed on first use; NULL if the image is damaged (d says why).  Shared,
+ * read-only, never freed.
+ */
+#define NET_REFERENCE_PROFILE "neuroshard/V100/65536"
+const struct cost_net *net_reference(struct sd_diag *d);
 
 /*
  * A memo of one model's projected latents (net_project(net_latent())), the
@@ -182,6 +342,25 @@ struct net_cost_model {
     char name[NET_PROFILE_MAX + 16];
 };
 void net_cost_model_init(struct net_cost_model *ncm, const struct cost_net *m);
+
+/*
+ * A comm_model (problem.h) answering with m's learned forward and backward
+ * comm nets for t's device count (comm.c).  Dim sums are scaled by
+ * t->batch_size / m->batch_size, the same bytes at the nets' batch (the
+ * name says so); waits are ms.  Returns true and fills ncm when m has both
+ * nets for t->ndevices, false (ncm untouched) when not: the caller keeps
+ * the alpha-beta model.  cm.ctx points at ncm and cm.name into it: it must
+ * not move while cm is used, nor m be freed.
+ */
+struct net_comm_model {
+    struct comm_model cm;
+    const struct cost_net *net;
+    const struct comm_net *fwd, *bwd;
+    double dim_scale; /* t's batch / the set's */
+    char name[NET_PROFILE_MAX + 96];
+};
+bool net_comm_model_init(struct net_comm_model *ncm, const struct cost_net *m,
+                         const struct topology *t);
 
 /* One measured shard for training. */
 struct train_sample {
@@ -255,11 +434,119 @@ int net_train(const struct train_params *p, const struct train_sample *s,
               size_t n, const char *profile, int64_t batch_size,
               struct cost_net **out, struct sd_diag *d);
 
+/* Checks train_params: SD_EINVAL naming the field out of range. */
+int train_params_check(const struct train_params *p, struct sd_diag *d);
+
+/* One measured exchange for training comm models (a store comm sample). */
+struct comm_sample {
+    int32_t ndevices;
+    const int32_t *dim_sum; /* ndevices each */
+    const double *wait_ms;  /* the forward's wait input: how late the device
+                             * was (its compute skew; the profiler's sleep) */
+    const double *fwd_ms;   /* measured, waiting included */
+    const double *bwd_ms;
+};
+
+/*
+ * Trains a comm net of direction dir for `ndevices` devices on the samples
+ * of that device count (others are skipped) with NeuroShard's comm
+ * architecture (inputs -> 128 -> 64 -> 32 -> 16 -> N) through the compute
+ * model's training path (train_comm.c): p's seed, split, Adam with weight
+ * decay, patience and progress; the loss on log ms, softplus outputs.  *c
+ * gets the net (its metrics: MAPE over samples and devices), *params
+ * (owned: free()) its c->nparams floats in the file's layout, for
+ * net_add_comm().  Returns 0, SD_EINVAL (bad params, fewer than 10 samples
+ * of the count, a time not > 0; d says which) or SD_ENOMEM.
+ */
+int comm_train(const struct train_params *p, const struct comm_sample *s,
+               size_t n, enum comm_dir dir, int32_t ndevices,
+               struct comm_net *c, float **params, struct sd_diag *d);
+
 /* Mean absolute percentage error (fraction) of m over samples. */
 double net_mape(const struct cost_net *m, const struct train_sample *s,
                 size_t n);
 
 /* ------------------------------------------------------------------------ */
+/* PyTorch checkpoints and NeuroShard's models (torch.c, import.c)          */
+
+/*
+ * A PyTorch checkpoint (torch.save()'s zip format: <dir>/data.pkl, a pickle
+ * of protocol 2, and one raw little-endian storage <dir>/data/<key> per
+ * tensor), read without torch: the top-level dict's float32 tensors,
+ * integers and lists of integers, nested dicts flattened to keys joined by
+ * "." ("state_dict.hidden.0.weight").  The unpickler takes exactly the
+ * opcodes torch.save() of a dict of tensors and numbers uses, the globals
+ * collections.OrderedDict, torch._utils._rebuild_tensor_v2 and
+ * torch.FloatStorage, and refuses anything else, naming the opcode or
+ * global and its offset: nothing in a file is ever called.
+ */
+#define TORCH_KEY_MAX  128
+#define TORCH_DIMS_MAX 4
+
+enum torch_kind {
+    TORCH_TENSOR = 0, /* contiguous float32, row-major */
+    TORCH_INT,
+    TORCH_INTS, /* a list or tuple of integers */
+};
+
+struct torch_entry {
+    char key[TORCH_KEY_MAX];
+    enum torch_kind kind;
+    int32_t ndim; /* tensor: shape[0 .. ndim) */
+    int64_t shape[TORCH_DIMS_MAX];
+    size_t n;   /* tensor elements, or integers */
+    float *f;   /* tensor: n floats (NULL before torch_read() loads them) */
+    int64_t *i; /* TORCH_INT: one, TORCH_INTS: n */
+    /* where a tensor's floats are: storage key, first element */
+    char storage[32];
+    int64_t storage_offset;
+};
+
+struct torch_ckpt {
+    size_t n;
+    struct torch_entry *e;
+};
+
+/*
+ * Unpickles a data.pkl image into *out (torch_free()); tensors are described,
+ * not loaded (f NULL).  Returns 0, SD_EFORMAT (an opcode, global or value
+ * outside the subset, a malformed pickle; d names it and its offset) or
+ * SD_ENOMEM.
+ */
+int torch_unpickle(const void *pkl, size_t len, struct torch_ckpt **out,
+                   struct sd_diag *d);
+
+/*
+ * Reads a checkpoint from a zip image / a file: the pickle, then each
+ * tensor's floats from its storage (sizes, bounds and zip CRCs checked).
+ * Returns 0, SD_EFORMAT (d names the entry or field), SD_ENOENT / SD_EIO
+ * (the file) or SD_ENOMEM.
+ */
+int torch_load(const void *zip, size_t len, struct torch_ckpt **out,
+               struct sd_diag *d);
+int torch_read(const char *path, struct torch_ckpt **out, struct sd_diag *d);
+void torch_free(struct torch_ckpt *c); /* NULL-safe */
+
+/* The entry of `key`, or NULL. */
+const struct torch_entry *torch_find(const struct torch_ckpt *c,
+                                     const char *key);
+
+/*
+ * NeuroShard's models (neuroshard.md 5.1-5.4) as one model set: the
+ * compute checkpoint (ComputeCostNet: t_hidden 20-128-32, c_hidden
+ * 32-64-1) with identity inputs and no output activation, and optionally
+ * the forward and backward comm checkpoints (CommCostNet of one device
+ * count), exactly as trained.  profile, batch_size and notice (may be NULL)
+ * go into the set.  Returns 0, SD_EINVAL (a checkpoint that is not the
+ * architecture it should be, or the comm pair of different device counts;
+ * d names the file's key and what was expected) or SD_ENOMEM.  *out:
+ * free().
+ */
+int net_import_neuroshard(const struct torch_ckpt *compute,
+                          const struct torch_ckpt *comm_fw,
+                          const struct torch_ckpt *comm_bw, const char *profile,
+                          int64_t batch_size, const char *notice,
+                          struct cost_net **out, struct sd_diag *d);
 /* DreamShard's placement policy (policy.c, policy_train.c)                 */
 
 /*

@@ -428,7 +428,7 @@ static int cmp_size_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-static int check_params(const struct train_params *p, struct sd_diag *d)
+int train_params_check(const struct train_params *p, struct sd_diag *d)
 {
     if (p->max_epochs < 1)
         return sd_diag_set(d, SD_EINVAL, "train: max_epochs %d is not >= 1",
@@ -690,7 +690,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     float *x, *block;
     int rv;
 
-    rv = check_params(p, d);
+    rv = train_params_check(p, d);
     if (rv != 0)
         return rv;
     if (profile == NULL || profile[0] == '\0')

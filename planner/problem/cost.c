@@ -96,6 +96,56 @@ void cost_comm_alpha_beta(const struct topology *t, const int32_t *dim_sum,
     }
 }
 
+/* Devices of a learned comm model: a few; more take the heap. */
+#define COMM_STACK_DEVICES 64
+
+const char *cost_comm_exchange(const struct topology *t, const int32_t *dim_sum,
+                               const double *compute_ms,
+                               const double *fixed_fwd, const double *fixed_bwd,
+                               double *fwd_ms, double *bwd_ms)
+{
+    double max_ready = 0, stack[COMM_STACK_DEVICES] = {0}, *before = NULL;
+    int32_t n = t->ndevices, r;
+
+    if (t->comm != NULL) {
+        /* What each device runs before the forward all-to-all, the backward
+         * collectives included, is what the learned model waits for. */
+        if (fixed_bwd != NULL) {
+            before = n <= COMM_STACK_DEVICES
+                         ? stack
+                         : malloc((size_t)n * sizeof(*before));
+            for (r = 0; before != NULL && r < n; r++)
+                before[r] = (compute_ms ? compute_ms[r] : 0) + fixed_bwd[r];
+        }
+        t->comm->exchange(t->comm->ctx, t, dim_sum,
+                          before != NULL ? before : compute_ms, fwd_ms, bwd_ms);
+        for (r = 0; r < n; r++) {
+            bwd_ms[r] += fixed_bwd ? fixed_bwd[r] : 0;
+            fwd_ms[r] += fixed_fwd ? fixed_fwd[r] : 0;
+        }
+        if (before != stack)
+            free(before);
+        return t->comm->name;
+    }
+    cost_comm_alpha_beta(t, dim_sum, fwd_ms, bwd_ms);
+    for (r = 0; r < n; r++) {
+        double ready;
+
+        if (fixed_fwd)
+            fwd_ms[r] += fixed_fwd[r];
+        if (fixed_bwd)
+            bwd_ms[r] += fixed_bwd[r];
+        ready = (compute_ms ? compute_ms[r] : 0) + bwd_ms[r];
+        if (ready > max_ready)
+            max_ready = ready;
+    }
+    /* The forward all-to-all starts when the slowest device is ready: a
+     * device that finishes early waits (neuroshard.md 6.1). */
+    for (r = 0; r < n; r++)
+        fwd_ms[r] += max_ready - ((compute_ms ? compute_ms[r] : 0) + bwd_ms[r]);
+    return "alpha_beta";
+}
+
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
                     const int32_t *dim_sum, const double *fixed_fwd,
                     const double *fixed_bwd, double *fwd_scratch,
@@ -104,6 +154,19 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
     double max_ready = 0, max_fwd = 0;
     int32_t r;
 
+    if (t->comm != NULL) {
+        double max_total = 0;
+
+        cost_comm_exchange(t, dim_sum, compute_ms, fixed_fwd, fixed_bwd,
+                           fwd_scratch, bwd_scratch);
+        for (r = 0; r < t->ndevices; r++) {
+            double total = compute_ms[r] + bwd_scratch[r] + fwd_scratch[r];
+
+            if (total > max_total)
+                max_total = total;
+        }
+        return max_total;
+    }
     cost_comm_alpha_beta(t, dim_sum, fwd_scratch, bwd_scratch);
     /* total_r = ready_r + fwd_r + (max ready - ready_r): every device
      * finishes at the slowest one's ready time plus its own exchange. */
@@ -237,7 +300,14 @@ int plan_explain(struct plan *p, const struct table *tables,
      */
     for (r = 0; r < n; r++)
         dims[r] = (int32_t)(total_dim / n);
-    cost_comm_alpha_beta(t, dims, fwd, bwd);
+    /* A learned comm model is not convex: there this is its exchange of
+     * balanced dims, the least device's, an estimate rather than a bound
+     * (docs/models.md); alpha-beta gives every device the same. */
+    cost_comm_exchange(t, dims, NULL, NULL, NULL, fwd, bwd);
+    for (r = 1; r < n; r++) {
+        fwd[0] = fwd[r] < fwd[0] ? fwd[r] : fwd[0];
+        bwd[0] = bwd[r] < bwd[0] ? bwd[r] : bwd[0];
+    }
     comm = fwd[0] + fixed_fwd / n;
     latency = n > 1 ? t->link_latency_ms * (double)(n - 1) : 0;
     /* A piece costs no more than the device holding it; a model that says
@@ -274,7 +344,8 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     struct table *blocks = NULL; /* the cost model's view of each shard */
     size_t *start = NULL, *fill = NULL, k;
     int32_t *dim_sum = NULL;
-    double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL, max_ready = 0;
+    double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL;
+    double *compute = NULL;
     bool tiered = false;
     int rv = SD_ENOMEM;
 
@@ -288,8 +359,9 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     bwd = calloc((size_t)n, sizeof(*bwd));
     cfwd = calloc((size_t)n, sizeof(*cfwd));
     cbwd = calloc((size_t)n, sizeof(*cbwd));
+    compute = calloc((size_t)n, sizeof(*compute));
     if (!items || !blocks || !start || !fill || !dim_sum || !fwd || !bwd ||
-        !cfwd || !cbwd)
+        !cfwd || !cbwd || !compute)
         goto out_free;
 
     memset(p->devices, 0, (size_t)n * sizeof(*p->devices));
@@ -325,32 +397,21 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
             m->shard_ms(m->ctx, t, items + start[r], start[r + 1] - start[r]);
         /* Weights in host DRAM add their modelled host-link time. */
         p->devices[r].compute_ms += p->devices[r].tier_ms;
+        compute[r] = p->devices[r].compute_ms;
         tiered |= p->devices[r].tier_ms > 0;
     }
     rv = plan_collectives(p, tables, t, cfwd, cbwd);
     if (rv != 0)
         goto out_free;
-    cost_comm_alpha_beta(t, dim_sum, fwd, bwd);
-    for (r = 0; r < n; r++) {
-        fwd[r] += cfwd[r];
-        bwd[r] += cbwd[r];
-    }
-
-    /* The forward all-to-all starts when the slowest device is ready: a
-     * device that finishes early waits (neuroshard.md 6.1). */
-    for (r = 0; r < n; r++) {
-        double ready = p->devices[r].compute_ms + bwd[r];
-
-        if (ready > max_ready)
-            max_ready = ready;
-    }
+    /* the forward one with the wait for the slowest device (6.1) */
+    p->comm_model =
+        cost_comm_exchange(t, dim_sum, compute, cfwd, cbwd, fwd, bwd);
     p->cost_ms = 0;
     for (r = 0; r < n; r++) {
         struct plan_device *dev = &p->devices[r];
-        double ready = dev->compute_ms + bwd[r];
 
         dev->bwd_comm_ms = bwd[r];
-        dev->fwd_comm_ms = fwd[r] + (max_ready - ready);
+        dev->fwd_comm_ms = fwd[r];
         dev->total_ms = dev->compute_ms + dev->bwd_comm_ms + dev->fwd_comm_ms;
         if (dev->total_ms > p->cost_ms)
             p->cost_ms = dev->total_ms;
@@ -359,12 +420,15 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     p->host_dram_bytes = t->host_dram_bytes;
     snprintf(p->cost_model, sizeof(p->cost_model), "%s%s", m->name,
              tiered ? " + host-link misses (modelled)" : "");
-    p->comm_model = t->comm_dtype == TABLE_DTYPE_FP16   ? "alpha_beta (fp16)"
-                    : t->comm_dtype == TABLE_DTYPE_BF16 ? "alpha_beta (bf16)"
-                                                        : "alpha_beta";
+    /* The alpha-beta exchange honours a reduced precision; say which. */
+    if (t->comm == NULL && t->comm_dtype == TABLE_DTYPE_FP16)
+        p->comm_model = "alpha_beta (fp16)";
+    else if (t->comm == NULL && t->comm_dtype == TABLE_DTYPE_BF16)
+        p->comm_model = "alpha_beta (bf16)";
     rv = 0;
 
 out_free:
+    free(compute);
     free(cbwd);
     free(cfwd);
     free(bwd);

@@ -222,6 +222,8 @@ uint64_t rng_derive(uint64_t seed, uint64_t i);
 #define TOPO_BW_MAX      1e15 /* bytes per ms: 1 EB/s */
 #define TOPO_LATENCY_MAX 1e6  /* ms */
 
+struct comm_model; /* cost.c */
+
 struct topology {
     int32_t ndevices;
     int32_t devices_per_host; /* local world size; ndevices if one host */
@@ -244,8 +246,14 @@ struct topology {
     uint64_t host_dram_bytes;
     double host_link_bw;
     /* Precision of the pooled embeddings and their gradients in the
-     * forward/backward exchanges: fp32 (the default), fp16 or bf16. */
+     * forward/backward exchanges: fp32 (the default), fp16 or bf16.  The
+     * alpha-beta model honours it; a learned comm model answers as
+     * measured (fp32). */
     uint8_t comm_dtype; /* enum table_dtype */
+    /* How the all-to-all costs: NULL, the alpha-beta model of the link
+     * figures above (cost_comm_alpha_beta()); else a model that answers
+     * for ndevices devices (borrowed, like mem_by_device). */
+    const struct comm_model *comm;
 };
 
 #define TOPO_HOST_LINK_BW (32.0 * (double)(1ull << 30) / 1000.0)
@@ -447,7 +455,9 @@ struct plan {
     double cost_ms;              /* max over devices of total_ms */
     const char *algorithm;       /* static string */
     char cost_model[160];        /* names the compute model (a copy) */
-    const char *comm_model;      /* static string naming the comm model */
+    /* Names the comm model: static, or its comm_model's name (valid while
+     * that model is). */
+    const char *comm_model;
     struct plan_explain explain;
     struct plan_search_stats stats;
     /* Sentences on choices the algorithm made beyond placing (why tables
@@ -571,6 +581,35 @@ struct cost_model {
 extern const struct cost_model cost_model_analytic;
 
 /*
+ * A communication cost model: per device the backward all-to-all (from the
+ * devices' dim sums) and the forward one, which starts when the slowest
+ * device is ready (compute + backward exchange) and so includes the wait
+ * for it (from the dim sums and each device's compute).  fwd_ms and bwd_ms
+ * (ndevices each) receive finite values >= 0.  name is shown in outputs
+ * (plan.comm_model) and must live as long as the model.
+ */
+struct comm_model {
+    const char *name;
+    void (*exchange)(void *ctx, const struct topology *t,
+                     const int32_t *dim_sum, const double *compute_ms,
+                     double *fwd_ms, double *bwd_ms);
+    void *ctx;
+};
+
+/*
+ * t's exchange (t->comm, else alpha-beta) plus fixed_fwd and fixed_bwd
+ * (NULL: none; the collectives every device has whatever the dims):
+ * bwd_ms[r], and fwd_ms[r] with the wait for the slowest device included,
+ * so device r finishes at compute_ms[r] + bwd_ms[r] + fwd_ms[r].
+ * compute_ms NULL: no compute.  Returns t's comm model name
+ * ("alpha_beta").
+ */
+const char *cost_comm_exchange(const struct topology *t, const int32_t *dim_sum,
+                               const double *compute_ms,
+                               const double *fixed_fwd, const double *fixed_bwd,
+                               double *fwd_ms, double *bwd_ms);
+
+/*
  * The alpha-beta all-to-all model: device r sends batch/N * dim_sum[r]
  * elements to each peer and receives batch/N * dim_sum[j] from each peer j;
  * intra-host and inter-host traffic run on their own links, each costs
@@ -589,11 +628,15 @@ double cost_comm_alpha_beta_one(const struct topology *t, int32_t dim,
                                 double host_dims, double total_dims);
 
 /*
- * The plan cost of per-device compute and dim sums (neuroshard.md 6.1, the
- * alpha-beta comm): max_r(compute_r + bwd_r) + max_r fwd_r.  fixed_fwd and
- * fixed_bwd (NULL: none) are exchanges every device has whatever the dims,
- * added to the all-to-all's (the collectives of row-split and replicated
- * tables, plan_collectives()).  O(N).
+ * The plan cost of per-device compute and dim sums (neuroshard.md 6.1):
+ * max_r(compute_r + bwd_r + fwd_r) with t's all-to-all (cost_comm_exchange:
+ * the forward waiting for the slowest device); with the alpha-beta model
+ * that is max_r(compute_r + bwd_r) + max_r fwd_r (the pure exchange).
+ * fixed_fwd and fixed_bwd (NULL: none) are exchanges every device has
+ * whatever the dims, added to the all-to-all's (the collectives of
+ * row-split and replicated tables, plan_collectives()); a learned forward
+ * model sees the backward ones in the readiness it waits for.  O(N) for
+ * alpha-beta.  Leaves the backward all-to-all in bwd_scratch.
  */
 double cost_plan_ms(const struct topology *t, const double *compute_ms,
                     const int32_t *dim_sum, const double *fixed_fwd,
@@ -642,9 +685,10 @@ int plan_explain(struct plan *p, const struct table *tables,
 
 /*
  * Fills p->devices and p->cost_ms (neuroshard.md 6.1): compute_r from the
- * model, bwd_r from the comm model, ready_r = compute_r + bwd_r, forward
- * comm fw_r = pure_r + (max_j ready_j - ready_r), total_r = compute_r + bwd_r
- * + fw_r.  Memory per device from shard_bytes().  Returns 0 or SD_ENOMEM.
+ * model, bwd_r and the forward comm fw_r from t's comm model (alpha-beta:
+ * ready_r = compute_r + bwd_r, fw_r = pure_r + (max_j ready_j - ready_r)),
+ * total_r = compute_r + bwd_r + fw_r.  Memory per device from shard_bytes().
+ * Returns 0 or SD_ENOMEM.
  */
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,

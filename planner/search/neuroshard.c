@@ -1,6 +1,8 @@
 /*
  * NeuroShard's search (neuroshard.md 6.3-6.4), scored by the neural compute
- * model and the alpha-beta comm model, plus a final local search.
+ * model and the topology's exchange (alpha-beta, or a model set's learned
+ * comm nets), plus a final local search: moves off the critical device, or,
+ * under a learned exchange, every move and swap (ns_local()).
  *
  * A state is a list of pieces: (table, level), the table cut to dim >> level
  * columns.  Splitting a piece halves it into two pieces one level down.
@@ -56,6 +58,9 @@
 #define NS_THREADS_MAX  16
 /* Devices a local-search move may target: the least ready ones. */
 #define NS_TARGETS 4
+/* The most steps (moves and swaps) an all-pairs local-search round may try;
+ * more pieces than that get the critical-device rounds (ns_local()). */
+#define NS_WIDE_STEPS (1 << 14)
 /* Up to this many devices a greedy run scans them; more get a tree. */
 #define NS_SCAN_MAX 16
 /* The beam stops after this many levels in a row that did not lower the
@@ -446,7 +451,8 @@ static double devs_plan_ms(const struct ns *s, struct ns_work *w)
     int32_t r;
 
     for (r = 0; r < s->n; r++)
-        w->comp[r] = w->dv.count[r] ? net_softplus(w->dv.raw[r]) * s->scale : 0;
+        w->comp[r] =
+            w->dv.count[r] ? net_activate(s->net, w->dv.raw[r]) * s->scale : 0;
     return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
                         w->fwd, w->bwd);
 }
@@ -980,7 +986,7 @@ static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
         return 0;
     for (o = 0; o < NET_H2; o++)
         t[o] = z[o] + (a ? a->proj[o] : 0) - (b ? b->proj[o] : 0);
-    return net_softplus(net_head_raw(s->net, t)) * s->scale;
+    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale;
 }
 
 /*
@@ -1009,106 +1015,178 @@ static double try_step(const struct ns *s, struct ns_work *w,
     return c;
 }
 
+/* The best step of a local-search round: piece i to device `to` and, if j
+ * is not SIZE_MAX, piece j to i's device; the plan cost after it. */
+struct ns_step {
+    size_t i, j;
+    int32_t to;
+    double cost;
+};
+
 /*
- * Moves pieces off the critical device to one of the NS_TARGETS least ready
- * devices, or swaps them with pieces of the least ready one, while that
- * lowers the plan cost: the best such step each round.
+ * One round of the critical-device neighbourhood: moves of pieces off the
+ * critical device to one of the NS_TARGETS least ready devices, and swaps
+ * with pieces of the least ready one.  Improves *b.
+ */
+static void round_critical(const struct ns *s, struct ns_work *w,
+                           const struct ns_state *st, struct ns_step *b)
+{
+    const struct ns_devs *d = &w->dv;
+    const struct topology *t = s->t;
+    int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
+    double ready[NS_TARGETS];
+    size_t i, j;
+
+    crit = critical_device(s, w);
+    /* The least ready devices, least first (insertion: NS_TARGETS is
+     * tiny); critical_device() left this state's comm in w->bwd. */
+    for (r = 0; r < s->n; r++) {
+        double rd = w->comp[r] + w->bwd[r];
+
+        if (r == crit)
+            continue;
+        for (q = ntg; q > 0 && rd < ready[q - 1]; q--)
+            if (q < NS_TARGETS) {
+                tg[q] = tg[q - 1];
+                ready[q] = ready[q - 1];
+            }
+        if (q < NS_TARGETS) {
+            tg[q] = r;
+            ready[q] = rd;
+            if (ntg < NS_TARGETS)
+                ntg++;
+        }
+    }
+    if (ntg == 0)
+        return;
+    for (i = 0; i < st->np; i++) {
+        const struct ns_level *li = piece_level(s, &st->pc[i]);
+
+        if (st->assign[i] != crit || piece_pinned(s, i))
+            continue;
+        for (q = 0; q < ntg; q++) {
+            double c;
+
+            if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]) ||
+                !device_ok(s, st->pc[i].table, tg[q]))
+                continue;
+            c = try_step(s, w, li, crit, tg[q], NULL);
+            if (c < b->cost)
+                *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
+        }
+        for (j = 0; j < st->np; j++) {
+            const struct ns_level *lj = piece_level(s, &st->pc[j]);
+            double c;
+
+            if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
+                !device_ok(s, st->pc[i].table, tg[0]) ||
+                !device_ok(s, st->pc[j].table, crit) ||
+                d->mem[tg[0]] - lj->bytes + li->bytes >
+                    topology_mem(t, tg[0]) ||
+                d->mem[crit] - li->bytes + lj->bytes > topology_mem(t, crit))
+                continue;
+            c = try_step(s, w, li, crit, tg[0], lj);
+            if (c < b->cost)
+                *b = (struct ns_step){i, j, tg[0], c};
+        }
+    }
+}
+
+/*
+ * One round of the all-pairs neighbourhood: every move of a piece to any
+ * other device with room, every swap of two pieces of different devices.
+ * Under a learned exchange the all-to-all depends on every device's columns
+ * and the forward wait on every device's readiness, so a step between two
+ * devices neither of which is critical can lower the plan cost (widths
+ * evened out, a late device made earlier).  Improves *b.
+ */
+static void round_all_pairs(const struct ns *s, struct ns_work *w,
+                            const struct ns_state *st, struct ns_step *b)
+{
+    const struct ns_devs *d = &w->dv;
+    const struct topology *t = s->t;
+    size_t i, j;
+    int32_t y;
+
+    devs_plan_ms(s, w); /* w->comp current for try_step() */
+    for (i = 0; i < st->np; i++) {
+        const struct ns_level *li = piece_level(s, &st->pc[i]);
+        int32_t x = st->assign[i];
+
+        if (piece_pinned(s, i))
+            continue;
+        for (y = 0; y < s->n; y++) {
+            double c;
+
+            if (y == x || d->mem[y] + li->bytes > topology_mem(t, y) ||
+                !device_ok(s, st->pc[i].table, y))
+                continue;
+            c = try_step(s, w, li, x, y, NULL);
+            if (c < b->cost)
+                *b = (struct ns_step){i, SIZE_MAX, y, c};
+        }
+        for (j = i + 1; j < st->np; j++) {
+            const struct ns_level *lj = piece_level(s, &st->pc[j]);
+            int32_t yj = st->assign[j];
+            double c;
+
+            if (yj == x || piece_pinned(s, j) ||
+                !device_ok(s, st->pc[i].table, yj) ||
+                !device_ok(s, st->pc[j].table, x) ||
+                d->mem[yj] - lj->bytes + li->bytes > topology_mem(t, yj) ||
+                d->mem[x] - li->bytes + lj->bytes > topology_mem(t, x))
+                continue;
+            c = try_step(s, w, li, x, yj, lj);
+            if (c < b->cost)
+                *b = (struct ns_step){i, j, yj, c};
+        }
+    }
+}
+
+/*
+ * The final local search: the best step of a round while it lowers the
+ * plan cost by 0.01 %.  The neighbourhood is all pairs (round_all_pairs())
+ * when the topology's exchange is a learned comm model and a round is at
+ * most NS_WIDE_STEPS steps; else moves off the critical device
+ * (round_critical()), which is what an alpha-beta exchange, almost flat in
+ * the widths on a fast link, needs, and what scales to thousands of pieces.
  */
 static void ns_local(struct ns *s, struct ns_state *st)
 {
     struct ns_work *w = &s->work[0];
     struct ns_devs *d = &w->dv;
-    const struct topology *t = s->t;
+    bool wide = s->t->comm != NULL &&
+                st->np * (st->np / 2 + (size_t)s->n) <= NS_WIDE_STEPS;
     int iter;
 
     if (st->cost == INFINITY)
         return;
     devs_load(s, w, st);
     for (iter = 0; iter < 256; iter++) {
-        int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
-        double best, ready[NS_TARGETS];
-        size_t bi = SIZE_MAX, bj = SIZE_MAX, i, j;
-        int32_t bto = -1;
+        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
+         * search time than it saves training time. */
+        struct ns_step b = {SIZE_MAX, SIZE_MAX, -1,
+                            devs_plan_ms(s, w) * (1 - 1e-4)};
+        int32_t from;
 
         if (out_of_time(s)) { /* the time budget holds here too */
             s->st->budget_exhausted = true;
             break;
         }
-        crit = critical_device(s, w);
-        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
-         * search time than it saves training time. */
-        best = devs_plan_ms(s, w) * (1 - 1e-4);
-
-        /* The least ready devices, least first (insertion: NS_TARGETS is
-         * tiny); devs_plan_ms() left this state's comm in w->bwd. */
-        for (r = 0; r < s->n; r++) {
-            double rd = w->comp[r] + w->bwd[r];
-
-            if (r == crit)
-                continue;
-            for (q = ntg; q > 0 && rd < ready[q - 1]; q--)
-                if (q < NS_TARGETS) {
-                    tg[q] = tg[q - 1];
-                    ready[q] = ready[q - 1];
-                }
-            if (q < NS_TARGETS) {
-                tg[q] = r;
-                ready[q] = rd;
-                if (ntg < NS_TARGETS)
-                    ntg++;
-            }
-        }
-        if (ntg == 0)
+        if (wide)
+            round_all_pairs(s, w, st, &b);
+        else
+            round_critical(s, w, st, &b);
+        if (b.i == SIZE_MAX)
             break;
-        for (i = 0; i < st->np; i++) {
-            const struct ns_level *li = piece_level(s, &st->pc[i]);
-
-            if (st->assign[i] != crit || piece_pinned(s, i))
-                continue;
-            for (q = 0; q < ntg; q++) {
-                double c;
-
-                if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]) ||
-                    !device_ok(s, st->pc[i].table, tg[q]))
-                    continue;
-                c = try_step(s, w, li, crit, tg[q], NULL);
-                if (c < best) {
-                    best = c;
-                    bi = i;
-                    bj = SIZE_MAX;
-                    bto = tg[q];
-                }
-            }
-            for (j = 0; j < st->np; j++) {
-                const struct ns_level *lj = piece_level(s, &st->pc[j]);
-                double c;
-
-                if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
-                    !device_ok(s, st->pc[i].table, tg[0]) ||
-                    !device_ok(s, st->pc[j].table, crit) ||
-                    d->mem[tg[0]] - lj->bytes + li->bytes >
-                        topology_mem(t, tg[0]) ||
-                    d->mem[crit] - li->bytes + lj->bytes >
-                        topology_mem(t, crit))
-                    continue;
-                c = try_step(s, w, li, crit, tg[0], lj);
-                if (c < best) {
-                    best = c;
-                    bi = i;
-                    bj = j;
-                    bto = tg[0];
-                }
-            }
-        }
-        if (bi == SIZE_MAX)
-            break;
-        devs_apply(s, d, crit, piece_level(s, &st->pc[bi]), -1);
-        devs_apply(s, d, bto, piece_level(s, &st->pc[bi]), +1);
-        st->assign[bi] = bto;
-        if (bj != SIZE_MAX) {
-            devs_apply(s, d, bto, piece_level(s, &st->pc[bj]), -1);
-            devs_apply(s, d, crit, piece_level(s, &st->pc[bj]), +1);
-            st->assign[bj] = crit;
+        from = st->assign[b.i];
+        devs_apply(s, d, from, piece_level(s, &st->pc[b.i]), -1);
+        devs_apply(s, d, b.to, piece_level(s, &st->pc[b.i]), +1);
+        st->assign[b.i] = b.to;
+        if (b.j != SIZE_MAX) {
+            devs_apply(s, d, b.to, piece_level(s, &st->pc[b.j]), -1);
+            devs_apply(s, d, from, piece_level(s, &st->pc[b.j]), +1);
+            st->assign[b.j] = from;
         }
         s->st->moves++;
     }
@@ -1534,7 +1612,7 @@ static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
 
 static int piece_cmp(const void *a, const void *b)
 {
-    const int32_t *x = a, *y = b; /* {table, device, cols} */
+    const int32_t *x = a, *y = b; /* {table, device, cols, level} */
 
     if (x[0] != y[0])
         return x[0] < y[0] ? -1 : 1;
@@ -1542,16 +1620,64 @@ static int piece_cmp(const void *a, const void *b)
 }
 
 /*
+ * Whether the pieces pc[a, b) (one table's on one device r, [table, device,
+ * cols, level] each) become one shard of their summed width.  A model of
+ * shardd's (softplus output) was fitted on whole tables, one kernel each:
+ * on the device one slice is one pass over the lookups for two, so they are
+ * always folded.  NeuroShard's models (the raw output, as import-model
+ * holds them) were trained, and the original evaluates plans, with each
+ * column half a table of its own (neuroshard.md 6.2): they are folded only
+ * when the plan costs no more with them as one slice than as the pieces
+ * the search summed, else kept as slices side by side, as the original
+ * keeps them.  s->work[0]'s devices are the state's (devs_load()), r's
+ * updated when they fold.
+ */
+static bool merge_pieces(struct ns *s, int32_t (*pc)[4], size_t a, size_t b,
+                         int32_t cols)
+{
+    struct ns_work *w = &s->work[0];
+    int32_t r = pc[a][1];
+    float *z = w->dv.z + (size_t)r * NET_H2;
+    const struct table *tb = &s->tables[pc[a][0]];
+    float zm[NET_H2], proj[NET_H2];
+    double apart, raw = w->dv.raw[r];
+    size_t k;
+    int o;
+
+    if (net_io_activation(s->net) != NET_ACT_NONE)
+        return true;
+    memcpy(zm, z, sizeof(zm));
+    for (k = a; k < b; k++) {
+        const struct ns_level *lv = ns_level(s, (uint32_t)pc[k][0], pc[k][3]);
+
+        for (o = 0; o < NET_H2; o++)
+            zm[o] -= lv->proj[o];
+    }
+    net_projected(s->net, s->o->memo, tb, cols, proj);
+    for (o = 0; o < NET_H2; o++)
+        zm[o] += proj[o];
+    /* the plan cost both ways: a learned exchange's wait is not monotone
+     * in one device's compute */
+    apart = devs_plan_ms(s, w);
+    w->dv.raw[r] = net_head_raw(s->net, zm);
+    if (devs_plan_ms(s, w) > apart) {
+        w->dv.raw[r] = raw;
+        return false;
+    }
+    memcpy(z, zm, sizeof(zm));
+    return true;
+}
+
+/*
  * The plan of a state.  Pieces of one table on one device become one shard
- * of their summed width: the search may put both halves of a split on one
- * device (the model can score that lower), but on the device it is two
- * passes over the same lookups for one.  *merged counts the pieces folded.
+ * of their summed width (merge_pieces() says when), else column slices of
+ * their own, side by side.  *merged counts the pieces folded.
  */
 static int state_to_plan(struct ns *s, const struct ns_state *st,
                          struct plan *out, size_t *merged)
 {
-    int32_t(*pc)[3] = malloc((st->np ? st->np : 1) * sizeof(*pc));
-    size_t k, j;
+    int32_t(*pc)[4] = malloc((st->np ? st->np : 1) * sizeof(*pc));
+    size_t k, j, q;
     int32_t off = 0;
     int rv;
 
@@ -1561,8 +1687,10 @@ static int state_to_plan(struct ns *s, const struct ns_state *st,
         pc[k][0] = (int32_t)st->pc[k].table;
         pc[k][1] = st->assign[k];
         pc[k][2] = s->tables[st->pc[k].table].dim >> st->pc[k].level;
+        pc[k][3] = st->pc[k].level;
     }
     qsort(pc, st->np, sizeof(*pc), piece_cmp);
+    devs_load(s, &s->work[0], st); /* the devices' pre-activations */
     *merged = 0;
     rv = plan_init(out, s->n);
     for (k = 0; rv == 0 && k < st->np; k = j) {
@@ -1573,9 +1701,16 @@ static int state_to_plan(struct ns *s, const struct ns_state *st,
         for (j = k; j < st->np && pc[j][0] == pc[k][0] && pc[j][1] == pc[k][1];
              j++)
             cols += pc[j][2];
-        *merged += j - k - 1;
-        rv = plan_add(out, (uint32_t)pc[k][0], pc[k][1], off, cols);
-        off += cols;
+        if (j - k > 1 && merge_pieces(s, pc, k, j, cols)) {
+            *merged += j - k - 1;
+            rv = plan_add(out, (uint32_t)pc[k][0], pc[k][1], off, cols);
+            off += cols;
+            continue;
+        }
+        for (q = k; rv == 0 && q < j; q++) {
+            rv = plan_add(out, (uint32_t)pc[q][0], pc[q][1], off, pc[q][2]);
+            off += pc[q][2];
+        }
     }
     free(pc);
     if (rv != 0)

@@ -379,6 +379,67 @@ expect_fail 2 'TABLE=DEVICE' plan --offline --tables "$DIR/k.json" \
 expect_fail 2 'pins: device 0' plan --offline --tables "$DIR/k.json" \
     --task 2 --devices 2 --mem-gb 0.001,8 --pin "$T0=0"
 
+# --- NeuroShard's released models, the reference profile, comm-fit ----------
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+REL="$SRC/models/neuroshard-released"
+# import-model: the committed conversion again, byte for byte; stored too.
+"$CTL" import-model --neuroshard "$REL/compute.pt" --comm-fw \
+    "$REL/comm_4_fw.pt" --comm-bw "$REL/comm_4_bw.pt" --profile \
+    neuroshard/V100/65536 --notice "$REL/NOTICE" --out "$DIR/ns.sdcn" \
+    --db "$DIR/ns.db" --activate >"$DIR/imp.txt" 2>"$DIR/err" &&
+    ok || bad "import-model: $(cat "$DIR/err")"
+cmp -s "$DIR/ns.sdcn" "$SRC/models/neuroshard-v100.sdcn" && ok ||
+    bad "import-model: not the committed conversion"
+grep -q 'comm forward, 4 devices: 8-128-64-32-16-4' "$DIR/imp.txt" &&
+    grep -q 'model 1 for profile neuroshard/V100/65536 (active)' \
+        "$DIR/imp.txt" && ok || bad "import-model output: $(cat "$DIR/imp.txt")"
+expect_fail 2 'go together' import-model --neuroshard "$REL/compute.pt" \
+    --comm-fw "$REL/comm_4_fw.pt" --profile p/x/1 --out "$DIR/x.sdcn"
+expect_fail 2 'required' import-model --neuroshard "$REL/compute.pt" \
+    --profile p/x/1
+expect_fail 2 'give --batch-size' import-model --neuroshard \
+    "$REL/compute.pt" --profile nobatch --out "$DIR/x.sdcn"
+expect_fail 2 'num_table_features' import-model --neuroshard \
+    "$REL/comm_4_fw.pt" --profile p/x/1 --out "$DIR/x.sdcn"
+head -c 20000 "$REL/compute.pt" >"$DIR/cut.pt"
+expect_fail 2 'not a PyTorch zip checkpoint' import-model --neuroshard \
+    "$DIR/cut.pt" --profile p/x/1 --out "$DIR/x.sdcn"
+# The imported set plans, its comm models pricing the all-to-all at 4
+# devices and alpha-beta elsewhere; the same with --profile alone (the
+# compiled-in reference); without either, the embedded cpu model.
+"$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+    --mem-gb 8 --model "$DIR/ns.sdcn" --json --out "$DIR/ns1.json" &&
+    ok || bad "plan --model ns.sdcn"
+json_check "$DIR/ns1.json" 'd["comm_model"] == "neural_comm:neuroshard/V100/65536 (4 devices)" and d["cost_model"] == "neural:neuroshard/V100/65536"'
+"$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+    --mem-gb 8 --profile neuroshard/V100/65536 --json --out "$DIR/ns2.json" &&
+    ok || bad "plan --profile neuroshard/V100/65536"
+json_check "$DIR/ns2.json" 'd["comm_model"].startswith("neural_comm:") and d["plan_cost_ms"] == json.load(open(sys.argv[1].replace("ns2", "ns1")))["plan_cost_ms"]'
+"$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 2 \
+    --mem-gb 8 --profile neuroshard/V100/65536 --json --out "$DIR/ns3.json" &&
+    ok || bad "plan --profile reference, 2 devices"
+json_check "$DIR/ns3.json" 'd["comm_model"] == "alpha_beta" and d["cost_model"] == "neural:neuroshard/V100/65536"'
+"$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
+    --mem-gb 8 --json --out "$DIR/def.json" && ok || bad "plan default"
+json_check "$DIR/def.json" 'd["cost_model"].startswith("neural:cpu/") and d["comm_model"] == "alpha_beta"'
+# estimate --offline: a plan costed again as it was planned.
+"$CTL" estimate --offline --tables "$DIR/k.json" --task 2 --plan \
+    "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn" --json \
+    --out "$DIR/est.json" && ok || bad "estimate --offline"
+json_check "$DIR/est.json" 'abs(d["plan_cost_ms"] - json.load(open(sys.argv[1].replace("est", "ns1")))["plan_cost_ms"]) < 1e-9 and d["algorithm"] == "estimate"'
+expect_fail 2 'only with --offline' estimate --tables "$DIR/k.json" \
+    --task 2 --plan "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn"
+# comm-fit: every committed nccl-tests output within 10 % with bands.
+"$CTL" comm-fit "$SRC"/tests/fixtures/nccl/*.txt --json \
+    --out "$DIR/fit.json" && ok || bad "comm-fit"
+json_check "$DIR/fit.json" 'len(d["fits"]) == 4 and all(f["mape"] < 0.10 and len(f["bands"]) == 3 for f in d["fits"])'
+"$CTL" comm-fit "$SRC/tests/fixtures/nccl/h100-2x8-all_gather-gcp-a3-mega.txt" \
+    --bands 1 >"$DIR/fit.txt" && grep -q 'all_gather, 16 ranks' "$DIR/fit.txt" &&
+    ok || bad "comm-fit --bands 1: $(cat "$DIR/fit.txt")"
+expect_fail 2 'no nccl-tests data row' comm-fit "$DIR/k.json"
+expect_fail 2 'missing argument' comm-fit
+expect_fail 2 '--collective' comm-fit --collective bogus "$DIR/k.json"
+
 expect_fail 2 'unknown option "--bogus"' plan --bogus
 expect_fail 2 'unknown command' frobnicate
 expect_fail 2 '--count' gen-tables --count 0

@@ -142,7 +142,10 @@ static void test_format(void)
     CHECK(net_serialize(&m, &img, &len) == 0);
     buf = img;
     CHECK(memcmp(buf, "SDCN", 4) == 0);
-    CHECK(buf[4] == NET_FORMAT_VERSION && buf[5] == 0); /* little-endian */
+    /* Format 1 holds a model of format 1's inputs and output: written as
+     * 1, so a shardd that reads only format 1 still loads it. */
+    CHECK(net_format_version(&m) == 1);
+    CHECK(buf[4] == 1 && buf[5] == 0); /* little-endian */
 
     CHECK(net_parse(buf, len, &back, &d) == 0);
     if (back) {
@@ -174,7 +177,7 @@ static void test_format(void)
     m.p[17] = nan_bits;
     CHECK(net_serialize(&m, &img, &len) == 0);
     CHECK(net_parse(img, len, &back, &d) == SD_EFORMAT);
-    CHECK(strstr(d.msg, "non-finite") != NULL);
+    CHECK(strstr(d.msg, "weight 17 is not finite") != NULL);
     free(img);
 
     /* Files: written atomically, read back, damaged or missing refused. */
@@ -391,10 +394,302 @@ static void test_checksum(void)
     free(back);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Format 2                                                                  */
+
+/* Offsets in a format-2 image (docs/model-format.md). */
+#define V2_TRANSFORM  (28 + NET_PROFILE_MAX + 8 + 64)
+#define V2_ACTIVATION (V2_TRANSFORM + NET_IN)
+#define V2_EPS        (V2_ACTIVATION + 4)
+#define V2_NOTICE     (V2_EPS + 4 + 2 * NET_IN * 4 + NET_NPARAMS * 4)
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    int i;
+
+    for (i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* CRC-32 (IEEE, reflected), bit by bit: the file's checksum. */
+static uint32_t crc32_bits(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    size_t i;
+    int k;
+
+    for (i = 0; i < n; i++) {
+        c ^= p[i];
+        for (k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return ~c;
+}
+
+/* The image's checksum recomputed, so that a parser sees the edit, not a
+ * damaged file. */
+static void recrc(unsigned char *buf, size_t len)
+{
+    put32(buf + len - 4, crc32_bits(buf, len - 4));
+}
+
+/* A comm net of N = 2 devices with seeded weights. */
+static void small_comm(struct comm_net *c, float *p, enum comm_dir dir,
+                       uint64_t seed)
+{
+    struct rng g;
+    size_t i;
+
+    memset(c, 0, sizeof(*c));
+    rng_seed(&g, seed);
+    c->dir = (int32_t)dir;
+    c->ndevices = 2;
+    c->nlayers = 3;
+    c->sizes[0] = dir == COMM_FWD ? 4 : 2;
+    c->sizes[1] = 8;
+    c->sizes[2] = 5;
+    c->sizes[3] = 2;
+    c->activation = NET_ACT_SOFTPLUS;
+    c->eps = 1e-6f;
+    c->nparams = comm_net_nparams(c->nlayers, c->sizes);
+    for (i = 0; i < (size_t)c->sizes[0]; i++) {
+        c->mean[i] = (float)(10 * rng_uniform(&g));
+        c->std[i] = (float)(1 + rng_uniform(&g));
+    }
+    for (i = 0; i < c->nparams; i++)
+        p[i] = (float)(0.3 * rng_normal(&g));
+    c->metrics.val_mape = 0.05;
+}
+
+/* A set that only format 2 holds: custom inputs and output, a notice, a
+ * forward and a backward comm net.  free() it. */
+static struct cost_net *v2_set(void)
+{
+    struct cost_net *m = net_alloc();
+    struct comm_net c;
+    float p[512];
+    struct sd_diag d;
+
+    if (m == NULL)
+        return NULL;
+    random_net(m, 9);
+    m->io.custom = true;
+    m->io.transform[0] = NET_TF_LOG1P;
+    m->io.transform[17] = NET_TF_LOG;
+    m->io.transform[19] = NET_TF_LOG;
+    m->io.activation = NET_ACT_NONE;
+    m->io.eps = 0;
+    snprintf(m->notice, sizeof(m->notice),
+             "test notice, MIT."); /* 17 bytes: padded */
+    small_comm(&c, p, COMM_FWD, 1);
+    CHECK(net_add_comm(&m, &c, p, &d) == 0);
+    small_comm(&c, p, COMM_BWD, 2);
+    CHECK(net_add_comm(&m, &c, p, &d) == 0);
+    /* One direction and device count once. */
+    CHECK(net_add_comm(&m, &c, p, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "already") != NULL);
+    return m;
+}
+
+/* Every field of a format-2 set survives the round trip; the image is
+ * written again byte for byte. */
+static void test_format_v2(void)
+{
+    struct cost_net *m = v2_set(), *back = NULL;
+    struct sd_diag d = {{0}};
+    struct table t[2];
+    struct shard_item it[2];
+    double in[4] = {100, 300, 2, 0}, a[2], b[2];
+    void *img, *img2;
+    unsigned char *buf;
+    size_t len, len2;
+    int k;
+
+    CHECK(m != NULL);
+    if (m == NULL)
+        return;
+    make_table(&t[0], 123456, 32, 7);
+    make_table(&t[1], 99, 8, 0.5);
+    it[0] = (struct shard_item){&t[0], 32};
+    it[1] = (struct shard_item){&t[1], 8};
+    CHECK(net_format_version(m) == 2);
+    CHECK(net_serialize(m, &img, &len) == 0);
+    buf = img;
+    CHECK(buf[4] == 2 && buf[V2_TRANSFORM] == NET_TF_LOG1P &&
+          buf[V2_TRANSFORM + 19] == NET_TF_LOG);
+    CHECK(net_parse(img, len, &back, &d) == 0);
+    if (back == NULL) {
+        fprintf(stderr, "v2: %s\n", d.msg);
+        free(img);
+        free(m);
+        return;
+    }
+    CHECK(back->io.custom && back->io.activation == NET_ACT_NONE &&
+          back->io.eps == 0);
+    CHECK(memcmp(back->io.transform, m->io.transform, NET_IN) == 0);
+    CHECK(strcmp(back->notice, m->notice) == 0);
+    CHECK(back->ncomm == 2 && back->ncomm_p == m->ncomm_p);
+    CHECK(memcmp(back->comm_p, m->comm_p, m->ncomm_p * sizeof(float)) == 0);
+    CHECK(net_shard_ms(back, it, 2) == net_shard_ms(m, it, 2));
+    for (k = 0; k < 2; k++) {
+        comm_net_run(m, &m->comm[k], in, a);
+        comm_net_run(back, &back->comm[k], in, b);
+        CHECK(a[0] == b[0] && a[1] == b[1] && a[0] > 0);
+        CHECK(back->comm[k].eps == m->comm[k].eps &&
+              back->comm[k].metrics.val_mape == 0.05);
+    }
+    CHECK(net_comm_find(back, COMM_BWD, 2) == &back->comm[1]);
+    CHECK(net_comm_find(back, COMM_BWD, 4) == NULL);
+    CHECK(net_serialize(back, &img2, &len2) == 0);
+    CHECK(len2 == len && memcmp(img, img2, len) == 0);
+    free(img2);
+    free(back);
+    free(img);
+    free(m);
+}
+
+/* One edit of a format-2 image, checksum fixed: refused naming `field`. */
+static void refuse_v2(const unsigned char *good, size_t len, size_t at,
+                      uint32_t v, int width, const char *field)
+{
+    unsigned char *buf = malloc(len);
+    struct cost_net *back = NULL;
+    struct sd_diag d = {{0}};
+
+    if (buf == NULL)
+        return;
+    memcpy(buf, good, len);
+    if (width == 1)
+        buf[at] = (unsigned char)v;
+    else
+        put32(buf + at, v);
+    recrc(buf, len);
+    CHECK(net_parse(buf, len, &back, &d) == SD_EFORMAT);
+    if (strstr(d.msg, field) == NULL) {
+        fprintf(stderr, "refuse_v2 at %zu: wanted \"%s\" in \"%s\"\n", at,
+                field, d.msg);
+        CHECK(0);
+    }
+    free(back);
+    free(buf);
+}
+
+static void test_format_v2_refusals(void)
+{
+    struct cost_net *m = v2_set(), *back = NULL;
+    struct sd_diag d = {{0}};
+    unsigned char *buf;
+    size_t len, nl, comm0;
+    void *img;
+    float inf = INFINITY;
+    uint32_t inf_bits;
+
+    if (m == NULL || net_serialize(m, &img, &len) != 0) {
+        CHECK(0);
+        free(m);
+        return;
+    }
+    buf = img;
+    nl = strlen(m->notice);
+    comm0 = V2_NOTICE + 4 + (nl + 3) / 4 * 4 + 4; /* after the count */
+    memcpy(&inf_bits, &inf, 4);
+    refuse_v2(buf, len, 24, 3, 4, "flags");
+    refuse_v2(buf, len, V2_TRANSFORM + 5, 7, 1, "transform[5]");
+    refuse_v2(buf, len, V2_ACTIVATION, 2, 4, "activation");
+    refuse_v2(buf, len, V2_EPS, inf_bits, 4, "eps");
+    refuse_v2(buf, len, V2_NOTICE, NET_NOTICE_MAX, 4, "notice");
+    refuse_v2(buf, len, V2_NOTICE + 4 + 2, 0, 1, "NUL");
+    refuse_v2(buf, len, V2_NOTICE + 4 + nl, 'x', 1, "padding");
+    refuse_v2(buf, len, comm0 - 4, 5, 4, "comm models, at most");
+    refuse_v2(buf, len, comm0, 2, 4, "comm[0].dir");
+    refuse_v2(buf, len, comm0 + 4, 1, 4, "comm[0].ndevices");
+    refuse_v2(buf, len, comm0 + 8, 0, 4, "comm[0].nlayers");
+    refuse_v2(buf, len, comm0 + 12, 6, 4, "comm[0].sizes");
+    refuse_v2(buf, len, comm0 + 16, 0, 4, "comm[0].sizes[1]");
+    refuse_v2(buf, len, comm0 + 12 + 16, 3, 4, "comm[0].activation");
+    refuse_v2(buf, len, comm0 + 12 + 20, inf_bits, 4, "comm[0].eps");
+    /* The backward net made forward: two forward nets of 2 devices. */
+    refuse_v2(buf, len,
+              comm0 + 12 + 24 + 64 + 2 * 4 * 4 + 4 * m->comm[0].nparams, 0, 4,
+              "comm[1].sizes");
+    /* A non-finite comm weight, far into the image. */
+    refuse_v2(buf, len, len - 4 - 4 * m->comm[1].nparams + 8, inf_bits, 4,
+              "comm[1] weight 2");
+    /* Bytes after the last net, and a cut inside one. */
+    {
+        unsigned char *big = malloc(len + 4);
+
+        if (big) {
+            memcpy(big, buf, len - 4);
+            memset(big + len - 4, 0, 4);
+            recrc(big, len + 4);
+            CHECK(net_parse(big, len + 4, &back, &d) == SD_EFORMAT);
+            CHECK(strstr(d.msg, "after the last comm model") != NULL);
+            memcpy(big, buf, len - 100);
+            recrc(big, len - 96);
+            CHECK(net_parse(big, len - 96, &back, &d) == SD_EFORMAT);
+            CHECK(strstr(d.msg, "truncated") != NULL);
+            free(big);
+        }
+    }
+    free(img);
+    free(m);
+}
+
+/*
+ * Format 1 is unchanged: a model without custom inputs gets exactly the
+ * float expressions of format 1 (written out here as they were), and the
+ * same model with format 1's choice written as custom inputs predicts the
+ * same bits and is written as format 1.
+ */
+static void test_format1_unchanged(void)
+{
+    struct cost_net m, c;
+    struct table t[3];
+    struct shard_item it[3];
+    float x[NET_IN], want[NET_IN];
+    void *a, *b;
+    size_t la, lb;
+    int i, k;
+
+    random_net(&m, 11);
+    make_table(&t[0], 1000000, 64, 20);
+    make_table(&t[1], 5000000, 32, 5);
+    make_table(&t[2], 7, 128, 0);
+    for (k = 0; k < 3; k++) {
+        it[k] = (struct shard_item){&t[k], t[k].dim / (k + 1)};
+        table_features(&t[k], it[k].cols, want);
+        want[18] = (float)log1p(t[k].pooling_factor);
+        want[19] = (float)log((double)t[k].rows);
+        for (i = 0; i < NET_IN; i++)
+            want[i] = (want[i] - m.mean[i]) / (m.std[i] + 1e-6f);
+        net_input(&m, &t[k], it[k].cols, x);
+        CHECK(memcmp(x, want, sizeof(x)) == 0);
+    }
+    c = m;
+    net_io_format1(&c.io);
+    CHECK(c.io.custom && net_format_version(&c) == 1);
+    for (k = 1; k <= 3; k++)
+        CHECK(net_shard_ms(&c, it, (size_t)k) ==
+              net_shard_ms(&m, it, (size_t)k));
+    CHECK(net_serialize(&m, &a, &la) == 0);
+    CHECK(net_serialize(&c, &b, &lb) == 0);
+    CHECK(la == lb && memcmp(a, b, la) == 0);
+    free(a);
+    free(b);
+    /* One step away from format 1 (no activation) needs format 2. */
+    c.io.activation = NET_ACT_NONE;
+    CHECK(net_format_version(&c) == 2);
+}
+
 int main(void)
 {
     test_inference();
     test_format();
+    test_format_v2();
+    test_format_v2_refusals();
+    test_format1_unchanged();
     test_adapter_and_embedded();
     test_memo();
     test_checksum();

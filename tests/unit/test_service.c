@@ -114,6 +114,7 @@ struct ask {
     uint64_t seed;
     bool whole_tables_only;
     const int32_t *pins;
+    const char *profile; /* NULL: the server's default */
 };
 
 /* The request bytes of a (owned by the caller, free()). */
@@ -135,6 +136,7 @@ static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
         po.algorithm = (char *)(a->algorithm ? a->algorithm : "");
         po.seed = a->seed;
         po.whole_tables_only = a->whole_tables_only;
+        po.profile = (char *)(a->profile ? a->profile : "");
         if (a->pins != NULL)
             po.constraints = wire_pins_out(&arena, a->pins, pool, a->ntables);
         rq.options = &po;
@@ -375,6 +377,59 @@ static void test_estimate(struct svc *s)
     }
     sh->col_width = width;
     shardd__v1__plan_response__free_unpacked(r, NULL);
+}
+
+/*
+ * The reference profile (NeuroShard's released models) answers when a
+ * request names it, with its learned comm models at 4 devices, and plans
+ * as the library does with that set; a request naming no profile gets the
+ * default, never the reference.
+ */
+static void test_reference_profile(struct svc *s)
+{
+    struct ask dflt = {.ntables = NTABLES};
+    struct ask ref = {.ntables = NTABLES, .profile = NET_REFERENCE_PROFILE};
+    Shardd__V1__PlanResponse *a = plan_ok(s, &dflt), *b = plan_ok(s, &ref);
+    const struct cost_net *net = net_reference(NULL);
+    struct net_cost_model ncm;
+    struct net_comm_model ncomm;
+    struct plan_options o;
+    struct topology t;
+    struct sd_diag d;
+    struct plan p;
+
+    if (a == NULL || b == NULL || net == NULL) {
+        CHECK(0);
+        goto out;
+    }
+    CHECK(strcmp(a->basis->profile, NET_REFERENCE_PROFILE) != 0);
+    CHECK(strcmp(a->basis->comm_model, "alpha_beta") == 0);
+    CHECK(a->basis->comm_source ==
+          SHARDD__V1__COST_SOURCE__COST_SOURCE_ANALYTIC);
+    CHECK(strcmp(b->basis->profile, NET_REFERENCE_PROFILE) == 0);
+    CHECK(strcmp(b->basis->model_version, "reference") == 0);
+    CHECK(strcmp(b->basis->comm_model,
+                 "neural_comm:" NET_REFERENCE_PROFILE " (4 devices)") == 0);
+    CHECK(b->basis->comm_source ==
+          SHARDD__V1__COST_SOURCE__COST_SOURCE_LEARNED);
+    /* The same plan in-process, with the same set and topology. */
+    topology_default(&t, NDEV, 8ull << 30);
+    t.batch_size = net->batch_size;
+    CHECK(net_comm_model_init(&ncomm, net, &t));
+    t.comm = &ncomm.cm;
+    net_cost_model_init(&ncm, net);
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.net = net;
+    o.threads = 1;
+    CHECK(plan_run(pool, NTABLES, &t, &o, &ncm.cm, &p, &d) == 0);
+    CHECK_NEAR(b->plan_cost_ms, p.cost_ms, 1e-9);
+    plan_destroy(&p);
+out:
+    if (a != NULL)
+        shardd__v1__plan_response__free_unpacked(a, NULL);
+    if (b != NULL)
+        shardd__v1__plan_response__free_unpacked(b, NULL);
 }
 
 static void test_pins_named(struct svc *s)
@@ -1213,6 +1268,7 @@ int main(void)
     test_plan_round_trip(s);
     test_unset_options_are_defaults(s);
     test_estimate(s);
+    test_reference_profile(s);
     test_pins_named(s);
     test_lane_reads_within(s);
     test_plan_lane(s, &c);
