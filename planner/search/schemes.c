@@ -208,12 +208,15 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
         (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
+    /* The model's marginal cost of a tiny table can come out below zero
+     * (it is not additive); a table never saves time, so lookups count at
+     * least nothing and the choice rests on the exchanges. */
     shard_table(tb, &s, n, &local);
-    *dp_ms = marginal_ms(ps, &local) +
+    *dp_ms = fmax(0, marginal_ms(ps, &local)) +
              collective_all_reduce_ms(t, (double)table_bytes(tb, tb->dim), n,
                                       n > L) -
              2 * (n - 1) * t->link_latency_ms; /* bucketed: latency once */
-    *tw_ms = marginal_ms(ps, tb) / n +
+    *tw_ms = fmax(0, marginal_ms(ps, tb)) / n +
              2 * cols_bytes *
                  (remote / t->inter_host_bw + (1 - remote) / t->intra_host_bw);
 }
@@ -434,9 +437,9 @@ void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                   count[REASON_HOT]);
     if (count[REASON_REPLICATE] > 0)
         plan_note(p,
-                  "%zu table(s) replicated (data_parallel): together %.3f ms "
+                  "%zu table(s) replicated (data_parallel): together %.3g ms "
                   "per device replicated (local batch and one bucketed "
-                  "gradient all-reduce) against %.3f ms placed once "
+                  "gradient all-reduce) against %.3g ms placed once "
                   "(lookups on one device, columns in every all-to-all)",
                   count[REASON_REPLICATE], sp->dp_ms, sp->tw_ms);
     if (count[REASON_CONSTRAINT] > 0)
@@ -446,8 +449,8 @@ void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                   count[REASON_CONSTRAINT]);
     if (sp->kept > 0)
         plan_note(p,
-                  "%zu small table(s) not replicated: together %.3f ms per "
+                  "%zu small table(s) not replicated: together %.3g ms per "
                   "device replicated (local batch and one bucketed gradient "
-                  "all-reduce) against %.3f ms placed once",
+                  "all-reduce) against %.3g ms placed once",
                   sp->kept, sp->kept_dp_ms, sp->kept_tw_ms);
 }
