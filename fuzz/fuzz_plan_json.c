@@ -7,7 +7,8 @@
  * Invariants: an input is refused with a code and a message, or it gives a
  * plan with 1..TOPO_DEVICES_MAX devices whose shards name known tables.
  * plan_validate() then accepts it or refuses it with a message; an accepted
- * plan covers every column of every table once, evaluates to finite,
+ * plan covers every cell of every table (row blocks, column slices and
+ * replicas counted by hand), evaluates to finite,
  * non-negative costs, and survives json_plan() and a second read unchanged.
  */
 #include <math.h>
@@ -43,20 +44,35 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* Every column of every table is covered exactly once (p sorted). */
+/*
+ * Every cell of every table is covered: its shards' columns x rows add up
+ * to the table's (a replica: one whole table per device).  plan_validate()
+ * checks that no two overlap; this counts independently of it.
+ */
 static void check_cover(const struct plan *p)
 {
     size_t k = 0;
     uint32_t i;
 
     for (i = 0; i < NTABLES; i++) {
-        int32_t next = 0;
+        const struct table *t = &tables[i];
+        int64_t cells = 0, replicas = 0;
 
         for (; k < p->nshards && p->shards[k].table == i; k++) {
-            FUZZ_CHECK(p->shards[k].col_offset == next);
-            next += p->shards[k].col_width;
+            const struct shard *s = &p->shards[k];
+            int64_t rows = s->row_count > 0 ? s->row_count : t->rows;
+
+            if (s->scheme == SCHEME_DP) {
+                FUZZ_CHECK(s->col_width == t->dim && rows == t->rows);
+                replicas++;
+            } else {
+                cells += (int64_t)s->col_width * rows;
+            }
         }
-        FUZZ_CHECK(next == tables[i].dim);
+        if (replicas > 0)
+            FUZZ_CHECK(replicas == p->ndevices && cells == 0);
+        else
+            FUZZ_CHECK(cells == (int64_t)t->dim * t->rows);
     }
     FUZZ_CHECK(k == p->nshards);
 }
@@ -125,8 +141,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (k = 0; k < p.nshards; k++)
         FUZZ_CHECK(p.shards[k].table < NTABLES);
 
-    /* Room for everything: only the structure can be refused... */
+    /* Room for everything, host DRAM for every tier too: only the
+     * structure can be refused... */
     topology_default(&topo, p.ndevices, (uint64_t)1 << 40);
+    topo.host_dram_bytes = (uint64_t)1 << 40;
     d.msg[0] = '\0';
     rv = plan_validate(&p, tables, NTABLES, &topo, OPTIMIZER_SGD, &d);
     if (rv != 0) {
@@ -134,9 +152,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check_refusal(rv, &d);
     } else {
         check_valid_plan(&p, &topo);
-        /* ...and with 64 KiB devices, memory too: no device holds even a
-         * 4-column slice of t3 with Adam's state (192,000 bytes). */
+        /* ...and with 64 KiB devices and hosts, memory too: no device or
+         * host holds even a 4-column slice of t3 with Adam's state
+         * (192,000 bytes), nor a replica of it. */
         topology_default(&topo, p.ndevices, (uint64_t)64 << 10);
+        topo.host_dram_bytes = (uint64_t)64 << 10;
         d.msg[0] = '\0';
         rv = plan_validate(&p, tables, NTABLES, &topo, OPTIMIZER_ADAM, &d);
         FUZZ_CHECK(rv == SD_ENOSPACE);
