@@ -1,7 +1,7 @@
 /*
  * shardctl's offline commands (client.h): the planning library in this
  * process, no daemon needed.
- *   shardctl gen-tables --count N --seed S [--out F]
+ *   shardctl gen-tables --count N --seed S [--family NAME|mix] [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
  *                 [--model F] [--json | --torchrec]
@@ -17,9 +17,35 @@
 
 #include "client.h"
 
+/* The tables of --family NAME|mix (families.c), or without it synth.c's
+ * DLRM tables under their old names. */
+static int make_tables(const struct ctl_opts *o, unsigned threads,
+                       struct table **tables)
+{
+    struct family_params fp;
+    struct synth_params sp;
+    struct sd_diag d;
+
+    if (o->family == NULL) {
+        synth_params_default(&sp);
+        sp.count = (size_t)o->count;
+        sp.seed = (uint64_t)o->seed;
+        if (o->batch != 0)
+            sp.batch_size = o->batch;
+        return synth_tables(&sp, threads, tables);
+    }
+    family_params_default(&fp);
+    if (family_parse(o->family, &fp.family, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --family: %s", d.msg);
+    fp.count = (size_t)o->count;
+    fp.seed = (uint64_t)o->seed;
+    if (o->batch != 0)
+        fp.batch_size = o->batch;
+    return family_tables(&fp, threads, tables);
+}
+
 int offline_gen_tables(const struct ctl_opts *o)
 {
-    struct synth_params sp;
     struct table *tables;
     char *text;
     long ncpu;
@@ -27,19 +53,15 @@ int offline_gen_tables(const struct ctl_opts *o)
 
     if (o->count == 0)
         return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --count is required");
-    synth_params_default(&sp);
-    sp.count = (size_t)o->count;
-    sp.seed = (uint64_t)o->seed;
-    if (o->batch != 0)
-        sp.batch_size = o->batch;
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    rv = synth_tables(&sp,
-                      o->threads ? (unsigned)o->threads
-                                 : (unsigned)(ncpu > 0 ? ncpu : 1),
-                      &tables);
+    rv = make_tables(
+        o, o->threads ? (unsigned)o->threads : (unsigned)(ncpu > 0 ? ncpu : 1),
+        &tables);
+    if (rv == CTL_EXIT_USAGE)
+        return rv;
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
-    text = json_tables(tables, sp.count);
+    text = json_tables(tables, (size_t)o->count);
     free(tables);
     if (text == NULL)
         return ctl_fail(1, "gen-tables: out of memory");
@@ -96,8 +118,11 @@ int offline_plan(const struct ctl_opts *o)
     struct sd_diag d;
     struct plan p;
     const struct cost_net *net;
-    struct cost_net *owned;
+    struct ctl_model cm;
     struct net_cost_model ncm;
+    struct net_ensemble_cost_model ecm;
+    const struct cost_model *scorer;
+    struct plan_spread spread = {0};
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     size_t n;
@@ -127,9 +152,10 @@ int offline_plan(const struct ctl_opts *o)
     po.local_search = !o->no_local_search;
     po.threads = (int32_t)o->threads;
 
-    rv = ctl_load_model(o, "plan", &net, &owned);
+    rv = ctl_load_model(o, "plan", &cm);
     if (rv != 0)
         return rv;
+    net = cm.net;
     /* --profile: the plan must be for that hardware; a model of another
      * profile would answer for the wrong machine. */
     if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
@@ -138,6 +164,21 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
+    scorer = &ncm.cm;
+    /* --quantile: plans for that quantile of the ensemble's costs. */
+    if (o->quantile >= 0) {
+        if (cm.ens == NULL) {
+            rv = ctl_fail(CTL_EXIT_USAGE,
+                          "plan: --quantile needs an ensemble (--model an "
+                          "ensemble file from train --ensemble; the embedded "
+                          "one is missing)");
+            goto out_model;
+        }
+        po.ensemble = cm.ens;
+        po.quantile = o->quantile;
+        net_ensemble_cost_model_init(&ecm, cm.ens, o->quantile);
+        scorer = &ecm.cm;
+    }
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);
@@ -161,10 +202,17 @@ int offline_plan(const struct ctl_opts *o)
     if (rv != 0)
         goto out_tables;
     po.pins = pins;
-    rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
+    rv = plan_run(tables, n, &topo, &po, scorer, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_tables;
+    }
+    /* Every prediction's spread, where the model has an ensemble. */
+    if (cm.ens != NULL &&
+        net_ensemble_plan_spread(cm.ens, &p, tables, n, &topo, po.optimizer,
+                                 &spread) != 0) {
+        rv = ctl_fail(1, "plan: out of memory");
+        goto out_plan;
     }
     if (topo.batch_size != net->batch_size) {
         size_t len = strlen(p.cost_model);
@@ -186,17 +234,19 @@ int offline_plan(const struct ctl_opts *o)
     } else if (o->out != NULL) {
         rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
     } else {
-        format_plan_text(stdout, &p, tables, n, &topo);
+        format_plan_spread(stdout, &p, tables, n, &topo,
+                           cm.ens != NULL ? &spread : NULL);
         rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
     free(text);
 out_plan:
+    plan_spread_free(&spread);
     plan_destroy(&p);
 out_tables:
     free(pins);
     free(tables);
 out_model:
     free(caps);
-    free(owned);
+    ctl_model_free(&cm);
     return rv;
 }

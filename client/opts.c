@@ -32,10 +32,12 @@ static const char usage_text[] =
     "usage: shardctl COMMAND [OPTIONS]\n"
     "\n"
     "commands:\n"
-    "  gen-tables  --count N --seed S [--batch-size B] [--threads T]\n"
-    "              [--out FILE]\n"
-    "      Generate N synthetic DLRM tables (traces made, features computed)\n"
-    "      and write the tables JSON.\n"
+    "  gen-tables  --count N --seed S [--family NAME|mix] [--batch-size B]\n"
+    "              [--threads T] [--out FILE]\n"
+    "      Generate N synthetic tables (traces made, features computed) and\n"
+    "      write the tables JSON: DLRM-like by default, or of a family\n"
+    "      (dlrm, zipf, exp, uniform, bimodal, seq, onehot) or all of them\n"
+    "      in turn (mix).\n"
     "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
@@ -227,7 +229,7 @@ static const struct opt_def opt_defs[] = {
     /* Offline-only; online plan refuses them with its own message. */
     {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
-    {"model", ARG, O(model), CMD(PLAN) | CMD(SCORE), set_str, 0, 0},
+    {"model", ARG, O(model), CMD(PLAN) | CMD(SCORE) | CMD(EVAL), set_str, 0, 0},
     {"profile", ARG, O(profile),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
          CMD(RETRAIN),
@@ -241,6 +243,7 @@ static const struct opt_def opt_defs[] = {
     {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"family", ARG, O(family), CMD(GEN_TABLES) | CMD(PROFILE), set_str, 0, 0},
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,
@@ -264,6 +267,9 @@ static const struct opt_def opt_defs[] = {
     {"weight-decay", ARG, O(weight_decay), CMD(TRAIN), set_real, 0, 100},
     {"newest", ARG, O(newest), CMD(TRAIN) | CMD(SCORE), set_int, 1, 1e9},
     {"activate", FLAG, O(activate), CMD(TRAIN), set_flag, 0, 0},
+    {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
+    {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
+    {"quantile", ARG, O(quantile), CMD(PLAN) | CMD(ESTIMATE), set_real, 0, 1},
     /* Online: GLOBAL, then the admin commands' */
     {"addr", ARG, O(addr), GLOBAL, set_str, 0, 0},
     {"token", ARG, O(token), GLOBAL, set_str, 0, 0},
@@ -323,8 +329,13 @@ static int set_real(const struct opt_def *def, const char *arg, void *field,
     x = strtod(arg, &end);
     if (errno != 0 || end == arg || *end != '\0' || !isfinite(x) ||
         x < def->min || x > def->max)
-        return ctl_fail(CTL_EXIT_USAGE, "--%s: \"%s\" is not a positive number",
-                        def->name, arg);
+        return def->min > 0 ? ctl_fail(CTL_EXIT_USAGE,
+                                       "--%s: \"%s\" is not a positive number",
+                                       def->name, arg)
+                            : ctl_fail(CTL_EXIT_USAGE,
+                                       "--%s: \"%s\" is not a number in "
+                                       "[%g, %g]",
+                                       def->name, arg, def->min, def->max);
     *(double *)field = x;
     return 0;
 }
@@ -471,6 +482,7 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     memset(o, 0, sizeof(*o));
     o->warmup = -1;       /* unset: 0 is a valid count */
     o->weight_decay = -1; /* unset: 0 is plain Adam */
+    o->quantile = -1;     /* unset: 0 is the members' least */
     if (argc < 2) {
         ctl_usage(stderr);
         return CTL_EXIT_USAGE;

@@ -76,6 +76,53 @@ static bool pins_kept(const struct plan *p, const struct table *tables,
     return true;
 }
 
+/*
+ * neuroshard once with each member of o->ensemble, keeping the plan that
+ * costs least under m (the first on ties): a plan for the quantile m
+ * answers with, among plans each member thinks best.  *out is a valid,
+ * evaluated plan on success.
+ */
+static int plan_robust(const struct table *tables, size_t ntables,
+                       const struct topology *t, const struct plan_options *o,
+                       const struct cost_model *m, struct plan *out,
+                       struct sd_diag *d)
+{
+    const struct net_ensemble *e = o->ensemble;
+    struct plan_options mo = *o;
+    struct plan cand;
+    bool have = false;
+    int32_t i;
+    int rv = 0;
+
+    if (o->time_budget_ms > 0)
+        mo.time_budget_ms = o->time_budget_ms / e->k;
+    for (i = 0; i < e->k; i++) {
+        mo.net = e->m[i];
+        mo.memo = i == 0 ? o->memo : NULL; /* a memo answers for one net */
+        rv = plan_neuroshard(tables, ntables, t, &mo, &cand, d);
+        if (rv != 0)
+            break;
+        rv = plan_validate(&cand, tables, ntables, t, o->optimizer, d);
+        if (rv == 0)
+            rv = plan_evaluate(&cand, tables, ntables, t, o->optimizer, m);
+        if (rv != 0) {
+            plan_destroy(&cand);
+            break;
+        }
+        if (!have || cand.cost_ms < out->cost_ms) {
+            if (have)
+                plan_destroy(out);
+            *out = cand;
+            have = true;
+        } else {
+            plan_destroy(&cand);
+        }
+    }
+    if (rv != 0 && have)
+        plan_destroy(out);
+    return rv;
+}
+
 int plan_run(const struct table *tables, size_t ntables,
              const struct topology *t, const struct plan_options *o,
              const struct cost_model *m, struct plan *out, struct sd_diag *d)
@@ -100,7 +147,10 @@ int plan_run(const struct table *tables, size_t ntables,
         rv = plan_baseline(tables, ntables, t, o, &p, d);
         break;
     case PLAN_ALG_NEUROSHARD:
-        rv = plan_neuroshard(tables, ntables, t, o, &p, d);
+        if (o->ensemble != NULL && o->ensemble->k > 1)
+            rv = plan_robust(tables, ntables, t, o, m, &p, d);
+        else
+            rv = plan_neuroshard(tables, ntables, t, o, &p, d);
         break;
     default:
         return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
