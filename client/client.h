@@ -110,7 +110,7 @@ struct ctl_opts {
     const char *family;          /* gen-tables, profile --family */
     const char *hold_out;        /* train --hold-out-family */
     int64_t ensemble;            /* train --ensemble K */
-    double quantile;             /* plan, estimate --quantile; < 0: none */
+    double quantile;             /* plan --quantile (offline); < 0: none */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */

@@ -149,6 +149,8 @@ static int reject_offline_only(const struct ctl_opts *o)
         strcat(names, ", --no-local-search");
     if (o->threads != 0)
         strcat(names, ", --threads");
+    if (o->quantile >= 0)
+        strcat(names, ", --quantile");
     if (names[0] == '\0')
         return 0;
     return ctl_fail(CTL_EXIT_USAGE,
@@ -185,8 +187,11 @@ static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
 /* Prints a daemon's plan the way offline plan does. */
 static int print_plan(const struct ctl_opts *o, const struct plan *p,
                       const struct table *tables, size_t n,
-                      const struct topology *topo)
+                      const struct topology *topo,
+                      const Shardd__V1__PredictionSpread *spread)
 {
+    struct plan_spread sp;
+    struct sd_diag d;
     char *text;
     int rv;
 
@@ -194,7 +199,12 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
     if (rv != 0)
         return rv;
     if (!o->json && !o->torchrec) {
-        format_plan_text(stdout, p, tables, n, topo);
+        rv = wire_spread_in(spread, p->ndevices, &sp, &d);
+        if (rv != 0)
+            return ctl_fail(1, "plan: the response's %s", d.msg);
+        format_plan_spread(stdout, p, tables, n, topo,
+                           sp.members > 0 ? &sp : NULL);
+        plan_spread_free(&sp);
         return online_finish_stdout();
     }
     text = o->json ? plan_json(p, tables)
@@ -272,7 +282,7 @@ static int online_plan(struct online *on)
                        &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
-        rv = print_plan(o, &p, tables, n, &topo);
+        rv = print_plan(o, &p, tables, n, &topo, resp->spread);
     free(shown);
     plan_destroy(&p);
 out_response:
@@ -323,12 +333,18 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     int32_t dev;
     bool first = true;
 
+    struct plan_spread sp;
+    struct sd_diag d;
+
     wire_devices_in(p, r->devices, r->n_devices);
     p->cost_ms = r->plan_cost_ms;
     wire_basis_in(p, r->basis);
     p->algorithm = "estimate";
     p->explain.critical_device = -1;
-    format_plan_text(stdout, p, tables, n, topo);
+    if (wire_spread_in(r->spread, p->ndevices, &sp, &d) != 0)
+        return ctl_fail(1, "estimate: the response's %s", d.msg);
+    format_plan_spread(stdout, p, tables, n, topo, sp.members > 0 ? &sp : NULL);
+    plan_spread_free(&sp);
     if (r->fits_memory) {
         printf("memory: every device fits\n");
         return online_finish_stdout();

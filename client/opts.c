@@ -269,7 +269,7 @@ static const struct opt_def opt_defs[] = {
     {"activate", FLAG, O(activate), CMD(TRAIN), set_flag, 0, 0},
     {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
-    {"quantile", ARG, O(quantile), CMD(PLAN) | CMD(ESTIMATE), set_real, 0, 1},
+    {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
     /* Online: GLOBAL, then the admin commands' */
     {"addr", ARG, O(addr), GLOBAL, set_str, 0, 0},
     {"token", ARG, O(token), GLOBAL, set_str, 0, 0},

@@ -14,22 +14,25 @@
  *  - dtype fp16 for 30 % of the tables (memory figures; the cpu kernel
  *    computes in fp32 whatever the dtype, kernels.h).
  *
- * The families, with what a test checks of each (test_synth.c):
+ * The families, with what a test checks of each (test_families.c):
  *  - dlrm: synth.c's tables, NeuroShard's benchmark statistics; the base of
  *    the augmentation (sample.c gives them every dim of sample_dims);
  *  - zipf: P(rank k) proportional to k^-s over every row, s uniform in
  *    [0.5, 2.0]: the top row takes a share 1 / H(rows, s) of the lookups;
  *  - exp: P(rank k) proportional to exp(-k / L), L a fraction 10^U(-3, -0.3)
- *    of the rows: ranks below L take a share 1 - 1/e (0.632) of them;
+ *    of the rows: ranks below L take a share 1 - 1/e (0.632) of them (less
+ *    the tail past the last row);
  *  - uniform: every row of a random subset of 50-100 % of the rows equally
- *    likely: access counts are Poisson, so with N lookups over V rows at
- *    least 90 % of the accessed rows fall in the two bins nearest
- *    log2(N / V) once N / V >= 16;
+ *    likely: access counts are Poisson, so with N lookups over V rows the
+ *    three bins around log2(N / V) hold at least 95 % of the accessed rows
+ *    once N / V >= 16;
  *  - bimodal: a hot set of 0.1-10 % of the rows takes a share p uniform in
  *    [0.5, 0.95] of the lookups, the cold rows the rest, each set uniform:
- *    the histogram has two modes;
+ *    the histogram has two modes, the bins around each set's mean count
+ *    holding that set's share of the accessed rows;
  *  - seq: long sequences, pooling factor log-uniform in [64, 384], bag
- *    lengths uniform in [pf / 2, 3 pf / 2], Zipf ids with s in [0.6, 1.2];
+ *    lengths uniform in [ceil(pf/2), floor(3pf/2)], Zipf ids with s in
+ *    [0.6, 1.2];
  *  - onehot: one id per bag (pooling factor 1 exactly), ids from one of the
  *    four laws above.
  * zipf, exp, uniform and bimodal tables have geometric bag lengths with a

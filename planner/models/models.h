@@ -426,7 +426,8 @@ int32_t sample_any_dim(struct rng *g);
  * A pool whose tables come in groups (the table families of formats.h):
  * group[i] < ngroups is pool table i's.  A shard is drawn from one group
  * (uniform over the groups that have tables) or, with probability p_mixed,
- * from the whole pool.  Tables of a group whose bit is set in any_dims get
+ * from the whole pool; that choice is made once a shard, before the caps
+ * below are tried.  Tables of a group whose bit is set in any_dims get
  * sample_any_dim() widths, the others sample_dims'.  A draw is kept when
  * its weights (rows x width x 4 bytes: the kernel's fp32, whatever the
  * dtype) are within max_bytes and, when max_work > 0, the sum of pooling

@@ -61,7 +61,7 @@ int32_t sample_any_dim(struct rng *g)
 
 /* One table of the draw: an index (of the group `grp`, or of the whole
  * pool for grp < 0) and a width. */
-static void draw_one(struct rng *g, const struct table *pool, size_t npool,
+static void draw_one(struct rng *g, size_t npool,
                      const struct sample_groups *gr, const size_t *members,
                      const size_t *first, int grp, size_t *idx, int32_t *dim)
 {
@@ -76,7 +76,6 @@ static void draw_one(struct rng *g, const struct table *pool, size_t npool,
     *dim = (gr->any_dims >> gr->group[i]) & 1u
                ? sample_any_dim(g)
                : sample_dims[rng_below(g, SAMPLE_NDIMS)];
-    (void)pool;
 }
 
 int sample_draw_grouped(struct rng *g, const struct table *pool, size_t npool,
@@ -112,22 +111,23 @@ int sample_draw_grouped(struct rng *g, const struct table *pool, size_t npool,
         for (i = 0; i < npool; i++)
             members[fill[gr->group[i]]++] = i;
     }
+    /* The group is drawn once: redrawing it with the tables would favour
+     * the groups whose shards meet the caps more often. */
+    grp = -1;
+    if (!(rng_uniform(g) < gr->p_mixed)) {
+        size_t j = (size_t)rng_below(g, (uint64_t)nonempty);
+
+        for (grp = 0; grp < gr->ngroups; grp++)
+            if (first[grp + 1] > first[grp] && j-- == 0)
+                break;
+    }
     for (tries = 0; tries < DRAW_TRIES; tries++) {
         size_t n = 1 + (size_t)rng_below(g, p->max_tables), j;
         uint64_t bytes = 0;
         double work = 0;
 
-        grp = -1;
-        if (!(rng_uniform(g) < gr->p_mixed)) {
-            /* The j-th group that has tables. */
-            j = (size_t)rng_below(g, (uint64_t)nonempty);
-            for (grp = 0; grp < gr->ngroups; grp++)
-                if (first[grp + 1] > first[grp] && j-- == 0)
-                    break;
-        }
         for (j = 0; j < n; j++) {
-            draw_one(g, pool, npool, gr, members, first, grp, &idx[j],
-                     &dims[j]);
+            draw_one(g, npool, gr, members, first, grp, &idx[j], &dims[j]);
             bytes += (uint64_t)pool[idx[j]].rows * (uint64_t)dims[j] * 4u;
             work += pool[idx[j]].pooling_factor * dims[j];
         }

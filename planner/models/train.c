@@ -779,7 +779,11 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free_net;
     }
-    rows_max = max_batch_rows(s, n, t.bmax, t.pos);
+    /* A bootstrap may repeat the largest shard in one minibatch. */
+    rows_max = max_batch_rows(s, n, p->member > 0 ? 1 : t.bmax, t.pos);
+    if (p->member > 0)
+        rows_max =
+            rows_max <= (size_t)INT32_MAX / t.bmax ? rows_max * t.bmax : 0;
     nwork = work_floats(rows_max, t.bmax);
     if (rows_max == 0 || nwork == 0) {
         rv = sd_diag_set(d, SD_EINVAL,
@@ -797,6 +801,17 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     if (off == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free_ord;
+    }
+    /* A bootstrap may hold the largest shard ntrain times: its rows are
+     * bounded by n times the largest, as the minibatch's are above. */
+    if (p->member > 0) {
+        size_t nt_max = rows_max / t.bmax;
+
+        if (nt_max > SIZE_MAX / NET_IN / sizeof(float) / n) {
+            rv = sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
+            goto out_free_off;
+        }
+        ntables = nt_max * n;
     }
     x = malloc(ntables * NET_IN * sizeof(*x)); /* bounded in check_samples */
     if (x == NULL) {
