@@ -50,7 +50,6 @@
 #include <string.h>
 
 #include "formats/formats.h"
-#include "formats/synth_int.h"
 #include "problem/problem.h"
 
 #define FAMILY_THREADS_MAX 256

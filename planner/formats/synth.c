@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "formats/formats.h"
-#include "formats/synth_int.h"
 #include "problem/problem.h"
 
 /*
