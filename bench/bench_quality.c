@@ -5,15 +5,19 @@
  * prints the mean plan cost predicted by the embedded model and measured on
  * the device (each device's shard timed in turn on the cpu or cuda backend,
  * comm modelled), the mean per-task ratio of the measured cost to the best
- * greedy baseline's and to torchrec_greedy's (over the tasks those could
- * plan), the predicted cost over the plan's lower bound, the search time,
- * and how many tasks it could plan.  Mean costs are over the tasks each
- * algorithm planned, so compare the ratios across algorithms.
+ * greedy baseline's, to torchrec_greedy's and to neuroshard's (over the
+ * tasks those could plan), the predicted cost over the plan's lower bound, the
+ * search time, and how many tasks it could plan.  Mean costs are over the tasks
+ * each algorithm planned, so compare the ratios across algorithms.
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
- *                      [model file]
+ *                      [model file] [policy file]
+ *        bench_quality production [tasks per set] [model file]
+ *        (bench_production.c: a production-like set, by the model)
  * (the model file, default the embedded model, is what plans and predicts:
- * candidate models compare on plan quality, not only on MAPE)
+ * candidate models compare on plan quality, not only on MAPE; the policy
+ * file, default the embedded policy, is dreamshard's, and must have been
+ * trained against that model)
  *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
  *         3 rounds; "none" skips the measurement and reports predictions
  *         only).  Each device's compute is the median of `rounds`
@@ -41,8 +45,8 @@
 /* Sums over the tasks an algorithm planned; the ratios over those where
  * the reference planned too (counted apart). */
 struct acc {
-    double pred, meas, vs_greedy, vs_trec, vs_bound, search_ms;
-    int ok, n_greedy, n_trec;
+    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, search_ms;
+    int ok, n_greedy, n_trec, n_ns;
 };
 
 static bool is_greedy(int a)
@@ -121,10 +125,10 @@ out_free:
     free(dims);
 }
 
-static int run_set(const struct cost_net *net, const struct kern_backend *be,
-                   const struct table *pool, size_t npool, const char *label,
-                   int32_t ndevices, size_t ntasks,
-                   const struct kern_timing_opts *to, int rounds)
+static int run_set(const struct cost_net *net, const struct policy_net *pn,
+                   const struct kern_backend *be, const struct table *pool,
+                   size_t npool, const char *label, int32_t ndevices,
+                   size_t ntasks, const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
     struct task *tasks;
@@ -167,6 +171,7 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
             plan_options_default(&o);
             o.alg = (enum plan_alg)a;
             o.net = net;
+            o.policy = pn;
             o.seed = k;
             ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm,
                              &plans[a], &d) == 0;
@@ -208,6 +213,11 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
                                           : pred[PLAN_ALG_TORCHREC_GREEDY]);
                 acc[a].n_trec++;
             }
+            if (ok[PLAN_ALG_NEUROSHARD]) {
+                acc[a].vs_ns += c / (be ? meas[PLAN_ALG_NEUROSHARD]
+                                        : pred[PLAN_ALG_NEUROSHARD]);
+                acc[a].n_ns++;
+            }
             acc[a].vs_bound += pred[a] / bound[a];
             acc[a].search_ms += search[a];
         }
@@ -220,18 +230,20 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
            label, label[0] ? ": " : "", (int)ndevices, ntasks, (int)ndevices,
            (long long)net->batch_size,
            be ? "measured on the device (median of rounds)" : "predicted only");
-    printf("%-20s %6s %10s %10s %11s %11s %9s %10s\n", "algorithm", "valid",
-           "predicted", "measured", "/best_greedy", "/torchrec", "/bound",
-           "search ms");
+    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %10s\n", "algorithm",
+           "valid", "predicted", "measured", "/best_greedy", "/torchrec",
+           "/neuroshard", "/bound", "search ms");
     for (a = 0; a < NALG; a++) {
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
-        printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %9.3f %10.2f\n",
+        printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
+               "%10.2f\n",
                plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
                be ? c->meas / n : NAN,
                c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
-               c->n_trec ? c->vs_trec / c->n_trec : NAN, c->vs_bound / n,
+               c->n_trec ? c->vs_trec / c->n_trec : NAN,
+               c->n_ns ? c->vs_ns / c->n_ns : NAN, c->vs_bound / n,
                c->search_ms / n);
     }
     task_array_free(tasks, ntasks);
@@ -244,6 +256,7 @@ static int run_set(const struct cost_net *net, const struct kern_backend *be,
  * then its task sets at 4 and 8 devices.
  */
 static int run_families(const char *list, const struct cost_net *net,
+                        const struct policy_net *pn,
                         const struct kern_backend *be, size_t ntasks,
                         const struct kern_timing_opts *to, int rounds,
                         unsigned threads)
@@ -274,19 +287,22 @@ static int run_families(const char *list, const struct cost_net *net,
                     family_name(f));
             return 1;
         }
-        rv = run_set(net, be, pool, fp.count, family_name(f), 4, ntasks, to,
+        rv = run_set(net, pn, be, pool, fp.count, family_name(f), 4, ntasks, to,
                      rounds);
         if (rv == 0)
-            rv = run_set(net, be, pool, fp.count, family_name(f), 8, ntasks, to,
-                         rounds);
+            rv = run_set(net, pn, be, pool, fp.count, family_name(f), 8, ntasks,
+                         to, rounds);
         free(pool);
     }
     return rv;
 }
 
+/* The production-like task set (bench_production.c). */
+int bench_production(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
-    size_t ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
+    size_t ntasks;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
     int rounds = argc > 4 ? atoi(argv[4]) : 3;
     const char *bname = argc > 3 ? argv[3] : "auto";
@@ -296,10 +312,15 @@ int main(int argc, char **argv)
     struct table *pool;
     struct sd_diag d;
     struct cost_net *owned = NULL;
+    struct policy_net *owned_pn = NULL;
     const struct cost_net *net;
+    const struct policy_net *pn;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rv = 1;
 
+    if (argc > 1 && strcmp(argv[1], "production") == 0)
+        return bench_production(argc, argv);
+    ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
     if (argc > 5)
         net = net_read_file(argv[5], &owned, &d) == 0 ? owned : NULL;
     else
@@ -308,9 +329,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
+    /* dreamshard's policy; without one it plans nothing (0 valid). */
+    if (argc > 6)
+        pn = policy_read_file(argv[6], &owned_pn, &d) == 0 ? owned_pn : NULL;
+    else
+        pn = policy_embedded(&d);
+    if (!pn)
+        fprintf(stderr, "bench_quality: %s: dreamshard will plan nothing\n",
+                d.msg);
     if (ntasks < 1 || repeats < 1 || rounds < 1 || rounds > 64) {
         fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend] "
-                        "[rounds] [model file]\n");
+                        "[rounds] [model file] [policy file]\n");
         rv = 2;
         goto out_model;
     }
@@ -336,16 +365,17 @@ int main(int argc, char **argv)
     printf("bench_quality: model %s (%s); backend %s\n", net->profile,
            argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
     if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
-        rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, be, ntasks, &to,
-                          rounds, ncpu > 0 ? (unsigned)ncpu : 1);
-    } else if (run_set(net, be, pool, sp.count, "", 4, ntasks, &to, rounds) ==
-                   0 &&
-               run_set(net, be, pool, sp.count, "", 8, ntasks, &to, rounds) ==
-                   0) {
+        rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, pn, be, ntasks,
+                          &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
+    } else if (run_set(net, pn, be, pool, sp.count, "", 4, ntasks, &to,
+                       rounds) == 0 &&
+               run_set(net, pn, be, pool, sp.count, "", 8, ntasks, &to,
+                       rounds) == 0) {
         rv = 0;
     }
     free(pool);
 out_model:
+    free(owned_pn);
     free(owned);
     return rv;
 }

@@ -8,7 +8,8 @@
  *                    (getopt_long), the usage.
  *  - common.c:       what every command shares: ctl_fail(), output files,
  *                    the cost model, capacities and pins.
- *  - offline.c:      gen-tables, gen-tasks and plan --offline, in-process.
+ *  - offline.c:      gen-tables, gen-tasks, plan --offline and features,
+ *                    in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
  *  - fit.c:          train and score: cost models from a store's
@@ -17,6 +18,8 @@
  *                    table of train and score.
  *  - comm.c:         comm-profile: collectives timed on this machine's
  *                    devices.
+ *  - train_policy.c: train-policy, a dreamshard placement policy for a
+ *                    compute model (a file, or a version in a store).
  *  - format.c:       human-readable plan reports, offline and online.
  *  - svg.c:          the per-device picture of a plan (--svg FILE).
  *  - online.c:       online_run(), and plan and estimate asked of shardd.
@@ -31,7 +34,9 @@
  * Who calls whom, file by file (a layered graph: no file calls a function
  * of a file that calls it, directly or not):
  *
- *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, online.c
+ *   shardctl.c     -> opts.c, offline.c, measure.c, comm.c, train_policy.c,
+ *                     online.c
+ *   train_policy.c -> common.c
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
@@ -69,6 +74,7 @@
 #define CTL_EXIT_USAGE 2 /* bad input or usage */
 #define CTL_MAX_ARGS   4 /* words after the command (job ID, ...) */
 #define CTL_MAX_PINS   TOPO_DEVICES_MAX /* --pin options */
+#define CTL_DLRM_DIM   64 /* features: the dim of dlrm layout tables */
 
 /* The commands, as opts.c names them. */
 enum ctl_cmd {
@@ -88,6 +94,8 @@ enum ctl_cmd {
     CTL_CMD_JOB,
     CTL_CMD_PROFILER,
     CTL_CMD_HEALTH,
+    CTL_CMD_FEATURES,
+    CTL_CMD_TRAIN_POLICY,
     CTL_CMD_COUNT
 };
 
@@ -97,6 +105,10 @@ enum ctl_cmd {
  */
 struct ctl_opts {
     const char *tables;
+    const char *tables_format; /* --tables-format auto|shardd|torchrec */
+    const char *trace;         /* features --trace: a file or a folder */
+    const char *traces;        /* gen-tables --traces: write them there */
+    int64_t dim;               /* features --dim (the dlrm layout) */
     const char *out;
     const char *alg;
     const char *optimizer;
@@ -104,6 +116,10 @@ struct ctl_opts {
     const char *plan;
     const char *backend;
     const char *model;
+    const char *policy; /* plan --offline --policy: the dreamshard policy */
+    const char *tasks;  /* train-policy --tasks */
+    int64_t iterations; /* train-policy --iterations; 0: the default */
+    const char *kind;   /* retrain --kind compute|policy */
     const char *profile;
     const char *svg;             /* plan, estimate --svg: the picture's file */
     const char *torchrec_module; /* plan --torchrec: the module path */
@@ -223,6 +239,14 @@ void ctl_model_free(struct ctl_model *cm);
 extern volatile sig_atomic_t ctl_stop_requested;
 void ctl_catch_stop_signals(void);
 
+/*
+ * dreamshard's policy: --policy FILE, else the embedded one (NULL when it
+ * is damaged: plan_run() then says to train one).  *owned is what the
+ * caller frees.  Returns 0 or an exit code, the message naming cmd.
+ */
+int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
+                    const struct policy_net **pn, struct policy_net **owned);
+
 /* ------------------------------------------------------------------------ */
 /* The plan's picture (svg.c)                                                */
 
@@ -242,10 +266,20 @@ int ctl_write_svg(const struct ctl_opts *o, const char *cmd,
 /* ------------------------------------------------------------------------ */
 /* Offline commands (offline.c) and measuring ones (measure.c)              */
 
+/*
+ * The tables of --tables as users describe them (shardd's form or
+ * TorchRec's, --tables-format, else detected; task --task of a tasks
+ * file), into *in (tables_input_destroy() it); cmd names the command in
+ * messages.  Returns 0 or an exit code (the message printed).
+ */
+int ctl_read_tables(const struct ctl_opts *o, const char *cmd,
+                    struct tables_input *in);
+
 /* Each runs its command and returns shardctl's exit status. */
 int offline_gen_tables(const struct ctl_opts *o);
 int offline_gen_tasks(const struct ctl_opts *o);
 int offline_plan(const struct ctl_opts *o); /* plan --offline */
+int offline_features(const struct ctl_opts *o);
 int measure_profile(const struct ctl_opts *o);
 int measure_train(const struct ctl_opts *o); /* fit.c */
 int measure_score(const struct ctl_opts *o); /* fit.c */
@@ -255,7 +289,8 @@ struct kern_backend;
 /* The backend --backend names (NULL: auto), or NULL with the message
  * printed (measure.c). */
 const struct kern_backend *ctl_pick_backend(const char *name);
-int comm_profile(const struct ctl_opts *o); /* comm.c */
+int comm_profile(const struct ctl_opts *o);     /* comm.c */
+int train_policy_run(const struct ctl_opts *o); /* train_policy.c */
 
 /* ------------------------------------------------------------------------ */
 /* Errors by table family (family.c)                                         */
@@ -323,8 +358,19 @@ void format_plan_spread(FILE *out, const struct plan *p,
  * driver_ms that is negative, and stats.states < 0 (then only search_ms,
  * greedy_runs, splits and budget_exhausted are known).
  */
+/* The count of tables per scheme, and TorchRec's table of the tables that
+ * are not table-wise (the first 20). */
+void format_schemes(FILE *out, const struct plan *p,
+                    const struct table *tables);
 void format_explain(FILE *out, const struct plan *p,
                     const struct table *tables);
+
+/*
+ * The notes of an input (nothing when there are none): "inputs:", then a
+ * line per note, "KIND: message", at most 3 of each kind and field and a
+ * count of the others (--json lists every note).
+ */
+void format_notes(FILE *out, const struct input_notes *notes);
 
 /* ------------------------------------------------------------------------ */
 /* Online mode (online.c)                                                    */

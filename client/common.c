@@ -1,9 +1,9 @@
 /*
  * What every shardctl command shares (client.h): the one way to fail, exit
- * codes of planner errors, writing output, the cost model of a plan, and the
- * constraints of the command line (capacities and pins) resolved against a
- * topology and tables.  Called by the commands; calls nothing of the client
- * back, only the planning library.
+ * codes of planner errors, writing output, the cost model of a plan, reading
+ * --tables, and the constraints of the command line (capacities and pins)
+ * resolved against a topology and tables.  Called by the commands; calls
+ * nothing of the client back, only the planning library.
  */
 #include <errno.h>
 #include <signal.h>
@@ -86,6 +86,46 @@ void ctl_model_free(struct ctl_model *cm)
 {
     net_ensemble_free(cm->owned);
     memset(cm, 0, sizeof(*cm));
+}
+
+int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
+                    const struct policy_net **pn, struct policy_net **owned)
+{
+    struct sd_diag d = {{0}};
+    int rv;
+
+    *owned = NULL;
+    if (o->policy != NULL) {
+        rv = policy_read_file(o->policy, owned, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "%s: --policy: %s", cmd, d.msg);
+        *pn = *owned;
+        return 0;
+    }
+    *pn = policy_embedded(NULL);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tables                                                                  */
+
+int ctl_read_tables(const struct ctl_opts *o, const char *cmd,
+                    struct tables_input *in)
+{
+    enum tables_form form = TABLES_FORM_AUTO;
+    struct sd_diag d;
+    int rv;
+
+    if (o->tables_format != NULL &&
+        tables_form_parse(o->tables_format, &form) != 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "%s: --tables-format \"%s\" is not auto, shardd or "
+                        "torchrec",
+                        cmd, o->tables_format);
+    rv = json_read_tables_input(o->tables, (size_t)o->task, form, in, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */

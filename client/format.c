@@ -1,6 +1,7 @@
 /* Human-readable plan report for shardctl (client.h). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -17,7 +18,14 @@ static void append_label(char *line, size_t cap, const struct table *t,
 
     if (*full)
         return;
-    if (s->col_width == t->dim)
+    if (s->scheme == SCHEME_DP)
+        snprintf(label, sizeof(label), "%s%s(dp)", used ? ", " : "", t->name);
+    else if (s->row_count > 0)
+        snprintf(label, sizeof(label), "%s%s[%d:%d,r%lld:%lld]",
+                 used ? ", " : "", t->name, (int)s->col_offset,
+                 (int)(s->col_offset + s->col_width), (long long)s->row_offset,
+                 (long long)(s->row_offset + s->row_count));
+    else if (s->col_width == t->dim)
         snprintf(label, sizeof(label), "%s%s", used ? ", " : "", t->name);
     else
         snprintf(label, sizeof(label), "%s%s[%d:%d]", used ? ", " : "", t->name,
@@ -101,7 +109,61 @@ void format_plan_spread(FILE *out, const struct plan *p,
     if (sp != NULL)
         fprintf(out, "compute range: the least and the largest prediction of "
                      "the ensemble's members\n");
+    format_schemes(out, p, tables);
     format_explain(out, p, tables);
+}
+
+/* At most this many split or replicated tables are listed one by one. */
+#define FORMAT_SCHEME_ROWS 20
+
+void format_schemes(FILE *out, const struct plan *p, const struct table *tables)
+{
+    size_t count[SCHEME_COUNT] = {0}, k, first, listed = 0, others = 0;
+    int sc, shown = 0;
+
+    for (k = 0; k < p->nshards; k = first) {
+        for (first = k;
+             first < p->nshards && p->shards[first].table == p->shards[k].table;
+             first++)
+            ;
+        count[plan_table_scheme(p, k)]++;
+    }
+    fprintf(out, "\nschemes:");
+    for (sc = 0; sc < SCHEME_COUNT; sc++)
+        if (count[sc] > 0)
+            fprintf(out, "%s %zu %s", shown++ ? "," : "", count[sc],
+                    scheme_name((enum plan_scheme)sc));
+    fprintf(out, "\n");
+    /* TorchRec's print(plan) for the tables that are not table-wise. */
+    for (k = 0; k < p->nshards; k = first) {
+        enum plan_scheme s = plan_table_scheme(p, k);
+        char ranks[64] = "";
+        size_t used = 0;
+
+        for (first = k;
+             first < p->nshards && p->shards[first].table == p->shards[k].table;
+             first++)
+            if (used + 12 < sizeof(ranks))
+                used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                         "%s%d", first > k ? ", " : "",
+                                         (int)p->shards[first].device);
+            else if (used + 5 < sizeof(ranks))
+                used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                         ", ...");
+        if (s == SCHEME_TW)
+            continue;
+        if (listed == FORMAT_SCHEME_ROWS) {
+            others++;
+            continue;
+        }
+        if (listed++ == 0)
+            fprintf(out, "%-24s | %-14s | %s\n", "param", "sharding type",
+                    "ranks");
+        fprintf(out, "%-24.24s | %-14s | [%s]\n",
+                tables[p->shards[k].table].name, scheme_name(s), ranks);
+    }
+    if (others > 0)
+        fprintf(out, "... and %zu more split or replicated tables\n", others);
 }
 
 void format_explain(FILE *out, const struct plan *p, const struct table *tables)
@@ -126,6 +188,8 @@ void format_explain(FILE *out, const struct plan *p, const struct table *tables)
     }
     fprintf(out, "\nlower bound: %.3f ms; this plan is %.1f%% above it\n",
             e->lower_bound_ms, 100.0 * e->gap);
+    for (i = 0; i < p->nnotes; i++)
+        fprintf(out, "note: %s\n", p->notes[i]);
     if (st->states < 0) /* a daemon's plan: fewer figures (client.h) */
         fprintf(out, "search: %.1f ms, %lld greedy runs, %d column splits%s\n",
                 st->search_ms, (long long)st->greedy_runs, (int)st->splits,
@@ -138,4 +202,43 @@ void format_explain(FILE *out, const struct plan *p, const struct table *tables)
                 (long long)st->greedy_runs, (int)st->levels, (int)st->splits,
                 (int)st->moves,
                 st->budget_exhausted ? " (time budget reached)" : "");
+}
+
+/* The group of notes a note belongs to: its kind and field. */
+struct note_group {
+    enum note_kind kind;
+    const char *field;
+    size_t count;
+};
+
+#define NOTES_SHOWN 3 /* of one group */
+
+void format_notes(FILE *out, const struct input_notes *notes)
+{
+    struct note_group *groups;
+    size_t ngroups = 0, i, g;
+
+    if (notes == NULL || notes->n == 0)
+        return;
+    groups = calloc(notes->n, sizeof(*groups));
+    fprintf(out, "\ninputs:\n");
+    for (i = 0; i < notes->n; i++) {
+        const struct input_note *nt = &notes->v[i];
+
+        for (g = 0; groups != NULL && g < ngroups; g++)
+            if (groups[g].kind == nt->kind &&
+                strcmp(groups[g].field, nt->field) == 0)
+                break;
+        if (groups != NULL && g == ngroups)
+            groups[ngroups++] = (struct note_group){nt->kind, nt->field, 0};
+        if (groups != NULL && groups[g].count++ >= NOTES_SHOWN)
+            continue;
+        fprintf(out, "  %s: %s\n", note_kind_name(nt->kind), nt->text);
+    }
+    for (g = 0; g < ngroups; g++)
+        if (groups[g].count > NOTES_SHOWN)
+            fprintf(out, "  %s: ... and %zu more on %s (--json lists them)\n",
+                    note_kind_name(groups[g].kind),
+                    groups[g].count - NOTES_SHOWN, groups[g].field);
+    free(groups);
 }

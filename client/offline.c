@@ -1,39 +1,56 @@
 /*
  * shardctl's offline commands (client.h): the planning library in this
  * process, no daemon needed.
- *   shardctl gen-tables --count N --seed S [--family NAME|mix] [--out F]
+ *   shardctl gen-tables --count N --seed S [--family NAME|mix]
+ *                       [--traces F] [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl features   --trace FILE|DIR [--batch-size B] [--dim D]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
- *                 [--model F] [--json | --torchrec]
+ *                 [--model F] [--policy F] [--json | --torchrec]
  * Measuring on this machine's devices (profile, train, score, eval) is
  * measure.c's.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client.h"
 
-/* The tables of --family NAME|mix (families.c), or without it synth.c's
- * DLRM tables under their old names. */
-static int make_tables(const struct ctl_opts *o, unsigned threads,
-                       struct table **tables)
+/* gen-tables --traces: the traces the tables were made from, made again
+ * (each depends on the seed and its index only) and written to path. */
+static int write_traces(const struct synth_params *sp, const char *path)
+{
+    struct trace *traces = calloc(sp->count, sizeof(*traces));
+    struct sd_diag d;
+    size_t i;
+    int rv = 0;
+
+    if (traces == NULL)
+        return ctl_fail(1, "gen-tables: out of memory");
+    for (i = 0; i < sp->count && rv == 0; i++)
+        rv = synth_trace(sp, i, &traces[i]);
+    if (rv != 0)
+        rv = ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    else if ((rv = trace_file_write(path, traces, sp->count, &d)) != 0)
+        rv = ctl_fail(rv == SD_ENOMEM ? 1 : CTL_EXIT_USAGE,
+                      "gen-tables: --traces: %s", d.msg);
+    trace_array_free(traces, sp->count);
+    return rv;
+}
+
+/* --family NAME|mix's tables (families.c) into *tables. */
+static int family_gen(const struct ctl_opts *o, unsigned threads,
+                      struct table **tables)
 {
     struct family_params fp;
-    struct synth_params sp;
     struct sd_diag d;
+    int rv;
 
-    if (o->family == NULL) {
-        synth_params_default(&sp);
-        sp.count = (size_t)o->count;
-        sp.seed = (uint64_t)o->seed;
-        if (o->batch != 0)
-            sp.batch_size = o->batch;
-        return synth_tables(&sp, threads, tables);
-    }
     family_params_default(&fp);
     if (family_parse(o->family, &fp.family, &d) != 0)
         return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --family: %s", d.msg);
@@ -41,31 +58,49 @@ static int make_tables(const struct ctl_opts *o, unsigned threads,
     fp.seed = (uint64_t)o->seed;
     if (o->batch != 0)
         fp.batch_size = o->batch;
-    return family_tables(&fp, threads, tables);
+    rv = family_tables(&fp, threads, tables);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    return 0;
 }
 
 int offline_gen_tables(const struct ctl_opts *o)
 {
+    struct synth_params sp;
     struct table *tables;
+    unsigned threads;
     char *text;
     long ncpu;
     int rv;
 
     if (o->count == 0)
         return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --count is required");
+    /* The families make their tables without traces to write. */
+    if (o->family != NULL && o->traces != NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --traces is for the "
+                                        "DLRM tables (no --family)");
+    synth_params_default(&sp);
+    sp.count = (size_t)o->count;
+    sp.seed = (uint64_t)o->seed;
+    if (o->batch != 0)
+        sp.batch_size = o->batch;
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    rv = make_tables(
-        o, o->threads ? (unsigned)o->threads : (unsigned)(ncpu > 0 ? ncpu : 1),
-        &tables);
-    if (rv == CTL_EXIT_USAGE)
-        return rv;
-    if (rv != 0)
+    threads =
+        o->threads ? (unsigned)o->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+    if (o->family != NULL) {
+        rv = family_gen(o, threads, &tables);
+        if (rv != 0)
+            return rv;
+    } else if ((rv = synth_tables(&sp, threads, &tables)) != 0) {
         return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
-    text = json_tables(tables, (size_t)o->count);
+    }
+    text = json_tables(tables, sp.count);
     free(tables);
     if (text == NULL)
         return ctl_fail(1, "gen-tables: out of memory");
-    rv = ctl_write_output(o->out, text);
+    rv = o->traces != NULL ? write_traces(&sp, o->traces) : 0;
+    if (rv == 0)
+        rv = ctl_write_output(o->out, text);
     free(text);
     return rv;
 }
@@ -110,23 +145,69 @@ int offline_gen_tasks(const struct ctl_opts *o)
     return rv;
 }
 
+/* The plan in the format asked for, with the input's notes and, in the
+ * human table, the ensemble's spread sp (NULL: none). */
+static int write_plan(const struct ctl_opts *o, const struct plan *p,
+                      const struct tables_input *in,
+                      const struct topology *topo, const struct plan_spread *sp)
+{
+    char *text = NULL;
+    int rv;
+
+    if (o->json)
+        text = json_plan_noted(p, in->tables, &in->notes);
+    else if (o->torchrec)
+        text = json_plan_torchrec_noted(p, in->tables, topo, o->torchrec_module,
+                                        &in->notes);
+    if (o->json || o->torchrec) {
+        rv = text ? ctl_write_output(o->out, text)
+                  : ctl_fail(1, "plan: out of memory");
+    } else if (o->out != NULL) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
+    } else {
+        format_plan_spread(stdout, p, in->tables, in->n, topo, sp);
+        format_notes(stdout, &in->notes);
+        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+    }
+    free(text);
+    return rv;
+}
+
+/*
+ * dreamshard's policy into po: --policy, else the embedded one (trained
+ * against the embedded model: with another --model, plan_run() says to
+ * train one).  *owned is what the caller frees.
+ */
+static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
+                       struct policy_net **owned)
+{
+    if (po->alg != PLAN_ALG_DREAMSHARD)
+        return o->policy == NULL
+                   ? 0
+                   : ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg "
+                                              "dreamshard");
+    return ctl_load_policy(o, "plan", &po->policy, owned);
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
-    struct table *tables = NULL;
+    struct tables_input in = {0};
+    struct table *tables;
     struct topology topo;
     struct sd_diag d;
     struct plan p;
     const struct cost_net *net;
     struct ctl_model cm;
+    struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     struct net_ensemble_cost_model ecm;
     const struct cost_model *scorer;
     struct plan_spread spread = {0};
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
+    struct table_constraint *cons = NULL;
     size_t n;
-    char *text = NULL;
     int rv;
 
     if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
@@ -179,6 +260,9 @@ int offline_plan(const struct ctl_opts *o)
         net_ensemble_cost_model_init(&ecm, cm.ens, o->quantile);
         scorer = &ecm.cm;
     }
+    rv = pick_policy(o, &po, &owned_pol);
+    if (rv != 0)
+        goto out_model;
 
     topology_default(&topo, (int32_t)o->devices, 0);
     rv = ctl_capacities(o, "plan", &topo, &caps);
@@ -193,15 +277,27 @@ int offline_plan(const struct ctl_opts *o)
         goto out_model;
     }
 
-    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    rv = ctl_read_tables(o, "plan", &in);
+    if (rv != 0)
+        goto out_model;
+    tables = in.tables;
+    n = in.n;
+    rv = tables_input_resolve(&in, topo.batch_size, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
-        goto out_model;
+        goto out_tables;
     }
+    if (in.whole_tables)
+        po.column_splits = false;
     rv = ctl_pins(o, "plan", tables, n, topo.ndevices, &pins);
     if (rv != 0)
         goto out_tables;
     po.pins = pins;
+    if (tables_input_constraints(&in, &cons) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "plan: out of memory");
+        goto out_tables;
+    }
+    po.constraints = cons;
     rv = plan_run(tables, n, &topo, &po, scorer, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
@@ -221,32 +317,90 @@ int offline_plan(const struct ctl_opts *o)
                  " (scaled from batch %lld)", (long long)net->batch_size);
     }
     rv = ctl_write_svg(o, "plan", &p, &topo);
-    if (rv != 0)
-        goto out_plan;
-    if (o->json)
-        text = json_plan(&p, tables);
-    else if (o->torchrec)
-        text = json_plan_torchrec(&p, tables, &topo, o->torchrec_module);
-
-    if (o->json || o->torchrec) {
-        rv = text ? ctl_write_output(o->out, text)
-                  : ctl_fail(1, "plan: out of memory");
-    } else if (o->out != NULL) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
-    } else {
-        format_plan_spread(stdout, &p, tables, n, &topo,
-                           cm.ens != NULL ? &spread : NULL);
-        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
-    }
-    free(text);
+    if (rv == 0)
+        rv = write_plan(o, &p, &in, &topo, cm.ens != NULL ? &spread : NULL);
 out_plan:
     plan_spread_free(&spread);
     plan_destroy(&p);
 out_tables:
     free(pins);
-    free(tables);
+    free(cons);
+    tables_input_destroy(&in);
 out_model:
     free(caps);
+    free(owned_pol);
     ctl_model_free(&cm);
+    return rv;
+}
+
+/* The tables of a trace file: each trace's features. */
+static int trace_file_tables(const char *path, struct table **out, size_t *n)
+{
+    struct trace *traces = NULL;
+    struct table *tables;
+    struct sd_diag d;
+    size_t i;
+    int rv;
+
+    rv = trace_file_read(path, &traces, n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "features: %s", d.msg);
+    tables = calloc(*n ? *n : 1, sizeof(*tables));
+    rv = tables == NULL ? SD_ENOMEM : 0;
+    for (i = 0; i < *n && rv == 0; i++)
+        rv = trace_to_table(&traces[i], &tables[i]);
+    trace_array_free(traces, *n);
+    if (rv != 0) {
+        free(tables);
+        return ctl_fail(ctl_exit_for(rv), "features: %s: %s", path,
+                        sd_strerror(rv));
+    }
+    *out = tables;
+    return 0;
+}
+
+int offline_features(const struct ctl_opts *o)
+{
+    struct input_notes notes = {0};
+    struct table *tables = NULL;
+    struct sd_diag d;
+    struct stat st;
+    size_t n = 0;
+    char *text;
+    int rv;
+
+    if (o->trace == NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "features: --trace is required");
+    if (stat(o->trace, &st) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "features: --trace: %s: %s", o->trace,
+                        strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        rv = dlrm_read_tables(o->trace, o->batch,
+                              o->dim ? (int32_t)o->dim : CTL_DLRM_DIM, &tables,
+                              &n, &notes, &d);
+        if (rv != 0)
+            rv = ctl_fail(ctl_exit_for(rv), "features: %s", d.msg);
+    } else if (o->batch != 0 || o->dim != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE,
+                      "features: --batch-size and --dim are for the dlrm "
+                      "layout (a folder); a trace file has both");
+    } else {
+        rv = trace_file_tables(o->trace, &tables, &n);
+    }
+    if (rv != 0) {
+        input_notes_destroy(&notes);
+        return rv;
+    }
+    rv = table_validate_all(tables, n, &d);
+    text = rv == 0 ? json_tables_noted(tables, n, &notes) : NULL;
+    if (rv != 0)
+        rv = ctl_fail(ctl_exit_for(rv), "features: %s", d.msg);
+    else if (text == NULL)
+        rv = ctl_fail(1, "features: out of memory");
+    else
+        rv = ctl_write_output(o->out, text);
+    free(text);
+    free(tables);
+    input_notes_destroy(&notes);
     return rv;
 }

@@ -118,7 +118,8 @@ static void unknown_to_null(char *text)
  * The offline plan JSON (json_plan()) of a daemon's plan, with the figures
  * the API does not carry written as null.  NULL when out of memory.
  */
-static char *plan_json(const struct plan *p, const struct table *tables)
+static char *plan_json(const struct plan *p, const struct table *tables,
+                       const struct input_notes *notes)
 {
     struct plan q = *p; /* shallow: only the marked figures change */
     char *text;
@@ -132,7 +133,7 @@ static char *plan_json(const struct plan *p, const struct table *tables)
         q.stats.levels = UNKNOWN_FIGURE;
         q.stats.moves = UNKNOWN_FIGURE;
     }
-    text = json_plan(&q, tables);
+    text = json_plan_noted(&q, tables, notes);
     if (text != NULL)
         unknown_to_null(text);
     return text;
@@ -145,6 +146,8 @@ static int reject_offline_only(const struct ctl_opts *o)
 
     if (o->model != NULL)
         strcat(names, ", --model");
+    if (o->policy != NULL)
+        strcat(names, ", --policy");
     if (o->no_local_search)
         strcat(names, ", --no-local-search");
     if (o->threads != 0)
@@ -186,10 +189,11 @@ static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
 
 /* Prints a daemon's plan the way offline plan does. */
 static int print_plan(const struct ctl_opts *o, const struct plan *p,
-                      const struct table *tables, size_t n,
+                      const struct tables_input *in,
                       const struct topology *topo,
                       const Shardd__V1__PredictionSpread *spread)
 {
+    const struct table *tables = in->tables;
     struct plan_spread sp;
     struct sd_diag d;
     char *text;
@@ -202,13 +206,15 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
         rv = wire_spread_in(spread, p->ndevices, &sp, &d);
         if (rv != 0)
             return ctl_fail(1, "plan: the response's %s", d.msg);
-        format_plan_spread(stdout, p, tables, n, topo,
+        format_plan_spread(stdout, p, tables, in->n, topo,
                            sp.members > 0 ? &sp : NULL);
         plan_spread_free(&sp);
+        format_notes(stdout, &in->notes);
         return online_finish_stdout();
     }
-    text = o->json ? plan_json(p, tables)
-                   : json_plan_torchrec(p, tables, topo, o->torchrec_module);
+    text = o->json ? plan_json(p, tables, &in->notes)
+                   : json_plan_torchrec_noted(p, tables, topo,
+                                              o->torchrec_module, &in->notes);
     if (text == NULL)
         return ctl_fail(1, "plan: out of memory");
     rv = ctl_write_output(o->out, text);
@@ -223,7 +229,8 @@ static int online_plan(struct online *on)
     Shardd__V1__PlanOptions pom;
     Shardd__V1__PlanResponse *resp = NULL;
     struct wire_arena arena = WIRE_ARENA_INIT;
-    struct table *tables = NULL;
+    struct tables_input in = {0};
+    struct table *tables;
     struct topology asked, topo;
     struct sd_diag d;
     struct plan p;
@@ -247,21 +254,23 @@ static int online_plan(struct online *on)
     rv = asked_options(o, &pom);
     if (rv != 0)
         return rv;
-    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    rv = ctl_read_tables(o, "plan", &in);
     if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
+        return rv;
+    tables = in.tables;
+    n = in.n;
     rv = ctl_pins(o, "plan", tables, n, (int32_t)o->devices, &pins);
     if (rv == 0)
         rv = asked_topology(o, "plan", (int32_t)o->devices, &asked, &caps);
     if (rv != 0)
         goto out_tables;
-    rq.n_tables = n;
-    rq.tables = wire_tables_out(&arena, tables, n);
+    rv = wire_tables_input_out(&arena, &in, &rq.tables, &rq.n_tables,
+                               &rq.torchrec_tables, &rq.n_torchrec_tables);
     rq.topology = wire_topology_out(&arena, &asked);
     if (pins != NULL)
         pom.constraints = wire_pins_out(&arena, pins, tables, n);
     rq.options = &pom;
-    if (rq.tables == NULL || rq.topology == NULL ||
+    if (rv != 0 || rq.topology == NULL ||
         (pins != NULL && pom.constraints == NULL)) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_request;
@@ -277,12 +286,18 @@ static int online_plan(struct online *on)
         rv = ctl_fail(1, "plan: %s", d.msg); /* the daemon's fault */
         goto out_response;
     }
+    /* The daemon's notes after this reader's own (keys it did not know). */
+    if (wire_notes_in(resp->notes, resp->n_notes, &in.notes) != 0) {
+        rv = ctl_fail(1, "plan: out of memory");
+        plan_destroy(&p);
+        goto out_response;
+    }
     /* The printers take the capacities and hosts from a topology. */
     if (shown_topology(&asked, resp->devices, (int32_t)o->devices, &topo,
                        &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
-        rv = print_plan(o, &p, tables, n, &topo, resp->spread);
+        rv = print_plan(o, &p, &in, &topo, resp->spread);
     free(shown);
     plan_destroy(&p);
 out_response:
@@ -292,7 +307,7 @@ out_request:
 out_tables:
     free(caps);
     free(pins);
-    free(tables);
+    tables_input_destroy(&in);
     return rv;
 }
 
@@ -327,14 +342,12 @@ static int read_placement(const struct ctl_opts *o, const struct table *tables,
 
 /* The human report: the offline plan table, and whether it all fits. */
 static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
-                          const struct table *tables, size_t n,
-                          const struct topology *topo)
+                          struct tables_input *in, const struct topology *topo)
 {
-    int32_t dev;
-    bool first = true;
-
     struct plan_spread sp;
     struct sd_diag d;
+    int32_t dev;
+    bool first = true;
 
     wire_devices_in(p, r->devices, r->n_devices);
     p->cost_ms = r->plan_cost_ms;
@@ -343,10 +356,14 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     p->explain.critical_device = -1;
     if (wire_spread_in(r->spread, p->ndevices, &sp, &d) != 0)
         return ctl_fail(1, "estimate: the response's %s", d.msg);
-    format_plan_spread(stdout, p, tables, n, topo, sp.members > 0 ? &sp : NULL);
+    format_plan_spread(stdout, p, in->tables, in->n, topo,
+                       sp.members > 0 ? &sp : NULL);
     plan_spread_free(&sp);
+    if (wire_notes_in(r->notes, r->n_notes, &in->notes) != 0)
+        return ctl_fail(1, "estimate: out of memory");
     if (r->fits_memory) {
         printf("memory: every device fits\n");
+        format_notes(stdout, &in->notes);
         return online_finish_stdout();
     }
     printf("memory: over capacity on device");
@@ -357,6 +374,7 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
         first = false;
     }
     printf("\n");
+    format_notes(stdout, &in->notes);
     return online_finish_stdout();
 }
 
@@ -367,13 +385,11 @@ static int online_estimate(struct online *on)
     Shardd__V1__EstimateResponse *resp = NULL;
     struct wire_arena arena = WIRE_ARENA_INIT;
     enum optimizer opt = OPTIMIZER_SGD;
-    struct table *tables = NULL;
+    struct tables_input in = {0};
     struct topology asked, topo;
-    struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
     int32_t ndev = 0;
-    size_t n;
     int rv;
 
     if (o->tables == NULL || o->plan == NULL || o->mem_gb <= 0)
@@ -384,23 +400,23 @@ static int online_estimate(struct online *on)
                         "estimate: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
+    rv = ctl_read_tables(o, "estimate", &in);
     if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "estimate: %s", d.msg);
-    rv = read_placement(o, tables, n, &p, &ndev);
+        return rv;
+    rv = read_placement(o, in.tables, in.n, &p, &ndev);
     if (rv != 0)
         goto out_tables;
     rv = asked_topology(o, "estimate", ndev, &asked, &caps);
     if (rv != 0)
         goto out_request;
-    rq.n_tables = n;
-    rq.tables = wire_tables_out(&arena, tables, n);
+    rv = wire_tables_input_out(&arena, &in, &rq.tables, &rq.n_tables,
+                               &rq.torchrec_tables, &rq.n_torchrec_tables);
     rq.topology = wire_topology_out(&arena, &asked);
-    rq.n_placement = n;
-    rq.placement = wire_placements_out(&arena, &p, tables, n);
+    rq.n_placement = in.n;
+    rq.placement = wire_placements_out(&arena, &p, in.tables, in.n);
     rq.optimizer = wire_optimizer_out(opt);
     rq.profile = mstr(o->profile != NULL ? o->profile : "");
-    if (rq.tables == NULL || rq.topology == NULL || rq.placement == NULL) {
+    if (rv != 0 || rq.topology == NULL || rq.placement == NULL) {
         rv = ctl_fail(1, "estimate: out of memory");
         goto out_request;
     }
@@ -424,7 +440,7 @@ static int online_estimate(struct online *on)
         rv = ctl_write_svg(o, "estimate", &p, &topo);
         if (rv == 0)
             rv = o->json ? online_print_json(&resp->base)
-                         : print_estimate(resp, &p, tables, n, &topo);
+                         : print_estimate(resp, &p, &in, &topo);
     }
     free(shown);
     shardd__v1__estimate_response__free_unpacked(resp, NULL);
@@ -433,7 +449,7 @@ out_request:
     wire_arena_free(&arena);
     plan_destroy(&p);
 out_tables:
-    free(tables);
+    tables_input_destroy(&in);
     return rv;
 }
 

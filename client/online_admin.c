@@ -139,6 +139,12 @@ int online_models(struct online *on)
 
     rq.profile = mstr(on->o->profile != NULL ? on->o->profile : "");
     rq.limit = (uint32_t)on->o->limit;
+    if (on->o->kind != NULL && strcmp(on->o->kind, "policy") == 0)
+        rq.kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
+    else if (on->o->kind != NULL && strcmp(on->o->kind, "compute") != 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "models: --kind \"%s\" is neither compute nor policy",
+                        on->o->kind);
     rv = online_call(on, "/shardd.v1.Admin/ListModels", &rq.base,
                      &shardd__v1__list_models_response__descriptor,
                      (ProtobufCMessage **)&r);
@@ -160,21 +166,31 @@ int online_models(struct online *on)
         if ((int)strlen(r->models[i]->profile) > wp)
             wp = (int)strlen(r->models[i]->profile);
     }
-    printf("  %-*s  %-*s  %-19s  %8s  %9s  %s\n", wv, "version", wp, "profile",
-           "created", "MAPE", "comm MAPE", "samples (train/val)");
+    printf("  %-*s  %-7s  %-*s  %-19s  %8s  %9s  %s\n", wv, "version", "kind",
+           wp, "profile", "created", "MAPE", "comm MAPE",
+           "samples (train/val)");
     for (i = 0; i < r->n_models; i++) {
         const Shardd__V1__ModelInfo *m = r->models[i];
+        bool policy = m->kind == SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
 
-        snprintf(samples, sizeof(samples), "%llu/%llu",
+        snprintf(samples, sizeof(samples), "%llu/%llu%s",
                  (unsigned long long)m->train_samples,
-                 (unsigned long long)m->validation_samples);
-        printf("%c %-*s  %-*s  %-19s  %8s  %9s  %s\n", m->active ? '*' : ' ',
-               wv, m->version, wp, m->profile,
+                 (unsigned long long)m->validation_samples,
+                 policy ? " tasks" : "");
+        printf("%c %-*s  %-7s  %-*s  %-19s  %8s  %9s  %s",
+               m->active ? '*' : ' ', wv, m->version,
+               policy ? "policy" : "compute", wp, m->profile,
                time_text(m->created_unix_ms, when, sizeof(when)),
                mape_text(m->validation_mape, mape, sizeof(mape)),
                mape_text(m->comm_validation_mape, comm, sizeof(comm)), samples);
+        if (policy)
+            printf("  for model %s, gate %.3fx",
+                   m->base_model_version[0] ? m->base_model_version : "?",
+                   m->gate_ratio);
+        printf("\n");
     }
-    printf("(* active; MAPE on held-out measured samples)\n");
+    printf("(* active; MAPE on held-out measured samples; a policy's gate is "
+           "its held-out mean plan cost over size_lookup_greedy's)\n");
     rv = online_finish_stdout();
 out_response:
     shardd__v1__list_models_response__free_unpacked(r, NULL);
@@ -415,6 +431,15 @@ int online_retrain(struct online *on)
 
     rq.profile = mstr(on->o->profile != NULL ? on->o->profile : "");
     rq.force = on->o->force;
+    if (on->o->kind == NULL || strcmp(on->o->kind, "compute") == 0)
+        rq.kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_COMPUTE;
+    else if (strcmp(on->o->kind, "policy") == 0)
+        rq.kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
+    else
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "retrain: --kind \"%s\" is neither compute nor "
+                        "policy",
+                        on->o->kind);
     rv = online_call(on, "/shardd.v1.Admin/Retrain", &rq.base,
                      &shardd__v1__job__descriptor, (ProtobufCMessage **)&j);
     if (rv != 0)

@@ -33,29 +33,40 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  gen-tables  --count N --seed S [--family NAME|mix] [--batch-size B]\n"
-    "              [--threads T] [--out FILE]\n"
+    "              [--threads T] [--traces FILE] [--out FILE]\n"
     "      Generate N synthetic tables (traces made, features computed) and\n"
     "      write the tables JSON: DLRM-like by default, or of a family\n"
     "      (dlrm, zipf, exp, uniform, bimodal, seq, onehot) or all of them\n"
-    "      in turn (mix).\n"
+    "      in turn (mix); --traces also writes the DLRM tables' traces (the\n"
+    "      trace file format, docs/trace-format.md).\n"
+    "  features    --trace FILE|DIR [--batch-size B] [--dim D] [--out FILE]\n"
+    "      The tables (access histogram, pooling factor) of one batch of real\n"
+    "      lookups: a trace file, or a folder in the dlrm_datasets layout\n"
+    "      (indices, offsets, lengths as .npy or raw .bin; B bags per table\n"
+    "      unless lengths.npy is 2-D; every table of dim D, default 64).\n"
     "  gen-tasks   --count N --seed S --tables FILE [--min-tables A]\n"
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
     "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
+    "              [--tables-format auto|shardd|torchrec]\n"
     "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
     "              [--optimizer NAME]\n"
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
-    "              [--model FILE] [--profile NAME] [--time-budget-ms T]\n"
-    "              [--no-splits] [--no-local-search] [--threads T]\n"
-    "              [--json | --torchrec [--torchrec-module PATH]]\n"
+    "              [--model FILE] [--policy FILE] [--profile NAME]\n"
+    "              [--time-budget-ms T] [--no-splits] [--no-local-search]\n"
+    "              [--threads T] [--json | --torchrec [--torchrec-module "
+    "PATH]]\n"
     "              [--svg FILE]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
     "      (or one G per device: 16,16,8,8); --pin puts a table whole on a\n"
-    "      device.  --torchrec writes TorchRec's ShardingPlan for module\n"
-    "      PATH (default embedding_bags).  --svg also writes the per-device\n"
-    "      picture (compute, comm, the wait, memory; the critical device\n"
-    "      outlined).\n"
-    "      Algorithms: neuroshard (default), random, dim_greedy,\n"
+    "      device.  Tables in shardd's form (bins optional: derived) or\n"
+    "      TorchRec's (EmbeddingBagConfig and ParameterConstraints); the\n"
+    "      output ends with what was assumed or not applied.  --torchrec\n"
+    "      writes TorchRec's ShardingPlan for module PATH (default\n"
+    "      embedding_bags).  --svg also writes the per-device picture\n"
+    "      (compute, comm, the wait, memory; the critical device outlined).\n"
+    "      Algorithms: neuroshard (default), dreamshard (a learned policy:\n"
+    "      --policy FILE, else the embedded one), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
     "      Every plan is scored by the cost model (--model, else the\n"
     "      embedded one) at its batch unless --batch-size is given.\n"
@@ -74,6 +85,15 @@ static const char usage_text[] =
     "      new model version with its MAPE, and write the model file with\n"
     "      --out.  --backend: the matrix products on that backend's device 0\n"
     "      (cuda: cuBLAS) instead of CBLAS.\n"
+    "  train-policy [--db FILE [--profile NAME] [--activate]]\n"
+    "              [--model FILE] [--tasks FILE] [--iterations N] [--seed S]\n"
+    "              [--devices N] [--mem-gb G] [--out FILE]\n"
+    "      Train a dreamshard placement policy for a compute model (the\n"
+    "      profile's active one with --db, else --model or the embedded\n"
+    "      one) on synthetic tasks (or --tasks), gate it against\n"
+    "      size_lookup_greedy on held-out tasks, store it bound to that\n"
+    "      model (--activate: and activate it if it passed) and/or write\n"
+    "      the policy file with --out.\n"
     "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
     "              [--backend cpu|cuda]\n"
     "      A model's error (MAPE, median, p90, signed median) on a store's\n"
@@ -104,14 +124,19 @@ static const char usage_text[] =
     "      The daemon plans; the output is offline plan's, except figures\n"
     "      its API does not carry (null in --json).\n"
     "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
-    "              [--task K] [--batch-size B] [--devices-per-host L]\n"
-    "              [--optimizer NAME] [--profile NAME] [--svg FILE]\n"
+    "              [--tables-format F] [--task K] [--batch-size B]\n"
+    "              [--devices-per-host L] [--optimizer NAME] [--profile NAME]\n"
+    "              [--svg FILE]\n"
     "      Predicted per-device costs of a given plan (a --json plan file);\n"
     "      --svg also writes their picture.\n"
     "  status                       daemon version, devices, model, jobs\n"
-    "  models [--profile P] [--limit N]   stored cost models, newest first\n"
+    "  models [--profile P] [--limit N] [--kind compute|policy]\n"
+    "                               stored cost models (or dreamshard\n"
+    "                               policies), newest first\n"
     "  activate VERSION             make a stored model the active one\n"
-    "  retrain [--profile P] [--force] [--wait]   start a retraining job\n"
+    "  retrain [--profile P] [--kind compute|policy] [--force] [--wait]\n"
+    "                               start a retraining job (policy: a\n"
+    "                               dreamshard policy for the active model)\n"
     "  job ID [--watch]             a job's state; --watch follows it\n"
     "  profiler pause|resume        the background profiler\n"
     "  health [SERVICE]             grpc.health.v1 check; exit 0 if SERVING\n"
@@ -157,6 +182,8 @@ static const struct cmd_def {
     [CTL_CMD_JOB] = {"job", 1, 1, "job ID [--watch]"},
     [CTL_CMD_PROFILER] = {"profiler", 1, 1, "profiler pause|resume"},
     [CTL_CMD_HEALTH] = {"health", 0, 1, NULL},
+    [CTL_CMD_FEATURES] = {"features", 0, 0, NULL},
+    [CTL_CMD_TRAIN_POLICY] = {"train-policy", 0, 0, NULL},
 };
 
 /* The commands an option belongs to, as bits. */
@@ -199,21 +226,25 @@ static const struct opt_def opt_defs[] = {
     /* What to plan and where */
     {"tables", ARG, O(tables),
      CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
+    {"tables-format", ARG, O(tables_format), CMD(PLAN) | CMD(ESTIMATE), set_str,
+     0, 0},
     {"plan", ARG, O(plan), CMD(ESTIMATE) | CMD(EVAL), set_str, 0, 0},
     {"task", ARG, O(task), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 0,
      1e9},
-    {"devices", ARG, O(devices), CMD(PLAN) | CMD(ESTIMATE) | CMD(COMM_PROFILE),
-     set_int, 1, TOPO_DEVICES_MAX},
+    {"devices", ARG, O(devices),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(COMM_PROFILE) | CMD(TRAIN_POLICY), set_int,
+     1, TOPO_DEVICES_MAX},
     {"devices-per-host", ARG, O(per_host),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL), set_int, 1, TOPO_DEVICES_MAX},
     /* --mem-gb G, or G0,G1,... one per device */
-    {"mem-gb", ARG, O(mem_gb), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
-     set_gb_list, 1e-9, 1e9},
+    {"mem-gb", ARG, O(mem_gb),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL) | CMD(TRAIN_POLICY), set_gb_list,
+     1e-9, 1e9},
     /* --pin TABLE=DEVICE, repeatable */
     {"pin", ARG, O(pins), CMD(PLAN), add_pin, 0, 0},
     {"batch-size", ARG, O(batch),
      CMD(GEN_TABLES) | CMD(PLAN) | CMD(ESTIMATE) | CMD(PROFILE) | CMD(EVAL) |
-         CMD(COMM_PROFILE),
+         CMD(COMM_PROFILE) | CMD(FEATURES),
      set_int, 1, 1 << 30},
     {"optimizer", ARG, O(optimizer), CMD(PLAN) | CMD(ESTIMATE) | CMD(EVAL),
      set_str, 0, 0},
@@ -222,21 +253,24 @@ static const struct opt_def opt_defs[] = {
     {"alg", ARG, O(alg), CMD(PLAN), set_str, 0, 0},
     {"seed", ARG, O(seed),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(PROFILE) | CMD(TRAIN) |
-         CMD(EVAL) | CMD(COMM_PROFILE),
+         CMD(EVAL) | CMD(COMM_PROFILE) | CMD(TRAIN_POLICY),
      set_int, 0, 9.2e18},
     {"time-budget-ms", ARG, O(time_budget_ms), CMD(PLAN), set_real, 1e-3, 1e9},
     {"no-splits", FLAG, O(no_splits), CMD(PLAN), set_flag, 0, 0},
     /* Offline-only; online plan refuses them with its own message. */
     {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
-    {"model", ARG, O(model), CMD(PLAN) | CMD(SCORE) | CMD(EVAL), set_str, 0, 0},
+    {"model", ARG, O(model),
+     CMD(PLAN) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY), set_str, 0, 0},
+    {"policy", ARG, O(policy), CMD(PLAN), set_str, 0, 0},
     {"profile", ARG, O(profile),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
-         CMD(RETRAIN),
+         CMD(RETRAIN) | CMD(TRAIN_POLICY),
      set_str, 0, 0},
     /* Output */
     {"out", ARG, O(out),
-     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL),
+     CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(TRAIN) | CMD(EVAL) |
+         CMD(FEATURES) | CMD(TRAIN_POLICY),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
     {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},
@@ -244,13 +278,19 @@ static const struct opt_def opt_defs[] = {
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
     {"family", ARG, O(family), CMD(GEN_TABLES) | CMD(PROFILE), set_str, 0, 0},
+    {"traces", ARG, O(traces), CMD(GEN_TABLES), set_str, 0, 0},
+    /* features */
+    {"trace", ARG, O(trace), CMD(FEATURES), set_str, 0, 0},
+    {"dim", ARG, O(dim), CMD(FEATURES), set_int, TABLE_DIM_MIN, TABLE_DIM_MAX},
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,
      1e9},
     /* Measuring: profile, train, score, eval */
     {"db", ARG, O(db),
-     CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE), set_str, 0, 0},
+     CMD(PROFILE) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE) |
+         CMD(TRAIN_POLICY),
+     set_str, 0, 0},
     {"backend", ARG, O(backend),
      CMD(PROFILE) | CMD(EVAL) | CMD(TRAIN) | CMD(SCORE) | CMD(COMM_PROFILE),
      set_str, 0, 0},
@@ -266,10 +306,14 @@ static const struct opt_def opt_defs[] = {
     {"epochs", ARG, O(epochs), CMD(TRAIN), set_int, 1, 1e6},
     {"weight-decay", ARG, O(weight_decay), CMD(TRAIN), set_real, 0, 100},
     {"newest", ARG, O(newest), CMD(TRAIN) | CMD(SCORE), set_int, 1, 1e9},
-    {"activate", FLAG, O(activate), CMD(TRAIN), set_flag, 0, 0},
+    {"activate", FLAG, O(activate), CMD(TRAIN) | CMD(TRAIN_POLICY), set_flag, 0,
+     0},
     {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
     {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
+    /* train-policy */
+    {"tasks", ARG, O(tasks), CMD(TRAIN_POLICY), set_str, 0, 0},
+    {"iterations", ARG, O(iterations), CMD(TRAIN_POLICY), set_int, 1, 1e7},
     /* Online: GLOBAL, then the admin commands' */
     {"addr", ARG, O(addr), GLOBAL, set_str, 0, 0},
     {"token", ARG, O(token), GLOBAL, set_str, 0, 0},
@@ -278,6 +322,7 @@ static const struct opt_def opt_defs[] = {
     {"json", FLAG, O(json), GLOBAL, set_flag, 0, 0},
     {"limit", ARG, O(limit), CMD(MODELS), set_int, 1, 1e9},
     {"force", FLAG, O(force), CMD(RETRAIN), set_flag, 0, 0},
+    {"kind", ARG, O(kind), CMD(RETRAIN) | CMD(MODELS), set_str, 0, 0},
     {"wait", FLAG, O(wait), CMD(RETRAIN), set_flag, 0, 0},
     {"watch", FLAG, O(watch), CMD(JOB), set_flag, 0, 0},
 };

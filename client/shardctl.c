@@ -4,12 +4,14 @@
  * Offline mode runs the planning library in-process:
  *   shardctl gen-tables --count N --seed S [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl features   --trace FILE|DIR [--out F]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
  *                 [--model F] [--json | --torchrec]
  * and the measuring side on this machine's devices and a store:
  *   shardctl profile --db F --samples N;  shardctl eval --tables F --plan F
  *   shardctl train --db F [--profile P] [--out F]
  *   shardctl comm-profile [--db F] --devices N  collectives timed
+ *   shardctl train-policy --db F [--profile P]   (train_policy.c)
  * Online mode asks a running shardd (online.c): plan without --offline,
  * estimate, status, models, activate, retrain, job, profiler, health.
  * (shardctl --help lists every option.)
@@ -48,6 +50,8 @@ static int (*const commands[CTL_CMD_COUNT])(const struct ctl_opts *o) = {
     [CTL_CMD_JOB] = online_run,
     [CTL_CMD_PROFILER] = online_run,
     [CTL_CMD_HEALTH] = online_run,
+    [CTL_CMD_FEATURES] = offline_features,
+    [CTL_CMD_TRAIN_POLICY] = train_policy_run,
 };
 
 int main(int argc, char **argv)

@@ -106,13 +106,31 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
 /* ---------------------------------------------------------------------- */
 /* ListModels and ActivateModel                                            */
 
+/* Strings a ModelInfo points at. */
+struct model_strs {
+    char version[MODELS_VERSION_MAX];
+    char base[MODELS_VERSION_MAX];
+};
+
 static void fill_model(Shardd__V1__ModelInfo *o,
-                       const struct store_model_info *m, char *version,
-                       size_t cap)
+                       const struct store_model_info *m, struct model_strs *ms)
 {
     shardd__v1__model_info__init(o);
-    snprintf(version, cap, "%lld", (long long)m->id);
-    o->version = version;
+    snprintf(ms->version, sizeof(ms->version), "%lld", (long long)m->id);
+    o->version = ms->version;
+    ms->base[0] = '\0';
+    if (m->kind == STORE_KIND_POLICY) {
+        o->kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
+        if (m->base_model_id != 0)
+            snprintf(ms->base, sizeof(ms->base), "%lld",
+                     (long long)m->base_model_id);
+        else
+            snprintf(ms->base, sizeof(ms->base), "embedded");
+        o->gate_ratio = m->metrics.gate_ratio;
+    } else {
+        o->kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_COMPUTE;
+    }
+    o->base_model_version = ms->base;
     o->profile = msg_str(m->profile);
     o->created_unix_ms = m->created_ms;
     o->validation_mape = m->metrics.val_mape;
@@ -129,6 +147,8 @@ static void fill_embedded(struct svc *s, Shardd__V1__ModelInfo *o)
 
     shardd__v1__model_info__init(o);
     o->version = msg_str("embedded");
+    o->kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_COMPUTE;
+    o->base_model_version = msg_str("");
     o->profile = msg_str(s->models.embedded->net->profile);
     o->validation_mape = s->models.embedded->metrics.val_mape;
     o->train_samples = (uint64_t)s->models.embedded->metrics.train_samples;
@@ -136,6 +156,30 @@ static void fill_embedded(struct svc *s, Shardd__V1__ModelInfo *o)
     if (models_acquire(&s->models, s->models.embedded->net->profile, &m,
                        &why) == 0)
         o->active = m->embedded;
+    dmodel_release(m);
+}
+
+/* The embedded policy as a ModelInfo: active while the embedded model
+ * serves and no stored policy of its profile is active. */
+static void fill_embedded_policy(struct svc *s, Shardd__V1__ModelInfo *o)
+{
+    const struct policy_net *pn = s->models.embedded_policy->pn;
+    struct dmodel *m = NULL;
+    struct dpolicy *p = NULL;
+    struct sd_diag why;
+
+    shardd__v1__model_info__init(o);
+    o->version = msg_str("embedded");
+    o->kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
+    o->base_model_version = msg_str("embedded");
+    o->profile = msg_str(pn->profile);
+    o->gate_ratio = pn->metrics.gate_ratio;
+    o->train_samples = (uint64_t)pn->metrics.train_tasks;
+    o->validation_samples = (uint64_t)pn->metrics.gate_tasks;
+    if (models_acquire(&s->models, pn->profile, &m, &why) == 0 &&
+        models_acquire_policy(&s->models, m, &p, &why) == 0)
+        o->active = p->embedded;
+    dpolicy_release(p);
     dmodel_release(m);
 }
 
@@ -148,10 +192,10 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
     Shardd__V1__ModelInfo *infos = NULL, **ptrs = NULL;
     struct store_model_info *list = NULL;
     struct store_profile prof;
-    char(*versions)[MODELS_VERSION_MAX] = NULL;
+    struct model_strs *strs = NULL;
     int64_t profile_id = 0;
     size_t n = 0, i, k = 0;
-    bool with_embedded;
+    bool with_embedded, policies;
     int rv = 0;
 
     (void)call;
@@ -159,6 +203,8 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT,
                            "ListModelsRequest: not a valid message");
+    /* Policies only when asked for: the list stays what it was. */
+    policies = rq->kind == SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY;
     with_embedded = rq->profile[0] == '\0' ||
                     strcmp(rq->profile, s->models.embedded->net->profile) == 0;
     pthread_mutex_lock(&s->store_mu);
@@ -167,8 +213,9 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
         if (rv == 0)
             profile_id = prof.id;
     }
+    /* All of them: the limit counts the kind asked for (below). */
     if (rv == 0)
-        rv = store_model_list(s->st, profile_id, rq->limit, &list, &n, d);
+        rv = store_model_list(s->st, profile_id, 0, &list, &n, d);
     pthread_mutex_unlock(&s->store_mu);
     if (rv == SD_ENOENT && with_embedded) {
         rv = 0; /* only the embedded model has that profile */
@@ -182,19 +229,28 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
 
     infos = calloc(n + 1, sizeof(*infos));
     ptrs = calloc(n + 1, sizeof(*ptrs));
-    versions = calloc(n + 1, sizeof(*versions));
-    if (infos == NULL || ptrs == NULL || versions == NULL) {
+    strs = calloc(n + 1, sizeof(*strs));
+    if (infos == NULL || ptrs == NULL || strs == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_lists;
     }
-    for (i = 0; i < n; i++) {
-        fill_model(&infos[k], &list[i], versions[k], sizeof(versions[k]));
+    for (i = 0; i < n && (rq->limit == 0 || k < rq->limit); i++) {
+        if ((list[i].kind == STORE_KIND_POLICY) != policies)
+            continue;
+        fill_model(&infos[k], &list[i], &strs[k]);
         ptrs[k] = &infos[k];
         k++;
     }
-    /* The embedded model is the oldest: last, within the limit. */
-    if (with_embedded && (rq->limit == 0 || k < rq->limit)) {
+    /* The embedded model (or policy) is the oldest: last, within the
+     * limit. */
+    if (with_embedded && !policies && (rq->limit == 0 || k < rq->limit)) {
         fill_embedded(s, &infos[k]);
+        ptrs[k] = &infos[k];
+        k++;
+    }
+    if (with_embedded && policies && s->models.embedded_policy != NULL &&
+        (rq->limit == 0 || k < rq->limit)) {
+        fill_embedded_policy(s, &infos[k]);
         ptrs[k] = &infos[k];
         k++;
     }
@@ -203,7 +259,7 @@ int admin_list_models(struct svc *s, const struct svc_call *call,
     rv = wire_pack(&out.base, resp, resp_len, d);
 
 out_lists:
-    free(versions);
+    free(strs);
     free(ptrs);
     free(infos);
     free(list);
@@ -221,7 +277,8 @@ int admin_activate(struct svc *s, const struct svc_call *call,
         SHARDD__V1__ACTIVATE_MODEL_RESPONSE__INIT;
     Shardd__V1__ModelInfo mi;
     struct store_model_info info;
-    char previous[MODELS_VERSION_MAX], version[MODELS_VERSION_MAX];
+    struct model_strs strs;
+    char previous[MODELS_VERSION_MAX];
     int64_t id;
     int rv;
 
@@ -256,9 +313,10 @@ int admin_activate(struct svc *s, const struct svc_call *call,
     }
     if (rv != 0)
         goto out_request;
-    sd_log(SD_LOG_INFO, "model %s activated for profile %s (was %s)",
-           rq->version, info.profile, previous[0] ? previous : "none");
-    fill_model(&mi, &info, version, sizeof(version));
+    sd_log(SD_LOG_INFO, "%s %s activated for profile %s (was %s)",
+           info.kind == STORE_KIND_POLICY ? "policy" : "model", rq->version,
+           info.profile, previous[0] ? previous : "none");
+    fill_model(&mi, &info, &strs);
     out.model = &mi;
     out.previous_version = previous;
     rv = wire_pack(&out.base, resp, resp_len, d);
@@ -282,7 +340,9 @@ static void fill_job(Shardd__V1__Job *o, const struct store_job *j,
     shardd__v1__job__init(o);
     snprintf(st->id, sizeof(st->id), "%lld", (long long)j->id);
     o->id = st->id;
-    o->kind = SHARDD__V1__JOB_KIND__JOB_KIND_RETRAIN;
+    o->kind = j->kind == STORE_JOB_RETRAIN_POLICY
+                  ? SHARDD__V1__JOB_KIND__JOB_KIND_RETRAIN_POLICY
+                  : SHARDD__V1__JOB_KIND__JOB_KIND_RETRAIN;
     o->state = (Shardd__V1__JobState)j->state;
     o->progress = j->progress;
     o->message = msg_str(j->message);
@@ -320,11 +380,23 @@ int admin_retrain(struct svc *s, const struct svc_call *call,
     if (rq == NULL)
         return sd_diag_set(d, SD_EFORMAT,
                            "RetrainRequest: not a valid message");
+    if (rq->kind != SHARDD__V1__MODEL_KIND__MODEL_KIND_UNSPECIFIED &&
+        rq->kind != SHARDD__V1__MODEL_KIND__MODEL_KIND_COMPUTE &&
+        rq->kind != SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY) {
+        rv = sd_diag_set(d, SD_EINVAL, "kind: %d is not a model kind",
+                         (int)rq->kind);
+        goto out_request;
+    }
     pthread_mutex_lock(&s->store_mu);
-    rv = jobs_retrain(&s->jobs, s->st, rq->profile, rq->force, &j, d);
+    rv = jobs_retrain(&s->jobs, s->st, rq->profile,
+                      rq->kind == SHARDD__V1__MODEL_KIND__MODEL_KIND_POLICY
+                          ? STORE_JOB_RETRAIN_POLICY
+                          : STORE_JOB_RETRAIN,
+                      rq->force, &j, d);
     pthread_mutex_unlock(&s->store_mu);
     if (rv == 0)
         rv = pack_job(&j, resp, resp_len, d);
+out_request:
     shardd__v1__retrain_request__free_unpacked(rq, NULL);
     return rv;
 }

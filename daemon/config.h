@@ -96,6 +96,8 @@
       "threads one search scores on; 0: one per CPU")                          \
     X(MAX_TIME_BUDGET_MS, max_time_budget_ms, U32, 1, 600000, "60000",         \
       CONF_RELOAD, "MS", "longest search a request may ask for")               \
+    X(BEAM_EVALUATIONS, beam_evaluations, U32, 0, 4000000000u, "4000000",      \
+      CONF_RELOAD, "N", "a search's beam budget in placements; 0: none")       \
     X(SMALL_SEARCH_WORK, small_search_work, U32, 1, 1000000000, "100000",      \
       CONF_RELOAD, "N", "tables x devices of a search in the small lane")      \
     X(BIG_SEARCHES, big_searches, U32, 0, 256, "0", CONF_RESTART, "N",         \
@@ -130,6 +132,10 @@
       CONF_RELOAD, "S", "at most one retrain a profile this often")            \
     X(MODELS_KEEP, models_keep, U32, 1, 100000, "20", CONF_RELOAD, "N",        \
       "model versions kept per profile")                                       \
+    X(POLICY_AFTER_ACTIVATION, policy_after_activation, BOOL, 0, 0, "on",      \
+      CONF_RELOAD, "on|off", "train a dreamshard policy for each activation")  \
+    X(POLICY_ITERATIONS, policy_iterations, U32, 1, 1000000, "600",            \
+      CONF_RELOAD, "N", "training steps of a policy retrain")                  \
     X(BACKUP_EVERY_HOURS, backup_every_hours, U32, 0, 8760, "24", CONF_RELOAD, \
       "H", "back the store up this often; 0: never")                           \
     X(BACKUP_KEEP, backup_keep, U32, 1, 1000, "3", CONF_RELOAD, "N",           \

@@ -1,4 +1,4 @@
-/* Retraining jobs (jobs.h). */
+/* Retraining jobs (jobs.h); policy retrains are jobs_policy.c's. */
 #include "jobs.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jobs_int.h"
 #include "shardd/log.h"
 
 #define JOBS_SCHEDULE_MS 60000 /* how often the schedule is checked */
@@ -108,13 +109,15 @@ static int new_samples(struct store *st, int64_t profile_id, uint64_t *total,
     return rv;
 }
 
-/* When a retrain of the profile was last submitted (mu held); 0: never. */
-static int64_t *last_submit(struct jobs *jb, int64_t profile_id, bool add)
+/* When a retrain of the profile and kind was last submitted (mu held); 0:
+ * never. */
+static int64_t *last_submit(struct jobs *jb, int64_t profile_id,
+                            enum store_job_kind kind, bool add)
 {
     size_t i, oldest = 0;
 
     for (i = 0; i < JOBS_PROFILES_RATED; i++) {
-        if (jb->rated[i].profile_id == profile_id)
+        if (jb->rated[i].profile_id == profile_id && jb->rated[i].kind == kind)
             return &jb->rated[i].at_ms;
         if (jb->rated[i].at_ms < jb->rated[oldest].at_ms)
             oldest = i;
@@ -122,13 +125,15 @@ static int64_t *last_submit(struct jobs *jb, int64_t profile_id, bool add)
     if (!add)
         return NULL;
     jb->rated[oldest].profile_id = profile_id;
+    jb->rated[oldest].kind = kind;
     jb->rated[oldest].at_ms = 0;
     return &jb->rated[oldest].at_ms;
 }
 
-static void note_submitted(struct jobs *jb, int64_t profile_id)
+static void note_submitted(struct jobs *jb, int64_t profile_id,
+                           enum store_job_kind kind)
 {
-    *last_submit(jb, profile_id, true) = sd_now_ms();
+    *last_submit(jb, profile_id, kind, true) = sd_now_ms();
 }
 
 /*
@@ -137,33 +142,67 @@ static void note_submitted(struct jobs *jb, int64_t profile_id)
  * in 18 s).  SD_EBUSY with d saying when the next may start.
  */
 static int check_rate(struct jobs *jb, const struct store_profile *prof,
-                      struct sd_diag *d)
+                      enum store_job_kind kind, struct sd_diag *d)
 {
     int64_t *at, left = 0, every;
 
     pthread_mutex_lock(&jb->mu);
     every = (int64_t)jb->cf->c.retrain_min_interval_s * 1000;
-    at = last_submit(jb, prof->id, false);
+    at = last_submit(jb, prof->id, kind, false);
     if (at != NULL && *at != 0 && sd_now_ms() - *at < every)
         left = every - (sd_now_ms() - *at);
     pthread_mutex_unlock(&jb->mu);
     if (left <= 0)
         return 0;
     return sd_diag_set(d, SD_EBUSY,
-                       "profile \"%.128s\": a retrain started %lld s ago; at "
+                       "profile \"%.128s\": a %s started %lld s ago; at "
                        "most one every %lld s (retrain_min_interval_s), the "
                        "next in %lld s",
-                       prof->name, (long long)((every - left) / 1000),
+                       prof->name, store_job_kind_name(kind),
+                       (long long)((every - left) / 1000),
                        (long long)(every / 1000),
                        (long long)(left + 999) / 1000);
 }
 
+/* Creates a queued job of kind for prof, puts it in memory and wakes the
+ * thread; *out gets it. */
+static int submit(struct jobs *jb, struct store *st,
+                  const struct store_profile *prof, enum store_job_kind kind,
+                  bool force, const char *message, struct store_job *out,
+                  struct sd_diag *d)
+{
+    struct store_job j;
+    int64_t id;
+    int rv;
+
+    memset(&j, 0, sizeof(j));
+    j.kind = kind;
+    j.profile_id = prof->id;
+    snprintf(j.message, sizeof(j.message), "%s", message);
+    snprintf(j.params, sizeof(j.params), "{\"force\": %s}",
+             force ? "true" : "false");
+    rv = store_job_create(st, &j, &id, d);
+    if (rv == 0)
+        rv = store_job_get(st, id, out, d);
+    if (rv != 0)
+        return rv;
+    pthread_mutex_lock(&jb->mu);
+    ring_put(jb, out);
+    note_submitted(jb, prof->id, kind);
+    pthread_cond_signal(&jb->cv);
+    pthread_mutex_unlock(&jb->mu);
+    sd_log(SD_LOG_INFO, "job %lld: %s %s queued%s", (long long)id,
+           store_job_kind_name(kind), prof->name, force ? " (forced)" : "");
+    return 0;
+}
+
 int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
-                 bool force, struct store_job *out, struct sd_diag *d)
+                 enum store_job_kind kind, bool force, struct store_job *out,
+                 struct sd_diag *d)
 {
     struct store_profile prof;
-    struct store_job j;
-    int64_t id, model_ms;
+    char msg[64];
+    int64_t model_ms;
     uint64_t n = 0, fresh = 0;
     int rv;
 
@@ -175,6 +214,11 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
         profile = jb->own_profile;
     }
     rv = store_profile_get(st, profile, &prof, d);
+    if (rv == SD_ENOENT && kind == STORE_JOB_RETRAIN_POLICY)
+        return sd_diag_set(d, SD_ESTATE,
+                           "profile: \"%.128s\" has no stored model to train "
+                           "a policy for",
+                           profile);
     if (rv == SD_ENOENT)
         return sd_diag_set(d, SD_ESTATE,
                            "profile: no samples of \"%.128s\" are stored",
@@ -182,12 +226,17 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
     if (rv != 0)
         return rv;
     /* A retrain of the profile already queued or running is joined. */
-    rv = store_job_find_open(st, STORE_JOB_RETRAIN, prof.id, out, d);
+    rv = store_job_find_open(st, kind, prof.id, out, d);
     if (rv != SD_ENOENT)
         return rv;
-    rv = check_rate(jb, &prof, d);
+    rv = check_rate(jb, &prof, kind, d);
     if (rv != 0)
         return rv;
+    if (kind == STORE_JOB_RETRAIN_POLICY) {
+        rv = jobs__policy_check(jb, &prof, d);
+        return rv != 0 ? rv
+                       : submit(jb, st, &prof, kind, force, "queued", out, d);
+    }
     rv = new_samples(st, prof.id, &n, &fresh, &model_ms, d);
     if (rv != 0)
         return rv;
@@ -201,42 +250,47 @@ int jobs_retrain(struct jobs *jb, struct store *st, const char *profile,
                            "no sample of \"%.128s\" is newer than its newest "
                            "model (%llu samples); set force to retrain anyway",
                            profile, (unsigned long long)n);
-    memset(&j, 0, sizeof(j));
-    j.kind = STORE_JOB_RETRAIN;
-    j.profile_id = prof.id;
-    snprintf(j.message, sizeof(j.message), "queued: %llu samples",
-             (unsigned long long)n);
-    snprintf(j.params, sizeof(j.params), "{\"force\": %s}",
-             force ? "true" : "false");
-    rv = store_job_create(st, &j, &id, d);
-    if (rv == 0)
-        rv = store_job_get(st, id, out, d);
-    if (rv != 0)
-        return rv;
+    snprintf(msg, sizeof(msg), "queued: %llu samples", (unsigned long long)n);
+    return submit(jb, st, &prof, kind, force, msg, out, d);
+}
+
+void jobs_after_activation(struct jobs *jb, struct store *st,
+                           const char *profile)
+{
+    struct store_profile prof;
+    struct store_job j;
+    struct sd_diag d;
+    bool on, queued = false;
+    size_t i;
+
     pthread_mutex_lock(&jb->mu);
-    ring_put(jb, out);
-    note_submitted(jb, prof.id);
-    pthread_cond_signal(&jb->cv);
+    on = jb->cf->c.policy_after_activation;
     pthread_mutex_unlock(&jb->mu);
-    sd_log(SD_LOG_INFO, "job %lld: retrain %s queued%s", (long long)id, profile,
-           force ? " (forced)" : "");
-    return 0;
+    if (!on || store_profile_get(st, profile, &prof, &d) != 0)
+        return;
+    /* A queued one will train for the model active when it runs; a
+     * running one trains for the model before. */
+    pthread_mutex_lock(&jb->mu);
+    for (i = 0; i < jb->n; i++)
+        if (jb->ring[i].kind == STORE_JOB_RETRAIN_POLICY &&
+            jb->ring[i].profile_id == prof.id &&
+            jb->ring[i].state == STORE_JOB_QUEUED)
+            queued = true;
+    pthread_mutex_unlock(&jb->mu);
+    if (queued)
+        return;
+    if (jobs__policy_check(jb, &prof, &d) != 0 ||
+        submit(jb, st, &prof, STORE_JOB_RETRAIN_POLICY, false,
+               "queued: the compute model changed", &j, &d) != 0)
+        sd_log(SD_LOG_WARN, "profile %s: no policy retrain queued: %s", profile,
+               d.msg);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Running                                                                 */
 
-struct run_ctx {
-    struct jobs *jb;
-    struct store *st;
-    int64_t id;
-    int64_t last_store_ms;
-};
-
-/* Moves the job in memory, and in the store at most once a second (and
- * always for a state change). */
-static void job_update(struct run_ctx *rc, enum store_job_state state,
-                       double progress, const char *message, int64_t model)
+void jobs__update(struct jobs__run *rc, enum store_job_state state,
+                  double progress, const char *message, int64_t model)
 {
     struct store_job *j;
     struct sd_diag d;
@@ -270,7 +324,7 @@ static void job_update(struct run_ctx *rc, enum store_job_state state,
 static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
                     double train_loss, double val_mape)
 {
-    struct run_ctx *rc = ctx;
+    struct jobs__run *rc = ctx;
     char msg[160];
 
     (void)train_loss;
@@ -279,7 +333,8 @@ static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
              "validation MAPE %.1f %%",
              (int)epoch, (int)max_epochs, 100 * val_mape);
     /* Training is most of the job; early stopping may end it sooner. */
-    job_update(rc, STORE_JOB_RUNNING, 0.05 + 0.9 * epoch / max_epochs, msg, 0);
+    jobs__update(rc, STORE_JOB_RUNNING, 0.05 + 0.9 * epoch / max_epochs, msg,
+                 0);
     return atomic_load(&rc->jb->cancel);
 }
 
@@ -410,8 +465,8 @@ static int store_new_model(struct store *st, int64_t profile_id,
 
 /* Model versions of the profile past models_keep go (never the active
  * one; best effort: a failure only leaves more versions). */
-static void prune_models(struct jobs *jb, struct store *st,
-                         const struct store_profile *prof)
+void jobs__prune(struct jobs *jb, struct store *st,
+                 const struct store_profile *prof)
 {
     struct sd_diag d;
     uint64_t n = 0;
@@ -429,15 +484,20 @@ static void prune_models(struct jobs *jb, struct store *st,
                prof->name, (unsigned long long)n, (unsigned)keep);
 }
 
-/* "MAPE 7.1 %" or, gated by family, "worst family seq 9.2 % (all 7.1 %)". */
-static void describe(const struct verdict *v, char *buf, size_t cap)
+/*
+ * Gated by family, "worst family seq 9.2 % (all 7.1 %)"; else the pooled
+ * figure, "MAPE 7.1 %" for the new model (named) and "7.1 %" for the
+ * active one: the messages of the gate before families, which clients
+ * parse ("held-out MAPE 7.1 % (model 3 had 7.4 %)").
+ */
+static void describe(const struct verdict *v, bool named, char *buf, size_t cap)
 {
     if (v->worst_group >= 0)
         snprintf(buf, cap, "worst family %s %.1f %% (all %.1f %%)",
                  family_group_name(v->worst_group), 100 * v->worst,
                  100 * v->mape);
     else
-        snprintf(buf, cap, "%.1f %%", 100 * v->mape);
+        snprintf(buf, cap, "%s%.1f %%", named ? "MAPE " : "", 100 * v->mape);
 }
 
 /*
@@ -447,7 +507,7 @@ static void describe(const struct verdict *v, char *buf, size_t cap)
  * fills msg.  Takes m (models_activate() or free()).
  */
 static enum store_job_state
-gate_and_activate(struct run_ctx *rc, const struct store_profile *prof,
+gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
                   struct cost_net *m, const struct gate *g, bool force,
                   char *msg, size_t cap, int64_t *model)
 {
@@ -465,13 +525,13 @@ gate_and_activate(struct run_ctx *rc, const struct store_profile *prof,
         snprintf(msg, cap, "failed: out of memory");
         goto out;
     }
-    describe(&vn, dn, sizeof(dn));
+    describe(&vn, true, dn, sizeof(dn));
     rv = store_new_model(rc->st, prof->id, m, &vn, g->n, model, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
         goto out;
     }
-    prune_models(jb, rc->st, prof);
+    jobs__prune(jb, rc->st, prof);
     if (models_acquire(jb->models, prof->name, &active, &d) == 0) {
         if (judge(active->net, g, &vo) != 0) {
             snprintf(msg, cap, "failed: out of memory");
@@ -479,7 +539,7 @@ gate_and_activate(struct run_ctx *rc, const struct store_profile *prof,
         }
         /* Both judged the same way: families enough for one are for the
          * other (the same samples). */
-        describe(&vo, dold, sizeof(dold));
+        describe(&vo, false, dold, sizeof(dold));
         worse = gate_figure(&vn) > gate_figure(&vo);
     }
     end = STORE_JOB_SUCCEEDED;
@@ -512,7 +572,7 @@ out:
 }
 
 /* The retrain itself; returns the terminal state and fills msg / *model. */
-static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
+static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
                                     bool force, char *msg, size_t cap,
                                     int64_t *model)
 {
@@ -563,7 +623,7 @@ static enum store_job_state retrain(struct run_ctx *rc, const char *profile,
     }
     snprintf(msg, cap, "training on the %s%zu samples (%zu held out)",
              window > 0 && n == window ? "newest " : "", nfit + g.n, g.n);
-    job_update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
+    jobs__update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
 
     train_params_default(&tp);
     tp.progress = on_epoch;
@@ -591,18 +651,24 @@ out_samples:
 
 static void run_job(struct jobs *jb, struct store *st, struct store_job *j)
 {
-    struct run_ctx rc = {jb, st, j->id, 0};
+    struct jobs__run rc = {jb, st, j->id, 0};
     char msg[STORE_MESSAGE_MAX];
     enum store_job_state end;
+    bool force = strstr(j->params, "true") != NULL;
     int64_t model = 0;
 
-    sd_log(SD_LOG_INFO, "job %lld: retraining %s", (long long)j->id,
-           j->profile);
-    job_update(&rc, STORE_JOB_RUNNING, 0, "loading samples", 0);
-    end = retrain(&rc, j->profile, strstr(j->params, "true") != NULL, msg,
-                  sizeof(msg), &model);
-    job_update(&rc, end, end == STORE_JOB_SUCCEEDED ? 1.0 : j->progress, msg,
-               model);
+    sd_log(SD_LOG_INFO, "job %lld: %s %s", (long long)j->id,
+           store_job_kind_name(j->kind), j->profile);
+    if (j->kind == STORE_JOB_RETRAIN_POLICY) {
+        jobs__update(&rc, STORE_JOB_RUNNING, 0, "making the tasks", 0);
+        end = jobs__retrain_policy(&rc, j->profile, force, msg, sizeof(msg),
+                                   &model);
+    } else {
+        jobs__update(&rc, STORE_JOB_RUNNING, 0, "loading samples", 0);
+        end = retrain(&rc, j->profile, force, msg, sizeof(msg), &model);
+    }
+    jobs__update(&rc, end, end == STORE_JOB_SUCCEEDED ? 1.0 : j->progress, msg,
+                 model);
     sd_log(SD_LOG_INFO, "job %lld: %s: %s", (long long)j->id,
            store_job_state_name(end), msg);
 }
@@ -685,7 +751,8 @@ static void check_schedule(struct jobs *jb, struct store *st)
     if (hours > 0 && fresh > 0 && model_ms > 0 &&
         sd_wall_ms() - model_ms >= (int64_t)(hours * 3600e3))
         due = true;
-    if (due && jobs_retrain(jb, st, jb->own_profile, false, &j, &d) != 0)
+    if (due && jobs_retrain(jb, st, jb->own_profile, STORE_JOB_RETRAIN, false,
+                            &j, &d) != 0)
         sd_log(SD_LOG_WARN, "scheduled retrain not started: %s", d.msg);
 }
 

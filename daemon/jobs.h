@@ -11,6 +11,12 @@
  * keeps the plan audit bounded and backs the store up every
  * backup_every_hours (rotating, backup_keep kept).
  *
+ * The same thread trains placement policies (jobs_policy.c): for the
+ * profile's active compute model, on synthetic tasks, gated against
+ * size_lookup_greedy on held-out tasks and activated when they beat it;
+ * one is queued after every activation of a stored compute model
+ * (policy_after_activation).
+ *
  * Jobs live in the store; the recent ones are mirrored in memory so that
  * GetJob and WatchJob (polled on the loop thread) read memory.  A job cut
  * off by shutdown ends CANCELLED; one cut off by a crash is marked
@@ -58,8 +64,10 @@ struct jobs {
     size_t n, next;                   /* (mu) */
     struct {
         int64_t profile_id;
+        enum store_job_kind kind;
         int64_t at_ms;            /* monotonic; 0: never */
-    } rated[JOBS_PROFILES_RATED]; /* (mu) the last retrain per profile */
+    } rated[JOBS_PROFILES_RATED]; /* (mu) the last retrain per profile
+                                   * and kind */
     int64_t last_backup_ms;       /* job thread only; 0: none yet */
 
     /* Fixed at jobs_init(). */
@@ -89,15 +97,30 @@ void jobs_destroy(struct jobs *j);
 void jobs_configure(struct jobs *j, struct conf_snap *cf);
 
 /*
- * Starts a retrain of `profile` ("" or NULL: the server's own), or returns
- * the one already queued or running.  Without force, a profile with no
- * sample newer than its newest model is SD_ESTATE, as is one with fewer
- * than JOBS_MIN_SAMPLES samples.  A new retrain within
- * retrain_min_interval_s of the profile's last is SD_EBUSY, forced or not.
- * *out gets the job.
+ * Starts a retrain of `kind` of `profile` ("" or NULL: the server's own),
+ * or returns the one of that kind already queued or running.  A compute
+ * retrain (STORE_JOB_RETRAIN): without force, a profile with no sample
+ * newer than its newest model is SD_ESTATE, as is one with fewer than
+ * JOBS_MIN_SAMPLES samples.  A policy retrain (STORE_JOB_RETRAIN_POLICY):
+ * the profile must have an active stored compute model (SD_ESTATE: none,
+ * or the embedded one, whose policy is compiled in); force activates the
+ * policy whatever the gate says.  A new retrain within
+ * retrain_min_interval_s of the profile's last of its kind is SD_EBUSY,
+ * forced or not.  *out gets the job.
  */
 int jobs_retrain(struct jobs *j, struct store *st, const char *profile,
-                 bool force, struct store_job *out, struct sd_diag *d);
+                 enum store_job_kind kind, bool force, struct store_job *out,
+                 struct sd_diag *d);
+
+/*
+ * A stored compute model of `profile` became active (models.h's activated
+ * callback, with the store connection it was recorded on): queues a
+ * policy retrain for it when policy_after_activation is on, unless one is
+ * queued already (a running one trains for the model before).  Best
+ * effort: a failure is logged.
+ */
+void jobs_after_activation(struct jobs *j, struct store *st,
+                           const char *profile);
 
 /* The job `id`, from memory or st.  SD_ENOENT when unknown. */
 int jobs_get(struct jobs *j, struct store *st, int64_t id,

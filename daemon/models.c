@@ -199,6 +199,243 @@ static int load_active(struct models *ms, struct store *st,
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Policies                                                                */
+
+static struct dpolicy *dpolicy_new(const struct policy_net *pn, bool embedded,
+                                   int64_t id, int64_t base_id)
+{
+    struct dpolicy *p = calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        return NULL;
+    atomic_init(&p->refs, 1);
+    p->pn = pn;
+    p->embedded = embedded;
+    p->id = id;
+    p->base_id = base_id;
+    if (embedded)
+        snprintf(p->version, sizeof(p->version), "embedded");
+    else
+        snprintf(p->version, sizeof(p->version), "%lld", (long long)id);
+    return p;
+}
+
+static struct dpolicy *dpolicy_ref(struct dpolicy *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
+void dpolicy_release(struct dpolicy *p)
+{
+    if (p == NULL || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    if (!p->embedded)
+        free((void *)p->pn);
+    free(p);
+}
+
+/* The policy slot of `profile` (mu held), or NULL. */
+static struct dpolicy_slot *pslot_find(struct models *ms, const char *profile)
+{
+    size_t i;
+
+    for (i = 0; i < ms->npslots; i++)
+        if (strcmp(ms->pslots[i].profile, profile) == 0)
+            return &ms->pslots[i];
+    return NULL;
+}
+
+/* Puts p (its reference passes) into its profile's slot, under the lock,
+ * and releases what it replaced (*old gets its version, "" for none). */
+static int pslot_publish(struct models *ms, struct dpolicy *p,
+                         char old_version[MODELS_VERSION_MAX])
+{
+    struct dpolicy_slot *sl, *grown;
+    struct dpolicy *old = NULL;
+
+    pthread_mutex_lock(&ms->mu);
+    sl = pslot_find(ms, p->pn->profile);
+    if (sl == NULL) {
+        grown = realloc(ms->pslots, (ms->npslots + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            pthread_mutex_unlock(&ms->mu);
+            return SD_ENOMEM;
+        }
+        ms->pslots = grown;
+        sl = &ms->pslots[ms->npslots++];
+        snprintf(sl->profile, sizeof(sl->profile), "%s", p->pn->profile);
+        sl->p = NULL;
+    }
+    old = sl->p;
+    sl->p = p;
+    pthread_mutex_unlock(&ms->mu);
+    if (old_version != NULL)
+        snprintf(old_version, MODELS_VERSION_MAX, "%s",
+                 old != NULL ? old->version : "");
+    dpolicy_release(old);
+    return 0;
+}
+
+int models_parse_stored_policy(const struct store_model *sm,
+                               struct policy_net **out, struct sd_diag *d)
+{
+    int rv;
+
+    if (sm->info.format_version != POLICY_FORMAT_VERSION)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "policy %lld: format %d, this shardd reads %d",
+                           (long long)sm->info.id, (int)sm->info.format_version,
+                           POLICY_FORMAT_VERSION);
+    rv = policy_parse(sm->weights, sm->info.weights_bytes, out, d);
+    if (rv != 0)
+        return rv;
+    if (strcmp((*out)->profile, sm->info.profile) != 0) {
+        rv = sd_diag_set(d, SD_EFORMAT,
+                         "policy %lld: it is for profile \"%s\", the store "
+                         "says \"%s\"",
+                         (long long)sm->info.id, (*out)->profile,
+                         sm->info.profile);
+        free(*out);
+        *out = NULL;
+    }
+    return rv;
+}
+
+/* The active stored policy of one profile into its slot; one that does not
+ * load is skipped with a warning (SD_ENOMEM alone fails). */
+static int load_active_policy(struct models *ms, struct store *st,
+                              const struct store_profile *prof,
+                              struct sd_diag *d)
+{
+    struct store_model *sm;
+    struct policy_net *pn = NULL;
+    struct dpolicy *p = NULL;
+    struct sd_diag why;
+    int rv;
+
+    rv = store_model_get_active(st, prof->id, STORE_KIND_POLICY, &sm, &why);
+    if (rv == SD_ENOENT)
+        return 0;
+    if (rv == 0) {
+        rv = models_parse_stored_policy(sm, &pn, &why);
+        if (rv == 0)
+            p = dpolicy_new(pn, false, sm->info.id, sm->info.base_model_id);
+        store_model_free(sm);
+    }
+    if (rv != 0) {
+        sd_log(SD_LOG_WARN, "profile %s: active policy not loaded: %s",
+               prof->name, why.msg);
+        return 0;
+    }
+    if (p == NULL || pslot_publish(ms, p, NULL) != 0) {
+        if (p != NULL)
+            dpolicy_release(p);
+        else
+            free(pn);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* The embedded policy into the embedded model's profile (a damaged image
+ * is a warning: dreamshard then needs a trained policy). */
+static int load_embedded_policy(struct models *ms, struct sd_diag *d)
+{
+    struct sd_diag why;
+    const struct policy_net *pn = policy_embedded(&why);
+
+    if (pn == NULL) {
+        sd_log(SD_LOG_WARN, "%s; dreamshard needs a trained policy", why.msg);
+        return 0;
+    }
+    ms->embedded_policy = dpolicy_new(pn, true, 0, 0);
+    if (ms->embedded_policy == NULL ||
+        pslot_publish(ms, dpolicy_ref(ms->embedded_policy), NULL) != 0)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    return 0;
+}
+
+int models_acquire_policy(struct models *ms, const struct dmodel *m,
+                          struct dpolicy **out, struct sd_diag *d)
+{
+    const char *profile = m->net->profile;
+    uint32_t crc = policy_model_crc(m->net);
+    struct dpolicy_slot *sl;
+    struct dpolicy *p = NULL;
+    char have[160];
+
+    pthread_mutex_lock(&ms->mu);
+    sl = pslot_find(ms, profile);
+    if (sl != NULL && sl->p->pn->model_crc == crc)
+        p = dpolicy_ref(sl->p);
+    else if (ms->embedded_policy != NULL &&
+             ms->embedded_policy->pn->model_crc == crc &&
+             strcmp(ms->embedded_policy->pn->profile, profile) == 0)
+        p = dpolicy_ref(ms->embedded_policy);
+    if (sl != NULL)
+        snprintf(have, sizeof(have),
+                 "its policy %s was trained against compute model %s",
+                 sl->p->version,
+                 sl->p->base_id != 0 ? "of another version" : "\"embedded\"");
+    else
+        snprintf(have, sizeof(have), "it has no policy");
+    pthread_mutex_unlock(&ms->mu);
+    if (p != NULL) {
+        *out = p;
+        return 0;
+    }
+    return sd_diag_set(d, SD_ESTATE,
+                       "no placement policy for compute model %s of profile "
+                       "\"%.128s\" (%s): one is trained after each model "
+                       "activation (policy_after_activation), or start one "
+                       "with shardctl retrain --kind policy",
+                       m->version, profile, have);
+}
+
+int models_activate_policy(struct models *ms, struct store *st, int64_t id,
+                           struct policy_net *pn, struct store_model_info *info,
+                           char previous[MODELS_VERSION_MAX], struct sd_diag *d)
+{
+    struct store_model *sm = NULL;
+    struct dpolicy *p;
+    int rv;
+
+    rv = store_model_get(st, id, &sm, d);
+    if (rv == SD_ENOENT)
+        rv = sd_diag_set(d, SD_ENOENT, "version: no model %lld", (long long)id);
+    if (rv == 0 && sm->info.kind != STORE_KIND_POLICY)
+        rv = sd_diag_set(d, SD_EINVAL, "version: %lld is not a policy",
+                         (long long)id);
+    if (rv == 0 && pn == NULL)
+        rv = models_parse_stored_policy(sm, &pn, d);
+    if (rv == 0)
+        rv = store_model_activate(st, id, NULL, d);
+    if (rv != 0)
+        goto fail_pn;
+    *info = sm->info;
+    info->active = true;
+    p = dpolicy_new(pn, false, id, sm->info.base_model_id);
+    if (p == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto fail_pn;
+    }
+    pn = NULL; /* p owns it */
+    rv = pslot_publish(ms, p, previous);
+    if (rv != 0) {
+        dpolicy_release(p);
+        rv = sd_diag_set(d, rv, "out of memory");
+    }
+    store_model_free(sm);
+    return rv;
+
+fail_pn:
+    free(pn);
+    store_model_free(sm);
+    return rv;
+}
+
 int models_init(struct models *ms, struct store *st, const char *own_profile,
                 size_t memo_entries, const struct kern_backend *resident_be,
                 struct sd_diag *d)
@@ -233,9 +470,14 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
         rv = sd_diag_set(d, rv, "out of memory");
         goto fail;
     }
+    rv = load_embedded_policy(ms, d);
+    if (rv != 0)
+        goto fail;
     rv = store_profile_list(st, &profs, &np, d);
     for (i = 0; rv == 0 && i < np; i++)
         rv = load_active(ms, st, &profs[i], d);
+    for (i = 0; rv == 0 && i < np; i++)
+        rv = load_active_policy(ms, st, &profs[i], d);
     free(profs);
     if (rv == 0)
         return 0;
@@ -255,6 +497,13 @@ void models_destroy(struct models *ms)
     ms->nslots = 0;
     dmodel_release(ms->embedded);
     ms->embedded = NULL;
+    for (i = 0; i < ms->npslots; i++)
+        dpolicy_release(ms->pslots[i].p);
+    free(ms->pslots);
+    ms->pslots = NULL;
+    ms->npslots = 0;
+    dpolicy_release(ms->embedded_policy);
+    ms->embedded_policy = NULL;
     pthread_mutex_destroy(&ms->mu);
 }
 
@@ -310,6 +559,10 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     rv = store_model_get(st, id, &sm, d);
     if (rv == SD_ENOENT)
         rv = sd_diag_set(d, SD_ENOENT, "version: no model %lld", (long long)id);
+    if (rv == 0 && net == NULL && sm->info.kind == STORE_KIND_POLICY) {
+        store_model_free(sm);
+        return models_activate_policy(ms, st, id, NULL, info, previous, d);
+    }
     if (rv == 0 && net == NULL)
         rv = models_parse_stored(sm, &net, d);
     if (rv == 0)
@@ -342,6 +595,9 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     else
         previous[0] = '\0';
     dmodel_release(old);
+    /* Told with the profile's name, not the model's: sm goes first. */
+    if (ms->activated != NULL)
+        ms->activated(ms->activated_ctx, st, info->profile);
     store_model_free(sm);
     return 0;
 

@@ -1,6 +1,8 @@
 /*
  * The cost models the daemon serves: the active model of each hardware
- * profile, refcounted and hot-swapped.
+ * profile, refcounted and hot-swapped; and beside them the placement
+ * policies of dreamshard, each bound to the compute model it was trained
+ * against, served the same way.
  *
  * Each profile that has a model has a slot holding one reference to its
  * active struct dmodel.  A request takes its own reference under the lock
@@ -55,6 +57,32 @@ struct dmodel_slot {
     struct dmodel *m; /* one reference held by the slot */
 };
 
+/* A placement policy being served: refcounted, immutable once published. */
+struct dpolicy {
+    atomic_int refs;
+    const struct policy_net *pn; /* owned (free()) unless embedded */
+    bool embedded;
+    int64_t id;                       /* store version; 0: the embedded */
+    char version[MODELS_VERSION_MAX]; /* "embedded" or the id */
+    int64_t base_id; /* the compute model's version; 0: the embedded */
+};
+
+/* The active policy of one profile. */
+struct dpolicy_slot {
+    char profile[STORE_NAME_MAX];
+    struct dpolicy *p; /* one reference held by the slot */
+};
+
+struct store;
+
+/*
+ * Called after a stored compute model became active (models_activate()),
+ * outside the lock, with the store connection it was recorded on: the
+ * service queues a policy retrain for it there (jobs.h).
+ */
+typedef void (*models_activated_cb)(void *ctx, struct store *st,
+                                    const char *profile);
+
 struct models {
     pthread_mutex_t mu; /* guards everything below */
     struct dmodel_slot *slots;
@@ -64,6 +92,14 @@ struct models {
     size_t memo_entries;     /* each model's memo (latent_cache_entries) */
     struct dmodel *embedded; /* one reference of its own */
     const struct kern_backend *resident_be; /* where models are resident */
+    struct dpolicy_slot *pslots;
+    size_t npslots;
+    /* The embedded policy (one reference); NULL when its image is damaged
+     * (logged at start: dreamshard then needs a trained one). */
+    struct dpolicy *embedded_policy;
+    /* Set once before any thread runs; NULL: nobody is told. */
+    models_activated_cb activated;
+    void *activated_ctx;
 };
 
 /*
@@ -97,6 +133,9 @@ struct dmodel *models_embedded(struct models *ms);
  * here, success or not); else it is loaded from the store.  Sets *info to
  * the model and *previous to the version it replaced ("" when none).
  * SD_ENOENT for an unknown id, SD_EFORMAT for a model that does not load.
+ * A stored policy's id (net NULL) activates that policy instead
+ * (models_activate_policy()).  A compute model's activation calls
+ * ms->activated.
  */
 int models_activate(struct models *ms, struct store *st, int64_t id,
                     struct cost_net *net, struct store_model_info *info,
@@ -111,6 +150,31 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
 int models_activate_embedded(struct models *ms, struct store *st,
                              char previous[MODELS_VERSION_MAX],
                              struct sd_diag *d);
+
+/*
+ * The policy that answers for compute model m: its profile's active policy
+ * when that was trained against m, else the embedded policy when it was
+ * (m the embedded model).  A reference: dpolicy_release() it.  SD_ESTATE
+ * when none was (d says which policy the profile has and what to do).
+ */
+int models_acquire_policy(struct models *ms, const struct dmodel *m,
+                          struct dpolicy **out, struct sd_diag *d);
+void dpolicy_release(struct dpolicy *p); /* NULL-safe */
+
+/*
+ * Makes stored policy `id` active for its profile, in the store and in the
+ * slots.  pn, when not NULL, is the parsed policy (ownership passes here,
+ * success or not).  Sets *info and *previous as models_activate().
+ */
+int models_activate_policy(struct models *ms, struct store *st, int64_t id,
+                           struct policy_net *pn, struct store_model_info *info,
+                           char previous[MODELS_VERSION_MAX],
+                           struct sd_diag *d);
+
+/* Parses a stored policy blob (its format version, its profile).  *out
+ * owned by the caller (free()).  SD_EFORMAT with d naming the version. */
+int models_parse_stored_policy(const struct store_model *sm,
+                               struct policy_net **out, struct sd_diag *d);
 
 /* The profile requests naming none are answered for (a copy). */
 void models_default_profile(struct models *ms, char out[STORE_NAME_MAX]);

@@ -25,14 +25,10 @@
 #include "shardd/v1/types.pb-c.h"
 #include "wire.h"
 
-/* The batch when neither the request, the configuration nor a learned
- * model gives one (the analytic model's; docs/api.md). */
-#define SVC_DEFAULT_BATCH 65536
 /* A search stops this long before the client's deadline, to reply. */
 #define SVC_DEADLINE_MARGIN_MS 50
 
-/* The limits and defaults of the configuration, for wire's checks. */
-static void limits_of(const struct sd_config *c, struct wire_limits *l)
+void svc_limits(const struct sd_config *c, struct wire_limits *l)
 {
     wire_limits_default(l);
     l->max_tables = c->max_tables;
@@ -47,7 +43,7 @@ static void limits_of(const struct sd_config *c, struct wire_limits *l)
  * The cost model that answers for a profile (empty: the server's default):
  * the profile's active model (models.c); a profile with none gets the
  * analytic model unless the algorithm needs a learned one (neuroshard
- * searches with it), which is SD_ESTATE.
+ * searches with it, dreamshard's policy reads it), which is SD_ESTATE.
  */
 struct scorer {
     struct net_cost_model ncm;
@@ -123,7 +119,8 @@ static void scorer_release(struct scorer *sc)
 static uint64_t request_hash(const struct table *tables, size_t n,
                              const struct topology *t,
                              const struct plan_options *o, const char *profile,
-                             char out[17])
+                             const struct input_notes *notes,
+                             const struct dpolicy *pol, char out[17])
 {
     struct sd_fnv hs;
     size_t i;
@@ -167,6 +164,33 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         for (i = 0; i < n; i++)
             sd_fnv_u64(&hs, (uint64_t)(int64_t)o->pins[i]);
     }
+    if (o->constraints != NULL) {
+        sd_fnv_str(&hs, "constraints");
+        for (i = 0; i < n; i++) {
+            const struct table_constraint *c = &o->constraints[i];
+
+            sd_fnv_u64(&hs, c->schemes);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->min_row_shards);
+            sd_fnv_u64(&hs, c->no_split);
+            sd_fnv_u64(&hs, (uint64_t)(int64_t)c->host);
+        }
+    }
+    if (o->beam_evaluations != PLAN_BEAM_EVALUATIONS) {
+        sd_fnv_str(&hs, "beam_evaluations");
+        sd_fnv_u64(&hs, (uint64_t)o->beam_evaluations);
+    }
+    /* The notes are part of the answer: requests that differ only in what
+     * they left to assume, or asked for in vain, get their own. */
+    if (notes->n > 0) {
+        sd_fnv_str(&hs, "notes");
+        for (i = 0; i < notes->n; i++)
+            sd_fnv_str(&hs, notes->v[i].text);
+    }
+    /* A new policy of the same model plans anew. */
+    if (pol != NULL) {
+        sd_fnv_str(&hs, "policy");
+        sd_fnv_str(&hs, pol->version);
+    }
     snprintf(out, 17, "%016llx", (unsigned long long)hs.h);
     return hs.h;
 }
@@ -187,9 +211,11 @@ static void cost_model_name(const struct plan *p, const struct scorer *sc,
 
 /* The CostBasis of a response; its strings point into sc and p. */
 static void fill_basis(Shardd__V1__CostBasis *b, const struct scorer *sc,
-                       const struct plan *p, char *cost_model)
+                       const struct dpolicy *pol, const struct plan *p,
+                       char *cost_model)
 {
     shardd__v1__cost_basis__init(b);
+    b->policy_version = (char *)(pol != NULL ? pol->version : "");
     b->model_version = (char *)(sc->dm != NULL ? sc->dm->version : "");
     b->profile = (char *)sc->profile;
     b->cost_model = cost_model;
@@ -329,25 +355,27 @@ static bool pb_field(const uint8_t **p, const uint8_t *end, uint32_t *field,
 
 /*
  * A Plan is big when its tables x devices exceed small_search_work: read
- * from the bytes (PlanRequest.tables = 1, .topology = 2 and its
- * num_devices = 1) without decoding a table.
+ * from the bytes (PlanRequest.tables = 1 or .torchrec_tables = 4,
+ * .topology = 2 and its num_devices = 1) without decoding a table.
  */
 enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 {
-    const uint8_t *p = req, *end = req + len, *sub = NULL, *q;
+    const uint8_t *p = req, *end = req + len, *sub = NULL, *q, *qend, *inner;
     uint64_t tables = 0, devices = 1, v = 0, work;
     size_t sublen = 0, qlen;
     uint32_t field;
     struct conf_snap *cf;
 
     while (p < end && pb_field(&p, end, &field, &v, &sub, &sublen)) {
-        if (field == 1)
+        if (field == 1 || field == 4)
             tables++;
         if (field != 2)
             continue;
+        /* The topology's fields; a length-delimited one among them (the
+         * packed mem_bytes_by_device) must not move the topology's end. */
         q = sub;
-        while (q < sub + sublen &&
-               pb_field(&q, sub + sublen, &field, &v, &sub, &qlen))
+        qend = sub + sublen;
+        while (q < qend && pb_field(&q, qend, &field, &v, &inner, &qlen))
             if (field == 1)
                 devices = v > 0 ? v : 1;
     }
@@ -363,23 +391,28 @@ enum svc_lane svc_plan_lane(struct svc *s, const uint8_t *req, size_t len)
 /* A Plan request decoded, with its defaults applied. */
 struct plan_ask {
     Shardd__V1__PlanRequest *rq; /* owned */
-    struct table *tables;        /* owned */
+    struct tables_input in;      /* owned: the tables and their notes */
+    struct table *tables;        /* in.tables */
     size_t n;
     struct topology topo;
     uint64_t *caps; /* owned; topo.mem_by_device */
     struct plan_options po;
-    int32_t *pins; /* owned; po.pins */
+    int32_t *pins;                 /* owned; po.pins */
+    struct table_constraint *cons; /* owned; po.constraints */
     struct scorer sc;
-    uint64_t key;  /* the request hash */
-    char hash[17]; /* and in hex */
+    struct dpolicy *pol; /* dreamshard's policy (a reference); else NULL */
+    uint64_t key;        /* the request hash */
+    char hash[17];       /* and in hex */
 };
 
 static void plan_ask_free(struct plan_ask *a)
 {
+    dpolicy_release(a->pol);
     scorer_release(&a->sc);
     free(a->pins);
+    free(a->cons);
     free(a->caps);
-    free(a->tables);
+    tables_input_destroy(&a->in);
     if (a->rq != NULL)
         shardd__v1__plan_request__free_unpacked(a->rq, NULL);
 }
@@ -393,35 +426,57 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     const char *profile;
     int rv;
 
-    limits_of(cfg, &lim);
+    svc_limits(cfg, &lim);
     a->rq = shardd__v1__plan_request__unpack(NULL, len, req);
     if (a->rq == NULL)
         return sd_diag_set(d, SD_EFORMAT, "PlanRequest: not a valid message");
-    rv = wire_tables_in(&lim, a->rq->tables, a->rq->n_tables, &a->tables, d);
+    rv = wire_tables_input_in(&lim, a->rq->tables, a->rq->n_tables,
+                              a->rq->torchrec_tables, a->rq->n_torchrec_tables,
+                              &a->in, d);
     if (rv != 0)
         return rv;
-    a->n = a->rq->n_tables;
+    a->tables = a->in.tables;
+    a->n = a->in.n;
     rv = wire_topology_in(&lim, a->rq->topology, &a->topo, &a->caps, d);
     if (rv == 0)
         rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
-                             &a->po, &a->pins, d);
+                             &a->po, &a->pins, &a->cons, d);
+    if (rv == 0 && tables_input_constraints(&a->in, &a->cons) != 0)
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (rv == 0)
+        a->po.constraints = a->cons;
+    a->po.beam_evaluations = cfg->beam_evaluations;
     if (rv != 0)
         return rv;
     profile = a->rq->options != NULL ? a->rq->options->profile : NULL;
-    rv = pick_scorer(s, profile, a->po.alg == PLAN_ALG_NEUROSHARD,
+    rv = pick_scorer(s, profile,
+                     a->po.alg == PLAN_ALG_NEUROSHARD ||
+                         a->po.alg == PLAN_ALG_DREAMSHARD,
                      "options.profile", &a->sc, d);
     if (rv != 0)
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
     a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
+    if (a->po.alg == PLAN_ALG_DREAMSHARD) {
+        struct sd_diag why;
+
+        rv = models_acquire_policy(&s->models, a->sc.dm, &a->pol, &why);
+        if (rv != 0)
+            return sd_diag_set(d, rv, "options.algorithm: %s", why.msg);
+        a->po.policy = a->pol->pn;
+    }
     rv = resolve_batch(&a->topo, &a->sc, d);
+    if (rv == 0)
+        rv = tables_input_resolve(&a->in, a->topo.batch_size, d);
     if (rv != 0)
         return rv;
+    if (a->in.whole_tables)
+        a->po.column_splits = false;
     /* The hash covers the request with defaults applied, not the budget the
      * deadline leaves: the same request answers from the cache whatever
      * its deadline. */
-    a->key =
-        request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile, a->hash);
+    a->key = request_hash(a->tables, a->n, &a->topo, &a->po, a->sc.profile,
+                          &a->in.notes, a->pol, a->hash);
     return 0;
 }
 
@@ -431,14 +486,17 @@ static void fill_search(Shardd__V1__SearchStats *m, const struct plan *p,
                         enum plan_alg alg, double elapsed_ms)
 {
     bool searched = alg == PLAN_ALG_NEUROSHARD;
+    bool learned = alg == PLAN_ALG_DREAMSHARD;
 
     shardd__v1__search_stats__init(m);
-    m->search_time_ms = searched ? p->stats.search_ms : elapsed_ms;
-    m->candidates_evaluated = searched ? (uint64_t)p->stats.greedy_runs : 1;
+    m->search_time_ms = searched || learned ? p->stats.search_ms : elapsed_ms;
+    /* dreamshard: the devices its policy scored. */
+    m->candidates_evaluated = searched  ? (uint64_t)p->stats.greedy_runs
+                              : learned ? (uint64_t)p->stats.evaluations
+                                        : 1;
     m->time_budget_exhausted = p->stats.budget_exhausted;
 }
 
-/* The PlanResponse of a finished plan, packed into *resp. */
 /*
  * The spread of the scorer's ensemble over plan p (out->members 0: none),
  * as `shardctl plan --offline` computes it.  0 or SD_ENOMEM.
@@ -456,6 +514,7 @@ static int spread_of(const struct scorer *sc, const struct plan *p,
                : SD_ENOMEM;
 }
 
+/* The PlanResponse of a finished plan, packed into *resp. */
 static int plan_reply(const struct plan_ask *a, const struct plan *p,
                       double elapsed_ms, uint8_t **resp, size_t *resp_len,
                       struct sd_diag *d)
@@ -485,14 +544,17 @@ static int plan_reply(const struct plan_ask *a, const struct plan *p,
     out.devices = wire_devices_out(&arena, p, &a->topo);
     out.n_devices = (size_t)p->ndevices;
     out.explanation = wire_explanation_out(&arena, p, a->tables);
-    if (out.tables == NULL || out.devices == NULL || out.explanation == NULL) {
+    out.notes = wire_notes_out(&arena, &a->in.notes);
+    out.n_notes = a->in.notes.n;
+    if (out.tables == NULL || out.devices == NULL || out.explanation == NULL ||
+        out.notes == NULL) {
         wire_arena_free(&arena);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     out.plan_cost_ms = p->cost_ms;
     out.algorithm = (char *)plan_alg_name(a->po.alg);
     cost_model_name(p, &a->sc, &a->topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, &a->sc, p, cm_name);
+    fill_basis(&basis, &a->sc, a->pol, p, cm_name);
     out.basis = &basis;
     fill_search(&search, p, a->po.alg, elapsed_ms);
     out.search = &search;
@@ -584,7 +646,8 @@ int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
 /* The EstimateResponse of an evaluated plan, packed into *resp. */
 static int estimate_reply(const struct plan *p, const struct topology *topo,
                           const struct scorer *sc, const struct plan_spread *sp,
-                          uint8_t **resp, size_t *resp_len, struct sd_diag *d)
+                          const struct input_notes *notes, uint8_t **resp,
+                          size_t *resp_len, struct sd_diag *d)
 {
     Shardd__V1__EstimateResponse out = SHARDD__V1__ESTIMATE_RESPONSE__INIT;
     Shardd__V1__CostBasis basis;
@@ -596,14 +659,17 @@ static int estimate_reply(const struct plan *p, const struct topology *topo,
     out.devices = wire_devices_out(&arena, p, topo);
     if (sp->members > 0)
         out.spread = wire_spread_out(&arena, sp);
-    if (out.devices == NULL || (sp->members > 0 && out.spread == NULL)) {
+    out.notes = wire_notes_out(&arena, notes);
+    out.n_notes = notes->n;
+    if (out.devices == NULL || out.notes == NULL ||
+        (sp->members > 0 && out.spread == NULL)) {
         wire_arena_free(&arena);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     out.n_devices = (size_t)p->ndevices;
     out.plan_cost_ms = p->cost_ms;
     cost_model_name(p, sc, topo, cm_name, sizeof(cm_name));
-    fill_basis(&basis, sc, p, cm_name);
+    fill_basis(&basis, sc, NULL, p, cm_name);
     out.basis = &basis;
     out.fits_memory = true;
     for (r = 0; r < p->ndevices; r++)
@@ -620,7 +686,9 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     Shardd__V1__EstimateRequest *rq;
     struct conf_snap *cf = svc_conf(s);
     struct topology topo, unbounded;
+    struct tables_input in = {0};
     struct table *tables = NULL;
+    size_t n = 0;
     enum optimizer opt = OPTIMIZER_SGD;
     struct wire_limits lim;
     struct scorer sc = {0};
@@ -629,14 +697,18 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     uint64_t *caps = NULL;
     int rv;
 
-    limits_of(&cf->c, &lim);
+    svc_limits(&cf->c, &lim);
     rq = shardd__v1__estimate_request__unpack(NULL, len, req);
     if (rq == NULL) {
         conf_snap_unref(cf);
         return sd_diag_set(d, SD_EFORMAT,
                            "EstimateRequest: not a valid message");
     }
-    rv = wire_tables_in(&lim, rq->tables, rq->n_tables, &tables, d);
+    rv = wire_tables_input_in(&lim, rq->tables, rq->n_tables,
+                              rq->torchrec_tables, rq->n_torchrec_tables, &in,
+                              d);
+    tables = in.tables;
+    n = in.n;
     if (rv == 0)
         rv = wire_topology_in(&lim, rq->topology, &topo, &caps, d);
     if (rv == 0)
@@ -646,8 +718,10 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     if (rv == 0)
         rv = resolve_batch(&topo, &sc, d);
     if (rv == 0)
+        rv = tables_input_resolve(&in, topo.batch_size, d);
+    if (rv == 0)
         rv = wire_placement_in("placement", rq->placement, rq->n_placement,
-                               tables, rq->n_tables, topo.ndevices, &p, d);
+                               tables, n, topo.ndevices, &p, d);
     if (rv != 0)
         goto out_tables;
 
@@ -656,22 +730,19 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     unbounded = topo;
     unbounded.mem_bytes = UINT64_MAX;
     unbounded.mem_by_device = NULL;
-    rv = plan_validate_as(&p, tables, rq->n_tables, &unbounded, opt,
-                          "placement", d);
-    if (rv == 0 &&
-        plan_evaluate(&p, tables, rq->n_tables, &topo, opt, sc.m) != 0)
+    rv = plan_validate_as(&p, tables, n, &unbounded, opt, "placement", d);
+    if (rv == 0 && plan_evaluate(&p, tables, n, &topo, opt, sc.m) != 0)
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-    if (rv == 0 &&
-        spread_of(&sc, &p, tables, rq->n_tables, &topo, opt, &sp) != 0)
+    if (rv == 0 && spread_of(&sc, &p, tables, n, &topo, opt, &sp) != 0)
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
     if (rv == 0)
-        rv = estimate_reply(&p, &topo, &sc, &sp, resp, resp_len, d);
+        rv = estimate_reply(&p, &topo, &sc, &sp, &in.notes, resp, resp_len, d);
     plan_spread_free(&sp);
     plan_destroy(&p);
 out_tables:
     scorer_release(&sc);
     free(caps);
-    free(tables);
+    tables_input_destroy(&in);
     shardd__v1__estimate_request__free_unpacked(rq, NULL);
     conf_snap_unref(cf);
     return rv;

@@ -28,7 +28,9 @@ void profw_init(struct profw *p, const struct kern_backend *be,
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->inflight, 0);
-    atomic_init(&p->last_request_ms, 0);
+    /* Idle time counts from now: the monotonic clock counts from boot, and
+     * a daemon just started has not been idle for profiler_idle_ms. */
+    atomic_init(&p->last_request_ms, sd_now_ms());
     atomic_init(&p->abort_ms, 0);
     atomic_init(&p->measuring, false);
     p->cf = conf_snap_ref(cf);

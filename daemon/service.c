@@ -14,6 +14,7 @@
 const struct svc_method svc_methods[] = {
     {.path = "/shardd.v1.Planner/Plan", .fn = svc_plan, .lane = svc_plan_lane},
     {.path = "/shardd.v1.Planner/Estimate", .fn = svc_estimate},
+    {.path = "/shardd.v1.Planner/Features", .fn = svc_features},
     {.path = "/grpc.health.v1.Health/Check",
      .draining_ok = true,
      .fn = svc_health},
@@ -104,6 +105,14 @@ static int ensure_profile(struct svc *s, int64_t batch, struct sd_diag *d)
     return store_profile_get_or_create(s->st, &p, &s->profile_id, d);
 }
 
+/* models' activated callback: a policy retrain for the new model. */
+static void model_activated(void *ctx, struct store *st, const char *profile)
+{
+    struct svc *s = ctx;
+
+    jobs_after_activation(&s->jobs, st, profile);
+}
+
 /* Everything after the store: models, reflection, the parts. */
 static int open_parts(struct svc *s, const struct sd_config *c,
                       struct sd_diag *d)
@@ -139,6 +148,9 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     cache_init(&s->cache, c->plan_cache_entries);
     jobs_init(&s->jobs, s->db_path, s->profile, s->profile_id, &s->models,
               s->cf);
+    /* Every activation of a stored compute model queues its policy. */
+    s->models.activated = model_activated;
+    s->models.activated_ctx = s;
     profw_init(&s->profw, s->be, s->db_path, s->profile, s->profile_id,
                s->device_name, c->profiler_batch, samples, s->cf);
     return 0;

@@ -229,6 +229,9 @@ int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
 int svc_estimate(struct svc *s, const struct svc_call *call, const uint8_t *req,
                  size_t len, uint8_t **resp, size_t *resp_len,
                  struct sd_diag *d);
+int svc_features(struct svc *s, const struct svc_call *call, const uint8_t *req,
+                 size_t len, uint8_t **resp, size_t *resp_len,
+                 struct sd_diag *d);
 int svc_health(struct svc *s, const struct svc_call *call, const uint8_t *req,
                size_t len, uint8_t **resp, size_t *resp_len, struct sd_diag *d);
 int svc_health_watch(struct svc *s, const uint8_t *req, size_t len,

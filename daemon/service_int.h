@@ -1,8 +1,8 @@
 /*
  * The service's state, private to its files: service.c (opening, closing,
  * reloading, authorisation, the method table), planning.c (Plan,
- * Estimate), health.c (health, reflection) and admin.c (Admin).  The
- * transport sees struct svc only as a pointer (service.h).
+ * Estimate), features.c (Features), health.c (health, reflection) and admin.c
+ * (Admin).  The transport sees struct svc only as a pointer (service.h).
  */
 #ifndef SHARDD_DAEMON_SERVICE_INT_H
 #define SHARDD_DAEMON_SERVICE_INT_H
@@ -24,6 +24,9 @@
 #include "wire.h"
 
 #define SVC_PATH_MAX 4096
+/* The batch when neither the request, the configuration nor a learned
+ * model gives one (the analytic model's; docs/api.md). */
+#define SVC_DEFAULT_BATCH 65536
 
 struct svc {
     pthread_mutex_t mu;   /* guards cf */
@@ -57,6 +60,10 @@ struct svc {
 
 /* The settings now: a reference the caller drops with conf_snap_unref(). */
 struct conf_snap *svc_conf(struct svc *s);
+
+/* The limits and defaults of the configuration, for wire's checks
+ * (planning.c). */
+void svc_limits(const struct sd_config *c, struct wire_limits *l);
 
 /* ops.c: resident bytes of this process (0 when unknown), the store's
  * bytes on disk (database, WAL, shared memory), a profiler state's name. */

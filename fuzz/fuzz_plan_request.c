@@ -135,30 +135,40 @@ static void check_devices(Shardd__V1__DeviceCost *const *devs, size_t n,
     }
 }
 
-/* Every column of table t, in any shard order, is placed exactly once. */
+/*
+ * Every (row, column) cell of table t is placed once: per column the rows
+ * of the shards over it add up to the table's, each block inside it; a
+ * data-parallel table has a whole replica on every device.
+ */
 static void check_table_cover(const Shardd__V1__Table *t,
                               const Shardd__V1__TablePlacement *tp,
                               int32_t ndevices)
 {
-    uint8_t *seen = calloc((size_t)t->dim, 1);
+    int64_t *rows = calloc((size_t)t->dim, sizeof(*rows));
     size_t k;
     int32_t c;
 
-    FUZZ_CHECK(seen != NULL);
+    FUZZ_CHECK(rows != NULL);
+    FUZZ_CHECK(tp->scheme != SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED);
+    if (tp->scheme == SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL)
+        FUZZ_CHECK(tp->n_shards == (size_t)ndevices);
     for (k = 0; k < tp->n_shards; k++) {
         const Shardd__V1__Shard *sh = tp->shards[k];
 
         FUZZ_CHECK(sh->device >= 0 && sh->device < ndevices);
         FUZZ_CHECK(sh->col_offset >= 0 && sh->col_width > 0 &&
                    sh->col_offset <= t->dim - sh->col_width);
-        for (c = sh->col_offset; c < sh->col_offset + sh->col_width; c++) {
-            FUZZ_CHECK(!seen[c]);
-            seen[c] = 1;
-        }
+        FUZZ_CHECK(sh->row_offset >= 0 && sh->row_count > 0 &&
+                   sh->row_offset <= t->rows - sh->row_count);
+        for (c = sh->col_offset; c < sh->col_offset + sh->col_width; c++)
+            rows[c] += sh->row_count;
     }
     for (c = 0; c < t->dim; c++)
-        FUZZ_CHECK(seen[c]);
-    free(seen);
+        FUZZ_CHECK(rows[c] ==
+                   (tp->scheme == SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL
+                        ? ndevices * t->rows
+                        : t->rows));
+    free(rows);
 }
 
 static void check_plan(const uint8_t *req, size_t len, const uint8_t *resp,

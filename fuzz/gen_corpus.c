@@ -202,6 +202,7 @@ static void gen_plans(void)
             plan_options_default(&o);
             o.alg = (enum plan_alg)alg;
             o.net = net_embedded(NULL);
+            o.policy = policy_embedded(NULL);
             o.threads = 1;
             if (plan_run(t, 4, &topo, &o, &cost_model_analytic, &p, NULL) != 0)
                 die("plan_run");
@@ -339,6 +340,64 @@ static void gen_models(void)
     put("fuzz_model", "raw-short", raw_short, sizeof(raw_short));
     put("fuzz_model", "raw-newer", raw_newer, sizeof(raw_newer));
     put("fuzz_model", "raw-empty", raw_short, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* fuzz_policy: the first byte picks raw (even) or edits (odd)             */
+
+static void gen_policies(void)
+{
+    /* Edits: offset u16 little-endian, new byte (fuzz_policy.c).  The
+     * file: magic 0, version 4, layer sizes 8, profile 36, the model's
+     * CRC 164, metrics 168 (iterations 176, best 180, val_ratio 200),
+     * weights 216. */
+    static const unsigned char no_edit[] = {1};
+    static const unsigned char newer[] = {1, 4, 0, 2};
+    static const unsigned char arch[] = {1, 8, 0, 21};
+    static const unsigned char empty_profile[] = {1, 36, 0, 0};
+    static const unsigned char other_model[] = {1, 164, 0, 0x5a};
+    static const unsigned char best_past[] = {1, 180, 0, 0xff, 181, 0, 0x7f};
+    static const unsigned char nan_ratio[] = {1, 206, 0, 0xf8, 207, 0, 0x7f};
+    static const unsigned char nan_weight[] = {1,   216, 0,    0,   217, 0,   0,
+                                               218, 0,   0xc0, 219, 0,   0x7f};
+    /* The output layer's first weight huge (~4e37, its top byte at
+     * 216 + 4 * POL_H2W + 3): logits overflow. */
+    static const unsigned char huge_weight[] = {1, 0xdb, 0xa1, 0x7e};
+    static const unsigned char raw_short[] = {0, 'S', 'D', 'P', 'L',
+                                              1, 0,   0,   0};
+    static const unsigned char raw_newer[] = {0, 'S', 'D', 'P', 'L',
+                                              9, 0,   0,   0};
+    const struct policy_net *pn = policy_embedded(NULL);
+    unsigned char *img1;
+    void *img;
+    size_t len;
+
+    if (pn == NULL || policy_serialize(pn, &img, &len) != 0)
+        die("policy_serialize");
+    img1 = malloc(len + 1);
+    if (img1 == NULL)
+        die("out of memory");
+    img1[0] = 0;
+    memcpy(img1 + 1, img, len);
+    put("fuzz_policy", "seed-embedded", img1, len + 1);
+    put("fuzz_policy", "edge-truncated", img1, 1024);
+    img1[len] ^= 1; /* a checksum that does not match */
+    put("fuzz_policy", "edge-bad-crc", img1, len + 1);
+    free(img1);
+    free(img);
+    put("fuzz_policy", "edit-none", no_edit, sizeof(no_edit));
+    put("fuzz_policy", "edit-newer", newer, sizeof(newer));
+    put("fuzz_policy", "edit-architecture", arch, sizeof(arch));
+    put("fuzz_policy", "edit-empty-profile", empty_profile,
+        sizeof(empty_profile));
+    put("fuzz_policy", "edit-other-model", other_model, sizeof(other_model));
+    put("fuzz_policy", "edit-best-past", best_past, sizeof(best_past));
+    put("fuzz_policy", "edit-nan-ratio", nan_ratio, sizeof(nan_ratio));
+    put("fuzz_policy", "edit-nan-weight", nan_weight, sizeof(nan_weight));
+    put("fuzz_policy", "edit-huge-weight", huge_weight, sizeof(huge_weight));
+    put("fuzz_policy", "raw-short", raw_short, sizeof(raw_short));
+    put("fuzz_policy", "raw-newer", raw_newer, sizeof(raw_newer));
+    put("fuzz_policy", "raw-empty", raw_short, 1);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -560,6 +619,7 @@ int main(int argc, char **argv)
     gen_plans();
     gen_traces();
     gen_models();
+    gen_policies();
     gen_requests();
     gen_reflection();
     return 0;

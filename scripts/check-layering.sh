@@ -17,19 +17,19 @@ check 'sqlite3\.h' '^store/' 'sqlite3.h'
 check 'grpc/' '^(daemon/rpc(_int\.h|_call\.c|_client\.c|\.c)|client/rpc\.c|tests/daemon/)' 'grpc headers'
 check 'uv\.h' '^daemon/(rpc(\.h|_int\.h|\.c|_call\.c)|shardd\.c)$' 'uv.h'
 check '(cuda|cublas|nccl|nvml)[a-z_]*\.h' '^kernels/cuda/' 'CUDA headers'
-check '(jansson|protobuf-c/)' '^(planner/formats/json\.c|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
+check '(jansson|protobuf-c/)' '^(planner/formats/(json[a-z_]*\.c|formats_int\.h)|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
 check 'microhttpd\.h' '^daemon/http\.c$' 'microhttpd.h'
-check 'zlib\.h' '^planner/models/(net|ensemble)\.c' 'zlib.h'
+check 'zlib\.h' '^planner/models/(net|ensemble|policy)\.c' 'zlib.h'
 check 'cblas\.h' '^planner/models/' 'cblas.h'
 
 # The planner's rooms (planner/planner.h): a file of a room includes only
-# its own room's header, the headers of the rooms below it (search ->
-# models -> problem, formats -> problem) and include/shardd/; no room
-# includes planner.h, the umbrella for the modules outside; every source is
-# in a room.
+# its own room's header and private ROOM_int.h, the headers of the rooms
+# below it (search -> models -> problem, formats -> problem) and
+# include/shardd/; no room includes planner.h, the umbrella for the modules
+# outside; every source is in a room.
 room() { # ROOM ALLOWED-ROOM-HEADERS
     bad=$(git grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' -- \
-        "planner/$1/" | grep -vE "\"(($2)/\2|shardd/[a-z_]+)\.h\"" || true)
+        "planner/$1/" | grep -vE "\"(($2)/\2|$1/$1_int|shardd/[a-z_]+)\.h\"" || true)
     if [ -n "$bad" ]; then
         echo "layering: planner/$1/ may include only" \
             "$(echo "$2" | tr '|' ' ') and shardd/:" >&2

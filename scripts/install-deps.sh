@@ -10,6 +10,7 @@ libgrpc-dev libprotobuf-c-dev protobuf-c-compiler grpc-proto libprotobuf-dev \
 libuv1-dev libsqlite3-dev libjansson-dev libblas-dev libsystemd-dev zlib1g-dev python3 \
 libmicrohttpd-dev \
 python3-grpcio python3-grpc-tools python3-protobuf \
+python3-venv python3-pip python3-setuptools python3-wheel \
 prometheus chromium"
 
 missing=""

@@ -33,6 +33,33 @@ bool store_job_state_is_terminal(enum store_job_state s)
            s == STORE_JOB_CANCELLED;
 }
 
+const char *store_job_kind_name(enum store_job_kind kind)
+{
+    switch (kind) {
+    case STORE_JOB_RETRAIN:
+        return "retrain";
+    case STORE_JOB_RETRAIN_POLICY:
+        return "retrain_policy";
+    }
+    return "?";
+}
+
+static bool job_kind_parse(const unsigned char *t, enum store_job_kind *out)
+{
+    if (t != NULL && strcmp((const char *)t, "retrain") == 0)
+        *out = STORE_JOB_RETRAIN;
+    else if (t != NULL && strcmp((const char *)t, "retrain_policy") == 0)
+        *out = STORE_JOB_RETRAIN_POLICY;
+    else
+        return false;
+    return true;
+}
+
+static bool job_kind_is_valid(enum store_job_kind kind)
+{
+    return kind == STORE_JOB_RETRAIN || kind == STORE_JOB_RETRAIN_POLICY;
+}
+
 static bool job_state_parse(const unsigned char *t, enum store_job_state *out)
 {
     size_t i;
@@ -50,18 +77,15 @@ static bool job_state_parse(const unsigned char *t, enum store_job_state *out)
 static int job_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
 {
     struct store_job *j = row;
-    const unsigned char *kind;
 
     memset(j, 0, sizeof(*j));
     j->id = sqlite3_column_int64(s, 0);
-    kind = sqlite3_column_text(s, 1);
-    if (kind == NULL || strcmp((const char *)kind, "retrain") != 0 ||
+    if (!job_kind_parse(sqlite3_column_text(s, 1), &j->kind) ||
         !job_state_parse(sqlite3_column_text(s, 2), &j->state))
         return sd_diag_set(d, SD_ESTORE,
                            "store: job %lld: unknown kind or "
                            "state",
                            (long long)j->id);
-    j->kind = STORE_JOB_RETRAIN;
     j->progress = sqlite3_column_double(s, 3);
     store__col_text(s, 4, j->message, sizeof(j->message));
     j->profile_id = sqlite3_column_int64(s, 5); /* NULL reads as 0 */
@@ -81,7 +105,7 @@ int store_job_create(struct store *st, const struct store_job *j, int64_t *id,
 
     if (j == NULL)
         return sd_diag_set(d, SD_EINVAL, "job: missing");
-    if (j->kind != STORE_JOB_RETRAIN)
+    if (!job_kind_is_valid(j->kind))
         return sd_diag_set(d, SD_EINVAL, "job: kind %d unknown", (int)j->kind);
     rv = store__check_id(j->profile_id, true, "job", "profile_id", d);
     if (rv == 0)
@@ -96,9 +120,9 @@ int store_job_create(struct store *st, const struct store_job *j, int64_t *id,
         return rv;
     rv = store__exec(
         st, STORE__SQL_JOB_INSERT,
-        STORE__ARGS(STORE__TEXT("retrain"), STORE__TEXT(j->message),
-                    STORE__ID(j->profile_id), STORE__TEXT(j->params),
-                    STORE__INT(store__now_ms())),
+        STORE__ARGS(STORE__TEXT(store_job_kind_name(j->kind)),
+                    STORE__TEXT(j->message), STORE__ID(j->profile_id),
+                    STORE__TEXT(j->params), STORE__INT(store__now_ms())),
         "creating a job", d);
     if (rv == 0 && id != NULL)
         *id = sqlite3_last_insert_rowid(st->db);
@@ -211,12 +235,12 @@ int store_job_find_open(struct store *st, enum store_job_kind kind,
                         int64_t profile_id, struct store_job *out,
                         struct sd_diag *d)
 {
-    if (kind != STORE_JOB_RETRAIN)
+    if (!job_kind_is_valid(kind))
         return sd_diag_set(d, SD_EINVAL, "job: kind %d unknown", (int)kind);
-    return job_query_one(
-        st, STORE__SQL_JOB_FIND_OPEN,
-        STORE__ARGS(STORE__TEXT("retrain"), STORE__ID(profile_id)), out,
-        "no open job", d);
+    return job_query_one(st, STORE__SQL_JOB_FIND_OPEN,
+                         STORE__ARGS(STORE__TEXT(store_job_kind_name(kind)),
+                                     STORE__ID(profile_id)),
+                         out, "no open job", d);
 }
 
 int store_job_list(struct store *st, size_t limit, struct store_job **out,

@@ -58,9 +58,17 @@ static int check_model(const struct store_model *m, struct sd_diag *d)
     rv = store__check_id(mi->profile_id, false, "model", "profile_id", d);
     if (rv != 0)
         return rv;
-    if (!store__kind_is_valid(mi->kind))
+    if (!store__model_kind_is_valid(mi->kind))
         return sd_diag_set(d, SD_EINVAL, "model: kind %d unknown",
                            (int)mi->kind);
+    if (mi->kind != STORE_KIND_POLICY && mi->base_model_id != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "model: base_model_id is for policies, not %s "
+                           "models",
+                           store_kind_name(mi->kind));
+    rv = store__check_id(mi->base_model_id, true, "model", "base_model_id", d);
+    if (rv != 0)
+        return rv;
     if (mi->format_version < 1)
         return sd_diag_set(d, SD_EINVAL, "model: format_version %d < 1",
                            (int)mi->format_version);
@@ -74,6 +82,8 @@ static int check_model(const struct store_model *m, struct sd_diag *d)
     rv = store__check_ms(mx->val_mape, "model", "metrics.val_mape", d);
     if (rv == 0)
         rv = store__check_ms(mx->test_mape, "model", "metrics.test_mape", d);
+    if (rv == 0)
+        rv = store__check_ms(mx->gate_ratio, "model", "metrics.gate_ratio", d);
     if (rv == 0 &&
         (mx->train_samples < 0 || mx->val_samples < 0 || mx->test_samples < 0))
         rv = sd_diag_set(d, SD_EINVAL, "model: metrics: a sample count is < 0");
@@ -104,6 +114,8 @@ static int model_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
     mi->norm_bytes = (size_t)sqlite3_column_int64(s, 11);
     mi->created_ms = sqlite3_column_int64(s, 12);
     mi->active = sqlite3_column_int(s, 13) != 0;
+    mi->base_model_id = sqlite3_column_int64(s, 14); /* NULL reads as 0 */
+    mi->metrics.gate_ratio = sqlite3_column_double(s, 15);
     return 0;
 }
 
@@ -195,7 +207,8 @@ int store_model_put(struct store *st, const struct store_model *m, int64_t *id,
             STORE__REAL(mi->metrics.test_mape),
             STORE__INT(mi->metrics.train_samples),
             STORE__INT(mi->metrics.val_samples),
-            STORE__INT(mi->metrics.test_samples), STORE__INT(store__now_ms())),
+            STORE__INT(mi->metrics.test_samples), STORE__INT(store__now_ms()),
+            STORE__ID(mi->base_model_id), STORE__REAL(mi->metrics.gate_ratio)),
         "storing a model", d);
     newid = sqlite3_last_insert_rowid(st->db);
     if (rv == 0)
@@ -282,7 +295,7 @@ int store_model_get_active(struct store *st, int64_t profile_id,
 {
     int rv;
 
-    if (!store__kind_is_valid(kind))
+    if (!store__model_kind_is_valid(kind))
         return sd_diag_set(d, SD_EINVAL, "model: kind %d unknown", (int)kind);
     rv = store__one(
         st, STORE__SQL_MODEL_GET_ACTIVE,
@@ -445,6 +458,9 @@ int store_model_prune(struct store *st, int64_t profile_id, size_t keep,
         store__exec(st, STORE__SQL_MODEL_PRUNE_JOBS, args, "pruning models", d);
     if (rv == 0)
         rv = store__exec(st, STORE__SQL_MODEL_PRUNE_AUDIT, args,
+                         "pruning models", d);
+    if (rv == 0)
+        rv = store__exec(st, STORE__SQL_MODEL_PRUNE_BASE, args,
                          "pruning models", d);
     if (rv == 0)
         rv = store__exec(st, STORE__SQL_MODEL_PRUNE, args, "pruning models", d);

@@ -21,6 +21,8 @@ const char *store_kind_name(enum store_kind kind)
         return "compute";
     case STORE_KIND_COMM:
         return "comm";
+    case STORE_KIND_POLICY:
+        return "policy";
     }
     return "?";
 }

@@ -105,7 +105,70 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     "CASCADE,\n"
     "  PRIMARY KEY (origin, origin_id)\n"
     ") WITHOUT ROWID;\n",
-    /* 3: the table family of each sample, and models' errors per family.
+    /*
+     * 3: placement policies.  A model may be a policy, bound to the compute
+     * model it was trained against (base_model_id) and gated (gate_ratio);
+     * a job may retrain one.  A CHECK cannot be changed in place, so both
+     * tables are rebuilt (SQLite's 12-step ALTER: migrations run before
+     * foreign keys are enabled), ids and AUTOINCREMENT high-water marks
+     * kept, so that a version id is still never reused.
+     */
+    "CREATE TABLE models_v3 (\n"
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+    "  profile_id INTEGER NOT NULL REFERENCES profiles (id),\n"
+    "  kind TEXT NOT NULL CHECK (kind IN ('compute', 'comm', 'policy')),\n"
+    "  format_version INTEGER NOT NULL CHECK (format_version >= 1),\n"
+    "  weights BLOB NOT NULL,\n"
+    "  norm BLOB NOT NULL,\n"
+    "  val_mape REAL NOT NULL,\n"
+    "  test_mape REAL NOT NULL,\n"
+    "  train_samples INTEGER NOT NULL,\n"
+    "  val_samples INTEGER NOT NULL,\n"
+    "  test_samples INTEGER NOT NULL,\n"
+    "  created_ms INTEGER NOT NULL,\n"
+    "  active INTEGER NOT NULL DEFAULT 0 CHECK (active IN (0, 1)),\n"
+    "  base_model_id INTEGER REFERENCES models (id),\n"
+    "  gate_ratio REAL NOT NULL DEFAULT 0,\n"
+    "  CHECK (kind = 'policy' OR base_model_id IS NULL)\n"
+    ");\n"
+    "INSERT INTO models_v3 (id, profile_id, kind, format_version, weights,\n"
+    "  norm, val_mape, test_mape, train_samples, val_samples, test_samples,\n"
+    "  created_ms, active)\n"
+    "  SELECT id, profile_id, kind, format_version, weights, norm, val_mape,\n"
+    "  test_mape, train_samples, val_samples, test_samples, created_ms,\n"
+    "  active FROM models;\n"
+    "CREATE TABLE jobs_v3 (\n"
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+    "  kind TEXT NOT NULL CHECK (kind IN ('retrain', 'retrain_policy')),\n"
+    "  state TEXT NOT NULL CHECK (state IN ('queued', 'running',\n"
+    "    'succeeded', 'failed', 'cancelled')),\n"
+    "  progress REAL NOT NULL CHECK (progress BETWEEN 0 AND 1),\n"
+    "  message TEXT NOT NULL,\n"
+    "  profile_id INTEGER REFERENCES profiles (id),\n"
+    "  params TEXT NOT NULL,\n"
+    "  result_model_id INTEGER REFERENCES models (id),\n"
+    "  created_ms INTEGER NOT NULL,\n"
+    "  started_ms INTEGER NOT NULL DEFAULT 0,\n"
+    "  finished_ms INTEGER NOT NULL DEFAULT 0\n"
+    ");\n"
+    "INSERT INTO jobs_v3 SELECT id, kind, state, progress, message,\n"
+    "  profile_id, params, result_model_id, created_ms, started_ms,\n"
+    "  finished_ms FROM jobs;\n"
+    /* The high-water marks: a copy of every row does not remember ids
+     * deleted above the largest one. */
+    "DELETE FROM sqlite_sequence WHERE name IN ('models_v3', 'jobs_v3');\n"
+    "INSERT INTO sqlite_sequence (name, seq)\n"
+    "  SELECT name || '_v3', seq FROM sqlite_sequence\n"
+    "  WHERE name IN ('models', 'jobs');\n"
+    "DROP TABLE jobs;\n"
+    "DROP TABLE models;\n"
+    "ALTER TABLE models_v3 RENAME TO models;\n"
+    "ALTER TABLE jobs_v3 RENAME TO jobs;\n"
+    "CREATE UNIQUE INDEX models_one_active ON models (profile_id, kind)\n"
+    "  WHERE active = 1;\n"
+    "CREATE INDEX models_by_time ON models (created_ms);\n"
+    "CREATE INDEX jobs_by_state ON jobs (state);\n",
+    /* 4: the table family of each sample, and models' errors per family.
      * Compute samples of random shards stored before were drawn from
      * synth.c's tables: family "dlrm". */
     "ALTER TABLE samples ADD COLUMN family TEXT NOT NULL DEFAULT '';\n"
@@ -131,7 +194,8 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
 #define MODEL_COLS                                                             \
     "m.id, m.profile_id, p.name, m.kind, m.format_version, m.val_mape, "       \
     "m.test_mape, m.train_samples, m.val_samples, m.test_samples, "            \
-    "length(m.weights), length(m.norm), m.created_ms, m.active"
+    "length(m.weights), length(m.norm), m.created_ms, m.active, "              \
+    "m.base_model_id, m.gate_ratio"
 #define MODEL_FROM " FROM models m JOIN profiles p ON p.id = m.profile_id"
 /*
  * The versions store_model_prune() deletes: those of profile ?1 past the
@@ -184,8 +248,9 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
         "INSERT INTO models (profile_id, kind, "
         "format_version, weights, norm, val_mape, "
         "test_mape, train_samples, val_samples, "
-        "test_samples, created_ms, active) VALUES (?1, ?2, "
-        "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0)",
+        "test_samples, created_ms, active, base_model_id, "
+        "gate_ratio) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+        "?10, ?11, 0, ?12, ?13)",
     [STORE__SQL_MODEL_FAMILY_INSERT] =
         "INSERT INTO model_families (model_id, family, held_out, samples, "
         "mape, signed_median) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -222,6 +287,8 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
         "WHERE result_model_id IN (" MODEL_DOOMED ")",
     [STORE__SQL_MODEL_PRUNE_AUDIT] = "UPDATE plan_audit SET model_id = NULL "
                                      "WHERE model_id IN (" MODEL_DOOMED ")",
+    [STORE__SQL_MODEL_PRUNE_BASE] = "UPDATE models SET base_model_id = NULL "
+                                    "WHERE base_model_id IN (" MODEL_DOOMED ")",
     [STORE__SQL_MODEL_PRUNE] =
         "DELETE FROM models WHERE id IN (" MODEL_DOOMED ")",
     [STORE__SQL_JOB_INSERT] =

@@ -336,8 +336,17 @@ bool store__kind_is_valid(enum store_kind kind)
     return kind == STORE_KIND_COMPUTE || kind == STORE_KIND_COMM;
 }
 
+bool store__model_kind_is_valid(enum store_kind kind)
+{
+    return store__kind_is_valid(kind) || kind == STORE_KIND_POLICY;
+}
+
 bool store__kind_parse(const unsigned char *s, enum store_kind *out)
 {
+    if (s != NULL && strcmp((const char *)s, "policy") == 0) {
+        *out = STORE_KIND_POLICY;
+        return true;
+    }
     if (s != NULL && strcmp((const char *)s, "compute") == 0) {
         *out = STORE_KIND_COMPUTE;
         return true;

@@ -57,7 +57,7 @@
 #include "shardd/err.h"
 
 /* The newest schema version this build knows (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 /* PRAGMA application_id of a shardd database: "SDST". */
 #define STORE_APPLICATION_ID  0x53445354
 #define STORE_BUSY_TIMEOUT_MS 5000
@@ -224,13 +224,16 @@ int store_profile_list(struct store *st, struct store_profile **out, size_t *n,
 /* ------------------------------------------------------------------------ */
 /* Samples                                                                   */
 
-/* What a sample measures, and what a model predicts. */
+/* What a sample measures, and what a model predicts (or does). */
 enum store_kind {
     STORE_KIND_COMPUTE = 0, /* fwd + bwd + SGD of one multi-table shard */
     STORE_KIND_COMM = 1,    /* fwd and bwd all-to-all of one plan */
+    /* A placement policy (dreamshard) trained against a compute model of
+     * the profile: models only, never samples. */
+    STORE_KIND_POLICY = 2,
 };
 
-/* "compute", "comm" ("?" for anything else). */
+/* "compute", "comm", "policy" ("?" for anything else). */
 const char *store_kind_name(enum store_kind kind);
 
 /* One device of a communication sample (neuroshard.md 4). */
@@ -389,7 +392,7 @@ struct store_family_metrics {
 /*
  * How well a model did at training time.  Fractions (0.05 = 5 %); counts of
  * samples.  All finite and >= 0.  families[0 .. nfamilies): per-family
- * figures (schema 3), each family at most once; none for older models.
+ * figures (schema 4), each family at most once; none for older models.
  */
 struct store_model_metrics {
     double val_mape;  /* on the validation split */
@@ -399,6 +402,10 @@ struct store_model_metrics {
     int64_t test_samples;
     size_t nfamilies;
     struct store_family_metrics families[STORE_MODEL_FAMILIES_MAX];
+    /* A policy: its mean plan cost over size_lookup_greedy's on held-out
+     * tasks (the gate); the counts above are then training, validation
+     * and held-out tasks, the MAPEs 0.  Other kinds: 0. */
+    double gate_ratio;
 };
 
 /* A model version without its blobs, as listed. */
@@ -413,6 +420,9 @@ struct store_model_info {
     size_t norm_bytes;
     int64_t created_ms; /* set by the store */
     bool active;        /* at most one per (profile, kind) */
+    /* A policy: the compute model version it was trained against, 0 for
+     * the embedded one (or one since pruned); other kinds: 0. */
+    int64_t base_model_id;
 };
 
 /*
@@ -428,9 +438,11 @@ struct store_model {
 
 /*
  * Stores a new, inactive model version from m->info (profile_id, kind,
- * format_version, metrics, weights_bytes, norm_bytes) and the borrowed blobs,
- * and sets *id (may be NULL) to its version.  Returns 0, SD_EINVAL (bad field
- * or unknown profile), SD_EBUSY, SD_ENOMEM or SD_ESTORE.
+ * format_version, metrics, weights_bytes, norm_bytes, base_model_id) and
+ * the borrowed blobs, and sets *id (may be NULL) to its version.  Returns 0,
+ * SD_EINVAL (bad field, unknown profile, a base_model_id on a kind other
+ * than policy or naming no stored model), SD_EBUSY, SD_ENOMEM or
+ * SD_ESTORE.
  */
 int store_model_put(struct store *st, const struct store_model *m, int64_t *id,
                     struct sd_diag *d);
@@ -481,8 +493,9 @@ int store_model_list(struct store *st, int64_t profile_id, size_t limit,
  * active one, which is never deleted whatever its age.  Jobs and plan-audit
  * records that named a deleted version keep everything else, their
  * reference becoming 0 (none).  Sets *n (may be NULL) to the number of
- * versions deleted.  Returns 0, SD_EINVAL (profile_id < 1, or a sample batch
- * is open), SD_EBUSY or SD_ESTORE.
+ * versions deleted; a policy whose compute model goes keeps its blob (which
+ * names that model) and base_model_id 0.  Returns 0, SD_EINVAL (profile_id
+ * < 1, or a sample batch is open), SD_EBUSY or SD_ESTORE.
  */
 int store_model_prune(struct store *st, int64_t profile_id, size_t keep,
                       uint64_t *n, struct sd_diag *d);
@@ -491,8 +504,12 @@ int store_model_prune(struct store *st, int64_t profile_id, size_t keep,
 /* Jobs                                                                      */
 
 enum store_job_kind {
-    STORE_JOB_RETRAIN = 1,
+    STORE_JOB_RETRAIN = 1,        /* a compute model from samples */
+    STORE_JOB_RETRAIN_POLICY = 2, /* a placement policy for the active one */
 };
+
+/* "retrain", "retrain_policy" ("?" for anything else). */
+const char *store_job_kind_name(enum store_job_kind kind);
 
 /* Numbered as shardd.v1.JobState. */
 enum store_job_state {

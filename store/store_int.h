@@ -67,6 +67,7 @@ enum store__sql {
     STORE__SQL_MODEL_LIST,
     STORE__SQL_MODEL_PRUNE_JOBS,
     STORE__SQL_MODEL_PRUNE_AUDIT,
+    STORE__SQL_MODEL_PRUNE_BASE,
     STORE__SQL_MODEL_PRUNE,
     /* jobs.c */
     STORE__SQL_JOB_INSERT,
@@ -102,7 +103,7 @@ extern const char *const store__migrations[STORE_SCHEMA_VERSION];
  * Columns of MODEL_COLS (sql.c), read by position in models.c; the _GET
  * statements add the weights and norm blobs after them.
  */
-#define STORE__MODEL_NCOLS 14
+#define STORE__MODEL_NCOLS 16
 
 struct store {
     sqlite3 *db;
@@ -256,7 +257,9 @@ int store__check_ms(double v, const char *who, const char *field,
 int store__check_id(int64_t id, bool optional, const char *who,
                     const char *field, struct sd_diag *d);
 
+/* A kind of sample (compute, comm), and of model (those and policy). */
 bool store__kind_is_valid(enum store_kind kind);
+bool store__model_kind_is_valid(enum store_kind kind);
 
 /* Parses a kind column; false for anything the schema should have refused. */
 bool store__kind_parse(const unsigned char *s, enum store_kind *out);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wire_int.h"
+
 #define WIRE_BLOCK_ALIGN    16
 #define WIRE_BOTTLENECK_MAX 5 /* Explanation.bottleneck_tables */
 
@@ -119,38 +121,74 @@ static int64_t find_table(const struct name_idx *ix, size_t n, const char *name)
 /* ---------------------------------------------------------------------- */
 /* Tables                                                                  */
 
-/* One Table into t (its planner checks come after, for all at once). */
-static int table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
-                    struct sd_diag *d)
+int wire__name_in(const char *src, const char *where, size_t i,
+                  char name[TABLE_NAME_MAX], struct sd_diag *d)
 {
-    const char *name = str_or_empty(src->name);
-    size_t len = strlen(name);
-    int k;
+    const char *s = str_or_empty(src);
+    size_t len = strlen(s);
 
     if (len == 0)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", i);
+        return sd_diag_set(d, SD_EINVAL, "%s[%zu]: name is empty", where, i);
     if (len >= TABLE_NAME_MAX)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu]: name is %zu bytes, more than %d", i,
+                           "%s[%zu]: name is %zu bytes, more than %d", where, i,
                            len, TABLE_NAME_MAX - 1);
-    memcpy(t->name, name, len + 1);
-    if (src->n_bins != TABLE_NBINS)
+    memcpy(name, s, len + 1);
+    return 0;
+}
+
+int wire__bins_in(const double *bins, size_t n, double zipf, const char *where,
+                  size_t i, struct table *t, struct table_spec *sp,
+                  struct sd_diag *d)
+{
+    size_t k;
+
+    if (n != 0 && n != TABLE_NBINS)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": bins has %zu values, not %d", i,
-                           t->name, src->n_bins, TABLE_NBINS);
+                           "%s[%zu] \"%s\": bins has %zu values, not %d (or "
+                           "none, to derive them)",
+                           where, i, t->name, n, TABLE_NBINS);
+    for (k = 0; k < n; k++) {
+        if (!isfinite(bins[k]))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": bins[%zu] is not a finite "
+                               "number",
+                               where, i, t->name, k);
+        t->bins[k] = bins[k];
+    }
+    sp->has_bins = n == TABLE_NBINS;
+    if (zipf != 0 && sp->has_bins)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": zipf_exponent is for deriving "
+                           "bins: give bins or zipf_exponent, not both",
+                           where, i, t->name);
+    if (!isfinite(zipf) || zipf < 0 || zipf > DERIVE_ZIPF_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": zipf_exponent %g is not in "
+                           "(0, %g] (0 = the default)",
+                           where, i, t->name, zipf, DERIVE_ZIPF_MAX);
+    sp->zipf_s = zipf;
+    return 0;
+}
+
+int wire__table_in(const Shardd__V1__Table *src, size_t i, struct table *t,
+                   struct table_spec *sp, struct sd_diag *d)
+{
+    int rv;
+
+    memset(sp, 0, sizeof(*sp));
+    rv = wire__name_in(src->name, "tables", i, t->name, d);
+    if (rv != 0)
+        return rv;
     if (!isfinite(src->pooling_factor))
         return sd_diag_set(d, SD_EINVAL,
                            "tables[%zu] \"%s\": pooling_factor is not a "
                            "finite number",
                            i, t->name);
-    for (k = 0; k < TABLE_NBINS; k++) {
-        if (!isfinite(src->bins[k]))
-            return sd_diag_set(d, SD_EINVAL,
-                               "tables[%zu] \"%s\": bins[%d] is not a "
-                               "finite number",
-                               i, t->name, k);
-        t->bins[k] = src->bins[k];
-    }
+    rv = wire__bins_in(src->bins, src->n_bins, src->zipf_exponent, "tables", i,
+                       t, sp, d);
+    if (rv != 0)
+        return rv;
     t->rows = src->rows;
     t->dim = src->dim;
     t->pooling_factor = src->pooling_factor;
@@ -187,7 +225,13 @@ int wire_tables_in(const struct wire_limits *l, Shardd__V1__Table *const *in,
     if (tables == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     for (i = 0; i < n && rv == 0; i++) {
-        rv = table_in(in[i], i, &tables[i], d);
+        struct table_spec sp;
+
+        rv = wire__table_in(in[i], i, &tables[i], &sp, d);
+        if (rv == 0 && !sp.has_bins)
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "tables[%zu] \"%s\": bins has 0 values, not %d", i,
+                             tables[i].name, TABLE_NBINS);
         table_normalize_bins(&tables[i]);
     }
     if (rv == 0)
@@ -503,15 +547,100 @@ out_free:
     return rv;
 }
 
+/* One TableConstraint into cons[] (by its table's index). */
+static int constraint_in(const Shardd__V1__TableConstraint *tc, size_t i,
+                         const struct name_idx *index, size_t ntables,
+                         const bool *seen, struct table_constraint *cons,
+                         size_t *at, struct sd_diag *d)
+{
+    const char *name = str_or_empty(tc->table);
+    int64_t k = find_table(index, ntables, name);
+    struct table_constraint c = {.host = -1};
+    size_t j;
+
+    if (k < 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu]: table \"%.200s\" "
+                           "is not in tables",
+                           i, name);
+    if (seen[k])
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu]: table \"%s\" has "
+                           "a constraint already",
+                           i, name);
+    for (j = 0; j < tc->n_schemes; j++) {
+        enum plan_scheme sc;
+
+        if (tc->schemes[j] == SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED ||
+            wire_scheme_in(tc->schemes[j], &sc) != 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "options.constraints.tables[%zu].schemes[%zu]: "
+                               "%d is not a Scheme",
+                               i, j, (int)tc->schemes[j]);
+        c.schemes |= 1u << sc;
+    }
+    c.min_row_shards = tc->min_row_shards;
+    c.no_split = tc->no_split;
+    if (tc->pin_host)
+        c.host = tc->host < 0 ? -2 : tc->host; /* -2: refused as out of range */
+    cons[k] = c;
+    *at = (size_t)k;
+    return 0;
+}
+
+/*
+ * Constraints.tables to one constraint per table (none: {0, 0, false,
+ * -1}): *out, owned by the caller, stays NULL when there are none.
+ */
+static int constraints_in(const Shardd__V1__Constraints *in,
+                          const struct table *tables, size_t ntables,
+                          struct table_constraint **out, struct sd_diag *d)
+{
+    struct table_constraint *cons;
+    struct name_idx *index;
+    bool *seen;
+    size_t i, k = 0;
+    int rv = 0;
+
+    *out = NULL;
+    if (in == NULL || in->n_tables == 0)
+        return 0;
+    index = name_index(tables, ntables);
+    cons = malloc((ntables ? ntables : 1) * sizeof(*cons));
+    seen = calloc(ntables ? ntables : 1, sizeof(*seen));
+    if (index == NULL || cons == NULL || seen == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++)
+        cons[i] = (struct table_constraint){.host = -1};
+    for (i = 0; i < in->n_tables && rv == 0; i++) {
+        rv = constraint_in(in->tables[i], i, index, ntables, seen, cons, &k, d);
+        if (rv == 0)
+            seen[k] = true;
+    }
+    if (rv == 0) {
+        *out = cons;
+        cons = NULL;
+    }
+out_free:
+    free(seen);
+    free(cons);
+    free(index);
+    return rv;
+}
+
 int wire_options_in(const struct wire_limits *l,
                     const Shardd__V1__PlanOptions *in,
                     const struct table *tables, size_t n,
                     const struct topology *t, struct plan_options *o,
-                    int32_t **pins, struct sd_diag *d)
+                    int32_t **pins, struct table_constraint **cons,
+                    struct sd_diag *d)
 {
     int rv;
 
     *pins = NULL;
+    *cons = NULL;
     plan_options_default(o);
     o->alg = PLAN_ALG_NEUROSHARD;
     o->threads = l->search_threads;
@@ -542,7 +671,13 @@ int wire_options_in(const struct wire_limits *l,
     if (rv == 0)
         rv = plan_check_pins_as(tables, n, t, *pins, o->optimizer,
                                 "options.constraints.pins", d);
+    if (rv == 0)
+        rv = constraints_in(in->constraints, tables, n, cons, d);
+    if (rv == 0)
+        rv = plan_check_constraints(tables, n, t, *pins, *cons,
+                                    "options.constraints.tables", d);
     o->pins = *pins;
+    o->constraints = *cons;
     return rv;
 }
 
@@ -575,16 +710,74 @@ Shardd__V1__Constraints *wire_pins_out(struct wire_arena *a,
 /* ---------------------------------------------------------------------- */
 /* Placements                                                              */
 
+int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out)
+{
+    switch (in) {
+    case SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED:
+    case SHARDD__V1__SCHEME__SCHEME_TABLE_WISE:
+        *out = SCHEME_TW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_COLUMN_WISE:
+        *out = SCHEME_CW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_ROW_WISE:
+        *out = SCHEME_RW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_TABLE_ROW_WISE:
+        *out = SCHEME_TWRW;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_GRID_SHARD:
+        *out = SCHEME_GRID;
+        return 0;
+    case SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL:
+        *out = SCHEME_DP;
+        return 0;
+    default:
+        return SD_EINVAL;
+    }
+}
+
+Shardd__V1__Scheme wire_scheme_out(enum plan_scheme s)
+{
+    static const Shardd__V1__Scheme out[SCHEME_COUNT] = {
+        [SCHEME_TW] = SHARDD__V1__SCHEME__SCHEME_TABLE_WISE,
+        [SCHEME_CW] = SHARDD__V1__SCHEME__SCHEME_COLUMN_WISE,
+        [SCHEME_RW] = SHARDD__V1__SCHEME__SCHEME_ROW_WISE,
+        [SCHEME_TWRW] = SHARDD__V1__SCHEME__SCHEME_TABLE_ROW_WISE,
+        [SCHEME_GRID] = SHARDD__V1__SCHEME__SCHEME_GRID_SHARD,
+        [SCHEME_DP] = SHARDD__V1__SCHEME__SCHEME_DATA_PARALLEL,
+    };
+
+    return (unsigned)s < SCHEME_COUNT ? out[s]
+                                      : SHARDD__V1__SCHEME__SCHEME_UNSPECIFIED;
+}
+
 /* The shards of one TablePlacement (table idx) into p. */
 static int shards_in(const char *field, size_t i,
                      const Shardd__V1__TablePlacement *tp,
                      const struct table *t, uint32_t idx, int32_t ndev,
                      struct plan *p, struct sd_diag *d)
 {
+    enum plan_scheme sc;
     size_t k;
 
+    if (wire_scheme_in(tp->scheme, &sc) != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": scheme %d is not a Scheme", field,
+                           i, t->name, (int)tp->scheme);
     for (k = 0; k < tp->n_shards; k++) {
         const Shardd__V1__Shard *sh = tp->shards[k];
+        struct shard s = {.table = idx,
+                          .device = sh->device,
+                          .col_offset = sh->col_offset,
+                          .col_width = sh->col_width,
+                          .row_offset = sh->row_offset,
+                          .row_count = sh->row_count,
+                          .scheme = (uint8_t)sc};
+
+        /* Every row, given as a count, is every row: one form for both. */
+        if (s.row_offset == 0 && s.row_count == t->rows)
+            s.row_count = 0;
 
         if (sh->device < 0 || sh->device >= ndev)
             return sd_diag_set(d, SD_EINVAL,
@@ -601,7 +794,15 @@ static int shards_in(const char *field, size_t i,
                                field, i, t->name, k, (int)sh->col_offset,
                                (long long)sh->col_offset + sh->col_width,
                                (int)t->dim);
-        if (plan_add(p, idx, sh->device, sh->col_offset, sh->col_width) != 0)
+        if (sh->row_offset < 0 || sh->row_count < 0 ||
+            sh->row_offset > t->rows ||
+            sh->row_count > t->rows - sh->row_offset)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": shards[%zu]: rows from %lld "
+                               "(%lld of them) are outside the table's %lld",
+                               field, i, t->name, k, (long long)sh->row_offset,
+                               (long long)sh->row_count, (long long)t->rows);
+        if (plan_add_shard(p, &s) != 0)
             return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     return 0;
@@ -680,6 +881,8 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
         shardd__v1__table_placement__init(tp);
         tp->table = msg_str(tables[i].name);
         tp->shards = &sh_ptrs[k];
+        if (k < p->nshards && p->shards[k].table == i)
+            tp->scheme = wire_scheme_out(plan_table_scheme(p, k));
         for (; k < p->nshards && p->shards[k].table == i; k++) {
             Shardd__V1__Shard *sh = &shards[k];
 
@@ -687,6 +890,8 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
             sh->device = p->shards[k].device;
             sh->col_offset = p->shards[k].col_offset;
             sh->col_width = p->shards[k].col_width;
+            sh->row_offset = p->shards[k].row_offset;
+            sh->row_count = shard_rows(&tables[i], &p->shards[k]);
             sh_ptrs[k] = sh;
             tp->n_shards++;
         }
@@ -782,6 +987,13 @@ Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
     }
     ex->lower_bound_ms = p->explain.lower_bound_ms;
     ex->gap_ratio = p->explain.lower_bound_ms > 0 ? p->explain.gap : 0;
+    if (p->nnotes > 0) {
+        ex->notes = wire_alloc(a, (size_t)p->nnotes, sizeof(*ex->notes));
+        if (ex->notes == NULL)
+            return NULL;
+        for (i = 0; i < p->nnotes; i++)
+            ex->notes[ex->n_notes++] = msg_str(p->notes[i]);
+    }
     return ex;
 }
 
@@ -798,6 +1010,8 @@ static void explanation_in(const Shardd__V1__Explanation *ex,
     int64_t t;
 
     p->explain.critical_device = -1;
+    for (i = 0; ex != NULL && i < ex->n_notes; i++)
+        plan_note(p, "%s", str_or_empty(ex->notes[i]));
     if (ex == NULL || ex->bottleneck_device < 0 ||
         ex->bottleneck_device >= ndev)
         return;

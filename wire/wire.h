@@ -68,14 +68,16 @@ int wire_optimizer_in(Shardd__V1__Optimizer in, const char *field,
 
 /*
  * PlanOptions (may be NULL: all defaults) into *o, for tables on t.  Pins
- * go to *pins (owned by the caller, NULL when none; o->pins points at it)
- * and are checked against the topology's capacities.
+ * go to *pins and per-table constraints to *cons (both owned by the caller,
+ * NULL when none; o->pins and o->constraints point at them), checked
+ * against the topology (capacities, hosts) and each other.
  */
 int wire_options_in(const struct wire_limits *l,
                     const Shardd__V1__PlanOptions *in,
                     const struct table *tables, size_t n,
                     const struct topology *t, struct plan_options *o,
-                    int32_t **pins, struct sd_diag *d);
+                    int32_t **pins, struct table_constraint **cons,
+                    struct sd_diag *d);
 
 /*
  * A placement (one entry per table, by name, in any order) into *p
@@ -117,6 +119,35 @@ int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
  */
 int wire_spread_in(const Shardd__V1__PredictionSpread *in, int32_t ndev,
                    struct plan_spread *out, struct sd_diag *d);
+
+/*
+ * The tables of a request as users describe them (wire_inputs.c): shardd's
+ * Table (bins: 17 values, or none to derive them with zipf_exponent) or
+ * TorchRec's TorchRecTable (EmbeddingBagConfig and ParameterConstraints),
+ * one of the two lists, into *out (initialised here; the caller
+ * tables_input_destroy()s it).  Everything but the bins still to derive is
+ * checked now, names unique; tables_input_resolve() at the request's
+ * batch makes them plannable and adds the notes the response carries.
+ * Unknown compute kernels are noted here.  SD_EINVAL names the field
+ * (`torchrec_tables[2] "t2": embedding_dim 6 is not a multiple of 4 ...`);
+ * SD_ERANGE for more tables than l->max_tables.
+ */
+int wire_tables_input_in(const struct wire_limits *l,
+                         Shardd__V1__Table *const *tables, size_t n,
+                         Shardd__V1__TorchRecTable *const *trec, size_t ntrec,
+                         struct tables_input *out, struct sd_diag *d);
+
+/* The notes of a response into out (appended).  0 or SD_ENOMEM. */
+int wire_notes_in(Shardd__V1__InputNote *const *in, size_t n,
+                  struct input_notes *out);
+
+/*
+ * One TableTrace (traces[i]) into *out (owned by the caller:
+ * trace_destroy()): offsets, or lengths turned into offsets; rows 0 means
+ * max(100, largest index + 1).  SD_EINVAL naming the trace and field.
+ */
+int wire_trace_in(const Shardd__V1__TableTrace *m, size_t i, struct trace *out,
+                  struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* Messages out                                                              */
@@ -169,6 +200,30 @@ Shardd__V1__Explanation *wire_explanation_out(struct wire_arena *a,
                                               const struct plan *p,
                                               const struct table *tables);
 Shardd__V1__Optimizer wire_optimizer_out(enum optimizer o);
+/* Scheme <-> enum plan_scheme; UNSPECIFIED reads as table-wise (validation
+ * makes it column-wise where the shards are).  SD_EINVAL: not a Scheme. */
+int wire_scheme_in(Shardd__V1__Scheme in, enum plan_scheme *out);
+Shardd__V1__Scheme wire_scheme_out(enum plan_scheme s);
+
+/*
+ * The tables of an input as a request sends them: Table messages for
+ * shardd's form (bins left out where they are to be derived, with the
+ * exponent given), TorchRecTable for TorchRec's, into *tables / *trec
+ * (the other NULL, its count 0).  A TorchRec table's constraints keep what
+ * the planner reads, exactly: the pooling factor (summed over features
+ * when read) goes as the first of as many pooling factors as were given
+ * (the rest 0, num_poolings 1), the feature count as that many unnamed
+ * features, batch sizes that differed as [1, 2].  Strings point into in,
+ * which must outlive the messages.  0 or SD_ENOMEM.
+ */
+int wire_tables_input_out(struct wire_arena *a, const struct tables_input *in,
+                          Shardd__V1__Table ***tables, size_t *ntables,
+                          Shardd__V1__TorchRecTable ***trec, size_t *ntrec);
+
+/* One InputNote per note (n may be 0; notes may be NULL), in the arena;
+ * strings point into notes.  NULL when out of memory. */
+Shardd__V1__InputNote **wire_notes_out(struct wire_arena *a,
+                                       const struct input_notes *notes);
 
 /*
  * Packs a protobuf-c message into a new buffer (*out, owned by the caller,

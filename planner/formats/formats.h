@@ -30,6 +30,7 @@ int trace_file_write(const char *path, const struct trace *traces, size_t n,
 int trace_file_read(const char *path, struct trace **out, size_t *n,
                     struct sd_diag *d);
 
+
 /* ------------------------------------------------------------------------ */
 /* Synthetic DLRM tables and tasks (synth.c, task.c)                        */
 
@@ -289,6 +290,36 @@ int task_generate(const struct task_params *p, const struct table *pool,
                   size_t npool, struct task **out, struct sd_diag *d);
 void task_array_free(struct task *tasks, size_t n);
 
+/*
+ * DreamShard's split of a pool of tables (neuroshard.md 9): the indices
+ * shuffled with the seed, the first half the training pool (*train), the
+ * rest the test pool (*test); tasks drawn from each (task_generate()) never
+ * share a table.  Both arrays are owned by the caller (free()).  Returns 0,
+ * SD_EINVAL (fewer than 2 tables) or SD_ENOMEM.
+ */
+int task_split_pool(const struct table *pool, size_t npool, uint64_t seed,
+                    struct table **train, size_t *ntrain, struct table **test,
+                    size_t *ntest);
+
+/* Training, validation and held-out tasks of one pool (owned). */
+struct task_split {
+    struct task *train, *val, *test;
+    size_t ntrain, nval, ntest;
+};
+
+/*
+ * The task sets a placement policy is trained, validated and gated on:
+ * the pool split with p->seed (task_split_pool()), then task_generate()
+ * with p's bounds of ntrain and nval tasks from the training half and ntest
+ * from the test half, each set with its own seed derived from p->seed
+ * (p->count is ignored).  *out is released with task_split_free().  Returns
+ * 0, SD_EINVAL (d says why) or SD_ENOMEM.
+ */
+int task_generate_split(const struct task_params *p, size_t ntrain, size_t nval,
+                        size_t ntest, const struct table *pool, size_t npool,
+                        struct task_split *out, struct sd_diag *d);
+void task_split_free(struct task_split *s); /* NULL-safe */
+
 /* ------------------------------------------------------------------------ */
 /* Traces from features (trace_from_table.c)                                */
 
@@ -304,6 +335,253 @@ void task_array_free(struct task *tasks, size_t n);
  */
 int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
                      struct trace *out);
+
+/* ------------------------------------------------------------------------ */
+/* Access histograms from statistics (derive.c)                             */
+
+/*
+ * The popularity skew assumed where an input gives neither bins nor an
+ * exponent.  Fitted: over the 856 tables of `shardctl gen-tables --seed 0`
+ * (matched to the public DLRM statistics, neuroshard.md 1.4), deriving each
+ * table's bins from its own rows and pooling factor at the batch its bins
+ * were computed at (65,536 bags), s = 2.6 gives the smallest mean L1
+ * distance to the computed bins (0.62; s = 1.05 gives 1.15, s = 2.0 0.72).
+ * Real tables draw from a vocabulary far smaller than their rows, which a
+ * steep law over all rows imitates best.
+ */
+#define DERIVE_ZIPF_DEFAULT 2.6
+#define DERIVE_ZIPF_MAX     8.0
+
+/*
+ * The expected 17-bin access histogram of one batch when no trace exists:
+ * nbags bags of pooling_factor lookups on average, each lookup an
+ * independent draw of a row, the row of popularity rank i drawn with
+ * probability i^-s / H(rows, s) (a Zipf law over all the rows; s = 0 is
+ * uniform).  Each row's count is taken as Poisson with mean nbags x
+ * pooling_factor x its probability; bins[k] is the expected number of rows
+ * read a bin-k number of times (problem.h) over the expected number of rows
+ * read at all.  Exact over the 1,024 most popular rows, Simpson's rule in
+ * log rank beyond: a few thousand Poisson windows whatever rows is, and
+ * deterministic.  A pooling factor of 0 gives all-zero bins (a table never
+ * read).  Returns 0, or SD_EINVAL for rows outside [1, TABLE_ROWS_MAX],
+ * nbags < 1, a pooling factor outside [0, TABLE_PF_MAX] or s outside
+ * [0, DERIVE_ZIPF_MAX].  Thread-safe.
+ */
+int bins_derive(int64_t rows, double pooling_factor, int64_t nbags, double s,
+                double bins[TABLE_NBINS]);
+
+/* ------------------------------------------------------------------------ */
+/* Inputs: tables as a user describes them (input.c)                        */
+
+/*
+ * What a note says.  Inputs are never silently half-read: a value assumed,
+ * a constraint that changed the search, one read but not honoured yet, and
+ * a key shardd does not know each leave a note that every output shows.
+ */
+enum note_kind {
+    NOTE_ASSUMED = 1, /* a value the input left out was assumed */
+    NOTE_APPLIED,     /* a constraint changed how the plan is searched */
+    NOTE_NOT_APPLIED, /* read, but the planner cannot honour it yet */
+    NOTE_UNKNOWN,     /* a key or value shardd does not know: not read */
+};
+
+#define NOTE_FIELD_MAX 48
+#define NOTE_TEXT_MAX  256
+
+struct input_note {
+    enum note_kind kind;
+    char table[TABLE_NAME_MAX]; /* the table it is about; "" for all */
+    char field[NOTE_FIELD_MAX]; /* as in the input, within the table:
+                                 * "bins", "constraints.cache_params" */
+    char text[NOTE_TEXT_MAX];   /* one line for people */
+};
+
+/* A list of notes: zero-initialise it, input_notes_destroy() it. */
+struct input_notes {
+    size_t n, cap;
+    struct input_note *v; /* owned */
+};
+
+/* Appends a note (table and field may be NULL for ""; text cut to fit).
+ * Returns 0 or SD_ENOMEM. */
+int input_notes_add(struct input_notes *ns, enum note_kind kind,
+                    const char *table, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Appends a copy of every note of src.  0 or SD_ENOMEM. */
+int input_notes_append(struct input_notes *dst, const struct input_notes *src);
+void input_notes_destroy(struct input_notes *ns);
+/* "assumed", "applied", "not applied", "unknown"; "?" for others. */
+const char *note_kind_name(enum note_kind k);
+
+/* TorchRec's sharding types (ShardingType values), as bits. */
+enum trec_sharding_bit {
+    TREC_ST_DATA_PARALLEL = 1u << 0,
+    TREC_ST_TABLE_WISE = 1u << 1,
+    TREC_ST_COLUMN_WISE = 1u << 2,
+    TREC_ST_ROW_WISE = 1u << 3,
+    TREC_ST_TABLE_ROW_WISE = 1u << 4,
+    TREC_ST_TABLE_COLUMN_WISE = 1u << 5,
+    TREC_ST_GRID_SHARD = 1u << 6,
+};
+
+/* TorchRec's compute kernels (EmbeddingComputeKernel values), as bits. */
+enum trec_kernel_bit {
+    TREC_CK_DENSE = 1u << 0,
+    TREC_CK_FUSED = 1u << 1,
+    TREC_CK_FUSED_UVM = 1u << 2,
+    TREC_CK_FUSED_UVM_CACHING = 1u << 3,
+    TREC_CK_QUANT = 1u << 4,
+    TREC_CK_QUANT_UVM = 1u << 5,
+    TREC_CK_QUANT_UVM_CACHING = 1u << 6,
+    TREC_CK_KEY_VALUE = 1u << 7,
+    TREC_CK_SSD_VIRTUAL_TABLE = 1u << 8,
+    TREC_CK_DRAM_VIRTUAL_TABLE = 1u << 9,
+};
+
+/*
+ * Keys of TorchRec's descriptions that shardd reads but does not model yet;
+ * tables_input_resolve() notes each one given.
+ */
+enum trec_key {
+    TREC_KEY_DEVICE_GROUP = 1u << 0,     /* constraints.device_group */
+    TREC_KEY_OUTPUT_DTYPE = 1u << 1,     /* constraints.output_dtype */
+    TREC_KEY_KEY_VALUE_PARAMS = 1u << 2, /* constraints.key_value_params */
+    TREC_KEY_VIRTUAL_TABLE = 1u << 3,    /* use_virtual_table */
+    TREC_KEY_POST_PRUNING = 1u << 4,     /* num_embeddings_post_pruning */
+    TREC_KEY_BUCKETS = 1u << 5,          /* total_num_buckets */
+};
+
+/* A sharding type's or kernel's bit from its name ("table_wise",
+ * "fused"; TorchRec's spelling), or 0 when unknown.  The names of a set of
+ * bits, comma-separated, into buf (cut to size). */
+uint32_t trec_sharding_parse(const char *s);
+uint32_t trec_kernel_parse(const char *s);
+void trec_sharding_names(uint32_t bits, char *buf, size_t size);
+void trec_kernel_names(uint32_t bits, char *buf, size_t size);
+
+/*
+ * TorchRec's data_type ("FP32", "fp16", "DataType.FP16") as a dtype.
+ * Returns 0, SD_EUNSUPPORTED for TorchRec's other precisions (BF16, INT8,
+ * INT4, INT2, UINT8: not planned yet) or SD_EINVAL for anything else.
+ */
+int trec_dtype_parse(const char *s, enum table_dtype *out);
+
+/*
+ * TorchRec's ParameterConstraints of one table, as read.  What the planner
+ * honours today (the pooling factor; table_wise only on every table) is
+ * applied by tables_input_resolve(); the rest is kept here for the sharding
+ * schemes and memory tiers still to come, and noted.
+ */
+struct trec_constraints {
+    bool given;               /* the input had constraints for the table */
+    uint32_t sharding_types;  /* TREC_ST_* bits; 0: not given (any) */
+    uint32_t compute_kernels; /* TREC_CK_* bits; 0: not given (any) */
+    int64_t min_partition;    /* 0: not given */
+    int32_t npooling;         /* pooling_factors given (features) */
+    int32_t nnum_poolings;    /* num_poolings given */
+    int64_t batch_size;       /* batch_sizes: the one every feature has; 0
+                               * not given; -1 they differ */
+    bool is_weighted;
+    bool cache_params;        /* given (caching is a memory tier) */
+    double cache_load_factor; /* cache_params.load_factor; 0: not given */
+    uint32_t keys;            /* TREC_KEY_* bits of keys given */
+    char output_dtype[16];    /* as given, when not FP32 */
+    char device_group[32];    /* as given (cut to fit) */
+};
+
+/* Where the tables of an input came from. */
+enum tables_form {
+    TABLES_FORM_AUTO = 0, /* for readers: detect it */
+    TABLES_FORM_NATIVE,   /* shardd's: name, rows, dim, pooling_factor,
+                           * bins (optional), dtype, zipf_exponent */
+    TABLES_FORM_TORCHREC, /* TorchRec's EmbeddingBagConfig and
+                           * ParameterConstraints */
+};
+
+/* "auto", "shardd" (or "native") and "torchrec"; SD_EINVAL otherwise. */
+int tables_form_parse(const char *s, enum tables_form *out);
+const char *tables_form_name(enum tables_form f);
+
+/* What an input said about a table beyond struct table. */
+struct table_spec {
+    bool has_bins;     /* false: tables_input_resolve() derives them */
+    double zipf_s;     /* the exponent to derive with; 0: DERIVE_ZIPF_DEFAULT */
+    bool torchrec;     /* read from TorchRec's form: the fields below */
+    int32_t nfeatures; /* feature_names (0: not given) */
+    struct trec_constraints c;
+};
+
+/*
+ * Tables as read, before they can be planned: tables[i] has everything but
+ * the bins of a table whose spec lacks them (zero until resolved), and a
+ * TorchRec table's pooling factor is already the sum over its features.
+ */
+struct tables_input {
+    enum tables_form form; /* never AUTO once read */
+    size_t n;
+    struct table *tables;     /* owned, n */
+    struct table_spec *specs; /* owned, n */
+    struct input_notes notes; /* owned: the reader's, then resolve's */
+    bool whole_tables;        /* resolved: every table allows only
+                               * table_wise, so none is split */
+};
+
+/* n zeroed tables and specs in *in (zeroed first).  0 or SD_ENOMEM. */
+int tables_input_init(struct tables_input *in, enum tables_form form, size_t n);
+/* Releases what in owns and zeroes it; NULL-safe. */
+void tables_input_destroy(struct tables_input *in);
+
+/*
+ * The sharding types of TorchRec constraints as per-table constraints
+ * (plan_options.constraints): for tables with sharding types and no
+ * constraint in *cons yet (NULL: made here, owned by the caller, when any
+ * table has them).  table_column_wise counts as column_wise.  0 or
+ * SD_ENOMEM.
+ */
+int tables_input_constraints(const struct tables_input *in,
+                             struct table_constraint **cons);
+
+/*
+ * Makes the tables plannable at a batch of `batch` bags (the job's global
+ * batch), adding a note for each thing assumed or left unapplied:
+ *  - bins: derived (bins_derive()) for every table without them, with the
+ *    exponent given or DERIVE_ZIPF_DEFAULT: "bins of t7 derived: Zipf
+ *    s=2.6 (the default) over 4,000,000 rows, 65,536 bags x 12.0 lookups";
+ *  - TorchRec's form: a pooling factor not given (TorchRec's default 1.0),
+ *    several features summed into one bag; sharding types: whole_tables
+ *    when every table allows only table_wise, a note for each table whose
+ *    types cannot be honoured; compute kernels without fused, min_partition,
+ *    batch sizes other than `batch`, is_weighted, cache_params and the
+ *    TREC_KEY_* keys: not applied yet, and why;
+ * then checks every table (table_validate_all()).  Call it once.  Returns
+ * 0, SD_EINVAL (d names the table and field) or SD_ENOMEM.
+ */
+int tables_input_resolve(struct tables_input *in, int64_t batch,
+                         struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
+/* The dlrm_datasets layout of traces (dlrm.c)                              */
+
+/*
+ * One batch of lookups of many tables in the layout TorchRec and FBGEMM
+ * users dump (facebookresearch/dlrm_datasets; docs/trace-format.md), read
+ * from the folder dir, one table at a time, into tables with their
+ * features: dir/indices (every lookup, the tables one after the other),
+ * dir/offsets (tables x nbags + 1 entries, into indices; required) and
+ * optionally dir/lengths (tables x nbags bag lengths, checked against the
+ * offsets), each NAME.npy (NumPy's format: '<i4', '<i8', '<u4' or '<u8', C
+ * order) or NAME.bin (raw little-endian; the widths are those under which
+ * offsets start at 0 and end at the number of indices).  The batch comes
+ * from a 2-D lengths.npy [tables, nbags], else from nbags (> 0).  Table t is
+ * named "table_%04d", has dim `dim` and max(100, largest index + 1) rows
+ * (gen_dlrm_data's rule), which two notes say.  *out (owned, free()) and *n
+ * on success.  Errors: SD_EIO (a file missing or unreadable), SD_EFORMAT
+ * (d names the file, table and field), SD_EINVAL (no batch, a bad dim),
+ * SD_ENOMEM.  notes may be NULL.
+ */
+int dlrm_read_tables(const char *dir, int64_t nbags, int32_t dim,
+                     struct table **out, size_t *n, struct input_notes *notes,
+                     struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* JSON formats (json.c)                                                    */
@@ -323,6 +601,42 @@ int json_read_tables(const char *path, size_t task_index, struct table **out,
 /* Same, from a buffer (used by tests and the fuzzer). */
 int json_parse_tables(const char *buf, size_t len, size_t task_index,
                       struct table **out, size_t *n, struct sd_diag *d);
+
+/*
+ * Reads tables as a user describes them, for plan and estimate, into *out
+ * (initialised here; tables_input_destroy() it; tables_input_resolve() it
+ * before planning):
+ *  - shardd's form as above, bins optional (derived when absent, with an
+ *    optional "zipf_exponent" in (0, DERIVE_ZIPF_MAX]), a tasks file too;
+ *  - TorchRec's form: {"tables": [EmbeddingBagConfig as JSON: "name",
+ *    "num_embeddings", "embedding_dim", "feature_names"?, "data_type"?
+ *    (FP32, FP16; the other precisions are refused until they are
+ *    planned), "pooling"? (SUM, MEAN), and shardd's "bins"? or
+ *    "zipf_exponent"?], "constraints"?: {TABLE: ParameterConstraints as
+ *    JSON}}; null fields count as absent.
+ * form TABLES_FORM_AUTO tells them apart ("constraints", or
+ * "num_embeddings" / "embedding_dim" in the first table, mean TorchRec's).
+ * Keys shardd does not know are noted (NOTE_UNKNOWN) in out->notes, never
+ * silently dropped.  Errors as json_read_tables(); a constraint naming no
+ * table is SD_EINVAL.
+ */
+int json_read_tables_input(const char *path, size_t task_index,
+                           enum tables_form form, struct tables_input *out,
+                           struct sd_diag *d);
+int json_parse_tables_input(const char *buf, size_t len, size_t task_index,
+                            enum tables_form form, struct tables_input *out,
+                            struct sd_diag *d);
+
+/*
+ * Reads every task of a tasks file ({"tasks": [{"tables": [...]}, ...]},
+ * other keys ignored) into a new array (*out, *n; task_array_free(); the
+ * tasks' source is NULL).  Errors as json_read_tables(), the message naming
+ * the task.
+ */
+int json_read_tasks(const char *path, struct task **out, size_t *n,
+                    struct sd_diag *d);
+int json_parse_tasks(const char *buf, size_t len, struct task **out, size_t *n,
+                     struct sd_diag *d);
 
 /*
  * Reads a plan in the json_plan() format back against its tables: the
@@ -367,5 +681,19 @@ char *json_tasks(const struct task *tasks, size_t n);
 char *json_plan(const struct plan *p, const struct table *tables);
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
                          const struct topology *t, const char *module);
+
+/*
+ * The same with the notes of the input (may be NULL or empty: then the
+ * text is exactly the one above) as a last key, "notes": [{"kind":
+ * "assumed" | "applied" | "not_applied" | "unknown", "table", "field",
+ * "message"}].
+ */
+char *json_tables_noted(const struct table *tables, size_t n,
+                        const struct input_notes *notes);
+char *json_plan_noted(const struct plan *p, const struct table *tables,
+                      const struct input_notes *notes);
+char *json_plan_torchrec_noted(const struct plan *p, const struct table *tables,
+                               const struct topology *t, const char *module,
+                               const struct input_notes *notes);
 
 #endif /* SHARDD_PLANNER_FORMATS_H */

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "formats/formats.h"
+#include "formats/formats_int.h"
 #include "problem/problem.h"
 
 #define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
@@ -19,8 +20,7 @@
 /* ---------------------------------------------------------------------- */
 /* Reading                                                                 */
 
-/* A JSON number that is an integer (1000000 or 1e6), as int64. */
-static bool get_integer(const json_t *v, int64_t *out)
+bool json__get_integer(const json_t *v, int64_t *out)
 {
     double x;
 
@@ -37,93 +37,175 @@ static bool get_integer(const json_t *v, int64_t *out)
     return true;
 }
 
-static int parse_table(const json_t *o, size_t idx, struct table *t,
-                       struct sd_diag *d)
+int json__get_bins(const json_t *v, const char *where, const char *name,
+                   double bins[TABLE_NBINS], struct sd_diag *d)
 {
-    const json_t *v;
-    const char *name;
-    int64_t n;
     size_t k;
 
-    memset(t, 0, sizeof(*t));
-    if (!json_is_object(o))
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: not an object", idx);
-
-    v = json_object_get(o, "name");
-    if (v == NULL)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is missing", idx);
-    if (!json_is_string(v))
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is not a string",
-                           idx);
-    name = json_string_value(v);
-    if (json_string_length(v) >= TABLE_NAME_MAX ||
-        strlen(name) != json_string_length(v))
-        return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu]: name is longer than %d bytes or "
-                           "holds a NUL",
-                           idx, TABLE_NAME_MAX - 1);
-    memcpy(t->name, name, json_string_length(v) + 1);
-
-    v = json_object_get(o, "rows");
-    if (v == NULL)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": rows is missing",
-                           idx, t->name);
-    if (!get_integer(v, &n))
-        return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": rows is not an integer", idx,
-                           t->name);
-    t->rows = n;
-
-    v = json_object_get(o, "dim");
-    if (v == NULL)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": dim is missing",
-                           idx, t->name);
-    if (!get_integer(v, &n) || n < INT32_MIN || n > INT32_MAX)
-        return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": dim is not an integer", idx,
-                           t->name);
-    t->dim = (int32_t)n;
-
-    v = json_object_get(o, "pooling_factor");
-    if (v == NULL)
-        return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": pooling_factor is missing", idx,
-                           t->name);
-    if (!json_is_number(v))
-        return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": pooling_factor is not a "
-                           "number",
-                           idx, t->name);
-    t->pooling_factor = json_number_value(v);
-
-    v = json_object_get(o, "bins");
-    if (v == NULL)
-        return sd_diag_set(d, SD_EINVAL, "tables[%zu] \"%s\": bins is missing",
-                           idx, t->name);
     if (!json_is_array(v) || json_array_size(v) != TABLE_NBINS)
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": bins is not an array of %d "
-                           "numbers",
-                           idx, t->name, TABLE_NBINS);
+                           "%s \"%s\": bins is not an array of %d numbers",
+                           where, name, TABLE_NBINS);
     for (k = 0; k < TABLE_NBINS; k++) {
         const json_t *b = json_array_get(v, k);
 
         if (!json_is_number(b))
             return sd_diag_set(d, SD_EINVAL,
-                               "tables[%zu] \"%s\": bins[%zu] is not a number",
-                               idx, t->name, k);
-        t->bins[k] = json_number_value(b);
+                               "%s \"%s\": bins[%zu] is not a number", where,
+                               name, k);
+        bins[k] = json_number_value(b);
+    }
+    return 0;
+}
+
+int json__get_zipf(const json_t *v, const char *where, const char *name,
+                   double *out, struct sd_diag *d)
+{
+    double s;
+
+    if (!json_is_number(v) || !isfinite(s = json_number_value(v)) || s <= 0 ||
+        s > DERIVE_ZIPF_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s \"%s\": zipf_exponent is not a number in "
+                           "(0, %g]",
+                           where, name, DERIVE_ZIPF_MAX);
+    *out = s;
+    return 0;
+}
+
+int json__get_name(const json_t *o, const char *key, const char *where,
+                   char name[TABLE_NAME_MAX], struct sd_diag *d)
+{
+    const json_t *v = json_object_get(o, key);
+
+    if (v == NULL || json_is_null(v))
+        return sd_diag_set(d, SD_EINVAL, "%s: %s is missing", where, key);
+    if (!json_is_string(v))
+        return sd_diag_set(d, SD_EINVAL, "%s: %s is not a string", where, key);
+    if (json_string_length(v) >= TABLE_NAME_MAX ||
+        strlen(json_string_value(v)) != json_string_length(v))
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s: %s is longer than %d bytes or holds a NUL",
+                           where, key, TABLE_NAME_MAX - 1);
+    memcpy(name, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+/* The keys of a table in shardd's form; any other is noted, not read. */
+static const char *const native_keys[] = {
+    "name", "rows", "dim", "pooling_factor", "bins", "dtype", "zipf_exponent",
+};
+
+int json__note_unknown(const json_t *o, const char *const *known, size_t n,
+                       const char *what, const char *table,
+                       struct input_notes *notes)
+{
+    const char *key;
+    const json_t *v;
+    size_t k;
+
+    if (notes == NULL)
+        return 0;
+    json_object_foreach((json_t *)o, key, v)
+    {
+        for (k = 0; k < n && strcmp(key, known[k]) != 0; k++)
+            ;
+        if (k < n)
+            continue;
+        if (input_notes_add(notes, NOTE_UNKNOWN, table, key,
+                            "%s key \"%s\" is not one shardd knows: not read",
+                            what, key) != 0)
+            return SD_ENOMEM;
+    }
+    return 0;
+}
+
+/*
+ * One table in shardd's form into t and sp.  Without bins the table's
+ * spec asks for them to be derived, unless require_bins (the readers of
+ * old, for a pool of tables or an estimate), where they are an error.
+ */
+static int parse_native(const json_t *o, size_t idx, bool require_bins,
+                        struct table *t, struct table_spec *sp,
+                        struct input_notes *notes, struct sd_diag *d)
+{
+    const json_t *v;
+    char where[48];
+    int64_t n;
+    int rv;
+
+    memset(t, 0, sizeof(*t));
+    memset(sp, 0, sizeof(*sp));
+    snprintf(where, sizeof(where), "tables[%zu]", idx);
+    if (!json_is_object(o))
+        return sd_diag_set(d, SD_EINVAL, "%s: not an object", where);
+    rv = json__get_name(o, "name", where, t->name, d);
+    if (rv != 0)
+        return rv;
+
+    v = json_object_get(o, "rows");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": rows is missing%s", where,
+                           t->name,
+                           json_object_get(o, "num_embeddings") != NULL
+                               ? " (the table is in TorchRec's form, which "
+                                 "plan and estimate read)"
+                               : "");
+    if (!json__get_integer(v, &n))
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": rows is not an integer",
+                           where, t->name);
+    t->rows = n;
+
+    v = json_object_get(o, "dim");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": dim is missing", where,
+                           t->name);
+    if (!json__get_integer(v, &n) || n < INT32_MIN || n > INT32_MAX)
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": dim is not an integer",
+                           where, t->name);
+    t->dim = (int32_t)n;
+
+    v = json_object_get(o, "pooling_factor");
+    if (v == NULL)
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": pooling_factor is missing",
+                           where, t->name);
+    if (!json_is_number(v))
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s \"%s\": pooling_factor is not a number", where,
+                           t->name);
+    t->pooling_factor = json_number_value(v);
+
+    v = json_object_get(o, "bins");
+    if (v == NULL && require_bins)
+        return sd_diag_set(d, SD_EINVAL, "%s \"%s\": bins is missing", where,
+                           t->name);
+    if (v != NULL) {
+        rv = json__get_bins(v, where, t->name, t->bins, d);
+        if (rv != 0)
+            return rv;
+        sp->has_bins = true;
+    }
+    v = json_object_get(o, "zipf_exponent");
+    if (v != NULL && sp->has_bins)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s \"%s\": zipf_exponent is for deriving bins: "
+                           "give bins or zipf_exponent, not both",
+                           where, t->name);
+    if (v != NULL) {
+        rv = json__get_zipf(v, where, t->name, &sp->zipf_s, d);
+        if (rv != 0)
+            return rv;
     }
 
     v = json_object_get(o, "dtype");
     if (v != NULL && (!json_is_string(v) ||
                       table_dtype_parse(json_string_value(v), &t->dtype) != 0))
         return sd_diag_set(d, SD_EINVAL,
-                           "tables[%zu] \"%s\": dtype is not \"fp32\" or "
-                           "\"fp16\"",
-                           idx, t->name);
-    table_normalize_bins(t);
-    return table_validate(t, idx, d);
+                           "%s \"%s\": dtype is not \"fp32\" or \"fp16\"",
+                           where, t->name);
+    return json__note_unknown(o, native_keys,
+                              sizeof(native_keys) / sizeof(native_keys[0]),
+                              "table", t->name, notes);
 }
 
 /* Picks the tables array out of a tables or tasks document. */
@@ -161,11 +243,28 @@ static int find_tables(const json_t *root, size_t task_index,
     return 0;
 }
 
-int json_parse_tables(const char *buf, size_t len, size_t task_index,
-                      struct table **out, size_t *n, struct sd_diag *d)
+/*
+ * TorchRec's form is told by its keys: "constraints" beside the tables,
+ * or "num_embeddings" / "embedding_dim" in the first table.
+ */
+static enum tables_form detect_form(const json_t *root, const json_t *arr)
+{
+    const json_t *first = json_array_get(arr, 0);
+
+    if (json_object_get(root, "constraints") != NULL ||
+        json_object_get(first, "num_embeddings") != NULL ||
+        json_object_get(first, "embedding_dim") != NULL)
+        return TABLES_FORM_TORCHREC;
+    return TABLES_FORM_NATIVE;
+}
+
+/* Reads a document into *in (initialised here); require_bins as for
+ * parse_native(), and only shardd's form then. */
+static int parse_doc(const char *buf, size_t len, size_t task_index,
+                     enum tables_form form, bool require_bins,
+                     struct tables_input *in, struct sd_diag *d)
 {
     const json_t *arr = NULL;
-    struct table *tables = NULL;
     json_error_t jerr;
     json_t *root;
     size_t i, count;
@@ -184,27 +283,70 @@ int json_parse_tables(const char *buf, size_t len, size_t task_index,
         rv = sd_diag_set(d, SD_EINVAL, "tables: the list is empty");
         goto out_decref;
     }
-    tables = calloc(count, sizeof(*tables));
-    if (tables == NULL) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (form == TABLES_FORM_AUTO)
+        form = detect_form(root, arr);
+    if (form == TABLES_FORM_TORCHREC && json_object_get(root, "tasks") &&
+        json_object_get(root, "tables") == NULL) {
+        rv = sd_diag_set(d, SD_EINVAL,
+                         "tasks: a tasks file is in shardd's form, not "
+                         "TorchRec's");
         goto out_decref;
     }
-    for (i = 0; i < count; i++) {
-        rv = parse_table(json_array_get(arr, i), i, &tables[i], d);
-        if (rv != 0)
-            goto out_free_tables;
+    rv = tables_input_init(in, form, count);
+    if (rv != 0) {
+        rv = sd_diag_set(d, rv, "out of memory");
+        goto out_decref;
     }
-    rv = table_validate_all(tables, count, d);
+    if (form == TABLES_FORM_TORCHREC) {
+        rv = json__parse_torchrec(root, arr, in, d);
+    } else {
+        for (i = 0; i < count && rv == 0; i++)
+            rv = parse_native(json_array_get(arr, i), i, require_bins,
+                              &in->tables[i], &in->specs[i], &in->notes, d);
+    }
+    if (rv == SD_ENOMEM)
+        rv = sd_diag_set(d, rv, "out of memory");
     if (rv != 0)
-        goto out_free_tables;
-    *out = tables;
-    *n = count;
-    tables = NULL;
+        tables_input_destroy(in);
 
-out_free_tables:
-    free(tables);
 out_decref:
     json_decref(root);
+    return rv;
+}
+
+int json_parse_tables_input(const char *buf, size_t len, size_t task_index,
+                            enum tables_form form, struct tables_input *out,
+                            struct sd_diag *d)
+{
+    struct tables_input in;
+    int rv;
+
+    rv = parse_doc(buf, len, task_index, form, false, &in, d);
+    if (rv != 0)
+        return rv;
+    *out = in;
+    return 0;
+}
+
+int json_parse_tables(const char *buf, size_t len, size_t task_index,
+                      struct table **out, size_t *n, struct sd_diag *d)
+{
+    struct tables_input in;
+    size_t i;
+    int rv;
+
+    rv = parse_doc(buf, len, task_index, TABLES_FORM_NATIVE, true, &in, d);
+    if (rv != 0)
+        return rv;
+    for (i = 0; i < in.n; i++)
+        table_normalize_bins(&in.tables[i]);
+    rv = table_validate_all(in.tables, in.n, d);
+    if (rv == 0) {
+        *out = in.tables;
+        *n = in.n;
+        in.tables = NULL;
+    }
+    tables_input_destroy(&in);
     return rv;
 }
 
@@ -260,6 +402,62 @@ static int with_path(const char *path, int rv, struct sd_diag *d)
     return sd_diag_set(d, rv, "%s: %s", path, inner.msg);
 }
 
+int json_parse_tasks(const char *buf, size_t len, struct task **out, size_t *n,
+                     struct sd_diag *d)
+{
+    const json_t *tasks;
+    struct task *all = NULL;
+    struct sd_diag sub;
+    json_error_t jerr;
+    json_t *root;
+    size_t k, count = 0;
+    int rv = 0;
+
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+    tasks = json_is_object(root) ? json_object_get(root, "tasks") : NULL;
+    count = json_is_array(tasks) ? json_array_size(tasks) : 0;
+    json_decref(root);
+    if (count == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tasks: missing, not an array or empty");
+    all = calloc(count, sizeof(*all));
+    if (all == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    /* Each task as json_parse_tables() reads task k: the same checks. */
+    for (k = 0; k < count && rv == 0; k++) {
+        rv = json_parse_tables(buf, len, k, &all[k].tables, &all[k].ntables,
+                               &sub);
+        if (rv != 0)
+            rv = sd_diag_set(d, rv, "tasks[%zu]: %s", k, sub.msg);
+    }
+    if (rv == 0) {
+        *out = all;
+        *n = count;
+        all = NULL;
+    }
+    task_array_free(all, count);
+    return rv;
+}
+
+int json_read_tasks(const char *path, struct task **out, size_t *n,
+                    struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_tasks(buf, len, out, n, d);
+    free(buf);
+    return with_path(path, rv, d);
+}
+
 int json_read_tables(const char *path, size_t task_index, struct table **out,
                      size_t *n, struct sd_diag *d)
 {
@@ -271,6 +469,22 @@ int json_read_tables(const char *path, size_t task_index, struct table **out,
     if (rv != 0)
         return rv;
     rv = json_parse_tables(buf, len, task_index, out, n, d);
+    free(buf);
+    return with_path(path, rv, d);
+}
+
+int json_read_tables_input(const char *path, size_t task_index,
+                           enum tables_form form, struct tables_input *out,
+                           struct sd_diag *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    rv = read_file(path, &buf, &len, d);
+    if (rv != 0)
+        return rv;
+    rv = json_parse_tables_input(buf, len, task_index, form, out, d);
     free(buf);
     return with_path(path, rv, d);
 }
@@ -295,7 +509,7 @@ static int parse_shard(const json_t *o, const char *name, size_t k,
 
         if (j >= 3 && x == NULL) /* rows: every row unless given */
             continue;
-        if (!get_integer(x, &v[j]) || v[j] < 0 ||
+        if (!json__get_integer(x, &v[j]) || v[j] < 0 ||
             v[j] > (j >= 3 ? TABLE_ROWS_MAX : INT32_MAX))
             return sd_diag_set(d, SD_EINVAL,
                                "plan: table \"%s\": shards[%zu].%s is %s", name,
@@ -507,7 +721,7 @@ static char *dump(json_t *root)
     return s;
 }
 
-char *json_tables(const struct table *tables, size_t n)
+static json_t *tables_doc(const struct table *tables, size_t n)
 {
     json_t *root = json_object();
 
@@ -516,7 +730,12 @@ char *json_tables(const struct table *tables, size_t n)
         json_decref(root);
         return NULL;
     }
-    return dump(root);
+    return root;
+}
+
+char *json_tables(const struct table *tables, size_t n)
+{
+    return dump(tables_doc(tables, n));
 }
 
 char *json_tasks(const struct task *tasks, size_t n)
@@ -574,8 +793,8 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
 static json_t *explain_json(const struct plan *p, const struct table *tables)
 {
     const struct plan_explain *e = &p->explain;
-    json_t *drivers = json_array();
-    int i, bad = drivers == NULL;
+    json_t *drivers = json_array(), *notes = json_array();
+    int i, bad = drivers == NULL || notes == NULL;
 
     for (i = 0; i < e->ndrivers && !bad; i++) {
         const struct shard *s = &p->shards[e->drivers[i]];
@@ -586,29 +805,20 @@ static json_t *explain_json(const struct plan *p, const struct table *tables)
                       "col_offset", (int)s->col_offset, "col_width",
                       (int)s->col_width, "cost_ms", e->driver_ms[i]));
     }
+    for (i = 0; i < p->nnotes && !bad; i++)
+        bad |= json_array_append_new(notes, json_string(p->notes[i]));
     if (bad) {
         json_decref(drivers);
+        json_decref(notes);
         return NULL;
     }
-    return json_pack("{s:i, s:o, s:f, s:f}", "critical_device",
+    return json_pack("{s:i, s:o, s:f, s:f, s:o}", "critical_device",
                      (int)e->critical_device, "drivers", drivers,
-                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap);
+                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap, "why",
+                     notes);
 }
 
-/* The scheme of a table's shards [first, end): as they say, except that
- * shards of every row are table-wise alone and column-wise together (a plan
- * not yet validated says table-wise for both). */
-static enum plan_scheme scheme_of(const struct plan *p, size_t first,
-                                  size_t end)
-{
-    enum plan_scheme sc = (enum plan_scheme)p->shards[first].scheme;
-
-    if (sc == SCHEME_TW || sc == SCHEME_CW)
-        return end - first == 1 ? SCHEME_TW : SCHEME_CW;
-    return sc;
-}
-
-char *json_plan(const struct plan *p, const struct table *tables)
+static json_t *plan_doc(const struct plan *p, const struct table *tables)
 {
     json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
     json_t *cur = NULL, *shards = NULL;
@@ -624,16 +834,13 @@ char *json_plan(const struct plan *p, const struct table *tables)
         json_t *so = json_object();
 
         if (k == 0 || s->table != p->shards[k - 1].table) {
-            size_t end = k;
-
-            while (end < p->nshards && p->shards[end].table == s->table)
-                end++;
             cur = json_object();
             shards = json_array();
             bad |= json_object_set_new(cur, "name",
                                        json_string(tables[s->table].name));
             bad |= json_object_set_new(
-                cur, "scheme", json_string(scheme_name(scheme_of(p, k, end))));
+                cur, "scheme",
+                json_string(scheme_name(plan_table_scheme(p, k))));
             bad |= json_object_set_new(cur, "shards", shards);
             bad |= json_array_append_new(tbls, cur);
             if (bad) { /* shards may be gone with cur */
@@ -675,14 +882,14 @@ char *json_plan(const struct plan *p, const struct table *tables)
         json_decref(root);
         return NULL;
     }
-    return dump(root);
+    return root;
 }
 
 /* One table of a TorchRec plan: its shards [first, end). */
 static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
                               const struct table *tb, const struct topology *t)
 {
-    enum plan_scheme sc = scheme_of(p, first, end);
+    enum plan_scheme sc = plan_table_scheme(p, first);
     json_t *o = json_object(), *ranks = json_array(), *shards = json_array();
     int bad = o == NULL || ranks == NULL || shards == NULL;
     size_t k;
@@ -722,8 +929,8 @@ static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
     return o;
 }
 
-char *json_plan_torchrec(const struct plan *p, const struct table *tables,
-                         const struct topology *t, const char *module)
+static json_t *torchrec_doc(const struct plan *p, const struct table *tables,
+                            const struct topology *t, const char *module)
 {
     json_t *root = json_object(), *plan = json_object(), *mod = json_object();
     int bad = root == NULL || plan == NULL || mod == NULL;
@@ -746,5 +953,81 @@ char *json_plan_torchrec(const struct plan *p, const struct table *tables,
         json_decref(root);
         return NULL;
     }
+    return root;
+}
+
+char *json_plan(const struct plan *p, const struct table *tables)
+{
+    return dump(plan_doc(p, tables));
+}
+
+char *json_plan_torchrec(const struct plan *p, const struct table *tables,
+                         const struct topology *t, const char *module)
+{
+    return dump(torchrec_doc(p, tables, t, module));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Notes                                                                   */
+
+static const char *note_kind_key(enum note_kind k)
+{
+    switch (k) {
+    case NOTE_ASSUMED:
+        return "assumed";
+    case NOTE_APPLIED:
+        return "applied";
+    case NOTE_NOT_APPLIED:
+        return "not_applied";
+    case NOTE_UNKNOWN:
+        return "unknown";
+    }
+    return "unknown";
+}
+
+/* Adds "notes" to root unless there are none; serialises and releases
+ * root.  NULL when root is NULL or out of memory. */
+static char *dump_noted(json_t *root, const struct input_notes *notes)
+{
+    json_t *arr;
+    size_t i;
+    int bad = 0;
+
+    if (root == NULL || notes == NULL || notes->n == 0)
+        return dump(root);
+    arr = json_array();
+    bad = arr == NULL;
+    for (i = 0; i < notes->n && !bad; i++) {
+        const struct input_note *nt = &notes->v[i];
+
+        bad |= json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:s, s:s}", "kind",
+                           note_kind_key(nt->kind), "table", nt->table, "field",
+                           nt->field, "message", nt->text));
+    }
+    bad |= json_object_set_new(root, "notes", arr);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
     return dump(root);
+}
+
+char *json_tables_noted(const struct table *tables, size_t n,
+                        const struct input_notes *notes)
+{
+    return dump_noted(tables_doc(tables, n), notes);
+}
+
+char *json_plan_noted(const struct plan *p, const struct table *tables,
+                      const struct input_notes *notes)
+{
+    return dump_noted(plan_doc(p, tables), notes);
+}
+
+char *json_plan_torchrec_noted(const struct plan *p, const struct table *tables,
+                               const struct topology *t, const char *module,
+                               const struct input_notes *notes)
+{
+    return dump_noted(torchrec_doc(p, tables, t, module), notes);
 }

@@ -261,3 +261,101 @@ out_free_scratch:
     free(w.dims);
     return rv;
 }
+
+int task_split_pool(const struct table *pool, size_t npool, uint64_t seed,
+                    struct table **train, size_t *ntrain, struct table **test,
+                    size_t *ntest)
+{
+    struct table *a = NULL, *b = NULL;
+    size_t *ids, i, j, t, half = npool / 2;
+    struct rng r;
+
+    if (npool < 2)
+        return SD_EINVAL;
+    ids = malloc(npool * sizeof(*ids));
+    a = malloc(half * sizeof(*a));
+    b = malloc((npool - half) * sizeof(*b));
+    if (ids == NULL || a == NULL || b == NULL) {
+        free(ids);
+        free(a);
+        free(b);
+        return SD_ENOMEM;
+    }
+    /* Fisher-Yates over the ids, seeded: numpy's shuffle, not its
+     * stream. */
+    rng_seed(&r, seed);
+    for (i = 0; i < npool; i++)
+        ids[i] = i;
+    for (i = npool; i > 1; i--) {
+        j = (size_t)rng_below(&r, i);
+        t = ids[i - 1];
+        ids[i - 1] = ids[j];
+        ids[j] = t;
+    }
+    for (i = 0; i < half; i++)
+        a[i] = pool[ids[i]];
+    for (i = half; i < npool; i++)
+        b[i - half] = pool[ids[i]];
+    free(ids);
+    *train = a;
+    *ntrain = half;
+    *test = b;
+    *ntest = npool - half;
+    return 0;
+}
+
+void task_split_free(struct task_split *s)
+{
+    if (s == NULL)
+        return;
+    task_array_free(s->train, s->ntrain);
+    task_array_free(s->val, s->nval);
+    task_array_free(s->test, s->ntest);
+    memset(s, 0, sizeof(*s));
+}
+
+int task_generate_split(const struct task_params *p, size_t ntrain, size_t nval,
+                        size_t ntest, const struct table *pool, size_t npool,
+                        struct task_split *out, struct sd_diag *d)
+{
+    struct table *a = NULL, *b = NULL;
+    struct task_split s;
+    struct task_params q = *p;
+    size_t na = 0, nb = 0;
+    int rv;
+
+    memset(&s, 0, sizeof(s));
+    if (ntrain == 0 || ntest == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "task sets: no training or no held-out tasks");
+    rv = task_split_pool(pool, npool, p->seed, &a, &na, &b, &nb);
+    if (rv == SD_ENOMEM)
+        return sd_diag_set(d, rv, "out of memory");
+    if (rv != 0)
+        return sd_diag_set(
+            d, rv, "task sets: a pool of %zu tables cannot be split", npool);
+    q.count = ntrain;
+    q.seed = rng_derive(p->seed, 1);
+    rv = task_generate(&q, a, na, &s.train, d);
+    if (rv == 0) {
+        s.ntrain = ntrain;
+        q.count = nval;
+        q.seed = rng_derive(p->seed, 2);
+        rv = nval > 0 ? task_generate(&q, a, na, &s.val, d) : 0;
+    }
+    if (rv == 0) {
+        s.nval = nval;
+        q.count = ntest;
+        q.seed = rng_derive(p->seed, 3);
+        rv = task_generate(&q, b, nb, &s.test, d);
+    }
+    if (rv == 0) {
+        s.ntest = ntest;
+        *out = s;
+    } else {
+        task_split_free(&s);
+    }
+    free(a);
+    free(b);
+    return rv;
+}

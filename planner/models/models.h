@@ -390,6 +390,229 @@ int net_errors(const double *pred, const double *meas, size_t n,
                struct net_errors *out);
 
 /* ------------------------------------------------------------------------ */
+/* DreamShard's placement policy (policy.c, policy_train.c)                 */
+
+/*
+ * DreamShard's policy network (neuroshard.md 9), placing whole tables one
+ * by one, costliest first (by the compute model's cost of the table alone),
+ * each onto the device with the highest logit among those with room.  For
+ * device r and the table about to be placed:
+ *  - a table encoder 20 -> 128 -> 32 (ReLU, ReLU) over the compute model's
+ *    own input (net_input(): the same 20 features, z-scored with the
+ *    compute model's constants), summed over the tables already on r and
+ *    scaled by devices / tables of the task, so that a device holding its
+ *    share of the tables looks the same at 4 devices and at 128;
+ *  - POL_NCOST cost features of r's shard now and with the table added, as
+ *    the compute model and the topology's alpha-beta exchange estimate
+ *    them, times in units of the task's mean load per device (policy.c
+ *    lists them) -> 32 -> 32 (ReLU, ReLU);
+ *  - the two 32-d parts concatenated -> 32 (ReLU) -> 1: the logit.
+ * Illegal devices (no room) get no logit: a softmax over the legal ones is
+ * the policy, its argmax the placement.
+ * Parameters are one float array, row-major [out][in] per layer, in this
+ * order (offsets below).
+ */
+#define POL_IN      NET_IN
+#define POL_H1      128
+#define POL_LAT     32
+#define POL_NCOST   10
+#define POL_C1      32
+#define POL_C2      32
+#define POL_HH      32
+#define POL_E1W     0
+#define POL_E1B     (POL_E1W + POL_H1 * POL_IN)
+#define POL_E2W     (POL_E1B + POL_H1)
+#define POL_E2B     (POL_E2W + POL_LAT * POL_H1)
+#define POL_C1W     (POL_E2B + POL_LAT)
+#define POL_C1B     (POL_C1W + POL_C1 * POL_NCOST)
+#define POL_C2W     (POL_C1B + POL_C1)
+#define POL_C2B     (POL_C2W + POL_C2 * POL_C1)
+#define POL_H1W     (POL_C2B + POL_C2)
+#define POL_H1B     (POL_H1W + POL_HH * (POL_LAT + POL_C2))
+#define POL_H2W     (POL_H1B + POL_HH)
+#define POL_H2B     (POL_H2W + POL_HH)
+#define POL_NPARAMS (POL_H2B + 1) /* 10,337 */
+
+/* The policy file's format version (docs/model-format.md). */
+#define POLICY_FORMAT_VERSION 1
+
+/* How a policy was trained and gated. */
+struct policy_metrics {
+    uint64_t seed;
+    int32_t iterations;     /* Adam steps run */
+    int32_t best_iteration; /* whose weights were kept (0: the initial) */
+    int32_t train_devices;  /* devices of the training tasks */
+    int32_t train_tasks;
+    int32_t val_tasks;
+    int32_t gate_tasks; /* held-out tasks of the gate; 0: not gated */
+    /* On the validation tasks: the policy's mean plan cost over the
+     * model-cost LPT's (policy_lpt_cost()); on the gate's held-out tasks:
+     * its mean plan cost over size_lookup_greedy's.  0: not measured. */
+    double val_ratio;
+    double gate_ratio;
+};
+
+struct policy_net {
+    /* The compute model it was trained against: its profile and
+     * policy_model_crc().  It answers for that model only. */
+    char profile[NET_PROFILE_MAX];
+    uint32_t model_crc;
+    struct policy_metrics metrics;
+    float p[POL_NPARAMS];
+};
+
+/* One training or held-out task: tables to place (borrowed). */
+struct policy_task {
+    const struct table *tables;
+    size_t ntables;
+};
+
+/*
+ * The identity of a compute model a policy is bound to: CRC-32 of its
+ * z-score constants and parameters as little-endian floats (the bytes of
+ * its file, without the header).
+ */
+uint32_t policy_model_crc(const struct cost_net *m);
+
+/*
+ * Checks that pn was trained against m (profile and parameters); SD_EINVAL
+ * with d saying which model it was trained for and what to do.
+ */
+int policy_check_model(const struct policy_net *pn, const struct cost_net *m,
+                       struct sd_diag *d);
+
+/*
+ * The policy file: serialise (a new buffer, free()) and parse (*out owned,
+ * free()).  Parse returns 0, SD_EFORMAT (not a policy file, damaged, another
+ * architecture, an empty profile, non-finite values: d names the field),
+ * SD_ENEWER (a newer format version) or SD_ENOMEM.
+ */
+int policy_serialize(const struct policy_net *pn, void **out, size_t *len);
+int policy_parse(const void *buf, size_t len, struct policy_net **out,
+                 struct sd_diag *d);
+int policy_read_file(const char *path, struct policy_net **out,
+                     struct sd_diag *d);
+int policy_write_file(const char *path, const struct policy_net *pn,
+                      struct sd_diag *d);
+
+/*
+ * The policy committed with shardd (models/cpu-default.sdpol), trained
+ * against the embedded compute model; parsed on first use; NULL if the
+ * image is damaged (d says why).  Shared, read-only, never freed.
+ */
+const struct policy_net *policy_embedded(struct sd_diag *d);
+
+/*
+ * The estimated MDP of one task (DreamShard's environment): the devices'
+ * shards as the compute model and the alpha-beta exchange see them, the
+ * order the tables are placed in, and the policy's features and logits.
+ * Costs are at the topology's batch (the model's scaled linearly, as
+ * net_cost_model does), so policy_env_cost() is plan_evaluate()'s plan cost
+ * of the same placement.  tables, t, m, memo and pn are borrowed; pn may be
+ * NULL (costs and features only).  Not thread-safe: one per thread.
+ */
+struct policy_env;
+
+int policy_env_new(const struct policy_net *pn, const struct cost_net *m,
+                   struct net_memo *memo, const struct table *tables, size_t n,
+                   const struct topology *t, enum optimizer opt,
+                   struct policy_env **out);
+void policy_env_free(struct policy_env *e); /* NULL: nothing */
+/* Empties every device (tables and their data kept). */
+void policy_env_reset(struct policy_env *e);
+/* Recomputes the tables' encoder latents after pn's parameters changed. */
+void policy_env_reencode(struct policy_env *e);
+/* The placing order: table indices, costliest alone first (ties: larger,
+ * then lower index).  n entries, owned by e. */
+const uint32_t *policy_env_order(const struct policy_env *e);
+/*
+ * Re-sorts the placing order largest first (ties: the order above), for a
+ * second try when the first met a table with no room.  0 or SD_ENOMEM.
+ */
+int policy_env_order_by_size(struct policy_env *e);
+/*
+ * The cost features of placing table i on each device into x (ndevices x
+ * POL_NCOST) and whether it fits (legal, ndevices).  Returns the number of
+ * legal devices.
+ */
+int32_t policy_env_features(const struct policy_env *e, uint32_t i, float *x,
+                            bool *legal);
+/* The policy's logits from policy_env_features()' x (NAN where illegal). */
+void policy_env_logits(const struct policy_env *e, const float *x,
+                       const bool *legal, double *logit);
+/* Places table i on device r (no check of room: callers mask). */
+void policy_env_place(struct policy_env *e, uint32_t i, int32_t r);
+/* The number of tables, and their compute-model inputs (n x POL_IN). */
+size_t policy_env_ntables(const struct policy_env *e);
+const float *policy_env_inputs(const struct policy_env *e);
+/* Device of each table (-1: not placed), n entries, owned by e. */
+const int32_t *policy_env_devices(const struct policy_env *e);
+/* Bytes on device r. */
+uint64_t policy_env_used(const struct policy_env *e, int32_t r);
+/* The plan cost of the tables placed so far. */
+double policy_env_cost(const struct policy_env *e);
+/*
+ * The model-cost LPT's device for table i: the legal device whose ready
+ * time (compute + backward exchange) with it added is lowest (ties: less
+ * memory used, lower id); -1 if none fits.  The fallback of a cut-short
+ * inference and the reference of training's validation.
+ */
+int32_t policy_env_lpt(const struct policy_env *e, uint32_t i);
+
+/*
+ * Places every table of e in its order with the policy's argmax (pn) or,
+ * pn NULL in e, the model-cost LPT, starting from what is placed already
+ * (pinned tables, say); tables already placed are skipped.  SD_ENOSPACE
+ * when a table fits nowhere (d names it).
+ */
+int policy_env_rollout(struct policy_env *e, struct sd_diag *d);
+
+/* The mean over tasks of the policy's argmax plan cost over the model-cost
+ * LPT's on n devices of mem_bytes (batch_size 0: the model's); a task
+ * either cannot place counts as 2.  Returns 0 or SD_ENOMEM. */
+int policy_lpt_ratio(const struct policy_net *pn, const struct cost_net *m,
+                     const struct policy_task *tasks, size_t n,
+                     int32_t ndevices, uint64_t mem_bytes, int64_t batch_size,
+                     double *ratio);
+
+struct policy_train_params {
+    uint64_t seed;
+    int32_t iterations; /* Adam steps, each on one task; default 600 */
+    int32_t episodes;   /* sampled placements per step; 10 */
+    int32_t ndevices;   /* devices of every training task; 4 */
+    uint64_t mem_bytes; /* capacity of each device; 4 GiB */
+    int64_t batch_size; /* the topology's batch; 0: the model's */
+    double lr;          /* Adam step size, decayed linearly to lr / 10; 1e-3 */
+    double entropy;     /* weight of the entropy bonus; 1e-3 */
+    int32_t eval_every; /* validate every this many steps; 25 */
+    /* Called after every validation; non-zero stops training (the best
+     * weights so far are kept).  May be NULL. */
+    int (*progress)(void *ctx, int32_t iteration, int32_t iterations,
+                    double val_ratio);
+    void *ctx;
+};
+void policy_train_params_default(struct policy_train_params *p);
+
+/*
+ * Trains a policy for compute model m with REINFORCE on the estimated MDP
+ * (no hardware in the loop): every step takes a task of `train` (seeded),
+ * samples `episodes` placements from the policy, scores each with the
+ * model's plan cost, and follows the gradient of the log-probability of
+ * every action weighted by its episode's return minus the step's mean
+ * (divided by their spread), plus an entropy bonus; Adam.  Every
+ * eval_every steps the argmax placements of `val` are scored against the
+ * model-cost LPT and the best weights are kept.  Deterministic for a seed
+ * with the reference BLAS.  *out (owned: free()) is bound to m
+ * (policy_model_crc()); its metrics say how it was trained (gate_* are 0:
+ * the gate is search.h's).  Returns 0, SD_EINVAL (no tasks, a task with no
+ * table or an invalid one, bad params: d says which) or SD_ENOMEM.
+ */
+int policy_train(const struct policy_train_params *p, const struct cost_net *m,
+                 const struct policy_task *train, size_t ntrain,
+                 const struct policy_task *val, size_t nval,
+                 struct policy_net **out, struct sd_diag *d);
+
+/* ------------------------------------------------------------------------ */
 /* Profiling samples (sample.c)                                             */
 
 /* The dims of NeuroShard's table augmentation (neuroshard.md 2.1). */

@@ -3,6 +3,8 @@
  * of a finished plan, and the checks of the inputs every algorithm makes
  * first (problem.h).
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +78,89 @@ void plan_sort(struct plan *p)
 {
     if (p->nshards > 1)
         qsort(p->shards, p->nshards, sizeof(*p->shards), cmp_shard);
+}
+
+void plan_note(struct plan *p, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (p->nnotes >= PLAN_NOTES_MAX)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(p->notes[p->nnotes++], PLAN_NOTE_LEN, fmt, ap);
+    va_end(ap);
+}
+
+bool constraint_allows(const struct table_constraint *c, enum plan_scheme s)
+{
+    if (c == NULL)
+        return true;
+    if (c->no_split && s != SCHEME_TW)
+        return false;
+    if (c->min_row_shards > 1 && !scheme_splits_rows(s))
+        return false;
+    return c->schemes == 0 || (c->schemes & (1u << s)) != 0;
+}
+
+int plan_check_constraints(const struct table *tables, size_t ntables,
+                           const struct topology *t, const int32_t *pins,
+                           const struct table_constraint *c, const char *field,
+                           struct sd_diag *d)
+{
+    int32_t hosts = t->ndevices / t->devices_per_host;
+    size_t i;
+    int s;
+
+    for (i = 0; c != NULL && i < ntables; i++) {
+        const struct table_constraint *ci = &c[i];
+        const char *name = tables[i].name;
+        bool any = false;
+
+        for (s = 0; s < SCHEME_COUNT; s++)
+            any = any || constraint_allows(ci, (enum plan_scheme)s);
+        if (ci->host < -1 || ci->host >= hosts)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": host %d is not in [0, %d)",
+                               field, i, name, (int)ci->host, (int)hosts);
+        if (ci->min_row_shards < 0 || ci->min_row_shards > t->ndevices)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": min_row_shards %d is not in "
+                               "[0, %d] (the devices)",
+                               field, i, name, (int)ci->min_row_shards,
+                               (int)t->ndevices);
+        if (ci->host >= 0 && ci->min_row_shards > t->devices_per_host)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": min_row_shards %d is more "
+                               "than the %d devices of host %d",
+                               field, i, name, (int)ci->min_row_shards,
+                               (int)t->devices_per_host, (int)ci->host);
+        if (!any)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": no scheme is left (no_split "
+                               "allows table_wise only, min_row_shards a "
+                               "row-wise scheme only)",
+                               field, i, name);
+        if (pins != NULL && pins[i] >= 0 &&
+            (!constraint_allows(ci, SCHEME_TW) ||
+             (ci->host >= 0 && pins[i] / t->devices_per_host != ci->host)))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s[%zu] \"%s\": the table is pinned to "
+                               "device %d, which this constraint forbids",
+                               field, i, name, (int)pins[i]);
+    }
+    return 0;
+}
+
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first)
+{
+    enum plan_scheme sc = (enum plan_scheme)p->shards[first].scheme;
+    size_t end = first + 1;
+
+    if (sc != SCHEME_TW && sc != SCHEME_CW)
+        return sc;
+    while (end < p->nshards && p->shards[end].table == p->shards[first].table)
+        end++;
+    return end - first == 1 ? SCHEME_TW : SCHEME_CW;
 }
 
 /* What validation needs besides the plan. */

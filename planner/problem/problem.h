@@ -259,6 +259,22 @@ struct shard {
     uint8_t scheme; /* enum plan_scheme */
 };
 
+/*
+ * What a user allows for one table (TorchRec's ParameterConstraints,
+ * torchrec_planner.md 5): the schemes (bit 1 << scheme each; 0: any), a
+ * minimum of row blocks (0 or 1: none), no split at all (table-wise only),
+ * and one host for all its shards (-1: any).
+ */
+struct table_constraint {
+    uint32_t schemes;
+    int32_t min_row_shards;
+    bool no_split;
+    int32_t host;
+};
+
+/* c (NULL: no constraint) allows scheme s for its table. */
+bool constraint_allows(const struct table_constraint *c, enum plan_scheme s);
+
 /* The rows shard s of t holds. */
 int64_t shard_rows(const struct table *t, const struct shard *s);
 
@@ -286,6 +302,9 @@ struct plan_device {
     int32_t dim_sum; /* pooled columns the device produces */
     int32_t nshards;
 };
+
+#define PLAN_NOTES_MAX 4
+#define PLAN_NOTE_LEN  320
 
 /* Why a plan costs what it does (plan_explain()). */
 #define PLAN_DRIVERS_MAX 3
@@ -338,7 +357,16 @@ struct plan {
     const char *comm_model;      /* static string naming the comm model */
     struct plan_explain explain;
     struct plan_search_stats stats;
+    /* Sentences on choices the algorithm made beyond placing (why tables
+     * are split in rows or replicated), for outputs. */
+    int32_t nnotes;
+    char notes[PLAN_NOTES_MAX][PLAN_NOTE_LEN];
 };
+
+/* Appends a note (printf-style; cut to PLAN_NOTE_LEN; dropped beyond
+ * PLAN_NOTES_MAX). */
+void plan_note(struct plan *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Makes an empty plan for ndevices devices.  Returns 0 or SD_ENOMEM. */
 int plan_init(struct plan *p, int32_t ndevices);
@@ -351,6 +379,12 @@ int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
 int plan_add_shard(struct plan *p, const struct shard *s);
 /* Sorts shards by (table, col_offset, row_offset, device). */
 void plan_sort(struct plan *p);
+/*
+ * The scheme of the table whose sorted shards start at `first`: as they
+ * say, except that shards of every row are table-wise alone and column-wise
+ * together (before plan_validate() they all say table-wise).
+ */
+enum plan_scheme plan_table_scheme(const struct plan *p, size_t first);
 
 /*
  * Checks a plan against its tables and topology: every shard names an
@@ -390,6 +424,18 @@ int plan_check_inputs(const struct table *tables, size_t ntables,
 int plan_check_pins(const struct table *tables, size_t ntables,
                     const struct topology *t, const int32_t *pins,
                     enum optimizer opt, struct sd_diag *d);
+/*
+ * Checks per-table constraints (ntables entries; NULL passes) against the
+ * topology and the pins: a host in range, at least one scheme allowed, no
+ * split and pins only with table_wise, a pinned device on the constraint's
+ * host, a minimum of row blocks at most the devices it may use and only with
+ * a row-wise scheme allowed.  SD_EINVAL naming `field`[i] and the table.
+ */
+int plan_check_constraints(const struct table *tables, size_t ntables,
+                           const struct topology *t, const int32_t *pins,
+                           const struct table_constraint *c, const char *field,
+                           struct sd_diag *d);
+
 /* The same, with messages naming the pins `field`
  * ("options.constraints.pins") instead of "pins". */
 int plan_check_pins_as(const struct table *tables, size_t ntables,

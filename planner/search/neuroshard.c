@@ -39,6 +39,7 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "search/search.h"
+#include "search/search_int.h"
 
 /* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
 #define NS_LEVELS_MAX 9
@@ -143,15 +144,17 @@ struct ns {
     const struct cost_net *net;
     double scale; /* topology batch / the model's batch */
     int32_t n;
-    size_t cap; /* pieces a state can have */
+    uint64_t largest_room; /* the most a base device has left */
+    size_t cap;            /* pieces a state can have */
     double dim_mean;
     int32_t candidates;  /* o->candidates, for this many tables */
     const int32_t *pins; /* per table: its device or -1; NULL: none */
     /* The exchanges of row-split and replicated tables (NULL: none). */
-    double *fixed_fwd, *fixed_bwd;
-    int32_t *forced;   /* per table: the level memory forces (0: whole) */
-    int32_t *presplit; /* per table: the level it starts at (>= forced) */
-    bool any_presplit; /* some table starts split beyond memory's needs */
+    const double *fixed_fwd, *fixed_bwd;
+    const int32_t *host; /* per table: the host it must go to, or -1 */
+    int32_t *forced;     /* per table: the level memory forces (0: whole) */
+    int32_t *presplit;   /* per table: the level it starts at (>= forced) */
+    bool any_presplit;   /* some table starts split beyond memory's needs */
     size_t npinned;
     struct ns_devs base;        /* the pinned tables placed, nothing else */
     struct ns_table *tl;        /* levels are filled on the main thread only */
@@ -193,6 +196,13 @@ static bool out_of_time(struct ns *s)
 static bool piece_pinned(const struct ns *s, size_t i)
 {
     return s->pins != NULL && i < s->ntables && s->pins[i] >= 0;
+}
+
+/* Table `table` may go to device r (its constraint's host, if any). */
+static bool device_ok(const struct ns *s, uint32_t table, int32_t r)
+{
+    return s->host == NULL || s->host[table] < 0 ||
+           r / s->t->devices_per_host == s->host[table];
 }
 
 /* The cached level of a piece, made on first use (main thread only). */
@@ -471,12 +481,12 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
  */
 static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
                          const struct ns_level *lv, double dim_cap,
-                         double *next_cap)
+                         double *next_cap, int32_t lo, int32_t hi)
 {
     const struct ns_devs *d = &w->dv;
     int32_t r, best = -1;
 
-    for (r = 0; r < s->n; r++) {
+    for (r = lo; r < hi; r++) {
         if (d->mem[r] + lv->bytes > topology_mem(s->t, r) ||
             (best >= 0 && !dev_less(d, r, best)))
             continue;
@@ -503,7 +513,7 @@ static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
     int32_t *stack = w->stack, top = 0, best = -1;
 
     if (d->size == 0)
-        return scan_pick(s, w, k, lv, dim_cap, next_cap);
+        return scan_pick(s, w, k, lv, dim_cap, next_cap, 0, s->n);
     stack[top++] = 1;
     while (top > 0) {
         int32_t i = stack[--top], r = d->least[i];
@@ -562,7 +572,12 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
     for (; k < np; k++) {
         const struct ns_sort *it = &w->order[k];
         const struct ns_level *lv = &s->tl[it->table].lv[it->level];
-        int32_t best = tree_pick(s, w, k, lv, dim_cap, next_cap);
+        int32_t h = s->host != NULL ? s->host[it->table] : -1,
+                L = s->t->devices_per_host;
+        /* A table held to a host: its few devices, scanned. */
+        int32_t best = h >= 0 ? scan_pick(s, w, k, lv, dim_cap, next_cap, h * L,
+                                          (h + 1) * L)
+                              : tree_pick(s, w, k, lv, dim_cap, next_cap);
 
         if (best < 0)
             return INFINITY;
@@ -709,9 +724,12 @@ static void devs_load(const struct ns *s, struct ns_work *w,
 {
     size_t k;
 
-    devs_reset(s, &w->dv);
+    /* The base holds the pinned tables and the scheme pass's shards. */
+    devs_copy(s, &w->dv, &s->base);
     for (k = 0; k < st->np; k++)
-        devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]), +1);
+        if (!piece_pinned(s, k))
+            devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
+                       +1);
 }
 
 /* The device the others wait for: max compute + backward comm. */
@@ -1006,13 +1024,20 @@ static void ns_local(struct ns *s, struct ns_state *st)
     if (st->cost == INFINITY)
         return;
     devs_load(s, w, st);
-    for (iter = 0; iter < 256 && !cancelled(s); iter++) {
-        int32_t crit = critical_device(s, w), tg[NS_TARGETS], ntg = 0, r, q;
-        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
-         * search time than it saves training time. */
-        double best = devs_plan_ms(s, w) * (1 - 1e-4), ready[NS_TARGETS];
+    for (iter = 0; iter < 256; iter++) {
+        int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
+        double best, ready[NS_TARGETS];
         size_t bi = SIZE_MAX, bj = SIZE_MAX, i, j;
         int32_t bto = -1;
+
+        if (out_of_time(s)) { /* the time budget holds here too */
+            s->st->budget_exhausted = true;
+            break;
+        }
+        crit = critical_device(s, w);
+        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
+         * search time than it saves training time. */
+        best = devs_plan_ms(s, w) * (1 - 1e-4);
 
         /* The least ready devices, least first (insertion: NS_TARGETS is
          * tiny); devs_plan_ms() left this state's comm in w->bwd. */
@@ -1043,7 +1068,8 @@ static void ns_local(struct ns *s, struct ns_state *st)
             for (q = 0; q < ntg; q++) {
                 double c;
 
-                if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]))
+                if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]) ||
+                    !device_ok(s, st->pc[i].table, tg[q]))
                     continue;
                 c = try_step(s, w, li, crit, tg[q], NULL);
                 if (c < best) {
@@ -1058,6 +1084,8 @@ static void ns_local(struct ns *s, struct ns_state *st)
                 double c;
 
                 if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
+                    !device_ok(s, st->pc[i].table, tg[0]) ||
+                    !device_ok(s, st->pc[j].table, crit) ||
                     d->mem[tg[0]] - lj->bytes + li->bytes >
                         topology_mem(t, tg[0]) ||
                     d->mem[crit] - li->bytes + lj->bytes >
@@ -1122,7 +1150,7 @@ static int32_t narrowest(struct ns *s, size_t i)
  */
 static int no_fit(struct ns *s, struct sd_diag *d)
 {
-    uint64_t total = 0, cap = 0, largest = topology_mem_max(s->t), *room;
+    uint64_t total = 0, cap = 0, largest = s->largest_room, *room;
     struct ns_fit *pieces;
     size_t i, np = 0, k;
     int32_t r, best;
@@ -1156,16 +1184,16 @@ static int no_fit(struct ns *s, struct sd_diag *d)
                          (unsigned long long)cap);
         goto out_free;
     }
-    for (r = 0; r < s->n; r++)
-        room[r] = topology_mem(s->t, r);
+    for (r = 0; r < s->n; r++) /* beside the pass's shards */
+        room[r] = topology_mem(s->t, r) > s->base.mem[r]
+                      ? topology_mem(s->t, r) - s->base.mem[r]
+                      : 0;
     np = 0;
     for (i = 0; i < s->ntables; i++) {
         uint64_t b = ns_level(s, (uint32_t)i, narrowest(s, i))->bytes;
 
-        if (piece_pinned(s, i)) { /* fits: plan_check_pins() said so */
-            room[s->pins[i]] -= b;
+        if (piece_pinned(s, i)) /* in the base: room[] has it */
             continue;
-        }
         for (k = 0; k < (size_t)1 << narrowest(s, i); k++)
             pieces[np++] = (struct ns_fit){b, (uint32_t)i};
     }
@@ -1297,13 +1325,12 @@ static void work_free(struct ns_work *w)
 static int32_t forced_level(const struct ns *s, size_t i)
 {
     const struct table *tb = &s->tables[i];
-    uint64_t largest = topology_mem_max(s->t);
     int32_t lv = 0;
 
     if (piece_pinned(s, i))
         return 0;
     while (lv + 1 < s->tl[i].nlevels &&
-           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > largest)
+           shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > s->largest_room)
         lv++;
     return lv;
 }
@@ -1340,9 +1367,58 @@ static void root_levels(struct ns *s)
     }
 }
 
+/*
+ * The base devices, beside the pinned tables: the shards the scheme pass
+ * fixed (row blocks, replicas) of `all` tables, each with its own features
+ * and bytes and no columns in the all-to-all (theirs are its collectives,
+ * s->fixed_fwd and s->fixed_bwd).
+ */
+static void base_fixed(struct ns *s, const struct scheme_pass *sp,
+                       const struct table *all)
+{
+    size_t k;
+
+    s->fixed_fwd = sp->fwd;
+    s->fixed_bwd = sp->bwd;
+    for (k = 0; k < sp->shards.nshards; k++) {
+        const struct shard *sh = &sp->shards.shards[k];
+        const struct table *tb = &all[sh->table];
+        struct ns_level lv = {.cols = 0, .ready = true};
+        struct table view;
+
+        shard_table(tb, sh, s->n, &view);
+        net_projected(s->net, s->o->memo, &view, sh->col_width, lv.proj);
+        lv.bytes = shard_block_bytes(tb, sh, s->o->optimizer);
+        devs_apply(s, &s->base, sh->device, &lv, +1);
+    }
+}
+
+/* Constraints on the searched tables: one that may not be split in
+ * columns has one level; a host kept in s->host. */
+static int ns_constraints(struct ns *s)
+{
+    const struct table_constraint *c = s->o->constraints;
+    int32_t *host;
+    size_t i;
+
+    if (c == NULL)
+        return 0;
+    host = malloc((s->ntables ? s->ntables : 1) * sizeof(*host));
+    if (host == NULL)
+        return SD_ENOMEM;
+    for (i = 0; i < s->ntables; i++) {
+        if (!constraint_allows(&c[i], SCHEME_CW))
+            s->tl[i].nlevels = 1;
+        host[i] = c[i].host;
+    }
+    s->host = host;
+    return 0;
+}
+
 static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
                    const struct topology *t, const struct plan_options *o,
-                   struct plan_search_stats *st)
+                   struct plan_search_stats *st, const struct scheme_pass *sp,
+                   const struct table *all)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t dims = 0;
@@ -1370,6 +1446,8 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         dims += tables[i].dim;
     }
     s->dim_mean = (double)dims / (double)s->n;
+    if (ns_constraints(s) != 0)
+        return SD_ENOMEM;
     /* Three lists of k candidates are most of a small model's tables: the
      * beam would try nearly every split at every level.  One in ten tables,
      * at least NS_CANDIDATES_MIN: on the benchmark tasks (10-59 tables)
@@ -1384,6 +1462,21 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->presplit = calloc(ntables ? ntables : 1, sizeof(*s->presplit));
     if (!s->forced || !s->presplit)
         return SD_ENOMEM;
+    /* The base devices: the pass's shards and the pinned tables placed
+     * (plan_check_pins() has checked that those fit). */
+    devs_reset(s, &s->base);
+    if (sp != NULL)
+        base_fixed(s, sp, all);
+    for (i = 0; i < ntables; i++) {
+        if (!piece_pinned(s, i))
+            continue;
+        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
+        s->npinned++;
+    }
+    for (k = 0; k < s->n; k++)
+        if (topology_mem(t, k) > s->base.mem[k] &&
+            topology_mem(t, k) - s->base.mem[k] > s->largest_room)
+            s->largest_room = topology_mem(t, k) - s->base.mem[k];
     if (o->column_splits)
         root_levels(s);
     /* Room for the root's pieces and one more per beam level. */
@@ -1396,17 +1489,9 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     for (k = 0; k < s->nthreads; k++)
         if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
-    /* The base devices: the pinned tables placed (plan_check_pins() has
-     * checked that they fit). */
-    devs_reset(s, &s->base);
-    for (i = 0; i < ntables; i++) {
-        if (!piece_pinned(s, i))
-            continue;
-        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
-        for (k = 0; k < s->nthreads; k++)
+    for (i = 0; i < ntables; i++)
+        for (k = 0; piece_pinned(s, i) && k < s->nthreads; k++)
             s->work[k].assign[i] = s->pins[i]; /* greedy runs keep it */
-        s->npinned++;
-    }
     return 0;
 }
 
@@ -1417,6 +1502,7 @@ static void ns_free(struct ns *s)
     for (k = 0; k < NS_THREADS_MAX; k++)
         work_free(&s->work[k]);
     devs_free(&s->base);
+    free((void *)s->host);
     free(s->tl);
     free(s->forced);
     free(s->presplit);
@@ -1497,9 +1583,14 @@ static int state_to_plan(struct ns *s, const struct ns_state *st,
     return rv;
 }
 
-int plan_neuroshard(const struct table *tables, size_t ntables,
-                    const struct topology *t, const struct plan_options *o,
-                    struct plan *out, struct sd_diag *d)
+/*
+ * The search of `tables` (all of them, or those the scheme pass left, with
+ * its shards of `all` tables, sp, placed first: NULL for none).
+ */
+static int ns_search(const struct table *tables, size_t ntables,
+                     const struct topology *t, const struct plan_options *o,
+                     const struct scheme_pass *sp, const struct table *all,
+                     struct plan *out, struct sd_diag *d)
 {
     struct plan_search_stats st = {0};
     struct ns_state best = {0};
@@ -1507,17 +1598,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     size_t i, merged = 0;
     int rv, k;
 
-    if (!o->net)
-        return sd_diag_set(d, SD_EINVAL, "neuroshard: no cost model given");
-    if (o->beam_width < 1 || o->beam_depth < 0 || o->candidates < 1 ||
-        o->threads < 0 || !(o->time_budget_ms >= 0))
-        return sd_diag_set(d, SD_EINVAL,
-                           "neuroshard: beam width and candidates must be "
-                           ">= 1, depth, threads and time budget >= 0");
-    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
-    if (rv != 0)
-        return rv;
-    rv = ns_init(&s, tables, ntables, t, o, &st);
+    rv = ns_init(&s, tables, ntables, t, o, &st, sp, all);
     if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
         goto out_free;
 
@@ -1566,7 +1647,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     rv = state_to_plan(&s, &best, out, &merged);
     if (rv != 0)
         goto out_free;
-    if (merged > 0) {
+    if (merged > 0 && sp == NULL) { /* with sp, the caller evaluates */
         /* Folded pieces change the shards the model scores. */
         struct net_cost_model ncm;
 
@@ -1594,5 +1675,139 @@ out_free:
         sd_diag_set(d, rv, "neuroshard: out of memory");
     state_free(&best);
     ns_free(&s);
+    return rv;
+}
+
+/* The model's cost of plan p (evaluated afresh). */
+static int model_cost(struct plan *p, const struct table *tables, size_t n,
+                      const struct topology *t, const struct plan_options *o)
+{
+    struct net_cost_model ncm;
+
+    net_cost_model_init(&ncm, o->net);
+    ncm.memo = o->memo;
+    return plan_evaluate(p, tables, n, t, o->optimizer, &ncm.cm);
+}
+
+/*
+ * The search of the tables the scheme pass left, mapped back to `tables`
+ * and joined by the pass's shards, into *out, evaluated.
+ */
+static int search_rest(const struct table *tables, size_t ntables,
+                       const struct topology *t, const struct plan_options *o,
+                       const struct scheme_pass *sp, struct plan *out,
+                       struct sd_diag *d)
+{
+    size_t nrest = ntables - sp->nfixed, i, j = 0, k;
+    struct table *rest = malloc((nrest ? nrest : 1) * sizeof(*rest));
+    uint32_t *idx = malloc((nrest ? nrest : 1) * sizeof(*idx));
+    int32_t *pins =
+        o->pins ? malloc((nrest ? nrest : 1) * sizeof(*pins)) : NULL;
+    struct table_constraint *cons =
+        o->constraints ? malloc((nrest ? nrest : 1) * sizeof(*cons)) : NULL;
+    struct plan_options so = *o;
+    int rv = SD_ENOMEM;
+
+    if (!rest || !idx || (o->pins && !pins) || (o->constraints && !cons)) {
+        sd_diag_set(d, rv, "neuroshard: out of memory");
+        goto out_free;
+    }
+    for (i = 0; i < ntables; i++) {
+        if (sp->fixed[i])
+            continue;
+        rest[j] = tables[i];
+        idx[j] = (uint32_t)i;
+        if (pins)
+            pins[j] = o->pins[i];
+        if (cons)
+            cons[j] = o->constraints[i];
+        j++;
+    }
+    so.pins = pins;
+    so.constraints = cons;
+    rv = ns_search(rest, nrest, t, &so, sp, tables, out, d);
+    if (rv != 0)
+        goto out_free;
+    for (k = 0; k < out->nshards; k++)
+        out->shards[k].table = idx[out->shards[k].table];
+    for (k = 0; k < sp->shards.nshards && rv == 0; k++)
+        rv = plan_add_shard(out, &sp->shards.shards[k]);
+    if (rv == 0) {
+        plan_sort(out);
+        rv = model_cost(out, tables, ntables, t, o);
+    }
+    if (rv != 0) {
+        plan_destroy(out);
+        sd_diag_set(d, rv, "neuroshard: out of memory");
+    }
+
+out_free:
+    free(rest);
+    free(idx);
+    free(pins);
+    free(cons);
+    return rv;
+}
+
+int plan_neuroshard(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct plan *out, struct sd_diag *d)
+{
+    struct scheme_pass sp;
+    struct plan_options cwo = *o;
+    struct timespec t0;
+    struct plan cw;
+    int rv;
+
+    if (!o->net)
+        return sd_diag_set(d, SD_EINVAL, "neuroshard: no cost model given");
+    if (o->beam_width < 1 || o->beam_depth < 0 || o->candidates < 1 ||
+        o->threads < 0 || !(o->time_budget_ms >= 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "neuroshard: beam width and candidates must be "
+                           ">= 1, depth, threads and time budget >= 0");
+    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
+    if (rv != 0)
+        return rv;
+    /* Whole tables only: no scheme but table-wise. */
+    if (!o->column_splits)
+        return ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rv = scheme_pass_run(tables, ntables, t, o, &sp, d);
+    if (rv != 0)
+        return rv;
+    if (sp.nfixed == 0) {
+        rv = ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+        if (rv == 0)
+            scheme_pass_note(&sp, ntables, out); /* small tables kept */
+        scheme_pass_free(&sp);
+        return rv;
+    }
+    rv = search_rest(tables, ntables, t, o, &sp, out, d);
+    /* Unless memory or a constraint forced them, the row blocks and
+     * replicas must beat the column search alone, or it is kept.  Both
+     * searches share the time budget: the second gets what is left, and
+     * none when nothing is. */
+    if (o->time_budget_ms > 0)
+        cwo.time_budget_ms = o->time_budget_ms - elapsed_ms(&t0);
+    if (rv == 0 && !sp.forced && !out->stats.budget_exhausted &&
+        !(o->time_budget_ms > 0 && cwo.time_budget_ms <= 0) &&
+        ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) == 0) {
+        if (model_cost(&cw, tables, ntables, t, o) == 0 &&
+            cw.cost_ms <= out->cost_ms) {
+            plan_destroy(out);
+            *out = cw;
+            plan_note(out,
+                      "row blocks and replicas were weighed and the column "
+                      "search alone came out cheaper");
+        } else {
+            /* The plan kept was chosen under the same budget. */
+            out->stats.budget_exhausted |= cw.stats.budget_exhausted;
+            plan_destroy(&cw);
+        }
+    }
+    if (rv == 0 && out->nnotes == 0)
+        scheme_pass_note(&sp, ntables, out);
+    scheme_pass_free(&sp);
     return rv;
 }

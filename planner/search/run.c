@@ -18,6 +18,7 @@ static const char *const alg_names[PLAN_ALG_COUNT] = {
     [PLAN_ALG_SIZE_LOOKUP_GREEDY] = "size_lookup_greedy",
     [PLAN_ALG_TORCHREC_GREEDY] = "torchrec_greedy",
     [PLAN_ALG_NEUROSHARD] = "neuroshard",
+    [PLAN_ALG_DREAMSHARD] = "dreamshard",
 };
 
 void plan_options_default(struct plan_options *o)
@@ -30,7 +31,7 @@ void plan_options_default(struct plan_options *o)
     o->beam_width = 3;
     o->beam_depth = 10;
     o->candidates = 10;
-    o->beam_evaluations = 4000000;
+    o->beam_evaluations = PLAN_BEAM_EVALUATIONS;
 }
 
 int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)
@@ -123,6 +124,56 @@ static int plan_robust(const struct table *tables, size_t ntables,
     return rv;
 }
 
+/* Whether every table's shards keep its constraint (p sorted): an allowed
+ * scheme, its host, its row blocks. */
+static bool constraints_kept(const struct plan *p, const struct topology *t,
+                             const struct table_constraint *c)
+{
+    size_t k = 0, first;
+
+    if (c == NULL)
+        return true;
+    while (k < p->nshards) {
+        const struct table_constraint *ci = &c[p->shards[k].table];
+        enum plan_scheme sc = plan_table_scheme(p, k);
+        int32_t blocks = 0;
+
+        if (!constraint_allows(ci, sc))
+            return false;
+        for (first = k;
+             k < p->nshards && p->shards[k].table == p->shards[first].table;
+             k++) {
+            if (ci->host >= 0 &&
+                p->shards[k].device / t->devices_per_host != ci->host)
+                return false;
+            blocks += p->shards[k].col_offset == 0;
+        }
+        if (ci->min_row_shards > 1 && blocks < ci->min_row_shards)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * The baselines place whole tables anywhere: a table whose constraint
+ * forbids that is refused, naming it and what can plan it.
+ */
+static int baseline_constraints(const struct table *tables, size_t n,
+                                const struct plan_options *o, struct sd_diag *d)
+{
+    size_t i;
+
+    for (i = 0; o->constraints != NULL && i < n; i++)
+        if (!constraint_allows(&o->constraints[i], SCHEME_TW) ||
+            o->constraints[i].host >= 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s places tables whole on any device: table "
+                               "\"%s\" may not be (its constraint); plan with "
+                               "neuroshard or torchrec_greedy",
+                               plan_alg_name(o->alg), tables[i].name);
+    return 0;
+}
+
 int plan_run(const struct table *tables, size_t ntables,
              const struct topology *t, const struct plan_options *o,
              const struct cost_model *m, struct plan *out, struct sd_diag *d)
@@ -131,26 +182,34 @@ int plan_run(const struct table *tables, size_t ntables,
     int rv;
 
     rv = plan_check_inputs(tables, ntables, t, d);
+    if (rv == 0)
+        rv = plan_check_constraints(tables, ntables, t, o->pins, o->constraints,
+                                    "constraints", d);
     if (rv != 0)
         return rv;
 
     switch (o->alg) {
     case PLAN_ALG_TORCHREC_GREEDY:
-        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins, &p,
-                                  d);
+        rv = plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
+                                  o->constraints, &p, d);
         break;
     case PLAN_ALG_RANDOM:
     case PLAN_ALG_DIM_GREEDY:
     case PLAN_ALG_SIZE_GREEDY:
     case PLAN_ALG_LOOKUP_GREEDY:
     case PLAN_ALG_SIZE_LOOKUP_GREEDY:
-        rv = plan_baseline(tables, ntables, t, o, &p, d);
+        rv = baseline_constraints(tables, ntables, o, d);
+        if (rv == 0)
+            rv = plan_baseline(tables, ntables, t, o, &p, d);
         break;
     case PLAN_ALG_NEUROSHARD:
         if (o->ensemble != NULL && o->ensemble->k > 1)
             rv = plan_robust(tables, ntables, t, o, m, &p, d);
         else
             rv = plan_neuroshard(tables, ntables, t, o, &p, d);
+        break;
+    case PLAN_ALG_DREAMSHARD:
+        rv = plan_dreamshard(tables, ntables, t, o, &p, d);
         break;
     default:
         return sd_diag_set(d, SD_EINVAL, "algorithm %d is unknown",
@@ -165,6 +224,9 @@ int plan_run(const struct table *tables, size_t ntables,
     rv = plan_validate(&p, tables, ntables, t, o->optimizer, d);
     if (rv == 0 && !pins_kept(&p, tables, o->pins))
         rv = sd_diag_set(d, SD_EINVAL, "%s: a pinned table was moved or split",
+                         p.algorithm);
+    if (rv == 0 && !constraints_kept(&p, t, o->constraints))
+        rv = sd_diag_set(d, SD_EINVAL, "%s: a table's constraint was not kept",
                          p.algorithm);
     if (rv == 0)
         rv = plan_evaluate(&p, tables, ntables, t, o->optimizer, m);

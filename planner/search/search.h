@@ -2,7 +2,8 @@
  * The algorithms, above the problem and the models (problem.h has the
  * conventions): their names and options and plan_run(), the dispatch
  * (run.c); the non-learned baselines (baseline.c), TorchRec's greedy
- * partitioner (torchrec.c) and NeuroShard's search (neuroshard.c).  The
+ * partitioner (torchrec.c), NeuroShard's search (neuroshard.c) and
+ * DreamShard's learned policy (dreamshard.c).  The
  * algorithms are built from the problem's building blocks and never call
  * plan_run(); no other room includes this one.
  */
@@ -29,6 +30,7 @@ enum plan_alg {
     PLAN_ALG_SIZE_LOOKUP_GREEDY,
     PLAN_ALG_TORCHREC_GREEDY,
     PLAN_ALG_NEUROSHARD,
+    PLAN_ALG_DREAMSHARD,
     PLAN_ALG_COUNT
 };
 
@@ -40,14 +42,20 @@ struct plan_options {
     enum plan_alg alg;
     enum optimizer optimizer;
     uint64_t seed; /* for random */
-    /* neuroshard: the model searched with (borrowed; required). */
+    /* neuroshard, dreamshard: the model searched with (borrowed;
+     * required). */
     const struct cost_net *net;
-    struct net_memo *memo; /* neuroshard: net's memo (borrowed); NULL: none */
-    double time_budget_ms; /* neuroshard: stop the beam after this; 0: none */
-    bool column_splits;    /* neuroshard: allow column-wise splits */
-    bool local_search;     /* neuroshard: final move/swap pass */
-    int32_t beam_width;    /* 3 */
-    int32_t beam_depth;    /* 10 */
+    /* neuroshard, dreamshard: net's memo (borrowed); NULL: none */
+    struct net_memo *memo;
+    /* dreamshard: the policy, trained against net (borrowed; required). */
+    const struct policy_net *policy;
+    /* neuroshard: stop the beam after this; dreamshard: place the rest
+     * with the model-cost LPT after this; 0: none */
+    double time_budget_ms;
+    bool column_splits; /* neuroshard: allow column-wise splits */
+    bool local_search;  /* neuroshard: final move/swap pass */
+    int32_t beam_width; /* 3 */
+    int32_t beam_depth; /* 10 */
     /* top-k by size and by cost to split; 10 (at most one in ten tables,
      * never fewer than 5: neuroshard.c) */
     int32_t candidates;
@@ -57,6 +65,7 @@ struct plan_options {
      * time budget it gives the same plan on any machine and load.
      */
     int64_t beam_evaluations;
+#define PLAN_BEAM_EVALUATIONS 4000000
     int32_t threads; /* neuroshard: scoring threads; 0: one per CPU */
     /*
      * Pins (borrowed; NULL: none): pins[i] is the device table i must go
@@ -65,9 +74,17 @@ struct plan_options {
      */
     const int32_t *pins;
     /*
+     * Per-table constraints (borrowed; NULL: none; else one per table):
+     * schemes, row blocks, no split, a host.  neuroshard and
+     * torchrec_greedy honour them; the baselines place whole tables and
+     * refuse a table that may not be whole.
+     */
+    const struct table_constraint *constraints;
+    /*
      * When not NULL and set (by another thread), the search stops as if
      * its time budget ran out: the caller no longer wants the plan.  The
-     * baselines finish (they take microseconds).
+     * baselines finish (they take microseconds); dreamshard places the
+     * rest with the model-cost LPT.
      */
     const atomic_bool *cancel;
     /*
@@ -143,6 +160,47 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
                     struct plan *out, struct sd_diag *d);
 
 /*
+ * DreamShard's policy (neuroshard.md 9) with o->policy over o->net: whole
+ * tables, pinned ones first, then the others costliest first, each onto
+ * the legal device (room left, its own capacity) of highest logit.  Once
+ * o->cancel is set or the time budget is spent, the remaining tables go by
+ * the model-cost LPT (policy_env_lpt()) and stats.budget_exhausted says
+ * so.  Deterministic for the same inputs unless cut short.  Fills
+ * out->stats (search_ms, evaluations: devices scored) and out->cost_ms
+ * with the MDP's cost.  *out is initialised here; same returns as
+ * plan_run(), SD_EINVAL without a model, without a policy (d says to
+ * train one) or with a policy trained against another model.
+ */
+int plan_dreamshard(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct plan *out, struct sd_diag *d);
+
+/* How a policy did against size_lookup_greedy on held-out tasks. */
+struct dreamshard_gate {
+    int32_t tasks;
+    int32_t planned_both;  /* the means are over these */
+    int32_t policy_failed; /* tasks the policy could not place */
+    int32_t greedy_failed;
+    int32_t lost;     /* tasks only the greedy could place */
+    double policy_ms; /* mean plan cost */
+    double greedy_ms;
+    double ratio; /* mean per task of policy / greedy */
+    bool pass;    /* planned_both > 0, lost 0, policy_ms < greedy_ms */
+};
+
+/*
+ * The gate of a trained policy (a daemon activates a policy only when it
+ * passes): dreamshard and size_lookup_greedy plan every task on topology
+ * t, both scored by m; it passes when its mean plan cost is lower and it
+ * placed every task the greedy placed.  Returns 0 (*out filled, pass or
+ * not), SD_EINVAL (no tasks, or pn is not m's) or SD_ENOMEM.
+ */
+int dreamshard_gate(const struct policy_net *pn, const struct cost_net *m,
+                    const struct policy_task *tasks, size_t n,
+                    const struct topology *t, enum optimizer opt,
+                    struct dreamshard_gate *out, struct sd_diag *d);
+
+/*
  * TorchRec's GreedyPerfPartitioner over its estimators (models.h), for
  * table-wise and column-wise options (torchrec_planner.md 1.2-1.4):
  * proposals all-TW, all-CW and per-table best, each partitioned
@@ -154,7 +212,8 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
  */
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
-                         const int32_t *pins, struct plan *out,
+                         const int32_t *pins,
+                         const struct table_constraint *cons, struct plan *out,
                          struct sd_diag *d);
 
 #endif /* SHARDD_PLANNER_SEARCH_H */

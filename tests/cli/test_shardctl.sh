@@ -56,7 +56,7 @@ json_check "$DIR/k.json" 'len(d["tasks"]) == 5 and all(10 <= len(k["tables"]) <=
 
 # --- planning: every algorithm, every format --------------------------------
 for alg in random dim_greedy size_greedy lookup_greedy size_lookup_greedy \
-    torchrec_greedy neuroshard; do
+    torchrec_greedy dreamshard neuroshard; do
     if "$CTL" plan --offline --tables "$DIR/k.json" --task 2 --devices 4 \
         --mem-gb 4 --alg "$alg" --json >"$DIR/p.json" 2>"$DIR/err"; then
         ok
@@ -254,6 +254,63 @@ expect_fail 2 'no such profile' train --db "$DIR/p.db" --profile nope
 expect_fail 2 '--backend' score --db "$DIR/p.db" --model "$DIR/m.sdcn" \
     --backend tpu
 expect_fail 2 '--db is required' train
+
+# train-policy: a dreamshard policy for a model file, written to a file that
+# plan --policy uses (the same file for the same seed); for the store's
+# active model, stored as a version; damaged files and a policy of another
+# model are refused, naming what to do.
+"$CTL" train-policy --model "$DIR/m.sdcn" --iterations 20 --out "$DIR/p.sdpol" \
+    >"$DIR/tp.txt" 2>"$DIR/err" && ok || bad "train-policy: $(cat "$DIR/err")"
+grep -q "^tasks: 200 train, 16 validation, 40 held out, on 4 devices" \
+    "$DIR/tp.txt" && grep -q "^gate: held-out mean plan cost " "$DIR/tp.txt" &&
+    ok || bad "train-policy report: $(cat "$DIR/tp.txt")"
+"$CTL" train-policy --model "$DIR/m.sdcn" --iterations 20 \
+    --out "$DIR/p2.sdpol" >/dev/null 2>&1 && cmp -s "$DIR/p.sdpol" \
+    "$DIR/p2.sdpol" && ok || bad "train-policy is not deterministic"
+"$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
+    --model "$DIR/m.sdcn" --alg dreamshard --policy "$DIR/p.sdpol" --json \
+    --out "$DIR/dp.json" 2>"$DIR/err" && ok ||
+    bad "plan --policy: $(cat "$DIR/err")"
+json_check "$DIR/dp.json" 'd["algorithm"] == "dreamshard" and all(len(t["shards"]) == 1 for t in d["tables"])'
+expect_fail 2 'shardctl train-policy' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
+    --alg dreamshard
+printf 'garbage' >"$DIR/bad.sdpol"
+expect_fail 2 'policy file: magic' plan --offline --tables "$DIR/small.json" \
+    --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" --alg dreamshard \
+    --policy "$DIR/bad.sdpol"
+python3 - "$DIR/p.sdpol" "$DIR/flip.sdpol" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[1000] ^= 1
+open(sys.argv[2], "wb").write(b)
+PY
+expect_fail 2 'policy file: crc32' plan --offline --tables "$DIR/small.json" \
+    --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" --alg dreamshard \
+    --policy "$DIR/flip.sdpol"
+expect_fail 2 '--policy is for --alg dreamshard' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --policy "$DIR/p.sdpol"
+"$CTL" train-policy --db "$DIR/p.db" --iterations 20 --activate \
+    >"$DIR/tp.txt" 2>"$DIR/err"
+rc=$?
+grep -q "^policy [0-9]* for profile cpu/.*/64, trained against model 1" \
+    "$DIR/tp.txt" && ok || bad "train-policy --db: $(cat "$DIR/tp.txt" "$DIR/err")"
+# --activate: active when it passed its gate, else exit 1 saying so.
+if grep -q "passed$" "$DIR/tp.txt"; then
+    [ "$rc" -eq 0 ] && grep -q "(active)$" "$DIR/tp.txt" && ok ||
+        bad "train-policy --activate: exit $rc"
+else
+    [ "$rc" -eq 1 ] && grep -q "not activated" "$DIR/err" && ok ||
+        bad "train-policy --activate, gate failed: exit $rc"
+fi
+"$CTL" train-policy --model "$DIR/m.sdcn" --tasks "$DIR/k.json" \
+    --iterations 10 --out "$DIR/p3.sdpol" >"$DIR/tp.txt" 2>"$DIR/err" &&
+    grep -q "^tasks: 4 train, 4 validation, 1 held out" "$DIR/tp.txt" && ok ||
+    bad "train-policy --tasks: $(cat "$DIR/tp.txt" "$DIR/err")"
+expect_fail 2 '--db or --out' train-policy
+expect_fail 2 'need --db' train-policy --out "$DIR/x.sdpol" --activate
+expect_fail 2 '--model is for training without --db' train-policy \
+    --db "$DIR/p.db" --model "$DIR/m.sdcn"
 # Ctrl-C: the run stops after its current sample, keeps every committed
 # one (exit 130), and the same command resumes from there.
 # shellcheck disable=SC2086
@@ -331,7 +388,7 @@ printf '{"tables":[' >"$DIR/bad.json"
 plan_bad 'malformed JSON at line 1'
 # A table larger than every device: named, with the shortfall in bytes.
 tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
-plan_bad 'table "huge": even at 4 columns it needs 1600000000 bytes'
+plan_bad 'table "huge" needs 51200000000 bytes: even in row blocks over all 2 devices a block needs 25600000000'
 expect_fail 2 'table "huge": needs 51200000000 bytes' plan --offline \
     --tables "$DIR/bad.json" --devices 2 --mem-gb 1 --alg size_greedy
 expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \

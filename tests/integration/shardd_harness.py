@@ -163,7 +163,9 @@ def plan_request(tables, num_devices=4, mem=16 * GIB, budget_ms=2000, seed=0,
 
 
 def placement_key(resp):
-    return [(tp.table, [(s.device, s.col_offset, s.col_width) for s in tp.shards])
+    return [(tp.table, tp.scheme,
+             [(s.device, s.col_offset, s.col_width, s.row_offset, s.row_count)
+              for s in tp.shards])
             for tp in resp.tables]
 
 
@@ -180,16 +182,35 @@ def check_plan(tc, req, resp):
     for t, tp in zip(req.tables, resp.tables):
         tc.assertEqual(tp.table, t.name, "tables are in request order")
         tc.assertGreater(len(tp.shards), 0, "table %s placed" % t.name)
-        col = 0
+        rows = t.rows
+        dp = tp.scheme == types_pb2.SCHEME_DATA_PARALLEL
+        if dp:
+            tc.assertEqual(sorted(s.device for s in tp.shards), list(range(nd)),
+                           "a replica of %s on every device" % t.name)
+        # Column slices in order; within each, row blocks tile every row.
+        col, i = 0, 0
+        while i < len(tp.shards) and not dp:
+            s0 = tp.shards[i]
+            tc.assertEqual(s0.col_offset, col, "shards of %s contiguous, sorted" % t.name)
+            tc.assertGreater(s0.col_width, 0)
+            tc.assertEqual(s0.col_width % 4, 0)
+            row = 0
+            while i < len(tp.shards) and tp.shards[i].col_offset == s0.col_offset:
+                s = tp.shards[i]
+                tc.assertEqual(s.col_width, s0.col_width)
+                tc.assertEqual(s.row_offset, row, "rows of %s tiled" % t.name)
+                tc.assertGreater(s.row_count, 0)
+                row += s.row_count
+                i += 1
+            tc.assertEqual(row, rows, "every row of %s at column %d" % (t.name, col))
+            col += s0.col_width
+        if not dp:
+            tc.assertEqual(col, t.dim, "shards of %s cover its %d columns" % (t.name, t.dim))
         for s in tp.shards:
             tc.assertTrue(0 <= s.device < nd, "device of %s in range" % t.name)
-            tc.assertEqual(s.col_offset, col, "shards of %s contiguous, sorted" % t.name)
-            tc.assertGreater(s.col_width, 0)
-            tc.assertEqual(s.col_width % 4, 0)
-            col += s.col_width
             per_dev_shards[s.device] += 1
-            per_dev_dims[s.device] += s.col_width
-        tc.assertEqual(col, t.dim, "shards of %s cover its %d columns" % (t.name, t.dim))
+            if tp.scheme in (types_pb2.SCHEME_TABLE_WISE, types_pb2.SCHEME_COLUMN_WISE):
+                per_dev_dims[s.device] += s.col_width
     tc.assertEqual(len(resp.devices), nd)
     for d, dc in enumerate(resp.devices):
         tc.assertEqual(dc.device, d)
@@ -249,7 +270,7 @@ class Daemon:
     """One shardd process on 127.0.0.1:<free port> and unix:<tmp>/s.sock."""
 
     def __init__(self, binary, data_dir=None, admin_token=None, args=(),
-                 profiler_idle_ms=3600000, unix=True):
+                 profiler_idle_ms=3600000, unix=True, from_config=()):
         self.binary = binary
         self.tmp = tempfile.mkdtemp(prefix="sdi-")
         self.data_dir = data_dir or os.path.join(self.tmp, "data")
@@ -266,10 +287,19 @@ class Daemon:
         # rate limit and the backups are test_service's and test_limits').
         # Flags a binary does not know are left out of these defaults, so
         # that a test can be run against an older shardd to see it fail.
-        self.argv += ["--data-dir", self.data_dir, "--retrain-every-hours", "0"]
-        for flag in ("--retrain-min-interval-s", "--backup-every-hours"):
-            if flag in _flags(binary):
+        # Keys in from_config come from the test's config file instead (a
+        # flag would override the file, and a reload would change nothing).
+        self.argv += ["--data-dir", self.data_dir]
+        for flag in ("--retrain-every-hours", "--retrain-min-interval-s",
+                     "--backup-every-hours"):
+            key = flag[2:].replace("-", "_")
+            if key not in from_config and flag in _flags(binary):
                 self.argv += [flag, "0"]
+        # No policy retrain after each activation (test_dreamshard.py's):
+        # it would hold the job thread for seconds after every retrain.
+        if ("--policy-after-activation" in _flags(binary) and
+                "--policy-after-activation" not in args):
+            self.argv += ["--policy-after-activation", "off"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:
@@ -311,12 +341,28 @@ class Daemon:
         self._chans.append(ch)
         return ch
 
-    def log(self):
+    def log(self, whole=False):
+        """The daemon's stdout and stderr so far (the last 4000 characters
+        unless whole)."""
         try:
             with open(self.log_path, "r", errors="replace") as f:
-                return f.read()[-4000:]
+                text = f.read()
         except OSError:
             return ""
+        return text if whole else text[-4000:]
+
+    def wait_log(self, text, count=1, timeout=30.0):
+        """Waits until the log holds `text` at least `count` times; the
+        whole log then, or None after timeout seconds."""
+        t0 = time.monotonic()
+        while True:
+            log = self.log(whole=True)
+            if log.count(text) >= count:
+                return log
+            if time.monotonic() - t0 > timeout or (self.proc is not None
+                                                   and self.proc.poll() is not None):
+                return None
+            time.sleep(0.05)
 
     def signal(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)

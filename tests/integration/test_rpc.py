@@ -8,9 +8,12 @@ directory per class) and checks: health, Planner.Plan/Estimate over TCP and
 unix (placement invariants, the plan cache, Estimate agreeing with Plan),
 input errors naming the field and leaving the store alone, Admin
 authentication, every Admin method, the retrain path end to end with a hot
-model swap under concurrent plans, the profiler stepping aside for a plan,
-SIGTERM draining, the data-directory lock and a restart keeping the active
-model.  Prints what each test measured.
+model swap under concurrent plans, the retrain gate both ways on samples
+made so that its answer is known, the profiler stepping aside for a plan
+(the sample it was timing is not stored), SIGTERM draining, the
+data-directory lock, a restart keeping the active model, and SIGHUP
+applying the token, the plan cache, the profiler and the retrain rate
+limit.  Prints what each test measured.
 
 Exits 77 (ctest: skipped) when /usr/bin/python3 lacks grpc or grpc_tools.
 """
@@ -29,7 +32,10 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 import math
+import re
 import signal
+import sqlite3
+import struct
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -369,7 +375,8 @@ class ServingTest(Base):
             self.assertEqual([f.name for f in planner],
                              ["shardd/v1/planner.proto", "shardd/v1/types.proto"],
                              "the file and what it imports")
-            self.assertEqual([m.name for m in planner[0].service[0].method], ["Plan", "Estimate"])
+            self.assertEqual([m.name for m in planner[0].service[0].method],
+                             ["Plan", "Estimate", "Features"])
             admin = files(out[2])
             self.assertEqual(admin[0].name, "shardd/v1/admin.proto")
             self.assertIn("WatchJob", [m.name for m in admin[0].service[0].method])
@@ -560,28 +567,6 @@ class RetrainTest(Base):
         # The first one is unharmed.
         self.assertEqual(self.status().profile != "", True)
 
-    def test_b_profiler_steps_aside(self):
-        # Wait until the profiler is measuring (the sample count moves).
-        t0 = time.monotonic()
-        first = self.status().compute_samples
-        while True:
-            n = self.status().compute_samples
-            if n > first:
-                break
-            self.assertLess(time.monotonic() - t0, SAMPLES_WAIT_S,
-                            "the profiler measured nothing in %d s" % SAMPLES_WAIT_S)
-            time.sleep(0.05)
-        note("profiler: first samples after %.1f s (count %d)", time.monotonic() - self.t_start, n)
-        self.assertLess(n, MAX_SAMPLES, "still measuring")
-        req = H.plan_request(H.make_tables(20, seed=71), budget_ms=2000)
-        t1 = time.monotonic()
-        r = H.call(self.tcp, H.PLAN, req, timeout=60)
-        lat = time.monotonic() - t1
-        H.check_plan(self, req, r)
-        note("plan while the profiler measures: %.0f ms (search %.0f ms)", lat * 1e3,
-             r.search.search_time_ms)
-        self.assertLess(lat, 30.0)
-
     def test_c_retrain_and_hot_swap(self):
         A = H.admin_pb2
         t0 = time.monotonic()
@@ -682,11 +667,32 @@ class RetrainTest(Base):
             # n_final, less a tenth at most, without the window).
             self.assertLessEqual(mine[0].train_samples + mine[0].validation_samples,
                                  min(WINDOW, n_final))
-            self.assertTrue(math.isfinite(mine[0].validation_mape)
-                            and mine[0].validation_mape >= 0)
             note("model %s: validation_mape %.3f, %d train / %d validation samples, "
-                 "auto-activated %s", v, mine[0].validation_mape, mine[0].train_samples,
-                 mine[0].validation_samples, mine[0].active)
+                 "auto-activated %s: %r", v, mine[0].validation_mape,
+                 mine[0].train_samples, mine[0].validation_samples, mine[0].active,
+                 last.message)
+            # The gate's decision follows its figures: against the model
+            # active before (if any), both scored on the same held-out
+            # samples, the new one is activated unless it is worse; the
+            # held-out MAPE is the one ListModels reports.  (GateTest
+            # constructs both outcomes.)
+            had = st.active_model_version
+            fig = re.match(r"model (\d+) (not )?activated: held-out MAPE ([0-9.]+) %",
+                           last.message)
+            self.assertIsNotNone(fig, last.message)
+            self.assertEqual(fig.group(1), v)
+            new_mape = float(fig.group(3))
+            self.assertAlmostEqual(mine[0].validation_mape * 100, new_mape, delta=0.05 + 1e-9)
+            if had:
+                old = re.search(r"(?:model %s had|the active model %s's) ([0-9.]+) %%"
+                                % (re.escape(had), re.escape(had)), last.message)
+                self.assertIsNotNone(old, "the job compares with %s: %r" % (had, last.message))
+                old_mape = float(old.group(1))
+                if new_mape != old_mape:  # equal at 0.1 %: either side of the line
+                    self.assertEqual(mine[0].active, new_mape < old_mape, last.message)
+            else:
+                self.assertTrue(mine[0].active, "no model was active: %r" % last.message)
+            self.assertEqual(mine[0].active, fig.group(2) is None, last.message)
 
             st_v = self.status()
             self.assertEqual(st_v.active_model_version, v if mine[0].active else
@@ -852,8 +858,10 @@ class DrainTest(Base):
     @classmethod
     def setUpClass(cls):
         # Only TCP: the admin socket is then DATA_DIR/shardd.sock.
+        # No beam budget: the search runs into its time budget.
         cls.d = H.Daemon(SHARDD, unix=False,
-                         args=["--profiler", "off", "--grace-s", str(GRACE_S)]).start()
+                         args=["--profiler", "off", "--grace-s", str(GRACE_S),
+                               "--beam-evaluations", "0"]).start()
 
     @classmethod
     def tearDownClass(cls):
@@ -943,7 +951,9 @@ class DrainTest(Base):
              DRAIN_TABLES, DRAIN_DEVICES, box["t"], r.search.search_time_ms,
              r.search.time_budget_exhausted, rc, t_exit)
         self.assertEqual(rc, 0)
-        self.assertLess(t_exit, GRACE_S + 2)
+        # The grace, the 2 s the stopping search gets to answer, and slack
+        # for a loaded machine.
+        self.assertLess(t_exit, GRACE_S + 5)
         self.assertTrue(alive, "the plan was still in flight at the new calls")
         for which, (code, details) in late.items():
             self.assertEqual(code, SC.UNAVAILABLE, "new %s call after SIGTERM: %s %s"
@@ -982,54 +992,320 @@ class ProposalTest(Base):
 
 
 # ---------------------------------------------------------------------------
+# The retrain gate end to end, both ways, on samples made so that the right
+# decision is known: a model that is far off loses to a new one; a model
+# that is exact on every sample keeps its place unless the retrain is
+# forced.
+
+def decode_shard(blob):
+    """A stored shard (store/samples.c: 160-byte little-endian records of
+    rows, dim, dtype, pooling factor, 17 bins) as Table messages."""
+    out = []
+    for i in range(len(blob) // 160):
+        rec = blob[160 * i:160 * (i + 1)]
+        rows, dim, dtype, pf = struct.unpack_from("<qiid", rec, 0)
+        t = H.types_pb2.Table(name="s%d" % i, rows=rows, dim=dim, pooling_factor=pf,
+                              dtype=dtype + 1)  # store 0/1 = fp32/fp16
+        t.bins.extend(struct.unpack_from("<17d", rec, 24))
+        out.append(t)
+    return out
+
+
+class GateTest(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.data = H.tempfile.mkdtemp(prefix="sdi-gate-")
+        cls.db = os.path.join(cls.data, "shardd.db")
+        ctl = os.path.join(os.path.dirname(SHARDD), "shardctl")
+        p = subprocess.run([ctl, "profile", "--db", cls.db, "--samples", "30",
+                            "--backend", "cpu", "--batch-size", "4096",
+                            "--max-gb", "0.05", "--warmup", "1", "--repeats", "3",
+                            "--no-flush"], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("shardctl profile: " + p.stderr)
+        # A thousand times faster than measured: the embedded model (or none)
+        # is then off by a factor of 1000 on every sample.
+        con = sqlite3.connect(cls.db)
+        con.execute("UPDATE samples SET measured_ms = measured_ms / 1000")
+        con.commit()
+        con.close()
+        cls.d = H.Daemon(SHARDD, data_dir=cls.data, args=["--profiler", "off"]).start()
+        cls.ch = cls.d.channel("unix")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.cleanup()
+        H.shutil.rmtree(cls.data, ignore_errors=True)
+
+    def status(self):
+        return H.call(self.ch, H.STATUS, H.admin_pb2.GetStatusRequest())
+
+    def retrain(self, force):
+        A = H.admin_pb2
+        job = H.call(self.ch, H.RETRAIN, A.RetrainRequest(force=force))
+        last = list(H.stream(self.ch, H.WATCH_JOB, A.WatchJobRequest(id=job.id),
+                             timeout=120))[-1]
+        self.assertEqual(last.state, A.JOB_STATE_SUCCEEDED, last.message)
+        self.assertTrue(last.result_model_version)
+        return last
+
+    def model(self, version):
+        ms = H.call(self.ch, H.LIST_MODELS, H.admin_pb2.ListModelsRequest()).models
+        return next(m for m in ms if m.version == version)
+
+    def test_gate_both_ways(self):
+        st = self.status()
+        had = st.active_model_version  # "embedded" on the cpu it was made on
+        # 1. Against a model 1000 times off (or none), the new model wins.
+        j1 = self.retrain(force=False)
+        v1 = j1.result_model_version
+        note("retrain against %r on samples 1000x faster: %s", had or "no model", j1.message)
+        self.assertIn("model %s activated" % v1, j1.message)
+        self.assertEqual(self.status().active_model_version, v1)
+        self.assertTrue(self.model(v1).active)
+
+        # 2. Every sample set to v1's own prediction (an Estimate of the
+        # shard alone on one device at the profile's batch is v1's
+        # net_tables_ms), and one more sample, newer than v1, so that a
+        # retrain without force may run: v1 is exact on the held-out ones.
+        con = sqlite3.connect(self.db, timeout=30)
+        rows = con.execute("SELECT id, shard FROM samples WHERE kind = 'compute' "
+                           "ORDER BY id").fetchall()
+        topo = H.topology(num_devices=1, mem=1 << 40)
+        topo.batch_size = 4096
+        preds = {}
+        for sid, blob in rows:
+            tables = decode_shard(blob)
+            est = H.planner_pb2.EstimateRequest(topology=topo)
+            est.tables.extend(tables)
+            for t in tables:
+                est.placement.add(table=t.name).shards.add(device=0, col_offset=0,
+                                                            col_width=t.dim)
+            e = H.call(self.ch, H.ESTIMATE, est)
+            self.assertEqual(e.basis.model_version, v1)
+            preds[sid] = e.devices[0].compute_ms
+        con.executemany("UPDATE samples SET measured_ms = ? WHERE id = ?",
+                        [(ms, sid) for sid, ms in preds.items()])
+        first = rows[0][0]
+        con.execute("INSERT INTO samples (profile_id, kind, ntables, shard, ndevices, "
+                    "devices, measured_ms, spread_ms, device, source, created_ms) "
+                    "SELECT profile_id, kind, ntables, shard, ndevices, devices, "
+                    "measured_ms, spread_ms, device, source, ? FROM samples WHERE id = ?",
+                    (int(time.time() * 1000) + 1000, first))
+        con.commit()
+        con.close()
+        j2 = self.retrain(force=False)
+        v2 = j2.result_model_version
+        note("retrain against %s, exact on every sample: %s", v1, j2.message)
+        self.assertIn("model %s not activated" % v2, j2.message)
+        self.assertIn("the active model %s's 0.0 %%" % v1, j2.message)
+        self.assertEqual(self.status().active_model_version, v1)
+        m2 = self.model(v2)
+        self.assertFalse(m2.active)
+        self.assertTrue(self.model(v1).active)
+        self.assertGreater(m2.validation_mape, 0.0)
+
+        # 3. Forced: the same comparison, activated anyway.
+        j3 = self.retrain(force=True)
+        v3 = j3.result_model_version
+        note("forced retrain against %s: %s", v1, j3.message)
+        self.assertIn("model %s activated" % v3, j3.message)
+        self.assertIn("forced", j3.message)
+        self.assertEqual(self.status().active_model_version, v3)
+
+
+# ---------------------------------------------------------------------------
+# The profiler steps aside for a request (docs/daemon.md): caught while it
+# times a sample, it drops that sample and says so in the debug log.
+
+def heavy_tables():
+    """Four tables whose shard takes seconds to time on one core at batch
+    4096 (about 3.3 M lookups of 128 columns a step, 15 steps), well within
+    the profiler's default memory budget."""
+    out = []
+    for i in range(4):
+        t = H.types_pb2.Table(name="heavy%d" % i, rows=100000, dim=128,
+                              pooling_factor=200.0)
+        t.bins.extend([0.5 / (1 << k) if k < 6 else 0.0 for k in range(17)])
+        out.append(t)
+    return out
+
+
+class StepAsideTest(Base):
+    def test_request_mid_sample_drops_it(self):
+        """No random samples (profiler_max_samples 0): the profiler measures
+        only what a plan proposes.  A plan at the profile's batch on one
+        device proposes one heavy shard; once the profiler is timing it
+        (its weight arena is held, nothing is stored yet) a second plan
+        arrives.  The profiler steps aside: the debug log says so, and the
+        sample it was timing is never stored.  A profiler that finished the
+        sample first, or never stepped aside, stores it."""
+        d = H.Daemon(SHARDD, profiler_idle_ms=500,
+                     args=["--profiler-max-samples", "0", "--log-level", "debug",
+                           "--plan-cache-entries", "0"]).start()
+        try:
+            ch = d.channel("unix")
+            A = H.admin_pb2
+
+            def status():
+                return H.call(ch, H.STATUS, A.GetStatusRequest())
+
+            st = status()
+            self.assertEqual((st.compute_samples, st.profiler_memory_bytes), (0, 0),
+                             "a fresh store, nothing measured yet")
+            req = H.plan_request(heavy_tables(), num_devices=1, budget_ms=500)
+            req.topology.batch_size = 4096  # the profile's: its shard is proposed
+            H.check_plan(self, req, H.call(ch, H.PLAN, req))
+            # Admin calls are no Planner requests: polling does not delay it.
+            t0 = time.monotonic()
+            while True:
+                st = status()
+                if st.profiler_memory_bytes > 0:
+                    break
+                self.assertLess(time.monotonic() - t0, 120,
+                                "the profiler did not start measuring the proposed shard")
+                time.sleep(0.02)
+            self.assertEqual(st.compute_samples, 0, "the sample is being timed, not stored")
+            t_in = time.monotonic() - t0
+            other = H.plan_request(H.make_tables(8, seed=5), budget_ms=200)
+            other.topology.batch_size = 8192  # not the profile's: nothing proposed
+            t1 = time.monotonic()
+            r = H.call(ch, H.PLAN, other, timeout=60)
+            lat = time.monotonic() - t1
+            H.check_plan(self, other, r)
+            log = d.wait_log("profiler: stepped aside for a request in", timeout=60)
+            self.assertIsNotNone(log, "no step-aside in the debug log:\n" + d.log())
+            # measure_once logs that line after it returned: whatever it
+            # would store is stored by now.
+            st = status()
+            con = __import__("sqlite3").connect(
+                "file:%s?mode=ro" % os.path.join(d.data_dir, "shardd.db"), uri=True,
+                timeout=10)
+            rows = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+            con.close()
+            line = [x for x in log.splitlines() if "stepped aside" in x][-1]
+            note("profiler timing a proposed shard %.2f s after the plan; a plan then "
+                 "answered in %.0f ms; %r; samples stored: %d", t_in, lat * 1e3,
+                 line.split(": ", 1)[-1], rows)
+            self.assertEqual(rows, 0, "the aborted sample was stored")
+            self.assertEqual(st.compute_samples, 0)
+            self.assertEqual(st.profiler, A.PROFILER_STATE_RUNNING)
+        finally:
+            self.assertEqual(d.stop(), 0)
+            d.cleanup()
+
+
+# ---------------------------------------------------------------------------
 # SIGHUP: the configuration file is read again; the admin token and the
-# other reloadable keys apply at once, restart-only keys are logged.
+# other reloadable keys apply at once (the plan cache, the profiler, the
+# retrain rate limit), restart-only keys are logged.
 
 class ReloadTest(Base):
-    def test_sighup_reloads_token(self):
-        tmp = __import__("tempfile").mkdtemp(prefix="sdi-conf-")
+    def test_sighup_reloads(self):
+        tmp = H.tempfile.mkdtemp(prefix="sdi-conf-")
         conf = os.path.join(tmp, "shardd.conf")
+        data = os.path.join(tmp, "data")
+        os.makedirs(data)
+        A = H.admin_pb2
+        # Samples for the retrains (a few tiny shards: seconds).
+        ctl = os.path.join(os.path.dirname(SHARDD), "shardctl")
+        p = subprocess.run([ctl, "profile", "--db", os.path.join(data, "shardd.db"),
+                            "--samples", "24", "--backend", "cpu", "--batch-size", "4096",
+                            "--max-gb", "0.01", "--warmup", "0", "--repeats", "1"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
 
-        def write(token, threads):
+        def write(token, threads, cache, profiler, interval):
             # The token is a secret: the file must not be readable by others.
             with open(conf, "w") as f:
                 f.write('# test\nadmin_token = "%s"\nthreads = %d\n'
-                        'plan_cache_entries = 16\n' % (token, threads))
+                        'plan_cache_entries = %d\nprofiler = %s\n'
+                        'retrain_min_interval_s = %d\n'
+                        % (token, threads, cache, profiler, interval))
             os.chmod(conf, 0o600)
 
-        write("first-token", 2)
-        d = H.Daemon(SHARDD, args=["--config", conf, "--profiler", "off"]).start()
+        def reload(n):
+            d.signal(signal.SIGHUP)
+            self.assertIsNotNone(d.wait_log("SIGHUP: configuration reloaded", n, timeout=20),
+                                 "reload %d not logged:\n%s" % (n, d.log()))
+
+        status = A.GetStatusRequest()
+        plan = H.plan_request(H.make_tables(10, seed=77), budget_ms=300)
+
+        def hits(ch):
+            return [H.call(ch, H.PLAN, plan).cache_hit for _ in range(2)]
+
+        def retrain(ch):
+            """A forced retrain: the job's end, or the refusal."""
+            try:
+                job = H.call(ch, H.RETRAIN, A.RetrainRequest(force=True))
+            except grpc.RpcError as e:
+                return e
+            return list(H.stream(ch, H.WATCH_JOB, A.WatchJobRequest(id=job.id),
+                                 timeout=120))[-1]
+
+        # retrain_min_interval_s comes from the file (the harness's flag would
+        # override it); the profiler measures nothing (idle an hour).
+        write("first-token", 2, 16, "on", 3600)
+        d = H.Daemon(SHARDD, data_dir=data, args=["--config", conf],
+                     from_config=("retrain_min_interval_s",)).start()
         try:
             ch = d.channel("tcp")
-            status = H.admin_pb2.GetStatusRequest()
+            adm = d.channel("unix")
             H.call(ch, H.STATUS, status, metadata=H.bearer("first-token"))
-            write("second-token", 3)
-            d.signal(signal.SIGHUP)
+            self.assertEqual(hits(ch), [False, True], "cache on: the repeat is a hit")
+            self.assertEqual(H.call(adm, H.STATUS, status).profiler,
+                             A.PROFILER_STATE_RUNNING)
+            j = retrain(adm)
+            self.assertNotIsInstance(j, grpc.RpcError, "the first retrain runs")
+            self.assertEqual(j.state, A.JOB_STATE_SUCCEEDED, j.message)
+            e = retrain(adm)
+            self.assertIsInstance(e, grpc.RpcError, "one an hour: the second is refused")
+            self.assertEqual(e.code(), SC.RESOURCE_EXHAUSTED, e.details())
+            self.assertIn("retrain_min_interval_s", e.details())
+
+            # Everything turned the other way.
+            write("second-token", 3, 0, "off", 0)
             t0 = time.monotonic()
-            while time.monotonic() - t0 < 10:
-                try:
-                    H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
-                    break
-                except grpc.RpcError:
-                    time.sleep(0.1)
-            note("SIGHUP: the new token works after %.2f s", time.monotonic() - t0)
+            reload(1)
+            note("SIGHUP: reloaded after %.2f s", time.monotonic() - t0)
             H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
             self.expect(SC.UNAUTHENTICATED, lambda: H.call(
                 ch, H.STATUS, status, metadata=H.bearer("first-token")))
+            self.assertEqual(hits(ch), [False, False], "plan_cache_entries 0: no hit")
+            self.assertEqual(H.call(adm, H.STATUS, status).profiler,
+                             A.PROFILER_STATE_DISABLED)
+            self.expect(SC.FAILED_PRECONDITION, lambda: H.call(
+                adm, H.SET_PROFILER, A.SetProfilerRequest(paused=True)), "disabled")
+            j = retrain(adm)
+            self.assertNotIsInstance(j, grpc.RpcError,
+                                     "retrain_min_interval_s 0: a retrain runs at once")
+            self.assertEqual(j.state, A.JOB_STATE_SUCCEEDED, j.message)
+
+            # And back.
+            write("second-token", 3, 16, "on", 3600)
+            reload(2)
+            self.assertEqual(hits(ch), [False, True], "the cache is back")
+            self.assertEqual(H.call(adm, H.STATUS, status).profiler,
+                             A.PROFILER_STATE_RUNNING)
+            e = retrain(adm)
+            self.assertIsInstance(e, grpc.RpcError, "one an hour again: refused")
+            self.assertEqual(e.code(), SC.RESOURCE_EXHAUSTED, e.details())
+
             # A file that no longer parses changes nothing.
             with open(conf, "w") as f:
                 f.write("threads = many\n")
             d.signal(signal.SIGHUP)
-            time.sleep(0.5)
+            self.assertIsNotNone(d.wait_log("configuration not reloaded", timeout=20))
             H.call(ch, H.STATUS, status, metadata=H.bearer("second-token"))
-            log = d.log()
+            self.assertEqual(hits(ch), [True, True], "the cache kept its setting")
+            log = d.log(whole=True)
             self.assertIn("threads changed; restart to apply", log)
-            self.assertIn("configuration not reloaded", log)
             self.assertIn("threads", log)
         finally:
             self.assertEqual(d.stop(), 0)
             d.cleanup()
-            __import__("shutil").rmtree(tmp, ignore_errors=True)
+            H.shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():

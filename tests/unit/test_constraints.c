@@ -57,6 +57,7 @@ static int run(const struct table *tb, const struct topology *topo,
 
     net_cost_model_init(&ncm, net);
     o->net = net;
+    o->policy = policy_embedded(NULL); /* dreamshard's */
     return plan_run(tb, NT, topo, o, &ncm.cm, p, d);
 }
 
@@ -177,8 +178,8 @@ static void test_bad_pins(void)
     CHECK(plan_neuroshard(tb, NT, &topo, &o, &p, &d) == SD_EINVAL);
     o.alg = PLAN_ALG_SIZE_GREEDY;
     CHECK(plan_baseline(tb, NT, &topo, &o, &p, &d) == SD_EINVAL);
-    CHECK(plan_torchrec_greedy(tb, NT, &topo, OPTIMIZER_SGD, pins, &p, &d) ==
-          SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, NT, &topo, OPTIMIZER_SGD, pins, NULL, &p,
+                               &d) == SD_EINVAL);
     {
         double cost[NT] = {0};
 

@@ -82,35 +82,54 @@ static void test_evaluate(void)
 {
     double unit = 1.0;
     struct cost_model m = {"per_item", per_item_ms, &unit};
-    struct table tb[3];
+    struct table tb[4];
     struct topology t;
     struct plan p;
-    double pure[2], bwd[2];
-    int32_t dims[2] = {24, 8};
 
     make(&tb[0], "a", 100, 8, 1);
     make(&tb[1], "b", 100, 16, 1);
     make(&tb[2], "c", 100, 8, 1);
-    topology_default(&t, 2, 1ull << 30);
-    CHECK(plan_init(&p, 2) == 0);
-    plan_add(&p, 0, 0, 0, 8);
+    make(&tb[3], "d", 100, 4, 1);
+    /* 3 devices on one host, batch 3000: 1000 rows of 4 bytes per column
+     * go to each peer, i.e. 4000 bytes per column per peer, at 1000 B/ms
+     * and 0.5 ms a peer: 4 ms per column per peer plus 1 ms. */
+    topology_default(&t, 3, 1ull << 30);
+    t.batch_size = 3000;
+    t.intra_host_bw = 1000;
+    t.link_latency_ms = 0.5;
+    CHECK(plan_init(&p, 3) == 0);
+    plan_add(&p, 0, 0, 0, 8); /* device 0: a (8) + b (16) = 24 columns */
     plan_add(&p, 1, 0, 0, 16);
-    plan_add(&p, 2, 1, 0, 8);
-    CHECK(plan_evaluate(&p, tb, 3, &t, OPTIMIZER_SGD, &m) == 0);
-    cost_comm_alpha_beta(&t, dims, pure, bwd);
+    plan_add(&p, 2, 1, 0, 8); /* device 1: c, 8 columns */
+    plan_add(&p, 3, 2, 0, 4); /* device 2: d, 4 columns */
+    CHECK(plan_evaluate(&p, tb, 4, &t, OPTIMIZER_SGD, &m) == 0);
 
-    CHECK(p.devices[0].nshards == 2 && p.devices[1].nshards == 1);
-    CHECK(p.devices[0].dim_sum == 24 && p.devices[1].dim_sum == 8);
+    CHECK(p.devices[0].nshards == 2 && p.devices[1].nshards == 1 &&
+          p.devices[2].nshards == 1);
+    CHECK(p.devices[0].dim_sum == 24 && p.devices[1].dim_sum == 8 &&
+          p.devices[2].dim_sum == 4);
     CHECK(p.devices[0].mem_bytes == 100 * 24 * 4);
+    CHECK(p.devices[2].mem_bytes == 100 * 4 * 4);
     CHECK_NEAR(p.devices[0].compute_ms, 2.0, 1e-12);
     CHECK_NEAR(p.devices[1].compute_ms, 1.0, 1e-12);
-    CHECK_NEAR(p.devices[0].bwd_comm_ms, bwd[0], 1e-12);
-    /* Device 1 is ready 1 ms + the bwd difference earlier and waits. */
-    CHECK_NEAR(p.devices[1].fwd_comm_ms,
-               pure[1] + (2.0 + bwd[0]) - (1.0 + bwd[1]), 1e-12);
-    CHECK_NEAR(p.devices[0].fwd_comm_ms, pure[0], 1e-12);
-    CHECK_NEAR(p.cost_ms,
-               2.0 + bwd[0] + (pure[0] > pure[1] ? pure[0] : pure[1]), 1e-12);
+    CHECK_NEAR(p.devices[2].compute_ms, 1.0, 1e-12);
+    /* The exchange, both ways alike (busier direction x 4 ms + 1 ms):
+     * device 0 sends 24 x 2 peers, receives 8 + 4: 48 x 4 + 1 = 193 ms;
+     * device 1 sends 8 x 2 = 16, receives 28: 28 x 4 + 1 = 113 ms;
+     * device 2 sends 4 x 2 = 8, receives 32: 32 x 4 + 1 = 129 ms. */
+    CHECK_NEAR(p.devices[0].bwd_comm_ms, 193.0, 1e-12);
+    CHECK_NEAR(p.devices[1].bwd_comm_ms, 113.0, 1e-12);
+    CHECK_NEAR(p.devices[2].bwd_comm_ms, 129.0, 1e-12);
+    /* Ready (compute + backward): 195, 114, 130.  The forward exchange
+     * waits for the slowest (195): 193, 113 + 81, 129 + 65. */
+    CHECK_NEAR(p.devices[0].fwd_comm_ms, 193.0, 1e-12);
+    CHECK_NEAR(p.devices[1].fwd_comm_ms, 194.0, 1e-12);
+    CHECK_NEAR(p.devices[2].fwd_comm_ms, 194.0, 1e-12);
+    /* Totals: 195 + 193 = 388; 114 + 194 = 308; 130 + 194 = 324. */
+    CHECK_NEAR(p.devices[0].total_ms, 388.0, 1e-12);
+    CHECK_NEAR(p.devices[1].total_ms, 308.0, 1e-12);
+    CHECK_NEAR(p.devices[2].total_ms, 324.0, 1e-12);
+    CHECK_NEAR(p.cost_ms, 388.0, 1e-12);
     CHECK(strcmp(p.cost_model, "per_item") == 0);
     CHECK(strcmp(p.comm_model, "alpha_beta") == 0);
     plan_destroy(&p);

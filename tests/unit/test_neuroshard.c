@@ -1,7 +1,9 @@
 /* The neuroshard search with the embedded model: valid, deterministic plans
- * whose internal score is the evaluator's, never worse than its own
- * table-wise start or the greedy baselines under the same model, splits that
- * make an oversized table fit, and the explanation. */
+ * that do not depend on the number of scoring threads, whose internal score
+ * is the evaluator's, never worse than its own table-wise start or the
+ * greedy baselines under the same model, splits that make an oversized table
+ * fit, and the explanation. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +71,10 @@ static void test_plans(void)
     CHECK(strcmp(p.algorithm, "neuroshard") == 0);
     CHECK(strncmp(p.cost_model, "neural:", 7) == 0);
     CHECK(p.stats.states >= 1 && p.stats.greedy_runs >= p.stats.states);
-    CHECK(p.stats.splits >= 0 && p.stats.search_ms >= 0);
+    /* Each column split adds one shard (a table's pieces on one device are
+     * one shard, below); the beam ran and the search was timed. */
+    CHECK(p.stats.splits == (int32_t)(p.nshards - 40));
+    CHECK(p.stats.levels >= 1 && p.stats.search_ms > 0);
 
     /* A table's pieces on one device are one shard: two would be two
      * passes over the same lookups. */
@@ -132,6 +137,103 @@ static void test_plans(void)
     free(tb);
 }
 
+/*
+ * Plans do not depend on the thread count (search/neuroshard.c: each beam
+ * level's children are scored on all threads and merged in a fixed order):
+ * the same tasks planned on 1, 2 and 3 threads give the same shards, the
+ * same search figures and bit-identical costs.  Several sizes, splits
+ * allowed; the biggest task needs splits (its wide hot table is over half a
+ * device), so the split states go through the threads too.
+ */
+static bool same_plan(const struct plan *a, const struct plan *b)
+{
+    size_t k;
+    int32_t r;
+
+    if (a->nshards != b->nshards || a->ndevices != b->ndevices ||
+        memcmp(&a->cost_ms, &b->cost_ms, sizeof(a->cost_ms)) != 0 ||
+        a->stats.states != b->stats.states ||
+        a->stats.greedy_runs != b->stats.greedy_runs ||
+        a->stats.levels != b->stats.levels ||
+        a->stats.splits != b->stats.splits || a->stats.moves != b->stats.moves)
+        return false;
+    for (k = 0; k < a->nshards; k++)
+        if (a->shards[k].table != b->shards[k].table ||
+            a->shards[k].device != b->shards[k].device ||
+            a->shards[k].col_offset != b->shards[k].col_offset ||
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
+            return false;
+    for (r = 0; r < a->ndevices; r++)
+        if (memcmp(&a->devices[r], &b->devices[r], sizeof(a->devices[r])) != 0)
+            return false;
+    return true;
+}
+
+static void test_threads_do_not_matter(void)
+{
+    static const struct {
+        size_t ntables;
+        int32_t ndevices;
+        uint64_t mem, seed;
+    } task[] = {
+        {12, 2, 8ull << 30, 21},
+        {40, 4, 8ull << 30, 11},
+        {90, 8, 16ull << 30, 31},
+        {30, 8, 3ull << 30, 41},    /* t0 (8M x 128, 4 GB) must be split */
+        {400, 128, 2ull << 30, 51}, /* over 64 devices: another scoring */
+    };
+    size_t i;
+    int threads, split_tasks = 0;
+
+    for (i = 0; i < sizeof(task) / sizeof(task[0]); i++) {
+        struct table *tb = make_tables(task[i].ntables, task[i].seed);
+        struct topology topo;
+        struct plan_options o;
+        struct plan one, p;
+        struct sd_diag d = {{0}};
+
+        topology_default(&topo, task[i].ndevices, task[i].mem);
+        topo.batch_size = net->batch_size;
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.threads = 1;
+        if (run(tb, task[i].ntables, &topo, &o, &one, &d) != 0) {
+            CHECK(!"the task plans");
+            fprintf(stderr, "%zu tables: %s\n", task[i].ntables, d.msg);
+            free(tb);
+            continue;
+        }
+        split_tasks += one.stats.splits > 0;
+        for (threads = 2; threads <= 3; threads++) {
+            o.threads = threads;
+            if (run(tb, task[i].ntables, &topo, &o, &p, &d) != 0) {
+                CHECK(!"the task plans on more threads");
+                continue;
+            }
+            CHECK(same_plan(&one, &p));
+            if (!same_plan(&one, &p))
+                fprintf(stderr,
+                        "%zu tables on %d devices: 1 thread %.17g ms, %zu "
+                        "shards; %d threads %.17g ms, %zu shards\n",
+                        task[i].ntables, (int)task[i].ndevices, one.cost_ms,
+                        one.nshards, threads, p.cost_ms, p.nshards);
+            plan_destroy(&p);
+        }
+        fprintf(stderr,
+                "threads 1-3: %zu tables on %d devices: %zu shards (%d "
+                "splits), %lld states, cost %.6f ms\n",
+                task[i].ntables, (int)task[i].ndevices, one.nshards,
+                (int)one.stats.splits, (long long)one.stats.states,
+                one.cost_ms);
+        plan_destroy(&one);
+        free(tb);
+    }
+    CHECK(split_tasks >= 1);
+}
+
 /* The search's incremental score must be the evaluator's cost. */
 static void test_score_is_evaluated_cost(void)
 {
@@ -157,18 +259,20 @@ static void test_score_is_evaluated_cost(void)
     free(tb);
 }
 
-/* A table too big for any device fits once split; one too big even at its
- * narrowest is named, with the shortfall. */
+/* A table too big for any device fits once split: in row blocks over a
+ * host, or, allowed only column slices, in those; one too big even for all
+ * devices together is named, with the shortfall. */
 static void test_memory(void)
 {
     struct table *tb = make_tables(6, 3);
+    struct table_constraint cons[6];
     struct topology topo;
     struct plan_options o;
     struct plan p;
     struct sd_diag d = {{0}};
     uint64_t whole;
     size_t k;
-    int32_t widest = 0;
+    int32_t widest = 0, blocks = 0;
 
     tb[0].rows = 4000000;
     tb[0].dim = 128;
@@ -181,14 +285,34 @@ static void test_memory(void)
     o.alg = PLAN_ALG_NEUROSHARD;
     CHECK(run(tb, 6, &topo, &o, &p, &d) == 0);
     for (k = 0; k < p.nshards; k++)
+        if (p.shards[k].table == 0) {
+            blocks++;
+            CHECK(p.shards[k].scheme == SCHEME_TWRW);
+            CHECK(p.shards[k].col_width == 128);
+            CHECK(shard_block_bytes(&tb[0], &p.shards[k], OPTIMIZER_SGD) <=
+                  topo.mem_bytes);
+        }
+    CHECK(blocks == 4); /* one host of four devices */
+    CHECK(p.nnotes == 1 && strstr(p.notes[0], "split in rows") != NULL);
+    plan_destroy(&p);
+
+    /* Column slices only: the column search cuts it as before. */
+    memset(cons, 0, sizeof(cons));
+    for (k = 0; k < 6; k++)
+        cons[k].host = -1;
+    cons[0].schemes = 1u << SCHEME_CW;
+    o.constraints = cons;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == 0);
+    for (k = 0; k < p.nshards; k++)
         if (p.shards[k].table == 0 && p.shards[k].col_width > widest)
             widest = p.shards[k].col_width;
     CHECK(widest > 0 && widest <= 64);
     CHECK(p.stats.splits >= 1);
+    CHECK(p.shards[0].scheme == SCHEME_CW && p.shards[0].row_count == 0);
     plan_destroy(&p);
 
-    /* 400 GB in one table needs 32 pieces: more splits than the beam's
-     * ten levels make, so the search starts from them. */
+    /* 400 GB in one table in column slices needs 32 pieces: more splits
+     * than the beam's ten levels make, so the search starts from them. */
     tb[0].rows = 100000000;
     tb[0].dim = 1024;
     {
@@ -207,15 +331,25 @@ static void test_memory(void)
         CHECK(pieces >= 32);
         plan_destroy(&p);
     }
+    o.constraints = NULL;
     tb[0].rows = 1000;
     tb[0].dim = 8;
 
-    /* 4 columns of 2^30 rows: no split helps. */
+    /* 4 columns of 2^30 rows (16 GiB) on 6 GiB in all: no split helps. */
     tb[1].rows = (int64_t)1 << 30;
     tb[1].dim = 4;
     CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "\"t1\"") != NULL);
+    CHECK(strstr(d.msg, "even in row blocks over all 4 devices") != NULL);
+    /* ... and allowed column slices only, it says the slice is too big. */
+    memset(cons, 0, sizeof(cons));
+    for (k = 0; k < 6; k++)
+        cons[k].host = -1;
+    cons[1].schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW);
+    o.constraints = cons;
+    CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "more than a device has") != NULL);
+    o.constraints = NULL;
 
     /* Three tables of 0.6 device each on two devices, whole: each fits a
      * device, together they cannot.  The message names the table left
@@ -254,12 +388,23 @@ static void test_budget(void)
     struct plan_options o;
     struct plan p;
     struct sd_diag d = {{0}};
+    atomic_bool stop = true;
 
     topology_default(&topo, 8, 16ull << 30);
     topo.batch_size = net->batch_size;
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
     o.time_budget_ms = 1e-3;
+    CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
+    CHECK(p.stats.budget_exhausted);
+    CHECK(p.stats.levels == 1);
+    plan_destroy(&p);
+
+    /* A cancel (the daemon's grace running out) stops it the same way, and
+     * the plan says so. */
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.cancel = &stop;
     CHECK(run(tb, 200, &topo, &o, &p, &d) == 0);
     CHECK(p.stats.budget_exhausted);
     CHECK(p.stats.levels == 1);
@@ -277,7 +422,10 @@ static bool same_shards(const struct plan *a, const struct plan *b)
         if (a->shards[k].table != b->shards[k].table ||
             a->shards[k].device != b->shards[k].device ||
             a->shards[k].col_offset != b->shards[k].col_offset ||
-            a->shards[k].col_width != b->shards[k].col_width)
+            a->shards[k].col_width != b->shards[k].col_width ||
+            a->shards[k].row_offset != b->shards[k].row_offset ||
+            a->shards[k].row_count != b->shards[k].row_count ||
+            a->shards[k].scheme != b->shards[k].scheme)
             return false;
     return true;
 }
@@ -376,6 +524,145 @@ static void test_beam_budget(void)
     free(tb);
 }
 
+static bool has_note(const struct plan *p, const char *words)
+{
+    int i;
+
+    for (i = 0; i < p->nnotes; i++)
+        if (strstr(p->notes[i], words) != NULL)
+            return true;
+    return false;
+}
+
+/* The tables' schemes in plan p (sorted), counted. */
+static void count_schemes(const struct plan *p, int count[SCHEME_COUNT])
+{
+    size_t k;
+
+    memset(count, 0, SCHEME_COUNT * sizeof(*count));
+    for (k = 0; k < p->nshards; k++)
+        if (k == 0 || p->shards[k].table != p->shards[k - 1].table)
+            count[plan_table_scheme(p, k)]++;
+}
+
+/*
+ * The schemes at work (issue #16's cases, scaled to a unit test): a table
+ * five times a device among ordinary ones on 4 hosts of 4 devices is split
+ * in rows, the plan valid and cheaper under the model than torchrec_greedy
+ * with every scheme; tiny tables behind a slow inter-host link are
+ * replicated and the plan says why, and behind a fast one kept whole, also
+ * said; constraints: a host, a minimum of row blocks, no split.
+ */
+static void test_schemes(void)
+{
+    struct table *tb = make_tables(61, 61);
+    struct table_constraint cons[61];
+    struct topology topo;
+    struct plan_options o;
+    struct plan p, q;
+    struct sd_diag d = {{0}};
+    int count[SCHEME_COUNT];
+    size_t k;
+
+    tb[0].rows = 50000000; /* 25.6 GB at dim 128 */
+    topology_default(&topo, 16, 5ull << 30);
+    topo.devices_per_host = 4;
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(scheme_splits_rows((enum plan_scheme)p.shards[0].scheme));
+    CHECK(count[SCHEME_TWRW] + count[SCHEME_RW] >= 1);
+    CHECK(has_note(&p, "split in rows"));
+    o.alg = PLAN_ALG_TORCHREC_GREEDY;
+    CHECK(run(tb, 61, &topo, &o, &q, &d) == 0);
+    CHECK(p.cost_ms < q.cost_ms);
+    plan_destroy(&q);
+    plan_destroy(&p);
+
+    /* Row blocks that nearly fill their host, held there by a constraint:
+     * the column search places the rest around them, within memory. */
+    {
+        struct table *mix = make_tables(120, 62);
+        uint64_t room = 5ull << 30;
+        struct table_constraint one[120];
+
+        mix[0].rows = (int64_t)(4 * (room - (300ull << 20)) / (128 * 4));
+        mix[0].pooling_factor = 0.1; /* light: its devices look idle */
+        for (k = 1; k < 120; k++) {
+            mix[k].rows = 400000; /* ~100-200 MB each */
+            mix[k].dim = 64 << (k % 2);
+        }
+        for (k = 0; k < 120; k++)
+            one[k] = (struct table_constraint){.host = -1};
+        one[0].schemes = 1u << SCHEME_TWRW; /* no column search of it */
+        o.constraints = one;
+        topology_default(&topo, 16, room);
+        topo.devices_per_host = 4;
+        topo.batch_size = net->batch_size;
+        d.msg[0] = '\0';
+        CHECK(run(mix, 120, &topo, &o, &p, &d) == 0);
+        if (d.msg[0])
+            fprintf(stderr, "%s\n", d.msg);
+        plan_destroy(&p);
+        o.constraints = NULL;
+        free(mix);
+    }
+
+    /* Tiny tables (8 rows): behind a 10 MB/s link between hosts a table's
+     * pooled columns cost more to send than its replicas' gradients. */
+    for (k = 1; k < 61; k++)
+        tb[k].rows = 8;
+    tb[0].rows = 100000;
+    topo.inter_host_bw = 1e4;
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(count[SCHEME_DP] > 30);
+    CHECK(has_note(&p, "replicated (data_parallel)"));
+    plan_destroy(&p);
+    /* 4,000 rows (under 1 MB) behind the default links: each replica's
+     * lookups and gradient cost more than the table's columns travel. */
+    for (k = 1; k < 61; k++)
+        tb[k].rows = 4000;
+    topology_default(&topo, 16, 5ull << 30);
+    topo.devices_per_host = 4;
+    topo.batch_size = net->batch_size;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    count_schemes(&p, count);
+    CHECK(count[SCHEME_DP] < 30); /* most stay whole, and it says so */
+    CHECK(has_note(&p, "small table(s) not replicated"));
+    CHECK(count[SCHEME_DP] == 0 || has_note(&p, "replicated (data_parallel)"));
+    plan_destroy(&p);
+
+    /* Constraints: t1 on host 2, t2 in 4 row blocks at least, t3 whole. */
+    for (k = 0; k < 61; k++)
+        cons[k] = (struct table_constraint){.host = -1};
+    cons[1].host = 2;
+    cons[2].min_row_shards = 4;
+    cons[3].no_split = true;
+    o.constraints = cons;
+    CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+    {
+        int blocks = 0, whole = 0;
+
+        for (k = 0; k < p.nshards; k++) {
+            const struct shard *s = &p.shards[k];
+
+            if (s->table == 1)
+                CHECK(s->device / 4 == 2);
+            blocks += s->table == 2;
+            whole += s->table == 3;
+            if (s->table == 2)
+                CHECK(scheme_splits_rows((enum plan_scheme)s->scheme));
+        }
+        CHECK(blocks >= 4 && whole == 1);
+    }
+    plan_destroy(&p);
+    free(tb);
+}
+
 int main(void)
 {
     struct sd_diag d = {{0}};
@@ -386,10 +673,12 @@ int main(void)
         return 1;
     }
     test_plans();
+    test_threads_do_not_matter();
     test_score_is_evaluated_cost();
     test_memory();
     test_budget();
     test_memo();
     test_beam_budget();
+    test_schemes();
     return tap_done();
 }

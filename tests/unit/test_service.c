@@ -7,12 +7,17 @@
  *  - Plan and Estimate round trips; an unset PlanOptions means the
  *    documented defaults (column splits allowed); field-named refusals.
  *  - The plan cache: hits, eviction at the entry limit, a limit of 0, a plan
- *    cut short by the deadline not cached, trimming on reload.
+ *    cut short by the deadline not cached, trimming on reload; a hit is the
+ *    stored reply byte for byte but for cache_hit; a model never answers
+ *    from another model's plans.
  *  - Retraining: the gate keeps a worse model out unless forced, and the
  *    job moves QUEUED -> RUNNING -> SUCCEEDED.
  *  - Model hot-swap while other threads plan: every plan succeeds, each on
  *    one of the two models.
- *  - The profiler worker's proposal queue, full, keeps every entry whole.
+ *  - The profiler worker's proposal queue, full, keeps every entry whole;
+ *    a request (or a pause) arriving while a sample is being timed drops
+ *    that sample, and the worker measures again after; with no request
+ *    yet it waits profiler_idle_ms from its start.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -59,6 +64,9 @@ static void setup(struct sd_config *c)
     c->retrain_min_interval_s = 0;
     c->backup_every_hours = 0;
     c->search_threads = 1;
+    /* Policy retrains are test_dreamshard.py's: here they would only slow
+     * every activation down. */
+    c->policy_after_activation = false;
 }
 
 static void teardown(struct svc *s, struct sd_config *c)
@@ -67,6 +75,16 @@ static void teardown(struct svc *s, struct sd_config *c)
 
     svc_close(s);
     conf_free(c);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Removes the data directory of a test that opened no service. */
+static void teardown_dir(void)
+{
+    char cmd[128];
+
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
@@ -98,16 +116,14 @@ struct ask {
     const int32_t *pins;
 };
 
-static int plan_bytes(struct svc *s, const struct ask *a,
-                      const struct svc_call *call,
-                      Shardd__V1__PlanResponse **out, struct sd_diag *d)
+/* The request bytes of a (owned by the caller, free()). */
+static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
+                    struct sd_diag *d)
 {
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__PlanOptions po = SHARDD__V1__PLAN_OPTIONS__INIT;
     struct wire_arena arena = WIRE_ARENA_INIT;
     struct topology t;
-    uint8_t *req = NULL, *resp = NULL;
-    size_t len, resp_len;
     int rv;
 
     topology_default(&t, NDEV, a->mem_bytes ? a->mem_bytes : (8ull << 30));
@@ -123,12 +139,37 @@ static int plan_bytes(struct svc *s, const struct ask *a,
             po.constraints = wire_pins_out(&arena, a->pins, pool, a->ntables);
         rq.options = &po;
     }
-    rv = wire_pack(&rq.base, &req, &len, d);
+    rv = wire_pack(&rq.base, req, len, d);
     wire_arena_free(&arena);
+    return rv;
+}
+
+/* The reply bytes of a (owned by the caller, free()). */
+static int plan_raw(struct svc *s, const struct ask *a,
+                    const struct svc_call *call, uint8_t **resp,
+                    size_t *resp_len, struct sd_diag *d)
+{
+    uint8_t *req = NULL;
+    size_t len;
+    int rv;
+
+    rv = ask_pack(a, &req, &len, d);
     if (rv != 0)
         return rv;
-    rv = svc_plan(s, call, req, len, &resp, &resp_len, d);
+    rv = svc_plan(s, call, req, len, resp, resp_len, d);
     free(req);
+    return rv;
+}
+
+static int plan_bytes(struct svc *s, const struct ask *a,
+                      const struct svc_call *call,
+                      Shardd__V1__PlanResponse **out, struct sd_diag *d)
+{
+    uint8_t *resp = NULL;
+    size_t resp_len;
+    int rv;
+
+    rv = plan_raw(s, a, call, &resp, &resp_len, d);
     if (rv != 0)
         return rv;
     *out = shardd__v1__plan_response__unpack(NULL, resp_len, resp);
@@ -175,6 +216,48 @@ static bool covers(const Shardd__V1__PlanResponse *r, size_t n)
 
 /* ---------------------------------------------------------------------- */
 /* Plan and Estimate                                                       */
+
+/*
+ * A Plan's lane is read from its bytes: tables x num_devices against
+ * small_search_work.  The topology last in the message, with per-device
+ * capacities (a packed, length-delimited field inside it): the skim must
+ * stop at the topology's end, not at the end of the capacities (it read
+ * past the message; ASan saw it).
+ */
+static void test_plan_lane(struct svc *s, struct sd_config *c)
+{
+    Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    uint64_t caps[NDEV];
+    struct topology t;
+    struct sd_diag d;
+    uint8_t *req = NULL, *exact;
+    size_t len = 0;
+    int r;
+
+    topology_default(&t, NDEV, 8ull << 30);
+    for (r = 0; r < NDEV; r++)
+        caps[r] = (uint64_t)(r + 1) << 30;
+    t.mem_by_device = caps;
+    rq.n_tables = 6;
+    rq.tables = wire_tables_out(&arena, pool, 6);
+    rq.topology = wire_topology_out(&arena, &t);
+    CHECK(rq.topology != NULL && rq.topology->n_mem_bytes_by_device == NDEV);
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    wire_arena_free(&arena);
+    exact = malloc(len); /* exactly the message: a read past it is caught */
+    memcpy(exact, req, len);
+    c->small_search_work = 6 * NDEV;
+    CHECK(svc_reconfigure(s, c) == 0);
+    CHECK(svc_plan_lane(s, exact, len) == SVC_LANE_SMALL);
+    c->small_search_work = 6 * NDEV - 1;
+    CHECK(svc_reconfigure(s, c) == 0);
+    CHECK(svc_plan_lane(s, exact, len) == SVC_LANE_BIG);
+    c->small_search_work = 100000;
+    CHECK(svc_reconfigure(s, c) == 0);
+    free(exact);
+    free(req);
+}
 
 static void test_plan_round_trip(struct svc *s)
 {
@@ -413,6 +496,135 @@ static void test_cache_policy(void)
         shardd__v1__plan_response__free_unpacked(r, NULL);
     }
     teardown(s, &c);
+}
+
+static int activate_bytes(struct svc *s, const char *version);
+
+/* A reply, as bytes. */
+struct reply {
+    uint8_t *b;
+    size_t n;
+    bool hit;
+    char model[32];
+};
+
+static void reply_of(struct svc *s, const struct ask *a, struct reply *r)
+{
+    Shardd__V1__PlanResponse *m = NULL;
+    struct sd_diag d;
+
+    memset(r, 0, sizeof(*r));
+    CHECK(plan_raw(s, a, NULL, &r->b, &r->n, &d) == 0);
+    if (r->b != NULL)
+        m = shardd__v1__plan_response__unpack(NULL, r->n, r->b);
+    CHECK(m != NULL);
+    if (m == NULL)
+        return;
+    r->hit = m->cache_hit;
+    snprintf(r->model, sizeof(r->model), "%s", m->basis->model_version);
+    shardd__v1__plan_response__free_unpacked(m, NULL);
+}
+
+/* Whether two replies are the same bytes once cache_hit is cleared in the
+ * second (a hit is the stored reply, search figures and hash included). */
+static bool same_but_hit(const struct reply *a, const struct reply *b)
+{
+    Shardd__V1__PlanResponse *m;
+    uint8_t *again = NULL;
+    size_t n = 0;
+    bool same;
+    struct sd_diag d;
+
+    m = shardd__v1__plan_response__unpack(NULL, b->n, b->b);
+    if (m == NULL)
+        return false;
+    m->cache_hit = false;
+    same = wire_pack(&m->base, &again, &n, &d) == 0 && n == a->n &&
+           memcmp(again, a->b, n) == 0;
+    free(again);
+    shardd__v1__plan_response__free_unpacked(m, NULL);
+    return same;
+}
+
+/*
+ * A hit is the stored answer, byte for byte apart from cache_hit, and a
+ * model answers only from its own plans: after an activation the same
+ * request is planned again by the new model; activating the first model
+ * again brings its own plan back.  Runs where stored model 1 exists (after
+ * test_retrain_gate).
+ */
+static void test_cache_keys_on_model(struct svc *s)
+{
+    struct ask a = {.ntables = 12, .seed = 4242};
+    struct reply first, hit, other, other_hit, back;
+
+    CHECK(activate_bytes(s, "embedded") == 0);
+    reply_of(s, &a, &first);
+    reply_of(s, &a, &hit);
+    CHECK(!first.hit && hit.hit);
+    CHECK(strcmp(first.model, "embedded") == 0);
+    CHECK(strcmp(hit.model, "embedded") == 0);
+    CHECK(same_but_hit(&first, &hit));
+
+    CHECK(activate_bytes(s, "1") == 0);
+    reply_of(s, &a, &other);
+    CHECK(!other.hit && strcmp(other.model, "1") == 0);
+    reply_of(s, &a, &other_hit);
+    CHECK(other_hit.hit && strcmp(other_hit.model, "1") == 0);
+    CHECK(same_but_hit(&other, &other_hit));
+
+    CHECK(activate_bytes(s, "embedded") == 0);
+    reply_of(s, &a, &back);
+    CHECK(back.hit && strcmp(back.model, "embedded") == 0);
+    CHECK(same_but_hit(&first, &back));
+    free(first.b);
+    free(hit.b);
+    free(other.b);
+    free(other_hit.b);
+    free(back.b);
+}
+
+/*
+ * The lane of a Plan comes from its bytes, within them: a topology with
+ * per-device capacities (a packed, length-delimited field) is read to its
+ * end and no further.  The bytes after the request (here a field 1 varint
+ * of 65535 that would read as num_devices) are not the request's.
+ */
+static void test_lane_reads_within(struct svc *s)
+{
+    static const uint8_t tail[] = {0x08, 0xff, 0xff, 0x03};
+    Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
+    Shardd__V1__Topology topo = SHARDD__V1__TOPOLOGY__INIT;
+    struct wire_arena arena = WIRE_ARENA_INIT;
+    uint64_t caps[2] = {8ull << 30, 4ull << 30};
+    uint8_t *req = NULL, *buf;
+    size_t len = 0;
+    struct sd_diag d;
+
+    rq.n_tables = 10;
+    rq.tables = wire_tables_out(&arena, pool, 10);
+    topo.num_devices = 2;
+    topo.n_mem_bytes_by_device = 2;
+    topo.mem_bytes_by_device = caps;
+    rq.topology = &topo; /* the last field: the tail follows it */
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    buf = malloc(len + sizeof(tail));
+    CHECK(buf != NULL && req != NULL);
+    if (buf != NULL && req != NULL) {
+        memcpy(buf, req, len);
+        memcpy(buf + len, tail, sizeof(tail));
+        /* 10 tables x 2 devices: small (the default limit is 100000). */
+        CHECK(svc_plan_lane(s, buf, len) == SVC_LANE_SMALL);
+    }
+    free(buf);
+    free(req);
+    req = NULL;
+    /* 10 tables x 20000 devices: big. */
+    topo.num_devices = 20000;
+    CHECK(wire_pack(&rq.base, &req, &len, &d) == 0);
+    CHECK(req != NULL && svc_plan_lane(s, req, len) == SVC_LANE_BIG);
+    free(req);
+    wire_arena_free(&arena);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -873,6 +1085,173 @@ static void test_proposal_ring(void)
     conf_free(&c);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The profiler worker steps aside                                         */
+
+/*
+ * The cpu backend with a gate in its timing: the profiler thread, once in
+ * shard_time, says so (gate_in) and waits for the test to open the gate
+ * (gate_open), then times for real, where the abort flag is honoured.
+ * While it waits nothing can be committed, so the test knows exactly what
+ * the store holds at the moment a request arrives.
+ */
+static atomic_int gate_in, gate_open;
+static struct kern_backend gated;
+
+static int gated_time(struct kern_shard *sh, const struct kern_timing_opts *o,
+                      struct kern_timing *out)
+{
+    atomic_fetch_add(&gate_in, 1);
+    while (!atomic_load(&gate_open))
+        sleep_ms(1);
+    return kern_backend_cpu.shard_time(sh, o, out);
+}
+
+/* Compute samples of the profile the worker measures (0 before it made
+ * the profile). */
+static uint64_t stored_samples(const char *db, const char *profile)
+{
+    struct store *st = NULL;
+    struct store_profile prof;
+    struct sd_diag d;
+    uint64_t n = 0;
+
+    if (store_open(db, STORE_OPEN_READONLY, &st, &d) != 0)
+        return 0;
+    if (store_profile_get(st, profile, &prof, &d) == 0)
+        CHECK(store_sample_count(st, prof.id, STORE_KIND_COMPUTE, 0, &n, &d) ==
+              0);
+    store_close(st);
+    return n;
+}
+
+/* Waits up to ms for *flag to reach at least want; whether it did. */
+static bool wait_for(atomic_int *flag, int want, long ms)
+{
+    long t;
+
+    for (t = 0; t < ms && atomic_load(flag) < want; t += 5)
+        sleep_ms(5);
+    return atomic_load(flag) >= want;
+}
+
+/*
+ * A request arriving while a sample is being timed: the worker drops that
+ * sample (the store holds what it held when the request came), marks when
+ * it was asked (abort_ms), and measures again once the request has ended
+ * (profiler_idle_ms 0 here).  A pause steps it aside the same way.
+ */
+static void test_profiler_steps_aside(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct sd_diag d;
+    char db[96], profile[STORE_NAME_MAX];
+    enum profw_state now;
+    uint64_t before, after, measured, counted;
+    int k;
+
+    setup(&c);
+    c.profiler = true;
+    c.profiler_idle_ms = 0;
+    c.profiler_max_samples = 1000;
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    gated = kern_backend_cpu;
+    gated.shard_time = gated_time;
+    atomic_store(&gate_in, 0);
+    atomic_store(&gate_open, 1);
+    snprintf(db, sizeof(db), "%s/shardd.db", dir);
+    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
+          0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(profw_start(&pw, &d) == 0);
+    /* Two samples stored freely, then the gate closes on the third. */
+    CHECK(wait_for(&gate_in, 2, 120000));
+    atomic_store(&gate_open, 0);
+    k = atomic_load(&gate_in);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    CHECK(atomic_load(&pw.measuring));
+    before = stored_samples(db, profile);
+    CHECK(before >= 1);
+    profw_request_begin(&pw);
+    CHECK(atomic_load(&pw.abort_ms) > 0); /* it was measuring: step aside */
+    atomic_store(&gate_open, 1);
+    for (k = 0; k < 12000 && atomic_load(&pw.measuring); k++)
+        sleep_ms(5);
+    CHECK(!atomic_load(&pw.measuring)); /* it stepped aside */
+    after = stored_samples(db, profile);
+    CHECK(after == before); /* the sample being timed is dropped */
+    profw_counts(&pw, &measured, &counted);
+    CHECK(counted == after);
+    fprintf(stderr,
+            "    [profiler] a request during the timing of sample %llu: %llu "
+            "stored before it, %llu after the worker stepped aside\n",
+            (unsigned long long)before + 1, (unsigned long long)before,
+            (unsigned long long)after);
+    /* Measuring again once the request has ended. */
+    k = atomic_load(&gate_in);
+    profw_request_end(&pw);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    /* A pause steps aside the same way: the gate is closed, the pause
+     * comes, the sample is dropped. */
+    atomic_store(&gate_open, 0);
+    k = atomic_load(&gate_in);
+    CHECK(wait_for(&gate_in, k + 1, 120000));
+    before = stored_samples(db, profile);
+    CHECK(profw_set_paused(&pw, true, &now, &d) == 0 && now == PROFW_PAUSED);
+    atomic_store(&gate_open, 1);
+    for (k = 0; k < 12000 && atomic_load(&pw.measuring); k++)
+        sleep_ms(5);
+    CHECK(!atomic_load(&pw.measuring));
+    CHECK(stored_samples(db, profile) == before);
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+    teardown_dir();
+}
+
+/*
+ * profiler_idle_ms holds from the start too: a worker that has seen no
+ * request yet waits that long before it measures (the daemon's start is
+ * not an hour of idle).  Seen only where the host has been up longer than
+ * the idle time, as the monotonic clock counts from boot.
+ */
+static void test_profiler_idle_at_start(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct sd_diag d;
+    char db[96], profile[STORE_NAME_MAX];
+
+    if (sd_now_ms() < 120000) {
+        tap_skip("the host booted less than 2 minutes ago: a profiler that "
+                 "counts idle time from boot would look the same");
+        return;
+    }
+    setup(&c);
+    c.profiler = true;
+    c.profiler_idle_ms = 60000;
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    gated = kern_backend_cpu;
+    gated.shard_time = gated_time;
+    atomic_store(&gate_in, 0);
+    atomic_store(&gate_open, 1);
+    snprintf(db, sizeof(db), "%s/shardd.db", dir);
+    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
+          0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(profw_start(&pw, &d) == 0);
+    /* Its table pool made (about a second), it would be timing by now. */
+    CHECK(!wait_for(&gate_in, 1, 5000));
+    CHECK(stored_samples(db, profile) == 0);
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+    teardown_dir();
+}
+
 int main(void)
 {
     struct synth_params sp;
@@ -903,9 +1282,12 @@ int main(void)
     test_unset_options_are_defaults(s);
     test_estimate(s);
     test_pins_named(s);
+    test_lane_reads_within(s);
+    test_plan_lane(s, &c);
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
     test_hot_swap(s);
+    test_cache_keys_on_model(s);
     test_retrain_limits(s, &c);
     test_retrain_families(s);
     test_health(s);
@@ -913,5 +1295,7 @@ int main(void)
 
     test_cache_policy();
     test_proposal_ring();
+    test_profiler_steps_aside();
+    test_profiler_idle_at_start();
     return tap_done();
 }

@@ -553,11 +553,32 @@ static void test_models(void)
 }
 
 /*
- * Schema 3: a version-2 store (a fixture written by the store before schema
- * 3, tests/fixtures/make_store_v2.c) opens read-write, migrates, and keeps
- * every row: its random compute samples become family "dlrm", the planned
- * one none; its fleet origins and model stay.  Read-only, it is refused
- * until migrated.
+ * Copies fixture `name` (tests/fixtures/, a store written by an older
+ * shardd) to the test's path and checks that it is at schema `version`.
+ */
+static void copy_fixture(const char *name, uint32_t version)
+{
+    char src[512];
+    unsigned char *img;
+    size_t len = 0;
+    FILE *f;
+
+    snprintf(src, sizeof(src), "%s/%s", SD_FIXTURES, name);
+    img = slurp_file(src, &len);
+    CHECK(img != NULL && len >= 100 && be32(img + 60) == version);
+    f = fopen(path, "wb");
+    CHECK(f != NULL && img != NULL && fwrite(img, 1, len, f) == len);
+    if (f != NULL)
+        fclose(f);
+    free(img);
+}
+
+/*
+ * Schemas 3 and 4 in turn: a version-2 store (a fixture written by the
+ * store before schema 3, tests/fixtures/make_store_v2.c) opens read-write,
+ * migrates, and keeps every row: its random compute samples become family
+ * "dlrm", the planned one none; its fleet origins and model stay.
+ * Read-only, it is refused until migrated.
  */
 static void test_migrate_v2(void)
 {
@@ -570,16 +591,9 @@ static void test_migrate_v2(void)
     uint64_t stored = 9;
     int64_t last = 0, oid = 7;
     size_t n = 0, len = 0;
-    FILE *f;
 
     setup();
-    img = slurp_file(SD_FIXTURES "/store-v2.sqlite", &len);
-    CHECK(img != NULL && len >= 100 && be32(img + 60) == 2);
-    f = fopen(path, "wb");
-    CHECK(f != NULL && img != NULL && fwrite(img, 1, len, f) == len);
-    if (f != NULL)
-        fclose(f);
-    free(img);
+    copy_fixture("store-v2.sqlite", 2);
     CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
           st == NULL);
     CHECK(store_open(path, 0, &st, &d) == 0);
@@ -609,6 +623,85 @@ static void test_migrate_v2(void)
     CHECK(img != NULL && be32(img + 60) == STORE_SCHEMA_VERSION);
     free(img);
     /* Now current: a read-only open works. */
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+/*
+ * Schema 4 from 3: a store of DreamShard's schema (a fixture written by the
+ * store of schema 3, tests/fixtures/make_store_v3.c) opens read-write and
+ * migrates keeping every row: the random compute samples become family
+ * "dlrm", the planned one none; the active compute model, the active policy
+ * bound to it with its gate, the policy retrain job and the models'
+ * AUTOINCREMENT mark stay; a model with figures per family can then be
+ * stored, and they go with it.  Read-only, it is refused until migrated.
+ */
+static void test_migrate_v3(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store *st = NULL;
+    struct store_sample *s = NULL;
+    struct store_model *m = NULL, nm;
+    struct store_job j;
+    struct store_profile prof;
+    struct sd_diag d;
+    unsigned char *img;
+    uint64_t pruned = 0;
+    int64_t v = 0;
+    size_t n = 0, len = 0;
+
+    setup();
+    copy_fixture("store-v3.sqlite", 3);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
+          st == NULL);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
+                             &d) == 0);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK(strcmp(s[0].family, "dlrm") == 0 &&
+              strcmp(s[1].family, "dlrm") == 0);
+        CHECK(strcmp(s[2].source, "plan") == 0 && s[2].family[0] == '\0');
+        CHECK(strcmp(s[3].family, "dlrm") == 0 && s[3].measured_ms == 9.0);
+    }
+    store_samples_free(s, n);
+    /* The policy and the model it answers for, both active. */
+    CHECK(store_model_get_active(st, prof.id, STORE_KIND_POLICY, &m, &d) == 0);
+    CHECK(m != NULL && m->info.id == 3 && m->info.base_model_id == 1 &&
+          m->info.metrics.gate_ratio == 0.875 &&
+          m->info.metrics.nfamilies == 0);
+    store_model_free(m);
+    m = NULL;
+    CHECK(store_model_get_active(st, prof.id, STORE_KIND_COMPUTE, &m, &d) == 0);
+    CHECK(m != NULL && m->info.id == 1 && m->info.metrics.test_mape == 0.12);
+    store_model_free(m);
+    CHECK(store_job_get(st, 1, &j, &d) == 0 &&
+          j.kind == STORE_JOB_RETRAIN_POLICY &&
+          j.state == STORE_JOB_SUCCEEDED && j.result_model_id == 3);
+    /* Families per model now: stored, read back, pruned with the model. */
+    model_init(&nm, prof.id, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.05);
+    nm.info.metrics.nfamilies = 1;
+    snprintf(nm.info.metrics.families[0].family, STORE_FAMILY_MAX, "seq");
+    nm.info.metrics.families[0].held_out = true;
+    nm.info.metrics.families[0].samples = 12;
+    nm.info.metrics.families[0].mape = 0.2;
+    CHECK(store_model_put(st, &nm, &v, &d) == 0 && v == 4);
+    m = NULL;
+    CHECK(store_model_get(st, v, &m, &d) == 0 && m != NULL &&
+          m->info.metrics.nfamilies == 1 &&
+          strcmp(m->info.metrics.families[0].family, "seq") == 0 &&
+          m->info.metrics.families[0].held_out);
+    store_model_free(m);
+    CHECK(store_model_prune(st, prof.id, 0, &pruned, &d) == 0 && pruned == 1);
+    CHECK(store_model_get(st, v, &m, &d) == SD_ENOENT);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    img = slurp(&len);
+    CHECK(img != NULL && be32(img + 60) == STORE_SCHEMA_VERSION);
+    free(img);
     st = NULL;
     CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == 0);
     store_close(st);
@@ -696,6 +789,99 @@ static void test_model_families(void)
         CHECK(store_model_put(st, &m, &v2, &d) == 0);
     CHECK(store_model_prune(st, prof, 1, &pruned, &d) == 0 && pruned == 2);
     CHECK(store_model_get(st, v, &got, &d) == SD_ENOENT);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+/*
+ * Policies: a kind of their own, active beside the compute model, bound to
+ * the compute version they were trained against (a base that is not a
+ * policy's, or names no version, is refused); pruning the base leaves the
+ * policy with base 0; policy retrain jobs are their own kind.
+ */
+static void test_policies(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store_model m, *got = NULL;
+    struct store_model_info *list = NULL;
+    struct store_job j, open_job;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, c1 = 0, c2 = 0, c3 = 0, p1 = 0, job = 0, other = 0;
+    uint64_t pruned = 0;
+    size_t n = 0;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &c1, &d) == 0);
+    CHECK(store_model_activate(st, c1, NULL, &d) == 0);
+    model_init(&m, prof, STORE_KIND_POLICY, w, sizeof(w), NULL, 0, 0);
+    m.info.base_model_id = c1;
+    m.info.metrics.gate_ratio = 0.87;
+    CHECK(store_model_put(st, &m, &p1, &d) == 0);
+    CHECK(store_model_activate(st, p1, NULL, &d) == 0);
+    CHECK(store_model_get_active(st, prof, STORE_KIND_POLICY, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == p1 &&
+          got->info.kind == STORE_KIND_POLICY &&
+          got->info.base_model_id == c1 &&
+          got->info.metrics.gate_ratio == 0.87);
+    store_model_free(got);
+    got = NULL;
+    /* Both kinds active at once. */
+    CHECK(store_model_get_active(st, prof, STORE_KIND_COMPUTE, &got, &d) == 0);
+    CHECK(got != NULL && got->info.id == c1 && got->info.base_model_id == 0);
+    store_model_free(got);
+    CHECK(store_model_list(st, prof, 0, &list, &n, &d) == 0 && n == 2);
+    CHECK(n == 2 && list[0].id == p1 && list[0].active &&
+          strcmp(store_kind_name(list[0].kind), "policy") == 0);
+    free(list);
+
+    /* A base on a compute model, and a base naming no version. */
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    m.info.base_model_id = c1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL &&
+          strstr(d.msg, "base_model_id") != NULL);
+    model_init(&m, prof, STORE_KIND_POLICY, w, sizeof(w), NULL, 0, 0);
+    m.info.base_model_id = 9999;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL);
+    m.info.base_model_id = -1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL);
+    m.info.base_model_id = 0;
+    m.info.metrics.gate_ratio = -1;
+    CHECK(store_model_put(st, &m, &other, &d) == SD_EINVAL &&
+          strstr(d.msg, "gate_ratio") != NULL);
+
+    /* Two newer compute models, c1 deactivated: pruning to 1 deletes c1
+     * and the policy keeps its blob with base 0. */
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.1);
+    CHECK(store_model_put(st, &m, &c2, &d) == 0);
+    CHECK(store_model_put(st, &m, &c3, &d) == 0);
+    CHECK(store_model_activate(st, c3, NULL, &d) == 0);
+    CHECK(store_model_prune(st, prof, 1, &pruned, &d) == 0 && pruned == 2);
+    CHECK(store_model_get(st, c1, &got, &d) == SD_ENOENT);
+    CHECK(store_model_get(st, p1, &got, &d) == 0);
+    CHECK(got != NULL && got->info.base_model_id == 0 && got->info.active);
+    store_model_free(got);
+
+    /* Policy retrains: a kind of job of their own. */
+    memset(&j, 0, sizeof(j));
+    j.kind = STORE_JOB_RETRAIN_POLICY;
+    j.profile_id = prof;
+    CHECK(store_job_create(st, &j, &job, &d) == 0);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN, prof, &open_job, &d) ==
+          SD_ENOENT);
+    CHECK(store_job_find_open(st, STORE_JOB_RETRAIN_POLICY, prof, &open_job,
+                              &d) == 0);
+    CHECK(open_job.id == job && open_job.kind == STORE_JOB_RETRAIN_POLICY);
+    CHECK(strcmp(store_job_kind_name(open_job.kind), "retrain_policy") == 0);
+    j.kind = 7;
+    CHECK(store_job_create(st, &j, &job, &d) == SD_EINVAL);
+    /* Samples are never policies. */
+    CHECK(store_sample_count(st, prof, STORE_KIND_POLICY, 0, &pruned, &d) ==
+          SD_EINVAL);
     CHECK(store_integrity_check(st, &d) == 0);
     store_close(st);
     teardown();
@@ -1294,6 +1480,152 @@ static void test_foreign(void)
     teardown();
 }
 
+/*
+ * Makes a SQLite file at `path` with Python's sqlite3 module (the test
+ * does not include <sqlite3.h>): /usr/bin/python3 -c script path arg.
+ * False, with a SKIP line, where that Python or its sqlite3 is missing.
+ */
+static bool python_sqlite(const char *script, const char *arg)
+{
+    static int have = -1; /* unknown, no, yes */
+    pid_t pid;
+    int status = -1;
+
+    if (have < 0) {
+        have = access("/usr/bin/python3", X_OK) == 0 &&
+               system("/usr/bin/python3 -c 'import sqlite3' 2>/dev/null") == 0;
+        if (!have)
+            tap_skip("/usr/bin/python3 with its sqlite3 module is missing: "
+                     "databases of other applications not tried");
+    }
+    if (!have)
+        return false;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        execl("/usr/bin/python3", "python3", "-c", script, path, arg,
+              (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0);
+    return status == 0;
+}
+
+/*
+ * Real databases of other programs, made by SQLite itself: refused with
+ * SD_EFORMAT, read-write and read-only, and left byte for byte as they
+ * were.  One without an application_id whose user_version is this store's
+ * schema version (a version number alone proves nothing), in WAL mode like
+ * ours; one of another application_id (GeoPackage's "GPKG") whose tables
+ * are named like ours.
+ */
+static void test_other_applications(void)
+{
+    static const char plain[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA journal_mode = WAL')\n"
+        "con.execute('PRAGMA user_version = %d' % int(sys.argv[2]))\n"
+        "con.execute('CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, '\n"
+        "            'url TEXT NOT NULL, title TEXT, visits INTEGER)')\n"
+        "con.execute('CREATE INDEX bookmarks_url ON bookmarks (url)')\n"
+        "con.executemany('INSERT INTO bookmarks (url, title, visits) '\n"
+        "                'VALUES (?, ?, ?)', [('https://example.org/%d' % i,\n"
+        "                'page %d' % i, i) for i in range(500)])\n"
+        "con.commit()\n"
+        "con.close()\n";
+    static const char gpkg[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA application_id = 0x47504B47')\n"
+        "con.execute('PRAGMA user_version = 10300')\n"
+        "con.execute('CREATE TABLE gpkg_contents (table_name TEXT PRIMARY '\n"
+        "            'KEY, data_type TEXT NOT NULL)')\n"
+        "con.execute('CREATE TABLE profiles (id INTEGER PRIMARY KEY, '\n"
+        "            'name TEXT)')\n"
+        "con.execute('CREATE TABLE samples (id INTEGER PRIMARY KEY, '\n"
+        "            'measured_ms REAL)')\n"
+        "con.execute(\"INSERT INTO profiles (name) VALUES ('cpu/x/4096')\")\n"
+        "con.commit()\n"
+        "con.close()\n";
+    struct store *st = NULL;
+    struct sd_diag d;
+    char version[16], uv[32];
+
+    snprintf(version, sizeof(version), "%d", STORE_SCHEMA_VERSION);
+    snprintf(uv, sizeof(uv), "user_version %d,", STORE_SCHEMA_VERSION);
+    setup();
+    if (python_sqlite(plain, version)) {
+        CHECK(file_size("") > 4096 && !exists("-wal"));
+        check_refused(SD_EFORMAT, "another program's database, no app id");
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+        CHECK(strstr(d.msg, "without shardd's schema") != NULL);
+        CHECK(strstr(d.msg, uv) != NULL);
+        CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_EFORMAT &&
+              strstr(d.msg, "without shardd's schema") != NULL);
+    }
+    teardown();
+
+    setup();
+    if (python_sqlite(gpkg, "")) {
+        check_refused(SD_EFORMAT, "GeoPackage");
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+        CHECK(strstr(d.msg, "another application's SQLite database") != NULL &&
+              strstr(d.msg, "0x47504b47") != NULL);
+    }
+    teardown();
+}
+
+/*
+ * A store of an older schema, made by hand (SQLite sets user_version to
+ * the version before this build's): read-only, it is refused untouched
+ * (migrating needs a write).  At schema 1 the version before is 0, which
+ * is no schema at all: refused as not shardd's, read-write too.  From
+ * schema 2 on, read-only says to open it read-write once.
+ */
+static void test_older_readonly(void)
+{
+    static const char older[] =
+        "import sqlite3, sys\n"
+        "con = sqlite3.connect(sys.argv[1])\n"
+        "con.execute('PRAGMA user_version = %d' % int(sys.argv[2]))\n"
+        "con.close()\n";
+    struct store *st = NULL;
+    struct sd_diag d;
+    unsigned char *before, *after;
+    size_t nbefore = 0, nafter = 0;
+    char version[16];
+    int rv;
+
+    setup();
+    fill_store(3);
+    snprintf(version, sizeof(version), "%d", STORE_SCHEMA_VERSION - 1);
+    if (!python_sqlite(older, version)) {
+        teardown();
+        return;
+    }
+    before = slurp(&nbefore);
+    CHECK(before != NULL && be32(before + 60) == STORE_SCHEMA_VERSION - 1 &&
+          be32(before + 68) == STORE_APPLICATION_ID);
+    rv = store_open(path, STORE_OPEN_READONLY, &st, &d);
+    CHECK(st == NULL && strstr(d.msg, path) != NULL);
+    if (STORE_SCHEMA_VERSION - 1 == 0) {
+        CHECK(rv == SD_EFORMAT && strstr(d.msg, "no schema version") != NULL);
+        CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
+    } else {
+        CHECK(rv == SD_ESTORE && strstr(d.msg, "older than") != NULL &&
+              strstr(d.msg, "open it read-write once") != NULL);
+    }
+    CHECK(file_size("-wal") <= 0);
+    after = slurp(&nafter);
+    CHECK(before != NULL && after != NULL && nbefore == nafter &&
+          memcmp(before, after, nbefore) == 0);
+    free(before);
+    free(after);
+    teardown();
+}
+
 /* Counts the entries of d whose names start with prefix. */
 static size_t count_files(const char *d, const char *prefix)
 {
@@ -1558,7 +1890,9 @@ int main(int argc, char **argv)
     test_kill9();
     test_models();
     test_migrate_v2();
+    test_migrate_v3();
     test_model_families();
+    test_policies();
     test_jobs();
     test_audit();
     test_newer();
@@ -1566,6 +1900,8 @@ int main(int argc, char **argv)
     test_empty_file();
     test_damaged();
     test_foreign();
+    test_other_applications();
+    test_older_readonly();
     test_backup();
     test_modes();
     test_prune();

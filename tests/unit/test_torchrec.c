@@ -5,7 +5,9 @@
  * notebook cases and the 16-rank table.  The doc prints six decimals, so
  * each is checked at that precision, and again at 1e-9 relative against the
  * full-precision values of an independent re-derivation of the same
- * formulas (2.2-2.5) in Python, kept beside each case.
+ * formulas (2.2-2.5): tests/unit/torchrec_golden.py prints them, and the
+ * ctest test torchrec_golden checks that every 17-digit constant below is
+ * one it derives (and that each rounds to the doc's six decimals).
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +32,20 @@
 #define FULL_TOL 1e-9
 
 #define GIB ((double)(1ull << 30))
+
+
+/* Table- and column-wise only, for up to 64 tables: the partitioner's
+ * device order, as a TorchRec user gets it with sharding_types. */
+static const struct table_constraint *twcw(void)
+{
+    static struct table_constraint c[64];
+    int i;
+
+    for (i = 0; i < 64; i++)
+        c[i] = (struct table_constraint){
+            .schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW), .host = -1};
+    return c;
+}
 
 static struct trec_shard_in shard(enum trec_sharding s, int64_t batch,
                                   double pf, int64_t rows, int32_t cols,
@@ -339,7 +355,8 @@ static void test_greedy_equal(void)
         tb[i] = mk(name, 100000, 64, 2.0);
     }
     topology_default(&t, 2, 1ull << 30);
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 4);
     CHECK(strcmp(p.algorithm, "torchrec_greedy") == 0);
     CHECK(device_of(&p, 0, 0) == 0);
@@ -353,7 +370,8 @@ static void test_greedy_equal(void)
      * the load: ranks 0, 2, then 1, 3. */
     topology_default(&t, 4, 1ull << 30);
     t.devices_per_host = 2;
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 1, 0) == 2);
     CHECK(device_of(&p, 2, 0) == 1);
@@ -385,7 +403,8 @@ static void test_greedy_order(void)
           trec_bytes(&tb[0], &t, 32, TREC_TABLE_WISE));
     CHECK(trec_bytes(&tb[0], &t, 32, TREC_TABLE_WISE) >
           trec_bytes(&tb[3], &t, 32, TREC_TABLE_WISE));
-    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 4, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(device_of(&p, 1, 0) == 0);
     CHECK(device_of(&p, 2, 0) == 1);
     CHECK(device_of(&p, 0, 0) == 0);
@@ -409,7 +428,8 @@ static void test_greedy_memory(void)
     a = trec_bytes(&tb[0], &t, 64, TREC_TABLE_WISE);
     c = trec_bytes(&tb[2], &t, 64, TREC_TABLE_WISE);
     t.mem_bytes = a + c - 1;
-    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 1, 0) == 1);
     CHECK(device_of(&p, 2, 0) == 1);
@@ -418,7 +438,8 @@ static void test_greedy_memory(void)
 
     /* One byte more and it does. */
     t.mem_bytes = a + c;
-    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 3, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(device_of(&p, 2, 0) == 0);
     plan_destroy(&p);
 }
@@ -441,8 +462,8 @@ static void test_greedy_nospace(void)
     memset(&p, 0x5a, sizeof(p));
     memcpy(&before, &p, sizeof(p));
     memset(&d, 0, sizeof(d));
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
-          SD_ENOSPACE);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == SD_ENOSPACE);
     snprintf(want, sizeof(want),
              "table \"huge\": needs %llu bytes but the largest free space on "
              "any device is %llu bytes (short by %llu bytes)",
@@ -459,8 +480,8 @@ static void test_greedy_nospace(void)
     topology_default(&t, 2, mem);
     need = trec_bytes(&tb[1], &t, 512, TREC_TABLE_WISE);
     CHECK(trec_bytes(&tb[1], &t, 128, TREC_COLUMN_WISE) > mem);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
-          SD_ENOSPACE);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == SD_ENOSPACE);
     snprintf(want, sizeof(want),
              "table \"wide\": needs %llu bytes but the largest free space on "
              "any device is %llu bytes (short by %llu bytes)",
@@ -471,18 +492,18 @@ static void test_greedy_nospace(void)
     /* With Adam the optimizer state counts too. */
     tb[1] = mk("huge", 10000, 64, 1.0);
     topology_default(&t, 1, 1000ull * 64 * 4 * 3 + 10000ull * 64 * 4);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_ADAM, NULL, &p, &d) ==
-          SD_ENOSPACE);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_ADAM, NULL, twcw(), &p,
+                               &d) == SD_ENOSPACE);
     CHECK(strstr(d.msg, "table \"huge\"") != NULL);
     CHECK(strstr(d.msg, "short by") != NULL);
 
     /* Bad input is refused before any planning. */
     topology_default(&t, 0, mem);
-    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
-          SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == SD_EINVAL);
     topology_default(&t, 2, mem);
-    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, NULL, &p, &d) ==
-          SD_EINVAL);
+    CHECK(plan_torchrec_greedy(tb, 0, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == SD_EINVAL);
     CHECK(memcmp(&p, &before, sizeof(p)) == 0);
 }
 
@@ -505,7 +526,8 @@ static void test_greedy_cw(void)
 
     /* Room for one 128-wide shard per device only: TW cannot fit. */
     t.mem_bytes = 2 * s128 - 1;
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 4);
     for (k = 0; k < 4 && (size_t)k < p.nshards; k++) {
         CHECK(p.shards[k].col_offset == 128 * k);
@@ -519,7 +541,8 @@ static void test_greedy_cw(void)
 
     /* Plenty of room: CW still wins on perf and spreads in heap order. */
     t.mem_bytes = 1ull << 34;
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 4);
     for (k = 0; k < 4; k++)
         CHECK(device_of(&p, 0, 128 * k) == k);
@@ -527,7 +550,8 @@ static void test_greedy_cw(void)
 
     /* Two devices: two shards each, kept apart, columns once each. */
     topology_default(&t, 2, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 4);
     CHECK(device_of(&p, 0, 0) == 0);
     CHECK(device_of(&p, 0, 128) == 1);
@@ -538,14 +562,16 @@ static void test_greedy_cw(void)
 
     /* One device: four CW shards read the ids four times; TW is better. */
     topology_default(&t, 1, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 1 && p.shards[0].col_width == 512);
     plan_destroy(&p);
 
     /* dim 200 has no block: one shard. */
     tb[0] = mk("odd", 200000, 200, 4.0);
     topology_default(&t, 4, 1ull << 34);
-    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, &p, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
+                               &d) == 0);
     CHECK(p.nshards == 1 && p.shards[0].col_width == 200);
     plan_destroy(&p);
 }
@@ -572,10 +598,10 @@ static void test_greedy_deterministic(void)
     }
     topology_default(&t, 8, 4ull << 30);
     t.devices_per_host = 4;
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &a,
-                               &d) == 0);
-    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL, &b,
-                               &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL,
+                               NULL, &a, &d) == 0);
+    CHECK(plan_torchrec_greedy(tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, NULL,
+                               NULL, &b, &d) == 0);
     CHECK(a.nshards == b.nshards && a.nshards >= 60);
     CHECK(a.nshards == b.nshards &&
           memcmp(a.shards, b.shards, a.nshards * sizeof(*a.shards)) == 0);
@@ -586,6 +612,95 @@ static void test_greedy_deterministic(void)
     CHECK(plan_validate(&a, tb, 60, &t, OPTIMIZER_ROWWISE_ADAGRAD, &d) == 0);
     plan_destroy(&a);
     plan_destroy(&b);
+}
+
+/* Only scheme `sc` for the first n tables. */
+static const struct table_constraint *only(enum plan_scheme sc, size_t n)
+{
+    static struct table_constraint c[8];
+    size_t i;
+
+    for (i = 0; i < n && i < 8; i++)
+        c[i] = (struct table_constraint){.schemes = 1u << sc, .host = -1};
+    return c;
+}
+
+/*
+ * The schemes TorchRec's enumerator adds (1.2, 1.4): row-wise blocks of
+ * ceil(rows / devices) rows, the remainder next and none after, shard i on
+ * device i; table-row-wise the same over the host of least perf; data
+ * parallel a replica on every device; and a table bigger than any device,
+ * unconstrained, planned in row blocks.
+ */
+static void test_greedy_schemes(void)
+{
+    static const int64_t rw10[] = {3, 3, 3, 1}, rw5[] = {2, 2, 1};
+    struct table tb[2];
+    struct topology t;
+    struct sd_diag d;
+    struct plan p;
+    size_t k;
+
+    tb[0] = mk("r", 10, 8, 1.0);
+    tb[1] = mk("s", 5, 8, 1.0);
+    topology_default(&t, 4, 1ull << 30);
+    t.devices_per_host = 2;
+    CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL,
+                               only(SCHEME_RW, 2), &p, &d) == 0);
+    CHECK(p.nshards == 4 + 3);
+    for (k = 0; k < p.nshards && p.nshards == 7; k++) {
+        const struct shard *s = &p.shards[k];
+        size_t b = k < 4 ? k : k - 4;
+
+        CHECK(s->scheme == SCHEME_RW && s->device == (int32_t)b);
+        CHECK(s->row_count == (k < 4 ? rw10[b] : rw5[b]));
+        CHECK(s->row_offset == (int64_t)(3 * b) - (k < 4 ? 0 : (int64_t)b));
+    }
+    CHECK(plan_validate(&p, tb, 2, &t, OPTIMIZER_SGD, &d) == 0);
+    plan_destroy(&p);
+
+    /* Table-row-wise: t0 pinned to device 0 loads host 0, so the blocks
+     * of t1 (5 rows: 3 and 2) go to host 1's devices 2 and 3. */
+    {
+        int32_t pins[2] = {0, -1};
+        struct table_constraint c[2] = {
+            {.host = -1}, {.schemes = 1u << SCHEME_TWRW, .host = -1}};
+
+        CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, pins, c, &p, &d) ==
+              0);
+        CHECK(p.nshards == 3);
+        CHECK(p.shards[1].device == 2 && p.shards[1].row_count == 3);
+        CHECK(p.shards[2].device == 3 && p.shards[2].row_count == 2);
+        CHECK(p.shards[1].scheme == SCHEME_TWRW);
+        CHECK(plan_validate(&p, tb, 2, &t, OPTIMIZER_SGD, &d) == 0);
+        plan_destroy(&p);
+    }
+
+    /* Data parallel: a whole replica on each of the four devices. */
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL,
+                               only(SCHEME_DP, 1), &p, &d) == 0);
+    CHECK(p.nshards == 4);
+    for (k = 0; k < p.nshards; k++)
+        CHECK(p.shards[k].scheme == SCHEME_DP &&
+              p.shards[k].device == (int32_t)k && p.shards[k].row_count == 0);
+    CHECK(plan_validate(&p, tb, 1, &t, OPTIMIZER_SGD, &d) == 0);
+    plan_destroy(&p);
+
+    /* 4 GB on devices of 2 GB: no table- or column-wise option fits; the
+     * planner finds row blocks. */
+    tb[0] = mk("big", 8000000, 128, 4.0);
+    topology_default(&t, 4, 2ull << 30);
+    t.devices_per_host = 2;
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL, NULL, &p, &d) ==
+          0);
+    CHECK(p.nshards >= 2 &&
+          scheme_splits_rows((enum plan_scheme)p.shards[0].scheme));
+    CHECK(plan_validate(&p, tb, 1, &t, OPTIMIZER_SGD, &d) == 0);
+    plan_destroy(&p);
+    /* ... and refused, naming it, when only table-wise is allowed. */
+    CHECK(plan_torchrec_greedy(tb, 1, &t, OPTIMIZER_SGD, NULL,
+                               only(SCHEME_TW, 1), &p, &d) == SD_ENOSPACE);
+    CHECK(strstr(d.msg, "\"big\"") != NULL);
 }
 
 int main(void)
@@ -601,5 +716,6 @@ int main(void)
     test_greedy_nospace();
     test_greedy_cw();
     test_greedy_deterministic();
+    test_greedy_schemes();
     return tap_done();
 }

@@ -1,0 +1,451 @@
+/*
+ * The sharding-scheme pass (search_int.h): which tables leave neuroshard's
+ * column search for row blocks or replicas, and their shards.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search/search_int.h"
+
+/* Replicas take at most this share of the smallest device's memory, and
+ * only tables of at most DP_TABLE_SHARE of it are weighed for replication
+ * (a replica costs every device its bytes). */
+#define DP_MEM_SHARE   0.1
+#define DP_TABLE_SHARE 0.001
+/* Pooled embeddings travel as fp32. */
+#define POOLED_BYTES 4.0
+
+/* What the pass works with. */
+struct pass {
+    const struct table *tables;
+    size_t n;
+    const struct topology *t;
+    const struct plan_options *o;
+    double scale;        /* the topology's batch / the model's */
+    float zmean[NET_H2]; /* the head's input of the mean device */
+    double mean_ms;      /* the mean device's cost, every table whole */
+    uint64_t *used;      /* [ndevices] bytes fixed so far (pins too) */
+    double *load;        /* [ndevices] ms fixed so far, each shard alone */
+    uint64_t dp_bytes;   /* replicas' bytes on every device */
+};
+
+/* The model's cost of tb at cols alone. */
+static double alone_ms(const struct pass *ps, const struct table *tb,
+                       int32_t cols)
+{
+    float z[NET_H2], proj[NET_H2];
+    int o;
+
+    net_head_init(ps->o->net, z);
+    net_projected(ps->o->net, ps->o->memo, tb, cols, proj);
+    for (o = 0; o < NET_H2; o++)
+        z[o] += proj[o];
+    return net_head_z(ps->o->net, z) * ps->scale;
+}
+
+/* What tb adds to the mean device. */
+static double marginal_ms(const struct pass *ps, const struct table *tb)
+{
+    float z[NET_H2], proj[NET_H2];
+    int o;
+
+    net_projected(ps->o->net, ps->o->memo, tb, tb->dim, proj);
+    for (o = 0; o < NET_H2; o++)
+        z[o] = ps->zmean[o] + proj[o];
+    return (net_head_z(ps->o->net, z) - net_head_z(ps->o->net, ps->zmean)) *
+           ps->scale;
+}
+
+static const struct table_constraint *constraint(const struct pass *ps,
+                                                 size_t i)
+{
+    return ps->o->constraints ? &ps->o->constraints[i] : NULL;
+}
+
+static bool pinned(const struct pass *ps, size_t i)
+{
+    return ps->o->pins != NULL && ps->o->pins[i] >= 0;
+}
+
+/* Appends table i's rows in k blocks on devices first, first + 1, ... */
+static int add_blocks(struct pass *ps, struct scheme_pass *sp, size_t i,
+                      int32_t first, int32_t k, enum plan_scheme sc)
+{
+    const struct table *tb = &ps->tables[i];
+    int64_t at = 0, base = tb->rows / k, extra = tb->rows % k;
+    int32_t b;
+
+    for (b = 0; b < k; b++) {
+        struct shard s = {.table = (uint32_t)i,
+                          .device = first + b,
+                          .col_width = tb->dim,
+                          .row_offset = at,
+                          .row_count = base + (b < extra),
+                          .scheme = (uint8_t)sc};
+        struct table view;
+
+        if (plan_add_shard(&sp->shards, &s) != 0)
+            return SD_ENOMEM;
+        shard_table(tb, &s, ps->t->ndevices, &view);
+        ps->used[s.device] += shard_block_bytes(tb, &s, ps->o->optimizer);
+        ps->load[s.device] += alone_ms(ps, &view, tb->dim);
+        at += s.row_count;
+    }
+    return 0;
+}
+
+/* The cost of one of k row blocks of table i alone. */
+static double block_ms(const struct pass *ps, size_t i, int32_t k)
+{
+    const struct table *tb = &ps->tables[i];
+    struct shard s = {.col_width = tb->dim, .row_count = tb->rows / k};
+    struct table view;
+
+    if (s.row_count < 1)
+        s.row_count = 1;
+    shard_table(tb, &s, ps->t->ndevices, &view);
+    return alone_ms(ps, &view, tb->dim);
+}
+
+/* Devices [first, first + k) can each take 1/k of table i's rows. */
+static bool blocks_fit(const struct pass *ps, size_t i, int32_t first,
+                       int32_t k)
+{
+    const struct table *tb = &ps->tables[i];
+    struct shard s = {.col_width = tb->dim,
+                      .row_count = tb->rows / k + (tb->rows % k != 0)};
+    uint64_t b = shard_block_bytes(tb, &s, ps->o->optimizer);
+    int32_t r;
+
+    if (tb->rows < k)
+        return false;
+    for (r = first; r < first + k; r++)
+        if (ps->used[r] + b > topology_mem(ps->t, r))
+            return false;
+    return true;
+}
+
+/*
+ * Table i in row blocks: over the devices of the least loaded host that can
+ * hold them (the constraint's host if it names one; min_row_shards at most
+ * a host's devices), else over every device.  SD_ENOSPACE when neither is
+ * allowed and fits.
+ */
+static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
+                      struct sd_diag *d)
+{
+    const struct table_constraint *c = constraint(ps, i);
+    const struct topology *t = ps->t;
+    int32_t L = t->devices_per_host, hosts = t->ndevices / L, h, best = -1;
+    double best_load = INFINITY;
+
+    if (constraint_allows(c, SCHEME_TWRW) &&
+        (c == NULL || c->min_row_shards <= L))
+        for (h = 0; h < hosts; h++) {
+            double load = 0;
+            int32_t r;
+
+            if (c != NULL && c->host >= 0 && c->host != h)
+                continue;
+            for (r = h * L; r < (h + 1) * L; r++)
+                load += ps->load[r];
+            if (load < best_load && blocks_fit(ps, i, h * L, L)) {
+                best = h;
+                best_load = load;
+            }
+        }
+    /* A host's blocks that would still outweigh the mean device spread
+     * over every device instead (when allowed and they fit). */
+    if (best >= 0 && t->ndevices > L && constraint_allows(c, SCHEME_RW) &&
+        (c == NULL || c->host < 0) && block_ms(ps, i, L) > ps->mean_ms &&
+        blocks_fit(ps, i, 0, t->ndevices))
+        return add_blocks(ps, sp, i, 0, t->ndevices, SCHEME_RW);
+    if (best >= 0)
+        return add_blocks(ps, sp, i, best * L, L, SCHEME_TWRW);
+    if (constraint_allows(c, SCHEME_RW) && (c == NULL || c->host < 0) &&
+        blocks_fit(ps, i, 0, t->ndevices))
+        return add_blocks(ps, sp, i, 0, t->ndevices, SCHEME_RW);
+    {
+        const struct table *tb = &ps->tables[i];
+        struct shard s = {.col_width = tb->dim,
+                          .row_count = tb->rows / t->ndevices +
+                                       (tb->rows % t->ndevices != 0)};
+        uint64_t room = 0;
+        int32_t r;
+
+        for (r = 0; r < t->ndevices; r++)
+            if (topology_mem(t, r) > ps->used[r] &&
+                topology_mem(t, r) - ps->used[r] > room)
+                room = topology_mem(t, r) - ps->used[r];
+        return sd_diag_set(
+            d, SD_ENOSPACE,
+            "neuroshard: table \"%s\" needs %llu bytes: even in row blocks "
+            "over all %d devices a block needs %llu, and the most a device "
+            "has left is %llu; give the devices more memory%s",
+            tb->name,
+            (unsigned long long)shard_bytes(tb, tb->dim, ps->o->optimizer),
+            (int)t->ndevices,
+            (unsigned long long)shard_block_bytes(tb, &s, ps->o->optimizer),
+            (unsigned long long)room,
+            constraint_allows(c, SCHEME_RW) ? "" : " or allow row_wise");
+    }
+}
+
+/*
+ * Per device, what table i costs replicated (its local batch, its share of
+ * the gradient all-reduce) and placed once (its share of one device's
+ * lookups, its columns in every device's all-to-all, both ways).
+ */
+static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
+                          double *tw_ms)
+{
+    const struct table *tb = &ps->tables[i];
+    const struct topology *t = ps->t;
+    int32_t n = t->ndevices, L = t->devices_per_host;
+    struct shard s = {.col_width = tb->dim, .scheme = SCHEME_DP};
+    struct table local;
+    double cols_bytes = (double)t->batch_size / n * POOLED_BYTES * tb->dim;
+    double remote = (double)(n - L) / n;
+
+    shard_table(tb, &s, n, &local);
+    *dp_ms = marginal_ms(ps, &local) +
+             collective_all_reduce_ms(t, (double)table_bytes(tb, tb->dim), n,
+                                      n > L) -
+             2 * (n - 1) * t->link_latency_ms; /* bucketed: latency once */
+    *tw_ms = marginal_ms(ps, tb) / n +
+             2 * cols_bytes *
+                 (remote / t->inter_host_bw + (1 - remote) / t->intra_host_bw);
+}
+
+/* Sets up ps: the mean device, the pinned tables' bytes. */
+static int pass_init(struct pass *ps, const struct table *tables, size_t n,
+                     const struct topology *t, const struct plan_options *o)
+{
+    float proj[NET_H2];
+    size_t i;
+    int k;
+
+    memset(ps, 0, sizeof(*ps));
+    ps->tables = tables;
+    ps->n = n;
+    ps->t = t;
+    ps->o = o;
+    ps->scale = (double)t->batch_size / (double)o->net->batch_size;
+    ps->used = calloc((size_t)t->ndevices, sizeof(*ps->used));
+    ps->load = calloc((size_t)t->ndevices, sizeof(*ps->load));
+    if (!ps->used || !ps->load)
+        return SD_ENOMEM;
+    net_head_init(o->net, ps->zmean);
+    for (i = 0; i < n; i++) {
+        net_projected(o->net, o->memo, &tables[i], tables[i].dim, proj);
+        for (k = 0; k < NET_H2; k++)
+            ps->zmean[k] += proj[k] / (float)t->ndevices;
+        ps->mean_ms += alone_ms(ps, &tables[i], tables[i].dim);
+        if (pinned(ps, i))
+            ps->used[o->pins[i]] +=
+                shard_bytes(&tables[i], tables[i].dim, o->optimizer);
+    }
+    ps->mean_ms /= t->ndevices;
+    return 0;
+}
+
+/* The scheme table i leaves the column search for, or SCHEME_TW to stay. */
+static enum plan_scheme choose(struct pass *ps, size_t i,
+                               enum scheme_reason *why, double *dp_ms,
+                               double *tw_ms)
+{
+    const struct table *tb = &ps->tables[i];
+    const struct table_constraint *c = constraint(ps, i);
+    bool tw_ok = constraint_allows(c, SCHEME_TW),
+         cw_ok = constraint_allows(c, SCHEME_CW);
+    bool rows_ok =
+        constraint_allows(c, SCHEME_TWRW) || constraint_allows(c, SCHEME_RW);
+    int32_t narrow = tb->dim >> (table_split_levels(tb->dim) - 1);
+    uint64_t whole = shard_bytes(tb, tb->dim, ps->o->optimizer);
+    uint64_t smallest = UINT64_MAX;
+    int32_t r;
+
+    *dp_ms = *tw_ms = 0;
+    if (!tw_ok && !cw_ok) { /* a row scheme or replication, by constraint */
+        *why = REASON_CONSTRAINT;
+        return rows_ok ? SCHEME_TWRW : SCHEME_DP;
+    }
+    if (rows_ok && whole > topology_mem_max(ps->t)) {
+        *why = REASON_MEMORY;
+        return SCHEME_TWRW;
+    }
+    if (rows_ok && alone_ms(ps, tb, narrow) > ps->mean_ms) {
+        *why = REASON_HOT;
+        return SCHEME_TWRW;
+    }
+    if (!constraint_allows(c, SCHEME_DP) || ps->t->ndevices == 1)
+        return SCHEME_TW;
+    for (r = 0; r < ps->t->ndevices; r++)
+        if (topology_mem(ps->t, r) < smallest)
+            smallest = topology_mem(ps->t, r);
+    if ((double)whole > DP_TABLE_SHARE * (double)smallest)
+        return SCHEME_TW;
+    replica_costs(ps, i, dp_ms, tw_ms);
+    if (*dp_ms < *tw_ms &&
+        (double)(ps->dp_bytes + whole) <= DP_MEM_SHARE * (double)smallest) {
+        *why = REASON_REPLICATE;
+        return SCHEME_DP;
+    }
+    *why = REASON_KEPT; /* weighed, and cheaper placed once */
+    return SCHEME_TW;
+}
+
+/* Table i replicated on every device. */
+static int add_replicas(struct pass *ps, struct scheme_pass *sp, size_t i)
+{
+    const struct table *tb = &ps->tables[i];
+    int32_t r;
+
+    for (r = 0; r < ps->t->ndevices; r++) {
+        struct shard s = {.table = (uint32_t)i,
+                          .device = r,
+                          .col_width = tb->dim,
+                          .scheme = SCHEME_DP};
+
+        if (plan_add_shard(&sp->shards, &s) != 0)
+            return SD_ENOMEM;
+        ps->used[r] += shard_bytes(tb, tb->dim, ps->o->optimizer);
+    }
+    ps->dp_bytes += shard_bytes(tb, tb->dim, ps->o->optimizer);
+    return 0;
+}
+
+/* A table's bytes and index, to order the tables largest first: the
+ * hardest to fit are placed first. */
+struct by_bytes {
+    uint64_t bytes;
+    size_t idx;
+};
+
+static int cmp_bytes_desc(const void *a, const void *b)
+{
+    const struct by_bytes *x = a, *y = b;
+
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int scheme_pass_run(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct scheme_pass *sp, struct sd_diag *d)
+{
+    struct pass ps;
+    struct by_bytes *order = NULL;
+    size_t k;
+    int rv;
+
+    memset(sp, 0, sizeof(*sp));
+    rv = pass_init(&ps, tables, ntables, t, o);
+    sp->fixed = calloc(ntables ? ntables : 1, sizeof(*sp->fixed));
+    sp->why = calloc(ntables ? ntables : 1, sizeof(*sp->why));
+    sp->fwd = calloc((size_t)t->ndevices, sizeof(*sp->fwd));
+    sp->bwd = calloc((size_t)t->ndevices, sizeof(*sp->bwd));
+    order = malloc((ntables ? ntables : 1) * sizeof(*order));
+    if (rv != 0 || !sp->fixed || !sp->why || !sp->fwd || !sp->bwd || !order ||
+        plan_init(&sp->shards, t->ndevices) != 0) {
+        rv = SD_ENOMEM;
+        goto out_free;
+    }
+    for (k = 0; k < ntables; k++)
+        order[k] = (struct by_bytes){table_bytes(&tables[k], tables[k].dim), k};
+    qsort(order, ntables, sizeof(*order), cmp_bytes_desc);
+    for (k = 0; k < ntables && rv == 0; k++) {
+        size_t i = order[k].idx;
+        double dp_ms, tw_ms;
+        enum plan_scheme sc;
+
+        if (pinned(&ps, i))
+            continue;
+        sc = choose(&ps, i, &sp->why[i], &dp_ms, &tw_ms);
+        if (sc == SCHEME_TW) {
+            if (sp->why[i] == REASON_KEPT) {
+                sp->kept++;
+                sp->kept_dp_ms += dp_ms;
+                sp->kept_tw_ms += tw_ms;
+            }
+            continue;
+        }
+        rv = sc == SCHEME_DP ? add_replicas(&ps, sp, i)
+                             : split_rows(&ps, sp, i, d);
+        sp->fixed[i] = true;
+        sp->nfixed++;
+        /* Memory alone does not force: the column search may cut such a
+         * table in slices instead, and is tried. */
+        sp->forced = sp->forced || sp->why[i] == REASON_CONSTRAINT;
+        if (sc == SCHEME_DP) {
+            sp->dp_ms += dp_ms;
+            sp->tw_ms += tw_ms;
+        }
+    }
+    if (rv == 0) {
+        plan_sort(&sp->shards);
+        rv = plan_collectives(&sp->shards, tables, t, sp->fwd, sp->bwd);
+    }
+    if (rv == SD_ENOMEM)
+        sd_diag_set(d, rv, "neuroshard: out of memory");
+
+out_free:
+    free(order);
+    free(ps.used);
+    free(ps.load);
+    if (rv != 0)
+        scheme_pass_free(sp);
+    return rv;
+}
+
+void scheme_pass_free(struct scheme_pass *sp)
+{
+    free(sp->fixed);
+    free(sp->why);
+    free(sp->fwd);
+    free(sp->bwd);
+    plan_destroy(&sp->shards);
+    memset(sp, 0, sizeof(*sp));
+}
+
+void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
+                      struct plan *p)
+{
+    size_t count[REASON_KEPT + 1] = {0}, i;
+
+    for (i = 0; i < ntables; i++)
+        if (sp->fixed[i])
+            count[sp->why[i]]++;
+    if (count[REASON_MEMORY] > 0)
+        plan_note(p,
+                  "%zu table(s) split in rows: bigger than any device, each "
+                  "is spread over one host's devices (or all devices)",
+                  count[REASON_MEMORY]);
+    if (count[REASON_HOT] > 0)
+        plan_note(p,
+                  "%zu table(s) split in rows over a host: even their "
+                  "narrowest column slice costs more than the mean device, "
+                  "and row blocks split the lookups",
+                  count[REASON_HOT]);
+    if (count[REASON_REPLICATE] > 0)
+        plan_note(p,
+                  "%zu table(s) replicated (data_parallel): together %.3f ms "
+                  "per device replicated (local batch and one bucketed "
+                  "gradient all-reduce) against %.3f ms placed once "
+                  "(lookups on one device, columns in every all-to-all)",
+                  count[REASON_REPLICATE], sp->dp_ms, sp->tw_ms);
+    if (count[REASON_CONSTRAINT] > 0)
+        plan_note(p,
+                  "%zu table(s) split in rows or replicated as their "
+                  "constraints say",
+                  count[REASON_CONSTRAINT]);
+    if (sp->kept > 0)
+        plan_note(p,
+                  "%zu small table(s) not replicated: together %.3f ms per "
+                  "device replicated (local batch and one bucketed gradient "
+                  "all-reduce) against %.3f ms placed once",
+                  sp->kept, sp->kept_dp_ms, sp->kept_tw_ms);
+}

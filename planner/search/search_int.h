@@ -1,0 +1,66 @@
+/*
+ * Private to the search room: the sharding-scheme pass neuroshard runs
+ * before its column search (schemes.c).  No other room includes this.
+ */
+#ifndef SHARDD_PLANNER_SEARCH_INT_H
+#define SHARDD_PLANNER_SEARCH_INT_H
+
+#include "search/search.h"
+
+/* Why a table left the column search, for the explanation. */
+enum scheme_reason {
+    REASON_NONE = 0,
+    REASON_MEMORY,     /* bigger than any device: rows split */
+    REASON_HOT,        /* its narrowest column slice outweighs a device */
+    REASON_REPLICATE,  /* cheaper replicated than placed once */
+    REASON_CONSTRAINT, /* the user's constraint says so */
+    REASON_KEPT,       /* small, weighed for replication, kept: cheaper
+                        * placed once (fixed stays false) */
+};
+
+/*
+ * The pass's outcome: which tables the column search places (fixed[i] ==
+ * false) and the shards of the others (row blocks on one host or on every
+ * device, or a replica on every device), sorted, with their collectives'
+ * per-device exchanges.  `forced` says that a constraint takes a table out
+ * of the column search, so the search alone is no alternative.
+ */
+struct scheme_pass {
+    bool *fixed;             /* [ntables] */
+    enum scheme_reason *why; /* [ntables] */
+    struct plan shards;      /* the fixed tables' shards */
+    double *fwd, *bwd;       /* [ndevices]: plan_collectives() of shards */
+    size_t nfixed;
+    bool forced;
+    /* Figures for the explanation: replicated tables' summed marginal
+     * cost per device, replicated and placed once; the same for the small
+     * tables kept whole. */
+    double dp_ms, tw_ms;
+    size_t kept;
+    double kept_dp_ms, kept_tw_ms;
+};
+
+/*
+ * Decides the schemes (docs/api.md, "Schemes"): a table bigger than any
+ * device is split in row blocks over one host's devices (or every device
+ * when one host cannot hold it); one whose narrowest column slice alone
+ * costs more than the mean device is split in rows over a host; a table that
+ * costs the devices less replicated (its local batch on each, plus its
+ * share of one bucketed gradient all-reduce) than placed once (its lookups
+ * on one device and its columns in every device's all-to-all) is
+ * replicated, while the replicas take at most a tenth of the smallest
+ * device; constraints (o->constraints) allow, force or forbid each.  Costs
+ * from o->net (through o->memo).  *out is initialised here; free it with
+ * scheme_pass_free().  0, SD_ENOSPACE (a table fits no scheme: d names it)
+ * or SD_ENOMEM.
+ */
+int scheme_pass_run(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct scheme_pass *out, struct sd_diag *d);
+void scheme_pass_free(struct scheme_pass *sp);
+
+/* Notes (plan_note()) on what the pass fixed and why. */
+void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
+                      struct plan *p);
+
+#endif /* SHARDD_PLANNER_SEARCH_INT_H */
