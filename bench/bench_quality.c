@@ -23,6 +23,12 @@
  *         only).  Each device's compute is the median of `rounds`
  *         interleaved measurements: on a shared machine one evaluation of a
  *         plan can be 40 % off the next.
+ *
+ * SHARDD_BENCH_FAMILIES=all, or a list such as zipf,seq,mix: task sets
+ * drawn from the table families (formats.h, families.c) instead, 256
+ * tables of each named family (mix: all of them in turn; "all" is every
+ * family and mix), each at 4 and 8 devices: does a model's plan quality
+ * carry over to tables of other shapes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -121,8 +127,8 @@ out_free:
 
 static int run_set(const struct cost_net *net, const struct policy_net *pn,
                    const struct kern_backend *be, const struct table *pool,
-                   size_t npool, int32_t ndevices, size_t ntasks,
-                   const struct kern_timing_opts *to, int rounds)
+                   size_t npool, const char *label, int32_t ndevices,
+                   size_t ntasks, const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
     struct task *tasks;
@@ -219,9 +225,10 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
                 (int)ndevices, k + 1, ntasks);
     }
 
-    printf("\n%d devices of 4 GiB, %zu tasks (seed %d), costs in ms at batch "
-           "%lld, %s\n",
-           (int)ndevices, ntasks, (int)ndevices, (long long)net->batch_size,
+    printf("\n%s%s%d devices of 4 GiB, %zu tasks (seed %d), costs in ms at "
+           "batch %lld, %s\n",
+           label, label[0] ? ": " : "", (int)ndevices, ntasks, (int)ndevices,
+           (long long)net->batch_size,
            be ? "measured on the device (median of rounds)" : "predicted only");
     printf("%-20s %6s %10s %10s %11s %11s %11s %9s %10s\n", "algorithm",
            "valid", "predicted", "measured", "/best_greedy", "/torchrec",
@@ -241,6 +248,53 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     }
     task_array_free(tasks, ntasks);
     return 0;
+}
+
+/*
+ * The family mode (SHARDD_BENCH_FAMILIES): for each family named in `list`
+ * ("all": every family and mix), 256 tables of it at the model's batch,
+ * then its task sets at 4 and 8 devices.
+ */
+static int run_families(const char *list, const struct cost_net *net,
+                        const struct policy_net *pn,
+                        const struct kern_backend *be, size_t ntasks,
+                        const struct kern_timing_opts *to, int rounds,
+                        unsigned threads)
+{
+    bool want[FAMILY_MIX + 1];
+    struct family_params fp;
+    struct table *pool;
+    struct sd_diag d;
+    int f, rv = 0;
+
+    if (strcmp(list, "all") == 0) {
+        for (f = 0; f <= FAMILY_MIX; f++)
+            want[f] = true;
+    } else if (family_parse_list(list, want, &d) != 0) {
+        fprintf(stderr, "bench_quality: SHARDD_BENCH_FAMILIES: %s\n", d.msg);
+        return 2;
+    }
+    for (f = 0; f <= FAMILY_MIX && rv == 0; f++) {
+        if (!want[f])
+            continue;
+        family_params_default(&fp);
+        fp.family = f;
+        fp.count = 256;
+        fp.seed = 0;
+        fp.batch_size = net->batch_size;
+        if (family_tables(&fp, threads, &pool) != 0) {
+            fprintf(stderr, "bench_quality: cannot make the %s tables\n",
+                    family_name(f));
+            return 1;
+        }
+        rv = run_set(net, pn, be, pool, fp.count, family_name(f), 4, ntasks, to,
+                     rounds);
+        if (rv == 0)
+            rv = run_set(net, pn, be, pool, fp.count, family_name(f), 8, ntasks,
+                         to, rounds);
+        free(pool);
+    }
+    return rv;
 }
 
 /* The production-like task set (bench_production.c). */
@@ -310,9 +364,15 @@ int main(int argc, char **argv)
     }
     printf("bench_quality: model %s (%s); backend %s\n", net->profile,
            argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
-    if (run_set(net, pn, be, pool, sp.count, 4, ntasks, &to, rounds) == 0 &&
-        run_set(net, pn, be, pool, sp.count, 8, ntasks, &to, rounds) == 0)
+    if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
+        rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, pn, be, ntasks,
+                          &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
+    } else if (run_set(net, pn, be, pool, sp.count, "", 4, ntasks, &to,
+                       rounds) == 0 &&
+               run_set(net, pn, be, pool, sp.count, "", 8, ntasks, &to,
+                       rounds) == 0) {
         rv = 0;
+    }
     free(pool);
 out_model:
     free(owned_pn);

@@ -12,6 +12,10 @@
  *                    in-process.
  *  - measure.c:      profile, train, score and eval on this machine's
  *                    devices.
+ *  - fit.c:          train and score: cost models from a store's
+ *                    samples, and their errors, by table family too.
+ *  - family.c:       errors by table family: hold-outs and the per-family
+ *                    table of train and score.
  *  - comm.c:         comm-profile: collectives timed on this machine's
  *                    devices.
  *  - import.c:       import-model (NeuroShard's checkpoints into a model
@@ -38,6 +42,7 @@
  *   opts.c         -> common.c
  *   offline.c      -> common.c, format.c, svg.c
  *   measure.c      -> common.c, format.c
+ *   fit.c          -> measure.c, common.c, family.c
  *   comm.c         -> common.c
  *   import.c       -> common.c
  *   online.c       -> online_admin.c, online_call.c, common.c, format.c,
@@ -45,7 +50,7 @@
  *   svg.c          -> common.c
  *   online_admin.c -> online_call.c, rpc.c, common.c
  *   online_call.c  -> rpc.c, rpc_json.c, common.c
- *   common.c, format.c, rpc_json.c, rpc.c: no client file
+ *   common.c, format.c, family.c, rpc_json.c, rpc.c: no client file
  *                     (the planning library, wire/, protobuf-c, jansson,
  *                     gRPC)
  *
@@ -61,6 +66,7 @@
 #ifndef SHARDD_CLIENT_H
 #define SHARDD_CLIENT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -123,6 +129,10 @@ struct ctl_opts {
     const char *profile;
     const char *svg;             /* plan, estimate --svg: the picture's file */
     const char *torchrec_module; /* plan --torchrec: the module path */
+    const char *family;          /* gen-tables, profile --family */
+    const char *hold_out;        /* train --hold-out-family */
+    int64_t ensemble;            /* train --ensemble K */
+    double quantile;             /* plan --quantile (offline); < 0: none */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */
@@ -225,13 +235,27 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
              int32_t **pins);
 
 /*
- * The cost model plans are searched with and scored by: --model FILE, else
- * the reference set when --profile names NET_REFERENCE_PROFILE, else the
- * embedded default.  *owned is what the caller frees (NULL for a compiled-in
- * one).  Returns 0 or an exit code, the message naming cmd.
+ * The cost model plans are searched with and scored by: --model FILE (a
+ * model file, or an ensemble file whose member 0 plans), else the reference
+ * set when --profile names NET_REFERENCE_PROFILE, else the embedded
+ * default; ens is its ensemble when it has more than one member (the
+ * embedded one's, when that is whole), else NULL.  ctl_model_free()
+ * releases what was read.  Returns 0 or an exit code, the message naming
+ * cmd.
  */
+struct ctl_model {
+    const struct cost_net *net;
+    const struct net_ensemble *ens;
+    struct net_ensemble *owned;
+};
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
-                   const struct cost_net **net, struct cost_net **owned);
+                   struct ctl_model *cm);
+void ctl_model_free(struct ctl_model *cm);
+
+/* Set by ctl_catch_stop_signals()' handler on Ctrl-C or SIGTERM: long
+ * runs (profile, train) stop cleanly when they see it. */
+extern volatile sig_atomic_t ctl_stop_requested;
+void ctl_catch_stop_signals(void);
 
 /*
  * The placement of --plan (a --json plan file) for the tables, on
@@ -293,14 +317,59 @@ int offline_plan(const struct ctl_opts *o);     /* plan --offline */
 int offline_estimate(const struct ctl_opts *o); /* estimate --offline */
 int offline_features(const struct ctl_opts *o);
 int measure_profile(const struct ctl_opts *o);
-int measure_train(const struct ctl_opts *o);
-int measure_score(const struct ctl_opts *o);
+int measure_train(const struct ctl_opts *o); /* fit.c */
+int measure_score(const struct ctl_opts *o); /* fit.c */
 int measure_eval(const struct ctl_opts *o);
+
+struct kern_backend;
+/* The backend --backend names (NULL: auto), or NULL with the message
+ * printed (measure.c). */
+const struct kern_backend *ctl_pick_backend(const char *name);
 int comm_profile(const struct ctl_opts *o);      /* comm.c */
 int import_model(const struct ctl_opts *o);      /* import-model (import.c) */
 int import_comm_fit(const struct ctl_opts *o);   /* comm-fit (import.c) */
 int train_policy_run(const struct ctl_opts *o);  /* train_policy.c */
 int tiers_cache_curve(const struct ctl_opts *o); /* tiers.c */
+
+/* ------------------------------------------------------------------------ */
+/* Errors by table family (family.c)                                         */
+
+struct store_sample;
+struct store_model_metrics;
+
+/*
+ * Whether a sample of family label `label` (store_sample.family) is held
+ * out by hold[] (family_parse_list(): a family's flag holds out every
+ * sample with a table of that family; "mix" every sample of several
+ * families).  Samples of no family are never held out.
+ */
+bool ctl_held_out(const char *label, const bool hold[FAMILY_MIX + 1]);
+
+/* One row of the per-family table: a group (family_label_group()). */
+struct ctl_family_row {
+    int group;
+    bool held_out; /* its samples were kept out of training */
+    struct net_errors e;
+};
+
+/*
+ * The errors of predictions pred[i] of samples smp[i] (those with pick[i],
+ * or all when pick is NULL), one row per group that has any, in group
+ * order, into rows (room for FAMILY_OTHER + 1) and *nrows.  Returns 0 or
+ * SD_ENOMEM.
+ */
+int ctl_family_rows(const struct store_sample *smp, const double *pred,
+                    size_t n, const bool *pick, bool held_out,
+                    struct ctl_family_row *rows, size_t *nrows);
+
+/* The table: family, split ("held out", else `split`), count, MAPE, p90,
+ * signed median. */
+void ctl_print_family_rows(FILE *out, const struct ctl_family_row *rows,
+                           size_t n, const char *split);
+
+/* The rows as a model's stored metrics (store.h). */
+void ctl_family_metrics(const struct ctl_family_row *rows, size_t n,
+                        struct store_model_metrics *mx);
 
 /* ------------------------------------------------------------------------ */
 /* Human-readable reports (format.c)                                         */
@@ -314,6 +383,11 @@ int tiers_cache_curve(const struct ctl_opts *o); /* tiers.c */
 void format_plan_text(FILE *out, const struct plan *p,
                       const struct table *tables, size_t ntables,
                       const struct topology *t);
+/* The same with the spread of an ensemble's predictions (sp NULL: none):
+ * the plan cost's range in the header and a compute range per device. */
+void format_plan_spread(FILE *out, const struct plan *p,
+                        const struct table *tables, size_t ntables,
+                        const struct topology *t, const struct plan_spread *sp);
 
 /*
  * The plan's explanation: the slowest device and the shards driving it, the

@@ -6,6 +6,7 @@
  * nothing of the client back, only the planning library.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,31 +34,60 @@ int ctl_exit_for(int err)
     return err == SD_ENOMEM ? 1 : CTL_EXIT_USAGE;
 }
 
+volatile sig_atomic_t ctl_stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    ctl_stop_requested = 1;
+}
+
+void ctl_catch_stop_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The cost model                                                          */
 
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
-                   const struct cost_net **net, struct cost_net **owned)
+                   struct ctl_model *cm)
 {
     struct sd_diag d = {{0}};
     int rv;
 
-    *owned = NULL;
+    memset(cm, 0, sizeof(*cm));
     if (o->model != NULL) {
-        rv = net_read_file(o->model, owned, &d);
+        /* A model file, or an ensemble file (its member 0 plans). */
+        rv = net_ensemble_read_file(o->model, &cm->owned, &d);
         if (rv != 0)
             return ctl_fail(ctl_exit_for(rv), "%s: --model: %s", cmd, d.msg);
-        *net = *owned;
+        cm->net = cm->owned->m[0];
+        cm->ens = cm->owned->k > 1 ? cm->owned : NULL;
         return 0;
     }
     /* The reference profile (NeuroShard's released models) only when
-     * named: the embedded cpu model stays the default. */
-    if (o->profile != NULL && strcmp(o->profile, NET_REFERENCE_PROFILE) == 0)
-        *net = net_reference(&d);
-    else
-        *net = net_embedded(&d);
-    if (*net == NULL)
+     * named: the embedded cpu model stays the default.  It has no
+     * ensemble. */
+    if (o->profile != NULL && strcmp(o->profile, NET_REFERENCE_PROFILE) == 0) {
+        cm->net = net_reference(&d);
+        if (cm->net == NULL)
+            return ctl_fail(1, "%s: %s", cmd, d.msg);
+        return 0;
+    }
+    cm->net = net_embedded(&d);
+    if (cm->net == NULL)
         return ctl_fail(1, "%s: %s", cmd, d.msg);
+    /* No spread where the embedded ensemble is missing: not an error. */
+    cm->ens = net_ensemble_embedded(NULL);
+    if (cm->ens != NULL && cm->ens->k < 2)
+        cm->ens = NULL;
     return 0;
 }
 
@@ -92,6 +122,12 @@ void ctl_attach_comm(const struct cost_net *net, struct topology *t,
 {
     if (net_comm_model_init(ncm, net, t))
         t->comm = &ncm->cm;
+}
+
+void ctl_model_free(struct ctl_model *cm)
+{
+    net_ensemble_free(cm->owned);
+    memset(cm, 0, sizeof(*cm));
 }
 
 int ctl_load_policy(const struct ctl_opts *o, const char *cmd,

@@ -42,6 +42,13 @@ void format_plan_text(FILE *out, const struct plan *p,
                       const struct table *tables, size_t ntables,
                       const struct topology *t)
 {
+    format_plan_spread(out, p, tables, ntables, t, NULL);
+}
+
+void format_plan_spread(FILE *out, const struct plan *p,
+                        const struct table *tables, size_t ntables,
+                        const struct topology *t, const struct plan_spread *sp)
+{
     double sum_compute = 0, max_compute = 0;
     char line[72];
     int32_t r;
@@ -59,8 +66,15 @@ void format_plan_text(FILE *out, const struct plan *p,
     if (sum_compute > 0)
         fprintf(out, "compute imbalance: max is %.1f%% above the mean\n",
                 100.0 * (max_compute * p->ndevices / sum_compute - 1.0));
-    fprintf(out, "\n%6s  %-17s %9s %9s %9s %9s %6s  %s\n", "device",
-            "memory GiB (%)", "compute", "fwd_comm", "bwd_comm", "total",
+    if (sp != NULL)
+        fprintf(out,
+                "spread: plan cost %.3f to %.3f ms over the %d members of "
+                "the model's ensemble\n",
+                sp->cost_lo, sp->cost_hi, (int)sp->members);
+    fprintf(out, "\n%6s  %-17s %9s ", "device", "memory GiB (%)", "compute");
+    if (sp != NULL)
+        fprintf(out, "%-15s ", "compute range");
+    fprintf(out, "%9s %9s %9s %6s  %s\n", "fwd_comm", "bwd_comm", "total",
             "shards", "tables");
     for (r = 0; r < p->ndevices; r++) {
         const struct plan_device *dv = &p->devices[r];
@@ -78,12 +92,23 @@ void format_plan_text(FILE *out, const struct plan *p,
             snprintf(
                 mem, sizeof(mem), "%.3f (%.1f%%)", (double)dv->mem_bytes / GIB,
                 100.0 * (double)dv->mem_bytes / (double)topology_mem(t, r));
-        fprintf(out, "%6d  %-17s %9.3f %9.3f %9.3f %9.3f %6d  %s\n", (int)r,
-                mem, dv->compute_ms, dv->fwd_comm_ms, dv->bwd_comm_ms,
-                dv->total_ms, (int)dv->nshards, line);
+        fprintf(out, "%6d  %-17s %9.3f ", (int)r, mem, dv->compute_ms);
+        if (sp != NULL && r < sp->ndevices) {
+            char range[40];
+
+            snprintf(range, sizeof(range), "%.3f-%.3f", sp->lo[r], sp->hi[r]);
+            fprintf(out, "%-15s ", range);
+        } else if (sp != NULL) {
+            fprintf(out, "%-15s ", "");
+        }
+        fprintf(out, "%9.3f %9.3f %9.3f %6d  %s\n", dv->fwd_comm_ms,
+                dv->bwd_comm_ms, dv->total_ms, (int)dv->nshards, line);
     }
     fprintf(out, "\ncosts in ms per training step; fwd_comm includes waiting "
                  "for the slowest device\n");
+    if (sp != NULL)
+        fprintf(out, "compute range: the least and the largest prediction of "
+                     "the ensemble's members\n");
     format_schemes(out, p, tables);
     format_tiers(out, p, tables, t);
     format_explain(out, p, tables);

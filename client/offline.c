@@ -1,7 +1,8 @@
 /*
  * shardctl's offline commands (client.h): the planning library in this
  * process, no daemon needed.
- *   shardctl gen-tables --count N --seed S [--traces F] [--out F]
+ *   shardctl gen-tables --count N --seed S [--family NAME|mix]
+ *                       [--traces F] [--out F]
  *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
  *   shardctl features   --trace FILE|DIR [--batch-size B] [--dim D]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
@@ -42,28 +43,57 @@ static int write_traces(const struct synth_params *sp, const char *path)
     return rv;
 }
 
+/* --family NAME|mix's tables (families.c) into *tables. */
+static int family_gen(const struct ctl_opts *o, unsigned threads,
+                      struct table **tables)
+{
+    struct family_params fp;
+    struct sd_diag d;
+    int rv;
+
+    family_params_default(&fp);
+    if (family_parse(o->family, &fp.family, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --family: %s", d.msg);
+    fp.count = (size_t)o->count;
+    fp.seed = (uint64_t)o->seed;
+    if (o->batch != 0)
+        fp.batch_size = o->batch;
+    rv = family_tables(&fp, threads, tables);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    return 0;
+}
+
 int offline_gen_tables(const struct ctl_opts *o)
 {
     struct synth_params sp;
     struct table *tables;
+    unsigned threads;
     char *text;
     long ncpu;
     int rv;
 
     if (o->count == 0)
         return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --count is required");
+    /* The families make their tables without traces to write. */
+    if (o->family != NULL && o->traces != NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "gen-tables: --traces is for the "
+                                        "DLRM tables (no --family)");
     synth_params_default(&sp);
     sp.count = (size_t)o->count;
     sp.seed = (uint64_t)o->seed;
     if (o->batch != 0)
         sp.batch_size = o->batch;
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    rv = synth_tables(&sp,
-                      o->threads ? (unsigned)o->threads
-                                 : (unsigned)(ncpu > 0 ? ncpu : 1),
-                      &tables);
-    if (rv != 0)
+    threads =
+        o->threads ? (unsigned)o->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+    if (o->family != NULL) {
+        rv = family_gen(o, threads, &tables);
+        if (rv != 0)
+            return rv;
+    } else if ((rv = synth_tables(&sp, threads, &tables)) != 0) {
         return ctl_fail(ctl_exit_for(rv), "gen-tables: %s", sd_strerror(rv));
+    }
     text = json_tables(tables, sp.count);
     free(tables);
     if (text == NULL)
@@ -115,10 +145,11 @@ int offline_gen_tasks(const struct ctl_opts *o)
     return rv;
 }
 
-/* The plan in the format asked for, with the input's notes. */
+/* The plan in the format asked for, with the input's notes and, in the
+ * human table, the ensemble's spread sp (NULL: none). */
 static int write_plan(const struct ctl_opts *o, const struct plan *p,
                       const struct tables_input *in,
-                      const struct topology *topo)
+                      const struct topology *topo, const struct plan_spread *sp)
 {
     char *text = NULL;
     int rv;
@@ -134,7 +165,7 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
     } else if (o->out != NULL) {
         rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
     } else {
-        format_plan_text(stdout, p, in->tables, in->n, topo);
+        format_plan_spread(stdout, p, in->tables, in->n, topo, sp);
         format_notes(stdout, &in->notes);
         rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
     }
@@ -167,10 +198,13 @@ int offline_plan(const struct ctl_opts *o)
     struct sd_diag d;
     struct plan p;
     const struct cost_net *net;
-    struct cost_net *owned;
+    struct ctl_model cm;
     struct policy_net *owned_pol = NULL;
     struct net_cost_model ncm;
     struct net_comm_model ncomm;
+    struct net_ensemble_cost_model ecm;
+    const struct cost_model *scorer;
+    struct plan_spread spread = {0};
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     struct table_constraint *cons = NULL;
@@ -200,9 +234,10 @@ int offline_plan(const struct ctl_opts *o)
     po.local_search = !o->no_local_search;
     po.threads = (int32_t)o->threads;
 
-    rv = ctl_load_model(o, "plan", &net, &owned);
+    rv = ctl_load_model(o, "plan", &cm);
     if (rv != 0)
         return rv;
+    net = cm.net;
     /* --profile: the plan must be for that hardware; a model of another
      * profile would answer for the wrong machine. */
     if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
@@ -211,6 +246,21 @@ int offline_plan(const struct ctl_opts *o)
     }
     po.net = net;
     net_cost_model_init(&ncm, net);
+    scorer = &ncm.cm;
+    /* --quantile: plans for that quantile of the ensemble's costs. */
+    if (o->quantile >= 0) {
+        if (cm.ens == NULL) {
+            rv = ctl_fail(CTL_EXIT_USAGE,
+                          "plan: --quantile needs an ensemble (--model an "
+                          "ensemble file from train --ensemble; the embedded "
+                          "one is missing)");
+            goto out_model;
+        }
+        po.ensemble = cm.ens;
+        po.quantile = o->quantile;
+        net_ensemble_cost_model_init(&ecm, cm.ens, o->quantile);
+        scorer = &ecm.cm;
+    }
     rv = pick_policy(o, &po, &owned_pol);
     if (rv != 0)
         goto out_model;
@@ -250,10 +300,17 @@ int offline_plan(const struct ctl_opts *o)
         goto out_tables;
     }
     po.constraints = cons;
-    rv = plan_run(tables, n, &topo, &po, &ncm.cm, &p, &d);
+    rv = plan_run(tables, n, &topo, &po, scorer, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_tables;
+    }
+    /* Every prediction's spread, where the model has an ensemble. */
+    if (cm.ens != NULL &&
+        net_ensemble_plan_spread(cm.ens, &p, tables, n, &topo, po.optimizer,
+                                 &spread) != 0) {
+        rv = ctl_fail(1, "plan: out of memory");
+        goto out_plan;
     }
     if (topo.batch_size != net->batch_size) {
         size_t len = strlen(p.cost_model);
@@ -263,7 +320,9 @@ int offline_plan(const struct ctl_opts *o)
     }
     rv = ctl_write_svg(o, "plan", &p, &topo);
     if (rv == 0)
-        rv = write_plan(o, &p, &in, &topo);
+        rv = write_plan(o, &p, &in, &topo, cm.ens != NULL ? &spread : NULL);
+out_plan:
+    plan_spread_free(&spread);
     plan_destroy(&p);
 out_tables:
     free(pins);
@@ -272,7 +331,7 @@ out_tables:
 out_model:
     free(caps);
     free(owned_pol);
-    free(owned);
+    ctl_model_free(&cm);
     return rv;
 }
 
@@ -317,7 +376,7 @@ int offline_estimate(const struct ctl_opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
     const struct cost_net *net;
-    struct cost_net *owned;
+    struct ctl_model cm;
     struct net_cost_model ncm;
     struct net_comm_model ncomm;
     struct topology topo, unbounded;
@@ -338,9 +397,10 @@ int offline_estimate(const struct ctl_opts *o)
                         "estimate: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    rv = ctl_load_model(o, "estimate", &net, &owned);
+    rv = ctl_load_model(o, "estimate", &cm);
     if (rv != 0)
         return rv;
+    net = cm.net;
     if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
         rv = ctl_fail(CTL_EXIT_USAGE, "estimate: --profile: %s", d.msg);
         goto out_model;
@@ -397,7 +457,7 @@ out_tables:
     free(tables);
 out_model:
     free(caps);
-    free(owned);
+    ctl_model_free(&cm);
     return rv;
 }
 

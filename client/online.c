@@ -159,6 +159,8 @@ static int reject_offline_only(const struct ctl_opts *o)
         strcat(names, ", --no-local-search");
     if (o->threads != 0)
         strcat(names, ", --threads");
+    if (o->quantile >= 0)
+        strcat(names, ", --quantile");
     if (names[0] == '\0')
         return 0;
     return ctl_fail(CTL_EXIT_USAGE,
@@ -195,9 +197,12 @@ static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
 /* Prints a daemon's plan the way offline plan does. */
 static int print_plan(const struct ctl_opts *o, const struct plan *p,
                       const struct tables_input *in,
-                      const struct topology *topo)
+                      const struct topology *topo,
+                      const Shardd__V1__PredictionSpread *spread)
 {
     const struct table *tables = in->tables;
+    struct plan_spread sp;
+    struct sd_diag d;
     char *text;
     int rv;
 
@@ -205,7 +210,12 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
     if (rv != 0)
         return rv;
     if (!o->json && !o->torchrec) {
-        format_plan_text(stdout, p, tables, in->n, topo);
+        rv = wire_spread_in(spread, p->ndevices, &sp, &d);
+        if (rv != 0)
+            return ctl_fail(1, "plan: the response's %s", d.msg);
+        format_plan_spread(stdout, p, tables, in->n, topo,
+                           sp.members > 0 ? &sp : NULL);
+        plan_spread_free(&sp);
         format_notes(stdout, &in->notes);
         return online_finish_stdout();
     }
@@ -294,7 +304,7 @@ static int online_plan(struct online *on)
                        &shown) != 0)
         rv = ctl_fail(1, "plan: out of memory");
     else
-        rv = print_plan(o, &p, &in, &topo);
+        rv = print_plan(o, &p, &in, &topo, resp->spread);
     free(shown);
     plan_destroy(&p);
 out_response:
@@ -315,6 +325,8 @@ out_tables:
 static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
                           struct tables_input *in, const struct topology *topo)
 {
+    struct plan_spread sp;
+    struct sd_diag d;
     int32_t dev;
     bool first = true;
 
@@ -323,7 +335,11 @@ static int print_estimate(const Shardd__V1__EstimateResponse *r, struct plan *p,
     wire_basis_in(p, r->basis);
     p->algorithm = "estimate";
     p->explain.critical_device = -1;
-    format_plan_text(stdout, p, in->tables, in->n, topo);
+    if (wire_spread_in(r->spread, p->ndevices, &sp, &d) != 0)
+        return ctl_fail(1, "estimate: the response's %s", d.msg);
+    format_plan_spread(stdout, p, in->tables, in->n, topo,
+                       sp.members > 0 ? &sp : NULL);
+    plan_spread_free(&sp);
     if (wire_notes_in(r->notes, r->n_notes, &in->notes) != 0)
         return ctl_fail(1, "estimate: out of memory");
     if (r->fits_memory) {

@@ -32,10 +32,12 @@ static const char usage_text[] =
     "usage: shardctl COMMAND [OPTIONS]\n"
     "\n"
     "commands:\n"
-    "  gen-tables  --count N --seed S [--batch-size B] [--threads T]\n"
-    "              [--traces FILE] [--out FILE]\n"
-    "      Generate N synthetic DLRM tables (traces made, features computed)\n"
-    "      and write the tables JSON; --traces also writes the traces (the\n"
+    "  gen-tables  --count N --seed S [--family NAME|mix] [--batch-size B]\n"
+    "              [--threads T] [--traces FILE] [--out FILE]\n"
+    "      Generate N synthetic tables (traces made, features computed) and\n"
+    "      write the tables JSON: DLRM-like by default, or of a family\n"
+    "      (dlrm, zipf, exp, uniform, bimodal, seq, onehot) or all of them\n"
+    "      in turn (mix); --traces also writes the DLRM tables' traces (the\n"
     "      trace file format, docs/trace-format.md).\n"
     "  features    --trace FILE|DIR [--batch-size B] [--dim D] [--out FILE]\n"
     "      The tables (access histogram, pooling factor) of one batch of real\n"
@@ -305,7 +307,8 @@ static const struct opt_def opt_defs[] = {
     {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
     {"model", ARG, O(model),
-     CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(TRAIN_POLICY), set_str, 0, 0},
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY),
+     set_str, 0, 0},
     {"policy", ARG, O(policy), CMD(PLAN), set_str, 0, 0},
     {"profile", ARG, O(profile),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
@@ -322,6 +325,7 @@ static const struct opt_def opt_defs[] = {
     {"svg", ARG, O(svg), CMD(PLAN) | CMD(ESTIMATE), set_str, 0, 0},
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"family", ARG, O(family), CMD(GEN_TABLES) | CMD(PROFILE), set_str, 0, 0},
     {"traces", ARG, O(traces), CMD(GEN_TABLES), set_str, 0, 0},
     /* features */
     {"trace", ARG, O(trace), CMD(FEATURES), set_str, 0, 0},
@@ -352,6 +356,9 @@ static const struct opt_def opt_defs[] = {
     {"newest", ARG, O(newest), CMD(TRAIN) | CMD(SCORE), set_int, 1, 1e9},
     {"activate", FLAG, O(activate),
      CMD(TRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY), set_flag, 0, 0},
+    {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
+    {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
+    {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
     /* import-model and comm-fit */
     {"neuroshard", ARG, O(neuroshard), CMD(IMPORT_MODEL), set_str, 0, 0},
     {"comm-fw", ARG, O(comm_fw), CMD(IMPORT_MODEL), set_str, 0, 0},
@@ -422,8 +429,13 @@ static int set_real(const struct opt_def *def, const char *arg, void *field,
     x = strtod(arg, &end);
     if (errno != 0 || end == arg || *end != '\0' || !isfinite(x) ||
         x < def->min || x > def->max)
-        return ctl_fail(CTL_EXIT_USAGE, "--%s: \"%s\" is not a positive number",
-                        def->name, arg);
+        return def->min > 0 ? ctl_fail(CTL_EXIT_USAGE,
+                                       "--%s: \"%s\" is not a positive number",
+                                       def->name, arg)
+                            : ctl_fail(CTL_EXIT_USAGE,
+                                       "--%s: \"%s\" is not a number in "
+                                       "[%g, %g]",
+                                       def->name, arg, def->min, def->max);
     *(double *)field = x;
     return 0;
 }
@@ -570,6 +582,7 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     memset(o, 0, sizeof(*o));
     o->warmup = -1;       /* unset: 0 is a valid count */
     o->weight_decay = -1; /* unset: 0 is plain Adam */
+    o->quantile = -1;     /* unset: 0 is the members' least */
     if (argc < 2) {
         ctl_usage(stderr);
         return CTL_EXIT_USAGE;

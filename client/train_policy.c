@@ -52,7 +52,8 @@ static int on_validation(void *ctx, int32_t it, int32_t iterations,
 /* What the command trains for and on. */
 struct tp_run {
     const struct cost_net *net;
-    struct cost_net *owned;
+    struct cost_net *owned;    /* a stored model's */
+    struct ctl_model cm;       /* --model or the embedded one, without --db */
     int64_t base_id;           /* the model's store version; 0: embedded */
     struct store *st;          /* --db */
     struct store_profile prof; /* --db */
@@ -73,6 +74,7 @@ static void run_free(struct tp_run *r)
     task_array_free(r->file_tasks, r->nfile);
     free(r->pool);
     free(r->owned);
+    ctl_model_free(&r->cm);
     store_close(r->st);
 }
 
@@ -113,8 +115,11 @@ static int pick_model(const struct ctl_opts *o, struct tp_run *r)
     struct sd_diag d;
     int rv;
 
-    if (o->db == NULL)
-        return ctl_load_model(o, "train-policy", &r->net, &r->owned);
+    if (o->db == NULL) {
+        rv = ctl_load_model(o, "train-policy", &r->cm);
+        r->net = r->cm.net;
+        return rv;
+    }
     if (o->model != NULL)
         return ctl_fail(CTL_EXIT_USAGE,
                         "train-policy: --model is for training without "

@@ -38,11 +38,14 @@
 #include "shardd/err.h"
 #include "store.h"
 
-#define JOBS_KEPT           64 /* recent jobs kept in memory */
-#define JOBS_MIN_SAMPLES    20 /* fewer: nothing worth training */
-#define JOBS_GATE_EVERY     10 /* every 10th sample is held out */
-#define JOBS_PATH_MAX       4096
-#define JOBS_PROFILES_RATED 16 /* profiles whose last retrain is known */
+#define JOBS_KEPT        64 /* recent jobs kept in memory */
+#define JOBS_MIN_SAMPLES 20 /* fewer: nothing worth training */
+#define JOBS_GATE_EVERY  10 /* every 10th sample is held out */
+/* A family with this many held-out samples is gated on its own
+ * (docs/daemon.md, "Retraining"). */
+#define JOBS_GATE_FAMILY_MIN 20
+#define JOBS_PATH_MAX        4096
+#define JOBS_PROFILES_RATED  16 /* profiles whose last retrain is known */
 
 /* The plan audit keeps 30 days and at most this many records. */
 #define JOBS_AUDIT_KEEP_MS   (30LL * 24 * 3600 * 1000)

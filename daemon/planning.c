@@ -52,6 +52,10 @@ struct scorer {
     const struct cost_model *m;
     struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
+    /* The model's ensemble, for the spread of its predictions: the
+     * embedded one's (models.h) beside the embedded model; NULL for a
+     * stored model and the analytic one. */
+    const struct net_ensemble *ens;
 };
 
 /*
@@ -71,6 +75,9 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
         sc->ncm.memo = sc->dm->memo;
         sc->m = &sc->ncm.cm;
         sc->profile = sc->dm->net->profile;
+        sc->ens = sc->dm->embedded ? net_ensemble_embedded(NULL) : NULL;
+        if (sc->ens != NULL && sc->ens->k < 2)
+            sc->ens = NULL;
         return 0;
     }
     if (need_learned || rv != SD_ESTATE)
@@ -78,6 +85,7 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
     sc->dm = NULL;
     sc->m = &cost_model_analytic;
     sc->profile = profile;
+    sc->ens = NULL;
     return 0;
 }
 
@@ -515,6 +523,23 @@ static void fill_search(Shardd__V1__SearchStats *m, const struct plan *p,
     m->time_budget_exhausted = p->stats.budget_exhausted;
 }
 
+/*
+ * The spread of the scorer's ensemble over plan p (out->members 0: none),
+ * as `shardctl plan --offline` computes it.  0 or SD_ENOMEM.
+ */
+static int spread_of(const struct scorer *sc, const struct plan *p,
+                     const struct table *tables, size_t n,
+                     const struct topology *t, enum optimizer opt,
+                     struct plan_spread *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (sc->ens == NULL)
+        return 0;
+    return net_ensemble_plan_spread(sc->ens, p, tables, n, t, opt, out) == 0
+               ? 0
+               : SD_ENOMEM;
+}
+
 /* The PlanResponse of a finished plan, packed into *resp. */
 static int plan_reply(const struct plan_ask *a, const struct plan *p,
                       double elapsed_ms, uint8_t **resp, size_t *resp_len,
@@ -524,8 +549,21 @@ static int plan_reply(const struct plan_ask *a, const struct plan *p,
     Shardd__V1__CostBasis basis;
     Shardd__V1__SearchStats search;
     struct wire_arena arena = WIRE_ARENA_INIT;
+    struct plan_spread sp;
     char cm_name[sizeof(p->cost_model) + 48];
     int rv;
+
+    if (spread_of(&a->sc, p, a->tables, a->n, &a->topo, a->po.optimizer, &sp) !=
+        0)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (sp.members > 0) {
+        out.spread = wire_spread_out(&arena, &sp);
+        plan_spread_free(&sp);
+        if (out.spread == NULL) {
+            wire_arena_free(&arena);
+            return sd_diag_set(d, SD_ENOMEM, "out of memory");
+        }
+    }
 
     out.tables = wire_placements_out(&arena, p, a->tables, a->n);
     out.n_tables = a->n;
@@ -633,7 +671,7 @@ int svc_plan(struct svc *s, const struct svc_call *call, const uint8_t *req,
 
 /* The EstimateResponse of an evaluated plan, packed into *resp. */
 static int estimate_reply(const struct plan *p, const struct topology *topo,
-                          const struct scorer *sc,
+                          const struct scorer *sc, const struct plan_spread *sp,
                           const struct input_notes *notes, uint8_t **resp,
                           size_t *resp_len, struct sd_diag *d)
 {
@@ -645,9 +683,12 @@ static int estimate_reply(const struct plan *p, const struct topology *topo,
     int rv;
 
     out.devices = wire_devices_out(&arena, p, topo);
+    if (sp->members > 0)
+        out.spread = wire_spread_out(&arena, sp);
     out.notes = wire_notes_out(&arena, notes);
     out.n_notes = notes->n;
-    if (out.devices == NULL || out.notes == NULL) {
+    if (out.devices == NULL || out.notes == NULL ||
+        (sp->members > 0 && out.spread == NULL)) {
         wire_arena_free(&arena);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
@@ -677,6 +718,7 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     enum optimizer opt = OPTIMIZER_SGD;
     struct wire_limits lim;
     struct scorer sc = {0};
+    struct plan_spread sp = {0};
     struct plan p;
     uint64_t *caps = NULL;
     int rv;
@@ -719,8 +761,11 @@ static int estimate_request(struct svc *s, const uint8_t *req, size_t len,
     rv = plan_validate_as(&p, tables, n, &unbounded, opt, "placement", d);
     if (rv == 0 && plan_evaluate(&p, tables, n, &topo, opt, sc.m) != 0)
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+    if (rv == 0 && spread_of(&sc, &p, tables, n, &topo, opt, &sp) != 0)
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
     if (rv == 0)
-        rv = estimate_reply(&p, &topo, &sc, &in.notes, resp, resp_len, d);
+        rv = estimate_reply(&p, &topo, &sc, &sp, &in.notes, resp, resp_len, d);
+    plan_spread_free(&sp);
     plan_destroy(&p);
 out_tables:
     scorer_release(&sc);

@@ -127,14 +127,77 @@ int prof_profile_name(const struct kern_backend *be, int32_t device,
     return 0;
 }
 
+#define PROF_FAMILY_TABLES 256 /* pool tables a family, in a mix */
+
 void prof_run_params_default(struct prof_run_params *p)
 {
     memset(p, 0, sizeof(*p));
     p->batch_size = 4096;
-    p->pool_tables = SYNTH_DEFAULT_TABLES;
+    p->family = FAMILY_MIX;
+    p->pool_tables = FAMILY_COUNT * PROF_FAMILY_TABLES;
     p->commit_every = 8;
     sample_params_default(&p->shape);
     kern_timing_opts_default(&p->timing);
+}
+
+void prof_run_params_family(struct prof_run_params *p, int family)
+{
+    prof_run_params_default(p);
+    p->family = family;
+    if (family == FAMILY_DLRM)
+        p->pool_tables = SYNTH_DEFAULT_TABLES;
+    else if (family != FAMILY_MIX)
+        p->pool_tables = PROF_FAMILY_TABLES;
+}
+
+void prof_family_label(int pool_family, const size_t *idx, size_t k, char *out,
+                       size_t cap)
+{
+    bool have[FAMILY_COUNT] = {false};
+    size_t j, len = 0;
+    int f;
+
+    for (j = 0; j < k; j++)
+        have[family_of_index(pool_family, idx[j])] = true;
+    out[0] = '\0';
+    for (f = 0; f < FAMILY_COUNT; f++)
+        if (have[f] && len < cap)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s",
+                                    len ? "+" : "", family_name(f));
+}
+
+/*
+ * One draw of sample shard g from the pool: NeuroShard's (neuroshard.md
+ * 2.2) for the dlrm family alone, the families' otherwise
+ * (sample_draw_grouped(): one family, or all with PROF_P_MIXED; every
+ * allowed width but for dlrm tables).
+ */
+static int draw_shard(const struct prof_run_params *p, struct rng *g,
+                      const struct table *pool, size_t *idx, int32_t *dims,
+                      size_t *k)
+{
+    struct sample_groups gr;
+    uint8_t *grp;
+    size_t i;
+    int rv;
+
+    if (p->family == FAMILY_DLRM)
+        return sample_draw_shard(g, pool, p->pool_tables, &p->shape, idx, dims,
+                                 k);
+    grp = malloc(p->pool_tables);
+    if (grp == NULL)
+        return SD_ENOMEM;
+    for (i = 0; i < p->pool_tables; i++)
+        grp[i] = (uint8_t)family_of_index(p->family, i);
+    gr.group = grp;
+    gr.ngroups = FAMILY_COUNT;
+    gr.any_dims = ((1u << FAMILY_COUNT) - 1) & ~(1u << FAMILY_DLRM);
+    gr.p_mixed = p->family == FAMILY_MIX ? PROF_P_MIXED : 0;
+    gr.max_work = PROF_MAX_WORK;
+    rv = sample_draw_grouped(g, pool, p->pool_tables, &gr, &p->shape, idx, dims,
+                             k);
+    free(grp);
+    return rv;
 }
 
 /* One sample: draw shard i, make its traces, time it, fill *s. */
@@ -153,8 +216,7 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
     int tries, rv;
 
     for (tries = 0; tries < PROF_BUDGET_TRIES; tries++) {
-        rv =
-            sample_draw_shard(g, pool, p->pool_tables, &p->shape, idx, dims, k);
+        rv = draw_shard(p, g, pool, idx, dims, k);
         if (rv != 0 || p->max_footprint_bytes == 0)
             return rv;
         for (j = 0; j < *k; j++) {
@@ -169,7 +231,7 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
 }
 
 static int measure_sample(const struct prof_run_params *p,
-                          const struct synth_params *sp,
+                          const struct family_params *sp,
                           const struct table *pool, uint64_t i,
                           struct store_sample *s, struct sd_diag *d)
 {
@@ -197,11 +259,15 @@ static int measure_sample(const struct prof_run_params *p,
             rv = SD_ECANCELED;
             break;
         }
-        rv = synth_trace(sp, idx[j], &traces[j]);
+        rv = family_trace(sp, idx[j], &traces[j], NULL);
+        if (rv != 0)
+            break;
         items[j].trace = &traces[j];
         items[j].cols = dims[j];
-        s->tables[j] = pool[idx[j]];
+        /* Features of the lookups timed, at the profile's batch. */
+        rv = trace_to_table(&traces[j], &s->tables[j]);
         s->tables[j].dim = dims[j];
+        s->tables[j].dtype = pool[idx[j]].dtype;
     }
     if (rv != 0 && rv != SD_ECANCELED)
         sd_diag_set(d, rv, "generating a trace: %s", sd_strerror(rv));
@@ -213,17 +279,18 @@ static int measure_sample(const struct prof_run_params *p,
     if (rv != 0)
         return rv;
     s->ntables = k;
+    prof_family_label(p->family, idx, k, s->family, sizeof(s->family));
     s->measured_ms = tm.median_ms;
     s->spread_ms = tm.p90_ms - tm.p10_ms;
     return 0;
 }
 
-/* The pool's features are computed at the profile's batch, so they
- * describe the very lookups that are timed. */
+/* The pool's tables at the profile's batch. */
 static void pool_params(const struct prof_run_params *p,
-                        struct synth_params *sp)
+                        struct family_params *sp)
 {
-    synth_params_default(sp);
+    family_params_default(sp);
+    sp->family = p->family;
     sp->count = p->pool_tables;
     sp->seed = p->seed;
     sp->batch_size = p->batch_size;
@@ -231,10 +298,10 @@ static void pool_params(const struct prof_run_params *p,
 
 int prof_make_pool(const struct prof_run_params *p, struct table **out)
 {
-    struct synth_params sp;
+    struct family_params sp;
 
     pool_params(p, &sp);
-    return synth_tables(&sp, 1, out);
+    return family_shapes(&sp, out);
 }
 
 int prof_run(struct store *st, const struct prof_run_params *p,
@@ -242,7 +309,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
 {
     struct store_profile prof;
     struct kern_device_info info;
-    struct synth_params sp;
+    struct family_params sp;
     struct store_sample s;
     struct table *pool = NULL, *shard = NULL;
     uint64_t have = 0, pending = 0;
@@ -251,7 +318,8 @@ int prof_run(struct store *st, const struct prof_run_params *p,
 
     memset(res, 0, sizeof(*res));
     if (p->shape.max_tables == 0 || p->shape.max_tables > 64 ||
-        p->commit_every == 0 || p->pool_tables == 0)
+        p->commit_every == 0 || p->pool_tables == 0 || p->family < 0 ||
+        p->family > FAMILY_MIX)
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
     rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
                            sizeof(res->profile), d);
@@ -282,7 +350,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     if (p->pool != NULL)
         pool = (struct table *)p->pool; /* borrowed: not freed below */
     else
-        rv = synth_tables(&sp, 1, &pool);
+        rv = family_shapes(&sp, &pool);
     shard = calloc(p->shape.max_tables, sizeof(*shard));
     if (rv != 0 || shard == NULL) {
         rv = sd_diag_set(d, rv ? rv : SD_ENOMEM, "making the table pool: %s",

@@ -83,9 +83,18 @@ typedef void (*prof_progress_cb)(void *ctx, uint64_t done, uint64_t target,
 struct prof_run_params {
     const struct kern_backend *be;
     int32_t device;
-    int64_t batch_size;      /* bags per measured step */
-    uint64_t seed;           /* pool and shards; same seed, same shards */
-    size_t pool_tables;      /* synthetic tables drawn from, default 856 */
+    int64_t batch_size; /* bags per measured step */
+    uint64_t seed;      /* pool and shards; same seed, same shards */
+    /*
+     * The table families of the pool (formats.h): FAMILY_MIX (the default)
+     * holds every family in turn, and a shard's tables come from one family
+     * (3 shards in 4) or from all of them (PROF_P_MIXED); FAMILY_DLRM is
+     * synth.c's tables alone, drawn as before families existed (the same
+     * shards for a seed).  Each sample records its families.
+     */
+    int family;
+    size_t pool_tables;      /* tables drawn from, default 1,792 (256 a family;
+                                856 for dlrm alone) */
     uint64_t target_samples; /* total wanted in the profile */
     double max_seconds;      /* stop after this long; 0 = no limit */
     size_t commit_every;     /* samples per transaction, default 8 */
@@ -108,16 +117,42 @@ struct prof_run_params {
 };
 
 /*
- * The synthetic table pool of a run (pool_tables tables of `seed`, features
- * at batch_size): *out is owned by the caller (free()).  For callers that
- * run prof_run() repeatedly (the daemon's profiler).
+ * The table pool of a run: the shapes of pool_tables tables of `family` and
+ * `seed` (family_shapes(): rows, dim, dtype, expected pooling factor; no
+ * lookups, so it takes microseconds a table).  A measured sample's tables
+ * get their features from the very lookups that are timed.  *out is owned
+ * by the caller (free()).  For callers that run prof_run() repeatedly (the
+ * daemon's profiler).
  */
 int prof_make_pool(const struct prof_run_params *p, struct table **out);
 
-/* Defaults: device 0, batch 4096, seed 0, 856 pool tables, 8 per commit,
- * shards of 1..15 tables within half the device's memory, timing
- * defaults. */
+/* Defaults: device 0, batch 4096, seed 0, a mix of every family of 256
+ * tables each, 8 per commit, shards of 1..15 tables within half the
+ * device's memory, timing defaults. */
 void prof_run_params_default(struct prof_run_params *p);
+
+/*
+ * prof_run_params_default() for one family (or FAMILY_MIX): the family and
+ * its default pool size.
+ */
+void prof_run_params_family(struct prof_run_params *p, int family);
+
+/* A shard of a mixed pool is drawn from all the families this often. */
+#define PROF_P_MIXED 0.25
+/*
+ * The most pooled columns a family shard may look up per bag (the sum of
+ * pooling factor x width over its tables): a shard of long sequences at
+ * full width would take seconds a step to time.  DLRM shards are drawn as
+ * before, without it.
+ */
+#define PROF_MAX_WORK 16384.0
+
+/*
+ * The family label of a shard of pool tables idx[0 .. k) (store_sample's
+ * family: the families present, in their order, joined by '+') into out.
+ */
+void prof_family_label(int pool_family, const size_t *idx, size_t k, char *out,
+                       size_t cap);
 
 struct prof_run_result {
     char profile[STORE_NAME_MAX];

@@ -19,7 +19,7 @@ check 'uv\.h' '^daemon/(rpc(\.h|_int\.h|\.c|_call\.c)|shardd\.c)$' 'uv.h'
 check '(cuda|cublas|nccl|nvml)[a-z_]*\.h' '^kernels/cuda/' 'CUDA headers'
 check '(jansson|protobuf-c/)' '^(planner/formats/(json[a-z_]*\.c|formats_int\.h)|tests/|fuzz/|proto/|wire/|daemon/|client/rpc)' 'jansson/protobuf-c'
 check 'microhttpd\.h' '^daemon/http\.c$' 'microhttpd.h'
-check 'zlib\.h' '^planner/models/(netfile|policy)\.c' 'zlib.h'
+check 'zlib\.h' '^planner/models/(netfile|ensemble|policy)\.c' 'zlib.h'
 check 'cblas\.h' '^planner/models/' 'cblas.h'
 check 'zip\.h' '^planner/models/torch\.c$' 'zip.h'
 

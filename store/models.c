@@ -2,10 +2,48 @@
  * Cost-model versions (store.h): storing, loading, activating, listing and
  * pruning.  A version's blobs are opaque here; the trainer owns their format.
  */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store_int.h"
+
+/* The per-family figures: at most STORE_MODEL_FAMILIES_MAX, each family
+ * named once, counts >= 0, errors finite. */
+static int check_families(const struct store_model_metrics *mx,
+                          struct sd_diag *d)
+{
+    const struct store_family_metrics *f;
+    char who[48];
+    size_t i, j;
+    int rv;
+
+    if (mx->nfamilies > STORE_MODEL_FAMILIES_MAX)
+        return sd_diag_set(d, SD_EINVAL,
+                           "model: metrics: %zu families, at most %d",
+                           mx->nfamilies, STORE_MODEL_FAMILIES_MAX);
+    for (i = 0; i < mx->nfamilies; i++) {
+        f = &mx->families[i];
+        snprintf(who, sizeof(who), "model: metrics.families[%zu]", i);
+        rv = store__check_text(f->family, sizeof(f->family), true, who,
+                               "family", d);
+        if (rv == 0)
+            rv = store__check_ms(f->mape, who, "mape", d);
+        if (rv != 0)
+            return rv;
+        if (f->samples < 0 || !isfinite(f->signed_median))
+            return sd_diag_set(d, SD_EINVAL,
+                               "%s: samples < 0 or a signed median that is "
+                               "not finite",
+                               who);
+        for (j = 0; j < i; j++)
+            if (strcmp(mx->families[j].family, f->family) == 0)
+                return sd_diag_set(d, SD_EINVAL, "%s: family \"%s\" repeats",
+                                   who, f->family);
+    }
+    return 0;
+}
 
 static int check_model(const struct store_model *m, struct sd_diag *d)
 {
@@ -49,6 +87,8 @@ static int check_model(const struct store_model *m, struct sd_diag *d)
     if (rv == 0 &&
         (mx->train_samples < 0 || mx->val_samples < 0 || mx->test_samples < 0))
         rv = sd_diag_set(d, SD_EINVAL, "model: metrics: a sample count is < 0");
+    if (rv == 0)
+        rv = check_families(mx, d);
     return rv;
 }
 
@@ -119,15 +159,39 @@ static int model_row_full(sqlite3_stmt *s, void *row, struct sd_diag *d)
     return 0;
 }
 
+/* Inserts the per-family figures of model `id` (inside put's
+ * transaction). */
+static int put_families(struct store *st, int64_t id,
+                        const struct store_model_metrics *mx, struct sd_diag *d)
+{
+    const struct store_family_metrics *f;
+    size_t i;
+    int rv = 0;
+
+    for (i = 0; rv == 0 && i < mx->nfamilies; i++) {
+        f = &mx->families[i];
+        rv = store__exec(
+            st, STORE__SQL_MODEL_FAMILY_INSERT,
+            STORE__ARGS(STORE__INT(id), STORE__TEXT(f->family),
+                        STORE__INT(f->held_out ? 1 : 0), STORE__INT(f->samples),
+                        STORE__REAL(f->mape), STORE__REAL(f->signed_median)),
+            "storing a model's family metrics", d);
+    }
+    return rv;
+}
+
 int store_model_put(struct store *st, const struct store_model *m, int64_t *id,
                     struct sd_diag *d)
 {
     const struct store_model_info *mi;
+    int64_t newid;
     int rv;
 
     rv = check_model(m, d);
     if (rv == 0)
         rv = store__check_no_batch(st, d);
+    if (rv == 0)
+        rv = store__tx_begin(st, d);
     if (rv != 0)
         return rv;
     mi = &m->info;
@@ -146,8 +210,69 @@ int store_model_put(struct store *st, const struct store_model *m, int64_t *id,
             STORE__INT(mi->metrics.test_samples), STORE__INT(store__now_ms()),
             STORE__ID(mi->base_model_id), STORE__REAL(mi->metrics.gate_ratio)),
         "storing a model", d);
+    newid = sqlite3_last_insert_rowid(st->db);
+    if (rv == 0)
+        rv = put_families(st, newid, &mi->metrics, d);
+    if (rv != 0) {
+        store__tx_rollback(st);
+        return rv;
+    }
+    rv = store__tx_commit(st, d);
     if (rv == 0 && id != NULL)
-        *id = sqlite3_last_insert_rowid(st->db);
+        *id = newid;
+    return rv;
+}
+
+/* One row of STORE__SQL_MODEL_FAMILY_LOAD. */
+static int family_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
+{
+    struct store_family_metrics *f = row;
+
+    (void)d;
+    memset(f, 0, sizeof(*f));
+    store__col_text(s, 0, f->family, sizeof(f->family));
+    f->held_out = sqlite3_column_int(s, 1) != 0;
+    f->samples = sqlite3_column_int64(s, 2);
+    f->mape = sqlite3_column_double(s, 3);
+    f->signed_median = sqlite3_column_double(s, 4);
+    return 0;
+}
+
+/* Fills mi->metrics.families from the store (at most the first
+ * STORE_MODEL_FAMILIES_MAX; put never stores more). */
+static int load_families(struct store *st, struct store_model_info *mi,
+                         struct sd_diag *d)
+{
+    static const struct store__rows rows = {sizeof(struct store_family_metrics),
+                                            family_row, NULL};
+    struct store_family_metrics *arr = NULL;
+    size_t n = 0;
+    int rv;
+
+    rv = store__all(
+        st, STORE__SQL_MODEL_FAMILY_LOAD, STORE__ARGS(STORE__INT(mi->id)),
+        "loading a model's family metrics", &rows, (void **)&arr, &n, d);
+    if (rv != 0)
+        return rv;
+    if (n > STORE_MODEL_FAMILIES_MAX)
+        n = STORE_MODEL_FAMILIES_MAX;
+    mi->metrics.nfamilies = n;
+    if (n > 0)
+        memcpy(mi->metrics.families, arr, n * sizeof(*arr));
+    free(arr);
+    return 0;
+}
+
+/* Adds the family figures to a model just read; frees it on failure. */
+static int with_families(struct store *st, struct store_model **m,
+                         struct sd_diag *d)
+{
+    int rv = load_families(st, &(*m)->info, d);
+
+    if (rv != 0) {
+        free(*m);
+        *m = NULL;
+    }
     return rv;
 }
 
@@ -161,7 +286,7 @@ int store_model_get(struct store *st, int64_t id, struct store_model **out,
     if (rv == 0)
         return sd_diag_set(d, SD_ENOENT, "model %lld: no such version",
                            (long long)id);
-    return rv < 0 ? rv : 0;
+    return rv < 0 ? rv : with_families(st, out, d);
 }
 
 int store_model_get_active(struct store *st, int64_t profile_id,
@@ -179,7 +304,7 @@ int store_model_get_active(struct store *st, int64_t profile_id,
     if (rv == 0)
         return sd_diag_set(d, SD_ENOENT, "profile %lld has no active %s model",
                            (long long)profile_id, store_kind_name(kind));
-    return rv < 0 ? rv : 0;
+    return rv < 0 ? rv : with_families(st, out, d);
 }
 
 void store_model_free(struct store_model *m)
@@ -292,15 +417,23 @@ int store_model_list(struct store *st, int64_t profile_id, size_t limit,
 {
     static const struct store__rows rows = {sizeof(**out), model_row, NULL};
     void *arr;
+    size_t i;
     int rv;
 
     rv = store__all(
         st, STORE__SQL_MODEL_LIST,
         STORE__ARGS(STORE__INT(profile_id), STORE__INT(store__limit(limit))),
         "listing models", &rows, &arr, n, d);
-    if (rv == 0)
-        *out = arr;
-    return rv;
+    if (rv != 0)
+        return rv;
+    for (i = 0; i < *n && rv == 0; i++)
+        rv = load_families(st, &((struct store_model_info *)arr)[i], d);
+    if (rv != 0) {
+        free(arr);
+        return rv;
+    }
+    *out = arr;
+    return 0;
 }
 
 int store_model_prune(struct store *st, int64_t profile_id, size_t keep,

@@ -216,6 +216,9 @@ static int check_sample(const struct store_sample *s, const char *who,
     if (rv == 0)
         rv = store__check_text(s->source, sizeof(s->source), true, who,
                                "source", d);
+    if (rv == 0)
+        rv = store__check_text(s->family, sizeof(s->family), false, who,
+                               "family", d);
     return rv;
 }
 
@@ -245,13 +248,13 @@ static int sample_insert(struct store *st, const struct store_sample *s,
     }
     rv = store__exec(
         st, STORE__SQL_SAMPLE_INSERT,
-        STORE__ARGS(STORE__INT(s->profile_id),
-                    STORE__TEXT(store_kind_name(s->kind)),
-                    STORE__INT((int64_t)s->ntables), STORE__BLOB(shard, nbytes),
-                    STORE__INT((int64_t)s->ndevices),
-                    STORE__BLOB(devices, nbytes), STORE__REAL(s->measured_ms),
-                    STORE__REAL(s->spread_ms), STORE__TEXT(s->device),
-                    STORE__TEXT(s->source), STORE__INT(store__now_ms())),
+        STORE__ARGS(
+            STORE__INT(s->profile_id), STORE__TEXT(store_kind_name(s->kind)),
+            STORE__INT((int64_t)s->ntables), STORE__BLOB(shard, nbytes),
+            STORE__INT((int64_t)s->ndevices), STORE__BLOB(devices, nbytes),
+            STORE__REAL(s->measured_ms), STORE__REAL(s->spread_ms),
+            STORE__TEXT(s->device), STORE__TEXT(s->source),
+            STORE__INT(store__now_ms()), STORE__TEXT(s->family)),
         "adding a sample", d);
     if (rv == 0 && id != NULL)
         *id = sqlite3_last_insert_rowid(st->db);
@@ -444,6 +447,7 @@ static int sample_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
     store__col_text(s, 9, out->device, sizeof(out->device));
     store__col_text(s, 10, out->source, sizeof(out->source));
     out->created_ms = sqlite3_column_int64(s, 11);
+    store__col_text(s, 12, out->family, sizeof(out->family));
     return 0;
 }
 

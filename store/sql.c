@@ -167,7 +167,22 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     "CREATE UNIQUE INDEX models_one_active ON models (profile_id, kind)\n"
     "  WHERE active = 1;\n"
     "CREATE INDEX models_by_time ON models (created_ms);\n"
-    "CREATE INDEX jobs_by_state ON jobs (state);\n"};
+    "CREATE INDEX jobs_by_state ON jobs (state);\n",
+    /* 4: the table family of each sample, and models' errors per family.
+     * Compute samples of random shards stored before were drawn from
+     * synth.c's tables: family "dlrm". */
+    "ALTER TABLE samples ADD COLUMN family TEXT NOT NULL DEFAULT '';\n"
+    "UPDATE samples SET family = 'dlrm'\n"
+    "  WHERE kind = 'compute' AND source = 'random';\n"
+    "CREATE TABLE model_families (\n"
+    "  model_id INTEGER NOT NULL REFERENCES models (id) ON DELETE CASCADE,\n"
+    "  family TEXT NOT NULL CHECK (family <> ''),\n"
+    "  held_out INTEGER NOT NULL CHECK (held_out IN (0, 1)),\n"
+    "  samples INTEGER NOT NULL CHECK (samples >= 0),\n"
+    "  mape REAL NOT NULL CHECK (mape >= 0),\n"
+    "  signed_median REAL NOT NULL,\n"
+    "  PRIMARY KEY (model_id, family)\n"
+    ") WITHOUT ROWID;\n"};
 
 /* ------------------------------------------------------------------------ */
 /* Statements                                                                */
@@ -214,15 +229,15 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
     [STORE__SQL_SAMPLE_INSERT] =
         "INSERT INTO samples (profile_id, kind, ntables, "
         "shard, ndevices, devices, measured_ms, spread_ms, "
-        "device, source, created_ms) VALUES (?1, ?2, ?3, "
-        "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "device, source, created_ms, family) VALUES (?1, ?2, ?3, "
+        "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [STORE__SQL_SAMPLE_COUNT] =
         "SELECT count(*) FROM samples WHERE profile_id = ?1 "
         "AND kind = ?2 AND created_ms > ?3",
     [STORE__SQL_SAMPLE_LOAD] =
         "SELECT id, profile_id, kind, ntables, shard, "
         "ndevices, devices, measured_ms, spread_ms, device, "
-        "source, created_ms "
+        "source, created_ms, family "
         "FROM samples WHERE profile_id = ?1 AND kind = ?2 "
         "AND id > ?3 ORDER BY id LIMIT ?4",
     /* The id just before the newest ?3 samples (samples_by_profile). */
@@ -236,6 +251,13 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
         "test_samples, created_ms, active, base_model_id, "
         "gate_ratio) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
         "?10, ?11, 0, ?12, ?13)",
+    [STORE__SQL_MODEL_FAMILY_INSERT] =
+        "INSERT INTO model_families (model_id, family, held_out, samples, "
+        "mape, signed_median) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    /* Held-out families first, then by name. */
+    [STORE__SQL_MODEL_FAMILY_LOAD] =
+        "SELECT family, held_out, samples, mape, signed_median FROM "
+        "model_families WHERE model_id = ?1 ORDER BY held_out DESC, family",
     [STORE__SQL_MODEL_GET] =
         "SELECT " MODEL_COLS ", m.weights, m.norm" MODEL_FROM
         " WHERE m.id = ?1",

@@ -57,7 +57,7 @@
 #include "shardd/err.h"
 
 /* The newest schema version this build knows (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 /* PRAGMA application_id of a shardd database: "SDST". */
 #define STORE_APPLICATION_ID  0x53445354
 #define STORE_BUSY_TIMEOUT_MS 5000
@@ -71,6 +71,7 @@
 #define STORE_PARAMS_MAX  512
 #define STORE_HASH_MAX    80
 #define STORE_ALG_MAX     32
+#define STORE_FAMILY_MAX  64
 
 /* Limits on one sample, checked on insert. */
 #define STORE_SAMPLE_TABLES_MAX  4096
@@ -270,7 +271,15 @@ struct store_sample {
     double spread_ms;   /* spread of the repeated runs, >= 0 */
     char device[STORE_DEVICE_MAX]; /* where it was measured, non-empty */
     char source[STORE_SOURCE_MAX]; /* how the shard was made: "random" ... */
-    int64_t created_ms;            /* set by the store */
+    /*
+     * The table families its tables were drawn from (formats.h), in the
+     * families' order joined by '+' ("zipf", "dlrm+seq"); "" when unknown
+     * (a plan's shard, a comm sample).  Schema 3 gave the compute samples
+     * of "random" shards stored before it "dlrm": they were drawn from
+     * synth.c's tables.
+     */
+    char family[STORE_FAMILY_MAX];
+    int64_t created_ms; /* set by the store */
 };
 
 /*
@@ -365,8 +374,25 @@ int store_sample_add_from(struct store *st, const char *origin,
 /* Model versions                                                            */
 
 /*
+ * A model's error on the samples of one table family (store_sample.family):
+ * on a family held out of its training entirely (held_out), or on the
+ * family's samples in its test split (or the daemon's gate samples).
+ * mape is a fraction >= 0; signed_median (finite) the median of
+ * (predicted - measured) / measured.
+ */
+struct store_family_metrics {
+    char family[STORE_FAMILY_MAX]; /* non-empty */
+    bool held_out;
+    int64_t samples; /* >= 0 */
+    double mape;
+    double signed_median;
+};
+#define STORE_MODEL_FAMILIES_MAX 16
+
+/*
  * How well a model did at training time.  Fractions (0.05 = 5 %); counts of
- * samples.  All finite and >= 0.
+ * samples.  All finite and >= 0.  families[0 .. nfamilies): per-family
+ * figures (schema 4), each family at most once; none for older models.
  */
 struct store_model_metrics {
     double val_mape;  /* on the validation split */
@@ -374,6 +400,8 @@ struct store_model_metrics {
     int64_t train_samples;
     int64_t val_samples;
     int64_t test_samples;
+    size_t nfamilies;
+    struct store_family_metrics families[STORE_MODEL_FAMILIES_MAX];
     /* A policy: its mean plan cost over size_lookup_greedy's on held-out
      * tasks (the gate); the counts above are then training, validation
      * and held-out tasks, the MAPEs 0.  Other kinds: 0. */

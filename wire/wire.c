@@ -1177,3 +1177,73 @@ int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Prediction spreads                                                        */
+
+Shardd__V1__PredictionSpread *wire_spread_out(struct wire_arena *a,
+                                              const struct plan_spread *s)
+{
+    Shardd__V1__PredictionSpread *o = wire_alloc(a, 1, sizeof(*o));
+    int32_t r;
+
+    if (o == NULL)
+        return NULL;
+    shardd__v1__prediction_spread__init(o);
+    o->members = s->members;
+    o->plan_cost_low_ms = s->cost_lo;
+    o->plan_cost_high_ms = s->cost_hi;
+    o->n_devices = (size_t)s->ndevices;
+    o->devices = wire_alloc(a, (size_t)s->ndevices, sizeof(*o->devices));
+    if (s->ndevices > 0 && o->devices == NULL)
+        return NULL;
+    for (r = 0; r < s->ndevices; r++) {
+        Shardd__V1__ComputeSpread *c = wire_alloc(a, 1, sizeof(*c));
+
+        if (c == NULL)
+            return NULL;
+        shardd__v1__compute_spread__init(c);
+        c->device = r;
+        c->low_ms = s->lo[r];
+        c->high_ms = s->hi[r];
+        o->devices[r] = c;
+    }
+    return o;
+}
+
+int wire_spread_in(const Shardd__V1__PredictionSpread *in, int32_t ndev,
+                   struct plan_spread *out, struct sd_diag *d)
+{
+    size_t r;
+
+    memset(out, 0, sizeof(*out));
+    if (in == NULL)
+        return 0;
+    if (in->members < 2)
+        return sd_diag_set(d, SD_EINVAL, "spread.members: %d is not >= 2",
+                           (int)in->members);
+    if (in->n_devices != (size_t)ndev)
+        return sd_diag_set(d, SD_EINVAL,
+                           "spread.devices: %zu entries for %d "
+                           "devices",
+                           in->n_devices, (int)ndev);
+    for (r = 0; r < in->n_devices; r++)
+        if (in->devices[r]->device != (int32_t)r)
+            return sd_diag_set(d, SD_EINVAL,
+                               "spread.devices[%zu].device: %d, not %zu", r,
+                               (int)in->devices[r]->device, r);
+    out->lo =
+        malloc(2 * (in->n_devices ? in->n_devices : 1) * sizeof(*out->lo));
+    if (out->lo == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    out->hi = out->lo + in->n_devices;
+    out->ndevices = ndev;
+    out->members = in->members;
+    out->cost_lo = in->plan_cost_low_ms;
+    out->cost_hi = in->plan_cost_high_ms;
+    for (r = 0; r < in->n_devices; r++) {
+        out->lo[r] = in->devices[r]->low_ms;
+        out->hi[r] = in->devices[r]->high_ms;
+    }
+    return 0;
+}

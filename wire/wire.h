@@ -112,6 +112,15 @@ int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
                           struct plan *p, struct sd_diag *d);
 
 /*
+ * A response's PredictionSpread (NULL: none) for a plan of ndev devices
+ * into *out (plan_spread_free()): members 0 and nothing allocated when
+ * there is none.  Returns 0, SD_EINVAL (fewer than two members, or devices
+ * that are not 0 .. ndev - 1 in order; d names the field) or SD_ENOMEM.
+ */
+int wire_spread_in(const Shardd__V1__PredictionSpread *in, int32_t ndev,
+                   struct plan_spread *out, struct sd_diag *d);
+
+/*
  * The tables of a request as users describe them (wire_inputs.c): shardd's
  * Table (bins: 17 values, or none to derive them with zipf_exponent) or
  * TorchRec's TorchRecTable (EmbeddingBagConfig and ParameterConstraints),
@@ -181,6 +190,9 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
                                                  const struct plan *p,
                                                  const struct table *tables,
                                                  size_t n);
+/* A plan's spread as the responses carry it; NULL when out of memory. */
+Shardd__V1__PredictionSpread *wire_spread_out(struct wire_arena *a,
+                                              const struct plan_spread *s);
 Shardd__V1__DeviceCost **wire_devices_out(struct wire_arena *a,
                                           const struct plan *p,
                                           const struct topology *t);

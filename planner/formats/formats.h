@@ -142,6 +142,14 @@ void synth_params_default(struct synth_params *p);
 int synth_trace(const struct synth_params *p, size_t i, struct trace *out);
 
 /*
+ * What synth_trace() draws for table i before its lookups: its name, rows,
+ * dim and expected pooling factor (0 for a table never accessed), dtype
+ * fp32, all bins 0.  Cheap: no lookups are made.  0 or SD_EINVAL.
+ */
+int synth_table_shape(const struct synth_params *p, size_t i,
+                      struct table *out);
+
+/*
  * Generates p->count tables: trace i is made, its features computed, and the
  * trace dropped.  Table i is named "table_%04zu" and gets a dim drawn from
  * {4, 8, .., 128}.  Uses up to `threads` worker threads (1 = none); the
@@ -150,6 +158,193 @@ int synth_trace(const struct synth_params *p, size_t i, struct trace *out);
  */
 int synth_tables(const struct synth_params *p, unsigned threads,
                  struct table **out);
+
+/* ------------------------------------------------------------------------ */
+/* Shared by the generators (synth.c, families.c); not for other rooms      */
+
+/*
+ * A bijection of [0, rows): a keyed invertible mixer of k-bit words (k the
+ * bit length of rows - 1), cycle-walked until it lands below rows.
+ */
+struct perm {
+    uint64_t rows;
+    uint64_t mask;
+    uint64_t a, b, c; /* a and b odd */
+    int shift;
+};
+
+/* Keys p for [0, rows) from r. */
+void synth__perm_init(struct perm *p, uint64_t rows, struct rng *r);
+uint64_t synth__perm_apply(const struct perm *p, uint64_t x);
+
+/* Zipf sampling of ranks 1..n with exponent s > 0, mapped to rows. */
+struct zipf_rank {
+    double edge;   /* H(k + 0.5): the upper end of rank k's interval */
+    double accept; /* u >= accept is accepted */
+    int64_t row;   /* the row rank k is mapped to */
+};
+
+struct zipf {
+    double s;
+    double n;
+    double h_x1;     /* H(1.5) - 1 */
+    double h_n;      /* H(n + 0.5) */
+    double s_accept; /* quick-acceptance distance */
+    size_t nhead;    /* ranks 1 .. nhead are tabulated */
+    struct zipf_rank *head;
+    size_t nguide;
+    uint32_t *guide;    /* nguide buckets over (h_x1, head[nhead-1].edge] */
+    double guide_scale; /* buckets per unit of u */
+    const struct perm *perm;
+};
+
+/*
+ * Prepares sampling of ranks 1..n with exponent s, mapped to rows by perm
+ * (borrowed: it must outlive z), with up to nhead ranks tabulated.
+ * Returns 0 or SD_ENOMEM; release with synth__zipf_destroy().
+ */
+int synth__zipf_init(struct zipf *z, double s, uint64_t n, size_t nhead,
+                     const struct perm *perm);
+void synth__zipf_destroy(struct zipf *z);
+/* A row: rank k in [1, n] drawn, then mapped through the permutation. */
+int64_t synth__zipf_sample(const struct zipf *z, struct rng *r);
+
+/* The ranks worth tabulating for a trace of n lookups. */
+size_t synth__head_size(int64_t nindices);
+
+/*
+ * Bag lengths: geometric on {0, 1, ..} with mean pf, by inversion.  Fills
+ * offsets[0 .. nbags] and returns the total.
+ */
+int64_t synth__draw_offsets(struct rng *r, double pf, int64_t nbags,
+                            int64_t *offsets);
+
+/* ------------------------------------------------------------------------ */
+/* Table families (families.c)                                              */
+
+/*
+ * Families of synthetic tables for profiling, pre-training and task sets
+ * that test a cost model on tables of shapes it never saw (families.c says
+ * each family's laws and what is checked of them).  dlrm is synth.c's
+ * generator, the base; FAMILY_MIX names a pool of all of them in turn.
+ */
+enum table_family {
+    FAMILY_DLRM = 0, /* synth.c: the 856 DLRM tables' statistics */
+    FAMILY_ZIPF,     /* Zipf over every row, exponent 0.5 .. 2.0 */
+    FAMILY_EXP,      /* exponential popularity */
+    FAMILY_UNIFORM,  /* near-uniform over 50-100 % of the rows */
+    FAMILY_BIMODAL,  /* a hot set and cold rows */
+    FAMILY_SEQ,      /* long sequences: pooling factor 64 .. 384 */
+    FAMILY_ONEHOT,   /* one id per bag */
+    FAMILY_COUNT
+};
+#define FAMILY_MIX      FAMILY_COUNT /* every family, in turn */
+#define FAMILY_NAME_MAX 16           /* bytes, NUL included */
+#define FAMILY_ROWS_MIN 100
+#define FAMILY_ROWS_MAX 2000000 /* one cpu core holds a shard of them */
+
+/* "dlrm", .., "onehot", "mix" for FAMILY_MIX; "?" for anything else. */
+const char *family_name(int family);
+/* A family name (or "mix") to its number; SD_EINVAL listing the names. */
+int family_parse(const char *s, int *out, struct sd_diag *d);
+/* "a,b,c" into out[FAMILY_MIX + 1] (true for each named; "mix" included);
+ * SD_EINVAL for an empty or unknown name. */
+int family_parse_list(const char *s, bool out[FAMILY_MIX + 1],
+                      struct sd_diag *d);
+/* The family of table i of a pool of `family` (FAMILY_MIX: i in turn). */
+int family_of_index(int family, size_t i);
+
+/*
+ * A sample's family label (store_sample.family: names joined by '+', ""
+ * for none) as a mask, bit f for family f.  SD_EINVAL for a name that is
+ * not a family's.
+ */
+int family_label_mask(const char *label, uint32_t *mask);
+/*
+ * The group a label is reported under: its family's number for one family,
+ * FAMILY_MIX for several, FAMILY_OTHER for none or an unknown name.
+ */
+#define FAMILY_OTHER (FAMILY_MIX + 1)
+int family_label_group(const char *label);
+/* family_name() with "other" for FAMILY_OTHER. */
+const char *family_group_name(int group);
+
+struct family_params {
+    int family;   /* enum table_family or FAMILY_MIX */
+    size_t count; /* tables to make */
+    uint64_t seed;
+    int64_t batch_size; /* bags per generated trace */
+};
+
+/* FAMILY_MIX, 856 tables, seed 0, batch 65536. */
+void family_params_default(struct family_params *p);
+
+enum family_law {
+    FAMILY_LAW_ZIPF = 0,
+    FAMILY_LAW_EXP,
+    FAMILY_LAW_UNIFORM,
+    FAMILY_LAW_BIMODAL,
+};
+
+enum family_bags {
+    FAMILY_BAGS_GEOMETRIC = 0, /* geometric lengths, mean pf */
+    FAMILY_BAGS_RANGE,         /* uniform in [ceil(pf/2), floor(3pf/2)] */
+    FAMILY_BAGS_ONE,           /* exactly one id */
+};
+
+/* What is drawn for a table before its lookups are. */
+struct family_shape {
+    int family;
+    int64_t rows;
+    int32_t dim;
+    enum table_dtype dtype;
+    enum family_bags bags;
+    double pf; /* expected bag length */
+    enum family_law law;
+    double zipf_s;     /* zipf: exponent */
+    double exp_scale;  /* exp: mean rank L (rows) */
+    uint64_t vocab;    /* rows the law draws from (uniform: a subset) */
+    uint64_t hot_rows; /* bimodal: the hot set's size */
+    double hot_share;  /* bimodal: its share of the lookups */
+};
+
+/*
+ * The shape of table i of family (not dlrm, not mix) for a seed.
+ * Deterministic.  Returns 0 or SD_EINVAL.
+ */
+int family_draw_shape(int family, uint64_t seed, size_t i,
+                      struct family_shape *out);
+
+/*
+ * Table i of a pool of p->family: its trace (*out owns its arrays:
+ * trace_destroy()), and its shape when `shape` is not NULL (for dlrm only
+ * family, rows, dim and pf are set).  Deterministic for (p->seed, family,
+ * index within the family).  Returns 0, SD_EINVAL or SD_ENOMEM.
+ */
+int family_trace(const struct family_params *p, size_t i, struct trace *out,
+                 struct family_shape *shape);
+
+/*
+ * Table i of a pool before its lookups are made: name, rows, dim, dtype and
+ * the expected pooling factor of its shape (synth_table_shape() for dlrm),
+ * all bins 0.  What a sampler needs to draw shards (sizes and work) without
+ * making a trace per table.  0 or SD_EINVAL.
+ */
+int family_table_shape(const struct family_params *p, size_t i,
+                       struct table *out);
+
+/* family_table_shape() of every table of a pool into *out (owned:
+ * free()).  0, SD_EINVAL or SD_ENOMEM. */
+int family_shapes(const struct family_params *p, struct table **out);
+
+/*
+ * Generates p->count tables of a pool (family_trace(), features computed,
+ * dtype the shape's) on up to `threads` threads; the result does not depend
+ * on the thread count.  *out is owned by the caller (free()).  Returns 0,
+ * SD_EINVAL or SD_ENOMEM.
+ */
+int family_tables(const struct family_params *p, unsigned threads,
+                  struct table **out);
 
 /* One benchmark task: tables drawn from a pool, with dims reassigned. */
 struct task {

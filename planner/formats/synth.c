@@ -100,14 +100,8 @@ void synth_params_default(struct synth_params *p)
  * cycle walking gives a bijection of [0, rows); fewer than two rounds are
  * needed on average since rows > 2^(k-1).
  */
-struct perm {
-    uint64_t rows;
-    uint64_t mask;
-    uint64_t a, b, c; /* a and b odd */
-    int shift;
-};
 
-static void perm_init(struct perm *p, uint64_t rows, struct rng *r)
+void synth__perm_init(struct perm *p, uint64_t rows, struct rng *r)
 {
     int k = 1;
 
@@ -121,7 +115,7 @@ static void perm_init(struct perm *p, uint64_t rows, struct rng *r)
     p->shift = (k + 1) / 2;
 }
 
-static uint64_t perm_apply(const struct perm *p, uint64_t x)
+uint64_t synth__perm_apply(const struct perm *p, uint64_t x)
 {
     do {
         x = (x * p->a + p->c) & p->mask;
@@ -150,25 +144,7 @@ static uint64_t perm_apply(const struct perm *p, uint64_t x)
  * the computed path draw from the same intervals, so the samples have the
  * same distribution either way.
  */
-struct zipf_rank {
-    double edge;   /* H(k + 0.5): the upper end of rank k's interval */
-    double accept; /* u >= accept is accepted */
-    int64_t row;   /* the row rank k is mapped to */
-};
 
-struct zipf {
-    double s;
-    double n;
-    double h_x1;     /* H(1.5) - 1 */
-    double h_n;      /* H(n + 0.5) */
-    double s_accept; /* quick-acceptance distance */
-    size_t nhead;    /* ranks 1 .. nhead are tabulated */
-    struct zipf_rank *head;
-    size_t nguide;
-    uint32_t *guide;    /* nguide buckets over (h_x1, head[nhead-1].edge] */
-    double guide_scale; /* buckets per unit of u */
-    const struct perm *perm;
-};
 
 /* log1p(x) / x, continuous at 0. */
 static double helper1(double x)
@@ -212,7 +188,7 @@ static double zipf_hinv(const struct zipf *z, double x)
  * Prepares sampling of ranks 1..n with exponent s, mapped to rows by perm,
  * with up to nhead ranks tabulated.  Returns 0 or SD_ENOMEM.
  */
-static int zipf_init(struct zipf *z, double s, uint64_t n, size_t nhead,
+int synth__zipf_init(struct zipf *z, double s, uint64_t n, size_t nhead,
                      const struct perm *perm)
 {
     size_t k, g, nguide;
@@ -240,7 +216,7 @@ static int zipf_init(struct zipf *z, double s, uint64_t n, size_t nhead,
         z->head[k - 1].edge = zipf_hint(z, (double)k + 0.5);
         z->head[k - 1].accept =
             k == 1 ? z->h_x1 : z->head[k - 1].edge - zipf_h(z, (double)k);
-        z->head[k - 1].row = (int64_t)perm_apply(perm, k - 1);
+        z->head[k - 1].row = (int64_t)synth__perm_apply(perm, k - 1);
     }
     /* Rank n's interval ends at h_n exactly, as in the computed path. */
     if (z->nhead == n)
@@ -255,14 +231,14 @@ static int zipf_init(struct zipf *z, double s, uint64_t n, size_t nhead,
     return 0;
 }
 
-static void zipf_destroy(struct zipf *z)
+void synth__zipf_destroy(struct zipf *z)
 {
     free(z->head);
     free(z->guide);
 }
 
 /* A row: rank k in [1, n] drawn, then mapped through the permutation. */
-static int64_t zipf_sample(const struct zipf *z, struct rng *r)
+int64_t synth__zipf_sample(const struct zipf *z, struct rng *r)
 {
     const struct zipf_rank *head = z->head;
     double u, x, k, gd, top = head[z->nhead - 1].edge;
@@ -289,7 +265,7 @@ static int64_t zipf_sample(const struct zipf *z, struct rng *r)
         else if (k > z->n)
             k = z->n;
         if (k - x <= z->s_accept || u >= zipf_hint(z, k + 0.5) - zipf_h(z, k))
-            return (int64_t)perm_apply(z->perm, (uint64_t)k - 1);
+            return (int64_t)synth__perm_apply(z->perm, (uint64_t)k - 1);
     }
 }
 
@@ -370,7 +346,7 @@ static void draw_shape(struct rng *r, struct synth_shape *sh)
  * Bag lengths: geometric on {0, 1, ..} with mean pf, by inversion.  Fills
  * offsets[0 .. nbags] and returns the total.
  */
-static int64_t draw_offsets(struct rng *r, double pf, int64_t nbags,
+int64_t synth__draw_offsets(struct rng *r, double pf, int64_t nbags,
                             int64_t *offsets)
 {
     double lq = pf > 0.0 ? -log1p(1.0 / pf) : 0.0; /* log(pf / (1 + pf)) */
@@ -403,11 +379,29 @@ static int check_params(const struct synth_params *p)
  * per rank as computing one sample, so at most a quarter of the lookups, and
  * the table stays within a core's L2 cache.
  */
-static size_t head_size(int64_t nindices)
+size_t synth__head_size(int64_t nindices)
 {
     int64_t nhead = nindices / 4 + 256;
 
     return (uint64_t)nhead < SYNTH_HEAD_MAX ? (size_t)nhead : SYNTH_HEAD_MAX;
+}
+
+int synth_table_shape(const struct synth_params *p, size_t i, struct table *out)
+{
+    struct synth_shape sh;
+    struct rng r;
+
+    if (check_params(p) != 0)
+        return SD_EINVAL;
+    rng_seed(&r, rng_derive(p->seed, (uint64_t)i));
+    draw_shape(&r, &sh);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "table_%04zu", i);
+    out->rows = sh.rows;
+    out->dim = sh.dim;
+    out->pooling_factor = sh.pf;
+    out->dtype = TABLE_DTYPE_FP32;
+    return 0;
 }
 
 int synth_trace(const struct synth_params *p, size_t i, struct trace *out)
@@ -425,7 +419,7 @@ int synth_trace(const struct synth_params *p, size_t i, struct trace *out)
     memset(&t, 0, sizeof(t));
     rng_seed(&r, rng_derive(p->seed, (uint64_t)i));
     draw_shape(&r, &sh);
-    perm_init(&pm, (uint64_t)sh.rows, &r);
+    synth__perm_init(&pm, (uint64_t)sh.rows, &r);
     snprintf(t.name, sizeof(t.name), "table_%04zu", i);
     t.rows = sh.rows;
     t.dim = sh.dim;
@@ -433,19 +427,20 @@ int synth_trace(const struct synth_params *p, size_t i, struct trace *out)
     t.offsets = malloc((size_t)(t.nbags + 1) * sizeof(*t.offsets));
     if (t.offsets == NULL)
         return SD_ENOMEM;
-    t.nindices = draw_offsets(&r, sh.pf, t.nbags, t.offsets);
+    t.nindices = synth__draw_offsets(&r, sh.pf, t.nbags, t.offsets);
     if (t.nindices > 0) {
         t.indices = malloc((size_t)t.nindices * sizeof(*t.indices));
         if (t.indices == NULL) {
             rv = SD_ENOMEM;
             goto out_destroy_trace;
         }
-        rv = zipf_init(&z, sh.zipf_s, sh.vocab, head_size(t.nindices), &pm);
+        rv = synth__zipf_init(&z, sh.zipf_s, sh.vocab,
+                              synth__head_size(t.nindices), &pm);
         if (rv != 0)
             goto out_destroy_trace;
         for (j = 0; j < t.nindices; j++)
-            t.indices[j] = zipf_sample(&z, &r);
-        zipf_destroy(&z);
+            t.indices[j] = synth__zipf_sample(&z, &r);
+        synth__zipf_destroy(&z);
     }
     *out = t;
     return 0;

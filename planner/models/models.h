@@ -362,6 +362,100 @@ struct net_comm_model {
 bool net_comm_model_init(struct net_comm_model *ncm, const struct cost_net *m,
                          const struct topology *t);
 
+/* ------------------------------------------------------------------------ */
+/* Ensembles: K models, every prediction with a spread (ensemble.c)         */
+
+/*
+ * K nets of one profile and batch (the members): member 0 is the plain
+ * model of a seed, members 1 .. K-1 bootstraps with their own streams
+ * (train_params.member).  Owns its members.
+ */
+#define NET_ENSEMBLE_MAX 16
+struct net_ensemble {
+    int32_t k;
+    struct cost_net *m[NET_ENSEMBLE_MAX];
+};
+void net_ensemble_free(struct net_ensemble *e); /* NULL: nothing */
+
+/*
+ * The ensemble file (docs/model-format.md): "SDCE", version, K, each
+ * member's model file image with its length, a CRC-32.  serialize: *out
+ * (free()) of *len bytes; 0, SD_EINVAL (K out of range) or SD_ENOMEM.
+ * parse: an ensemble file, or a model file as an ensemble of one; every
+ * member must answer for member 0's profile and batch; *out owned
+ * (net_ensemble_free()); 0, SD_EFORMAT, SD_ENEWER or SD_ENOMEM with d set.
+ * read / write: the same through a file (write: a temporary, then rename).
+ */
+int net_ensemble_serialize(const struct net_ensemble *e, void **out,
+                           size_t *len);
+int net_ensemble_parse(const void *buf, size_t len, struct net_ensemble **out,
+                       struct sd_diag *d);
+int net_ensemble_read_file(const char *path, struct net_ensemble **out,
+                           struct sd_diag *d);
+int net_ensemble_write_file(const char *path, const struct net_ensemble *e,
+                            struct sd_diag *d);
+
+/*
+ * The q-quantile (q in [0, 1]) of v[0 .. k): linear between the order
+ * statistics around position q (k - 1); q <= 0 the least, q >= 1 the
+ * largest.  Sorts v.  0 for k < 1.
+ */
+double net_quantile(double *v, int32_t k, double q);
+
+/* One prediction of an ensemble: member 0's, the chosen quantile of the
+ * members', and the members' range. */
+struct net_spread {
+    double point;    /* member 0 */
+    double quantile; /* net_quantile(members, q) */
+    double lo, hi;   /* the least and the largest member */
+};
+
+/* The ms of one shard by every member (at the ensemble's batch). */
+void net_ensemble_shard(const struct net_ensemble *e,
+                        const struct shard_item *items, size_t n, double q,
+                        struct net_spread *out);
+
+/*
+ * A cost_model answering with the q-quantile of the members' costs of a
+ * device's shard, scaled to the topology's batch as net_cost_model's.  q
+ * 0.5 is the members' median, 0.9 a cautious plan's cost.  e borrowed;
+ * ecm must not move while used.
+ */
+struct net_ensemble_cost_model {
+    struct cost_model cm;
+    const struct net_ensemble *e;
+    double q;
+    char name[NET_PROFILE_MAX + 32];
+};
+void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,
+                                  const struct net_ensemble *e, double q);
+
+/*
+ * A plan's spread under an ensemble: per device the least and largest
+ * compute ms over the members (lo[r], hi[r]), and the least and largest
+ * plan cost, each member scoring the whole plan (plan_evaluate()).
+ */
+struct plan_spread {
+    int32_t ndevices;
+    int32_t members;
+    double *lo, *hi; /* owned, one block: plan_spread_free() */
+    double cost_lo, cost_hi;
+};
+/* p evaluated or not (it is not changed).  Returns 0, SD_EINVAL or
+ * SD_ENOMEM; *out is filled on success. */
+int net_ensemble_plan_spread(const struct net_ensemble *e, const struct plan *p,
+                             const struct table *tables, size_t ntables,
+                             const struct topology *t, enum optimizer opt,
+                             struct plan_spread *out);
+void plan_spread_free(struct plan_spread *s);
+
+/*
+ * The ensemble committed with shardd (models/cpu-default.sdce, docs/
+ * models.md), parsed on first use: NULL when it is damaged or its member 0
+ * is not net_embedded() (d says why).  Shared, read-only, never freed.
+ */
+const struct net_ensemble *net_ensemble_embedded(struct sd_diag *d);
+
 /* One measured shard for training. */
 struct train_sample {
     const struct table *tables; /* the shard; each table's dim is its width */
@@ -412,6 +506,23 @@ struct train_params {
      * from the default's by fp32 rounding that the epochs amplify
      * (docs/gpu.md has the tolerance). */
     const struct net_gemm *gemm;
+    /*
+     * An ensemble's member (0: a plain model).  Every member of a seed has
+     * the same train / validation / test split (the seed's); member k > 0
+     * trains on a bootstrap of the training split (as many draws with
+     * replacement) and starts from weights and epoch orders of its own
+     * stream, rng_derive(seed, k).  Member 0 is the plain model, bit for
+     * bit.
+     */
+    uint32_t member;
+    /* When not NULL, receives each sample's split (n entries, in the
+     * caller's order): TRAIN_SPLIT_*. */
+    uint8_t *split;
+};
+enum train_split {
+    TRAIN_SPLIT_TRAIN = 0,
+    TRAIN_SPLIT_VAL = 1,
+    TRAIN_SPLIT_TEST = 2,
 };
 void train_params_default(struct train_params *p);
 
@@ -465,6 +576,25 @@ int comm_train(const struct train_params *p, const struct comm_sample *s,
 /* Mean absolute percentage error (fraction) of m over samples. */
 double net_mape(const struct cost_net *m, const struct train_sample *s,
                 size_t n);
+
+/*
+ * Errors of predictions pred[i] against measurements meas[i] > 0 (n >= 1):
+ * the mean, median and 90th percentile of |pred - meas| / meas, and the
+ * median of (pred - meas) / meas (> 0: predicted more than measured; a
+ * drift of the whole machine shows here, scatter does not).  Percentiles
+ * are order statistics: the element at floor(q x (n - 1)) of the sorted
+ * errors (the median of an even count is the upper middle one).  Returns 0,
+ * SD_EINVAL (n 0) or SD_ENOMEM.
+ */
+struct net_errors {
+    size_t n;
+    double mape;
+    double median;
+    double p90;
+    double signed_median;
+};
+int net_errors(const double *pred, const double *meas, size_t n,
+               struct net_errors *out);
 
 /* ------------------------------------------------------------------------ */
 /* PyTorch checkpoints and NeuroShard's models (torch.c, import.c)          */
@@ -801,6 +931,43 @@ void sample_params_default(struct sample_params *p);
 int sample_draw_shard(struct rng *g, const struct table *pool, size_t npool,
                       const struct sample_params *p, size_t *idx, int32_t *dims,
                       size_t *k);
+
+/*
+ * Every allowed dim, for tables of any shape: half the time one of
+ * sample_dims, else 4 x u with u log-uniform in [1, 256] (every multiple of
+ * 4 in [4, 1024], smaller ones likelier).
+ */
+int32_t sample_any_dim(struct rng *g);
+
+/*
+ * A pool whose tables come in groups (the table families of formats.h):
+ * group[i] < ngroups is pool table i's.  A shard is drawn from one group
+ * (uniform over the groups that have tables) or, with probability p_mixed,
+ * from the whole pool; that choice is made once a shard, before the caps
+ * below are tried.  Tables of a group whose bit is set in any_dims get
+ * sample_any_dim() widths, the others sample_dims'.  A draw is kept when
+ * its weights (rows x width x 4 bytes: the kernel's fp32, whatever the
+ * dtype) are within max_bytes and, when max_work > 0, the sum of pooling
+ * factor x width over its tables (the lookups' columns per bag) is within
+ * max_work; else everything is drawn again.
+ */
+struct sample_groups {
+    const uint8_t *group; /* npool entries */
+    int ngroups;          /* at most 32 */
+    uint32_t any_dims;    /* bit g: group g draws every allowed dim */
+    double p_mixed;
+    double max_work; /* 0: none */
+};
+
+/*
+ * Draws a shard as above: k in [1, max_tables], k (table, dim) pairs,
+ * written as for sample_draw_shard().  Returns 0, or SD_EINVAL (empty pool,
+ * a group out of range, or no draw in 1000 met the caps).
+ */
+int sample_draw_grouped(struct rng *g, const struct table *pool, size_t npool,
+                        const struct sample_groups *gr,
+                        const struct sample_params *p, size_t *idx,
+                        int32_t *dims, size_t *k);
 
 /* ------------------------------------------------------------------------ */
 /* TorchRec's analytic perf and storage estimator (trec.c)                  */

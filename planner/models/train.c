@@ -67,6 +67,8 @@ void train_params_default(struct train_params *p)
     p->progress = NULL;
     p->ctx = NULL;
     p->gemm = NULL;
+    p->member = 0;
+    p->split = NULL;
 }
 
 double net_mape(const struct cost_net *m, const struct train_sample *s,
@@ -81,6 +83,41 @@ double net_mape(const struct cost_net *m, const struct train_sample *s,
         sum += fabs(net_tables_ms(m, s[i].tables, s[i].ntables) - s[i].ms) /
                s[i].ms;
     return sum / (double)n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int net_errors(const double *pred, const double *meas, size_t n,
+               struct net_errors *out)
+{
+    double *ape, *err, sum = 0;
+    size_t i;
+
+    if (n == 0)
+        return SD_EINVAL;
+    ape = malloc(2 * n * sizeof(*ape));
+    if (ape == NULL)
+        return SD_ENOMEM;
+    err = ape + n;
+    for (i = 0; i < n; i++) {
+        err[i] = (pred[i] - meas[i]) / meas[i];
+        ape[i] = fabs(err[i]);
+        sum += ape[i];
+    }
+    qsort(ape, n, sizeof(*ape), cmp_double);
+    qsort(err, n, sizeof(*err), cmp_double);
+    out->n = n;
+    out->mape = sum / (double)n;
+    out->median = ape[n / 2];
+    out->p90 = ape[(size_t)(0.9 * (double)(n - 1))];
+    out->signed_median = err[n / 2];
+    free(ape);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -552,6 +589,7 @@ struct trainer {
     struct work w;
     struct rng g;
     size_t *pos;  /* n entries: the split shuffle, then epoch orders */
+    size_t *boot; /* a member's bootstrap (ntrain entries), or NULL */
     size_t ntest; /* split order: test, validation, training */
     size_t nval;
     size_t ntrain;
@@ -574,6 +612,22 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
     for (i = 0; i < n; i++)
         t->pos[i] = i;
     shuffle(&t->g, t->pos, n);
+    if (t->p->split != NULL)
+        for (k = 0; k < n; k++)
+            t->p->split[t->pos[k]] = k < t->ntest ? TRAIN_SPLIT_TEST
+                                     : k < t->ntest + t->nval
+                                         ? TRAIN_SPLIT_VAL
+                                         : TRAIN_SPLIT_TRAIN;
+    if (t->p->member > 0) {
+        /* A member's own stream from here on: its bootstrap of the
+         * training split, its weights, its epoch orders. */
+        size_t *boot = t->pos + t->first, ntr = t->ntrain;
+
+        rng_seed(&t->g, rng_derive(t->p->seed, t->p->member));
+        for (k = 0; k < ntr; k++)
+            t->boot[k] = boot[rng_below(&t->g, ntr)];
+        memcpy(boot, t->boot, ntr * sizeof(*boot));
+    }
     off[0] = 0;
     for (k = 0; k < n; k++) {
         ord[k] = s[t->pos[k]];
@@ -725,7 +779,11 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free_net;
     }
-    rows_max = max_batch_rows(s, n, t.bmax, t.pos);
+    /* A bootstrap may repeat the largest shard in one minibatch. */
+    rows_max = max_batch_rows(s, n, p->member > 0 ? 1 : t.bmax, t.pos);
+    if (p->member > 0)
+        rows_max =
+            rows_max <= (size_t)INT32_MAX / t.bmax ? rows_max * t.bmax : 0;
     nwork = work_floats(rows_max, t.bmax);
     if (rows_max == 0 || nwork == 0) {
         rv = sd_diag_set(d, SD_EINVAL,
@@ -734,14 +792,26 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         goto out_free_pos;
     }
     ord = malloc(n * sizeof(*ord));
-    if (ord == NULL) {
+    t.boot = p->member > 0 ? malloc(t.ntrain * sizeof(*t.boot)) : NULL;
+    if (ord == NULL || (p->member > 0 && t.boot == NULL)) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free_pos;
+        goto out_free_ord;
     }
     off = malloc((n + 1) * sizeof(*off));
     if (off == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free_ord;
+    }
+    /* A bootstrap may hold the largest shard ntrain times: its rows are
+     * bounded by n times the largest, as the minibatch's are above. */
+    if (p->member > 0) {
+        size_t nt_max = rows_max / t.bmax;
+
+        if (nt_max > SIZE_MAX / NET_IN / sizeof(float) / n) {
+            rv = sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
+            goto out_free_off;
+        }
+        ntables = nt_max * n;
     }
     x = malloc(ntables * NET_IN * sizeof(*x)); /* bounded in check_samples */
     if (x == NULL) {
@@ -793,6 +863,7 @@ out_free_x:
 out_free_off:
     free(off);
 out_free_ord:
+    free(t.boot);
     free(ord);
 out_free_pos:
     free(t.pos);

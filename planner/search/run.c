@@ -78,6 +78,53 @@ static bool pins_kept(const struct plan *p, const struct table *tables,
     return true;
 }
 
+/*
+ * neuroshard once with each member of o->ensemble, keeping the plan that
+ * costs least under m (the first on ties): a plan for the quantile m
+ * answers with, among plans each member thinks best.  *out is a valid,
+ * evaluated plan on success.
+ */
+static int plan_robust(const struct table *tables, size_t ntables,
+                       const struct topology *t, const struct plan_options *o,
+                       const struct cost_model *m, struct plan *out,
+                       struct sd_diag *d)
+{
+    const struct net_ensemble *e = o->ensemble;
+    struct plan_options mo = *o;
+    struct plan cand;
+    bool have = false;
+    int32_t i;
+    int rv = 0;
+
+    if (o->time_budget_ms > 0)
+        mo.time_budget_ms = o->time_budget_ms / e->k;
+    for (i = 0; i < e->k; i++) {
+        mo.net = e->m[i];
+        mo.memo = i == 0 ? o->memo : NULL; /* a memo answers for one net */
+        rv = plan_neuroshard(tables, ntables, t, &mo, &cand, d);
+        if (rv != 0)
+            break;
+        rv = plan_validate(&cand, tables, ntables, t, o->optimizer, d);
+        if (rv == 0)
+            rv = plan_evaluate(&cand, tables, ntables, t, o->optimizer, m);
+        if (rv != 0) {
+            plan_destroy(&cand);
+            break;
+        }
+        if (!have || cand.cost_ms < out->cost_ms) {
+            if (have)
+                plan_destroy(out);
+            *out = cand;
+            have = true;
+        } else {
+            plan_destroy(&cand);
+        }
+    }
+    if (rv != 0 && have)
+        plan_destroy(out);
+    return rv;
+}
+
 /* Whether every table's shards keep its constraint (p sorted): an allowed
  * scheme, its host, its row blocks. */
 static bool constraints_kept(const struct plan *p, const struct topology *t,
@@ -131,7 +178,8 @@ static int baseline_constraints(const struct table *tables, size_t n,
 /* Runs o's algorithm on the tables as they are. */
 static int run_alg(const struct table *tables, size_t ntables,
                    const struct topology *t, const struct plan_options *o,
-                   struct plan *p, struct sd_diag *d)
+                   const struct cost_model *m, struct plan *p,
+                   struct sd_diag *d)
 {
     int rv;
 
@@ -147,6 +195,9 @@ static int run_alg(const struct table *tables, size_t ntables,
         rv = baseline_constraints(tables, ntables, o, d);
         return rv != 0 ? rv : plan_baseline(tables, ntables, t, o, p, d);
     case PLAN_ALG_NEUROSHARD:
+        /* With an ensemble: the plan robust to the members' spread. */
+        if (o->ensemble != NULL && o->ensemble->k > 1)
+            return plan_robust(tables, ntables, t, o, m, p, d);
         return plan_neuroshard(tables, ntables, t, o, p, d);
     case PLAN_ALG_DREAMSHARD:
         rv = baseline_constraints(tables, ntables, o, d);
@@ -166,7 +217,8 @@ static int run_alg(const struct table *tables, size_t ntables,
  */
 static int run_tiered(const struct table *tables, size_t ntables,
                       const struct topology *t, const struct plan_options *o,
-                      struct table **tiered, struct plan *p, struct sd_diag *d)
+                      const struct cost_model *m, struct table **tiered,
+                      struct plan *p, struct sd_diag *d)
 {
     size_t bytes = (ntables ? ntables : 1) * sizeof(struct table);
     struct table *copy = malloc(bytes), *last = malloc(bytes);
@@ -189,7 +241,7 @@ static int run_tiered(const struct table *tables, size_t ntables,
         if (rv != 0 || memcmp(copy, last, bytes) == 0)
             continue; /* nothing new to try at this budget */
         memcpy(last, copy, bytes);
-        rv = run_alg(copy, ntables, t, o, p, d);
+        rv = run_alg(copy, ntables, t, o, m, p, d);
         if (rv == 0) {
             *tiered = copy;
             copy = NULL;
@@ -225,11 +277,11 @@ int plan_run(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
 
-    rv = run_alg(tables, ntables, t, o, &p, d);
+    rv = run_alg(tables, ntables, t, o, m, &p, d);
     /* Only a plan that does not fit HBM goes to the host tier: where HBM
      * suffices the tables stay there (no tier is cheaper in this model). */
     if (rv == SD_ENOSPACE && t->host_dram_bytes > 0)
-        rv = run_tiered(tables, ntables, t, o, &tiered, &p, d);
+        rv = run_tiered(tables, ntables, t, o, m, &tiered, &p, d);
     if (rv != 0) {
         if (rv == SD_ENOMEM)
             sd_diag_set(d, rv, "out of memory");

@@ -87,6 +87,19 @@ struct plan_options {
      * rest on the least loaded devices.
      */
     const atomic_bool *cancel;
+    /*
+     * Robust plans (models.h, ensembles): with an ensemble of two members
+     * or more (borrowed; NULL: none), neuroshard searches once with each
+     * member as its net (its search scores with one net, through its own
+     * fast path) and keeps the plan that costs least under plan_run()'s
+     * model m: pass the ensemble's quantile cost model there
+     * (net_ensemble_cost_model_init(ecm, ensemble, quantile)) to plan for
+     * that quantile of the members' costs.  The time budget is shared
+     * among the searches.  The other algorithms place as they always do;
+     * m scores their plans.
+     */
+    const struct net_ensemble *ensemble;
+    double quantile; /* in [0, 1]; what m answers with (for the record) */
 };
 
 /* alg size_lookup_greedy, sgd, seed 0, neuroshard defaults as above. */

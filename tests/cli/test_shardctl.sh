@@ -156,6 +156,66 @@ awk '/^samples:/ { n = $2 + $4 + $6 } END { exit n != 12 }' "$DIR/new.txt" &&
     >"$DIR/score7.txt" 2>"$DIR/err" && grep -q " on 7 samples of " \
     "$DIR/score7.txt" && ok || bad "score --newest 7: $(cat "$DIR/err")"
 expect_fail 2 '--newest' train --db "$DIR/p.db" --newest 0
+# Families: every sample records the families of its tables (the profile's
+# pool mixes them); train --hold-out-family keeps every sample with a table
+# of that family out of training, reports it, and stores its figures.
+python3 - "$DIR/p.db" >"$DIR/fam.txt" <<'PY'
+import collections, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "select family from samples where kind = 'compute'").fetchall()
+assert rows and all(r[0] for r in rows), rows
+single = collections.Counter(r[0] for r in rows if "+" not in r[0])
+fam = single.most_common(1)[0][0]
+held = sum(1 for r in rows if fam in r[0].split("+"))
+print(fam, held, len(rows), single[fam])
+PY
+read -r HFAM HELD TOTAL PURE <"$DIR/fam.txt"
+"$CTL" train --db "$DIR/p.db" --epochs 5 --hold-out-family "$HFAM" \
+    >"$DIR/hold.txt" 2>"$DIR/err" && ok || bad "train --hold-out-family: $(cat "$DIR/err")"
+python3 - "$DIR/hold.txt" "$DIR/p.db" "$HFAM" "$HELD" "$TOTAL" "$PURE" <<'PY' && ok || bad "hold-out: $(cat "$DIR/hold.txt")"
+import re, sqlite3, sys
+text, db, fam = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+held, total, pure = map(int, sys.argv[4:7])
+m = re.search(r"samples: (\d+) train, (\d+) validation, (\d+) test, (\d+) held out", text)
+assert m and int(m.group(4)) == held and sum(map(int, m.group(1, 2, 3))) == total - held, text
+row = re.search(r"^%s +held out +(\d+) " % fam, text, re.M)
+assert row and int(row.group(1)) == pure, text
+model = int(re.search(r"^model (\d+) ", text, re.M).group(1))
+stored = sqlite3.connect(db).execute(
+    "select held_out, samples from model_families where model_id = ? and family = ?",
+    (model, fam)).fetchall()
+assert stored == [(1, pure)], stored
+PY
+expect_fail 2 'family "bogus" is unknown' train --db "$DIR/p.db" \
+    --hold-out-family bogus
+"$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" >"$DIR/fscore.txt" \
+    2>"$DIR/err" && grep -q "^$HFAM  *all  *$PURE " "$DIR/fscore.txt" && ok ||
+    bad "score by family: $(cat "$DIR/fscore.txt" "$DIR/err")"
+# An ensemble: --out writes its file; plan --model takes it, shows the
+# spread and plans for a quantile; a single model has no quantile to plan.
+"$CTL" train --db "$DIR/p.db" --epochs 3 --ensemble 3 --out "$DIR/e.sdce" \
+    >"$DIR/ens.txt" 2>"$DIR/err" && head -c 4 "$DIR/e.sdce" | grep -q SDCE &&
+    ok || bad "train --ensemble: $(cat "$DIR/err")"
+"$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
+    --model "$DIR/e.sdce" --quantile 0.9 >"$DIR/q.txt" 2>"$DIR/err" &&
+    grep -q "^spread: plan cost [0-9.]* to [0-9.]* ms over the 3 members" \
+    "$DIR/q.txt" && grep -q "compute range" "$DIR/q.txt" &&
+    grep -q "(q0.90 of 3)" "$DIR/q.txt" && ok ||
+    bad "plan --quantile: $(cat "$DIR/q.txt" "$DIR/err")"
+expect_fail 2 '--quantile needs an ensemble' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
+    --quantile 0.5
+expect_fail 2 '--quantile: "1.5" is not a number in [0, 1]' plan --offline \
+    --tables "$DIR/small.json" --devices 3 --mem-gb 1 --quantile 1.5
+# eval measures at the model's batch unless told, as plan predicts, and
+# prints the prediction beside the measurement.
+"$CTL" eval --tables "$DIR/small.json" --plan "$DIR/sp.json" --warmup 0 \
+    --repeats 2 --no-flush >"$DIR/ev.txt" 2>"$DIR/err" &&
+    grep -q "^measured at batch 4096 (the model's)$" "$DIR/ev.txt" &&
+    grep -q "^predicted (neural:cpu/.*/4096 model, batch 4096) beside measured" \
+        "$DIR/ev.txt" && [ "$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%' "$DIR/ev.txt")" -eq 3 ] &&
+    grep -qE '^  plan +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%$' "$DIR/ev.txt" &&
+    ok || bad "eval beside the prediction: $(cat "$DIR/ev.txt" "$DIR/err")"
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
     --model "$DIR/m.sdcn" --json --out "$DIR/mp.json" && ok ||
     bad "plan --model"

@@ -553,6 +553,248 @@ static void test_models(void)
 }
 
 /*
+ * Copies fixture `name` (tests/fixtures/, a store written by an older
+ * shardd) to the test's path and checks that it is at schema `version`.
+ */
+static void copy_fixture(const char *name, uint32_t version)
+{
+    char src[512];
+    unsigned char *img;
+    size_t len = 0;
+    FILE *f;
+
+    snprintf(src, sizeof(src), "%s/%s", SD_FIXTURES, name);
+    img = slurp_file(src, &len);
+    CHECK(img != NULL && len >= 100 && be32(img + 60) == version);
+    f = fopen(path, "wb");
+    CHECK(f != NULL && img != NULL && fwrite(img, 1, len, f) == len);
+    if (f != NULL)
+        fclose(f);
+    free(img);
+}
+
+/*
+ * Schemas 3 and 4 in turn: a version-2 store (a fixture written by the
+ * store before schema 3, tests/fixtures/make_store_v2.c) opens read-write,
+ * migrates, and keeps every row: its random compute samples become family
+ * "dlrm", the planned one none; its fleet origins and model stay.
+ * Read-only, it is refused until migrated.
+ */
+static void test_migrate_v2(void)
+{
+    struct store *st = NULL;
+    struct store_sample *s = NULL;
+    struct store_model *m = NULL;
+    struct store_profile prof;
+    struct sd_diag d;
+    unsigned char *img;
+    uint64_t stored = 9;
+    int64_t last = 0, oid = 7;
+    size_t n = 0, len = 0;
+
+    setup();
+    copy_fixture("store-v2.sqlite", 2);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
+          st == NULL);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
+                             &d) == 0);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK(strcmp(s[0].family, "dlrm") == 0 &&
+              strcmp(s[1].family, "dlrm") == 0);
+        CHECK(strcmp(s[2].source, "plan") == 0 && s[2].family[0] == '\0');
+        CHECK(strcmp(s[3].family, "dlrm") == 0 && s[3].measured_ms == 9.0);
+        CHECK(s[0].ntables == 2 && s[0].tables[1].rows == 2000);
+    }
+    store_samples_free(s, n);
+    /* The fleet's record of node-a's sample 7 came through. */
+    CHECK(store_sample_add_from(st, "node-a", &oid, NULL, 0, &stored, &last,
+                                &d) == 0 &&
+          last == 7);
+    CHECK(store_model_get_active(st, prof.id, STORE_KIND_COMPUTE, &m, &d) == 0);
+    CHECK(m != NULL && m->info.id == 1 && m->info.metrics.nfamilies == 0 &&
+          m->info.metrics.test_mape == 0.12);
+    store_model_free(m);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    img = slurp(&len);
+    CHECK(img != NULL && be32(img + 60) == STORE_SCHEMA_VERSION);
+    free(img);
+    /* Now current: a read-only open works. */
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+/*
+ * Schema 4 from 3: a store of DreamShard's schema (a fixture written by the
+ * store of schema 3, tests/fixtures/make_store_v3.c) opens read-write and
+ * migrates keeping every row: the random compute samples become family
+ * "dlrm", the planned one none; the active compute model, the active policy
+ * bound to it with its gate, the policy retrain job and the models'
+ * AUTOINCREMENT mark stay; a model with figures per family can then be
+ * stored, and they go with it.  Read-only, it is refused until migrated.
+ */
+static void test_migrate_v3(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store *st = NULL;
+    struct store_sample *s = NULL;
+    struct store_model *m = NULL, nm;
+    struct store_job j;
+    struct store_profile prof;
+    struct sd_diag d;
+    unsigned char *img;
+    uint64_t pruned = 0;
+    int64_t v = 0;
+    size_t n = 0, len = 0;
+
+    setup();
+    copy_fixture("store-v3.sqlite", 3);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
+          st == NULL);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
+                             &d) == 0);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK(strcmp(s[0].family, "dlrm") == 0 &&
+              strcmp(s[1].family, "dlrm") == 0);
+        CHECK(strcmp(s[2].source, "plan") == 0 && s[2].family[0] == '\0');
+        CHECK(strcmp(s[3].family, "dlrm") == 0 && s[3].measured_ms == 9.0);
+    }
+    store_samples_free(s, n);
+    /* The policy and the model it answers for, both active. */
+    CHECK(store_model_get_active(st, prof.id, STORE_KIND_POLICY, &m, &d) == 0);
+    CHECK(m != NULL && m->info.id == 3 && m->info.base_model_id == 1 &&
+          m->info.metrics.gate_ratio == 0.875 &&
+          m->info.metrics.nfamilies == 0);
+    store_model_free(m);
+    m = NULL;
+    CHECK(store_model_get_active(st, prof.id, STORE_KIND_COMPUTE, &m, &d) == 0);
+    CHECK(m != NULL && m->info.id == 1 && m->info.metrics.test_mape == 0.12);
+    store_model_free(m);
+    CHECK(store_job_get(st, 1, &j, &d) == 0 &&
+          j.kind == STORE_JOB_RETRAIN_POLICY &&
+          j.state == STORE_JOB_SUCCEEDED && j.result_model_id == 3);
+    /* Families per model now: stored, read back, pruned with the model. */
+    model_init(&nm, prof.id, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.05);
+    nm.info.metrics.nfamilies = 1;
+    snprintf(nm.info.metrics.families[0].family, STORE_FAMILY_MAX, "seq");
+    nm.info.metrics.families[0].held_out = true;
+    nm.info.metrics.families[0].samples = 12;
+    nm.info.metrics.families[0].mape = 0.2;
+    CHECK(store_model_put(st, &nm, &v, &d) == 0 && v == 4);
+    m = NULL;
+    CHECK(store_model_get(st, v, &m, &d) == 0 && m != NULL &&
+          m->info.metrics.nfamilies == 1 &&
+          strcmp(m->info.metrics.families[0].family, "seq") == 0 &&
+          m->info.metrics.families[0].held_out);
+    store_model_free(m);
+    CHECK(store_model_prune(st, prof.id, 0, &pruned, &d) == 0 && pruned == 1);
+    CHECK(store_model_get(st, v, &m, &d) == SD_ENOENT);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    img = slurp(&len);
+    CHECK(img != NULL && be32(img + 60) == STORE_SCHEMA_VERSION);
+    free(img);
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+/* A model's per-family figures round-trip, are checked, and go with it. */
+static void test_model_families(void)
+{
+    static const float w[] = {1, 2, 3};
+    struct store_model m, *got = NULL;
+    struct store_model_info *list = NULL;
+    struct store_sample smp, *back = NULL;
+    struct table t;
+    struct store *st = NULL;
+    struct sd_diag d;
+    int64_t prof, v = 0, v2 = 0;
+    uint64_t pruned = 0;
+    size_t n = 0;
+    int k;
+
+    setup();
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    prof = make_profile(st, "cpu/test/4096");
+    /* A sample's family. */
+    make_table(&t, 3);
+    make_sample(&smp, prof, &t, 1, 2.0);
+    snprintf(smp.family, sizeof(smp.family), "zipf+seq");
+    CHECK(store_sample_add(st, &smp, NULL, &d) == 0);
+    CHECK(store_samples_load(st, prof, STORE_KIND_COMPUTE, 0, 0, &back, &n,
+                             &d) == 0 &&
+          n == 1 && strcmp(back[0].family, "zipf+seq") == 0);
+    store_samples_free(back, n);
+    memset(smp.family, 'x', sizeof(smp.family));
+    CHECK(store_sample_add(st, &smp, NULL, &d) == SD_EINVAL &&
+          strstr(d.msg, "family") != NULL);
+
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.05);
+    m.info.metrics.nfamilies = 2;
+    snprintf(m.info.metrics.families[0].family, STORE_FAMILY_MAX, "seq");
+    m.info.metrics.families[0].held_out = true;
+    m.info.metrics.families[0].samples = 40;
+    m.info.metrics.families[0].mape = 0.25;
+    m.info.metrics.families[0].signed_median = -0.125;
+    snprintf(m.info.metrics.families[1].family, STORE_FAMILY_MAX, "dlrm");
+    m.info.metrics.families[1].samples = 7;
+    m.info.metrics.families[1].mape = 0.5;
+    CHECK(store_model_put(st, &m, &v, &d) == 0);
+    CHECK(store_model_get(st, v, &got, &d) == 0);
+    CHECK(got != NULL && got->info.metrics.nfamilies == 2);
+    if (got != NULL && got->info.metrics.nfamilies == 2) {
+        const struct store_family_metrics *f = got->info.metrics.families;
+
+        /* Held-out families first. */
+        CHECK(strcmp(f[0].family, "seq") == 0 && f[0].held_out &&
+              f[0].samples == 40 && f[0].mape == 0.25 &&
+              f[0].signed_median == -0.125);
+        CHECK(strcmp(f[1].family, "dlrm") == 0 && !f[1].held_out &&
+              f[1].samples == 7 && f[1].mape == 0.5);
+    }
+    store_model_free(got);
+    CHECK(store_model_list(st, prof, 0, &list, &n, &d) == 0 && n == 1 &&
+          list[0].metrics.nfamilies == 2);
+    free(list);
+
+    /* A family twice, too many, an empty name, a negative error: refused,
+     * and nothing stored. */
+    snprintf(m.info.metrics.families[1].family, STORE_FAMILY_MAX, "seq");
+    CHECK(store_model_put(st, &m, &v2, &d) == SD_EINVAL &&
+          strstr(d.msg, "repeats") != NULL);
+    m.info.metrics.nfamilies = STORE_MODEL_FAMILIES_MAX + 1;
+    CHECK(store_model_put(st, &m, &v2, &d) == SD_EINVAL);
+    m.info.metrics.nfamilies = 1;
+    m.info.metrics.families[0].family[0] = '\0';
+    CHECK(store_model_put(st, &m, &v2, &d) == SD_EINVAL);
+    snprintf(m.info.metrics.families[0].family, STORE_FAMILY_MAX, "exp");
+    m.info.metrics.families[0].mape = -1;
+    CHECK(store_model_put(st, &m, &v2, &d) == SD_EINVAL);
+    CHECK(store_model_list(st, prof, 0, &list, &n, &d) == 0 && n == 1);
+    free(list);
+
+    /* Pruned with its model. */
+    m.info.metrics.families[0].mape = 0.1;
+    for (k = 0; k < 2; k++)
+        CHECK(store_model_put(st, &m, &v2, &d) == 0);
+    CHECK(store_model_prune(st, prof, 1, &pruned, &d) == 0 && pruned == 2);
+    CHECK(store_model_get(st, v, &got, &d) == SD_ENOENT);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
+/*
  * Policies: a kind of their own, active beside the compute model, bound to
  * the compute version they were trained against (a base that is not a
  * policy's, or names no version, is refused); pruning the base leaves the
@@ -1647,6 +1889,9 @@ int main(int argc, char **argv)
     test_samples();
     test_kill9();
     test_models();
+    test_migrate_v2();
+    test_migrate_v3();
+    test_model_families();
     test_policies();
     test_jobs();
     test_audit();

@@ -1,0 +1,600 @@
+/*
+ * shardctl's model-fitting commands (client.h), on a store's samples:
+ *   shardctl train --db F [--profile P]    a cost model (or an ensemble of
+ *                                          K, --ensemble) from the samples,
+ *                                          whole families held out with
+ *                                          --hold-out-family; its products
+ *                                          on a device with --backend
+ *   shardctl score --db F [--model F]      a model's error on them, by
+ *                                          family too (scored in one batch
+ *                                          by the model resident on a
+ *                                          device with --backend)
+ * Ctrl-C stops training and stores nothing (exit 130).
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "profiler.h"
+
+/* One line per 10 epochs, and the last; Ctrl-C stops training. */
+static int train_progress(void *ctx, int32_t epoch, int32_t max_epochs,
+                          double train_loss, double val_mape)
+{
+    (void)ctx;
+    if (epoch % 10 == 0 || epoch == 1)
+        fprintf(stderr,
+                "train: epoch %d/%d, loss %.5f, validation MAPE "
+                "%.2f%%\n",
+                (int)epoch, (int)max_epochs, train_loss, 100 * val_mape);
+    return ctl_stop_requested != 0;
+}
+
+/* The profile to train: --profile, else the store's only one. */
+static int pick_profile(struct store *st, const char *cmd, const char *name,
+                        struct store_profile *out)
+{
+    struct store_profile *all = NULL;
+    struct sd_diag d;
+    size_t n, i;
+    int rv;
+
+    if (name != NULL) {
+        rv = store_profile_get(st, name, out, &d);
+        return rv ? ctl_fail(ctl_exit_for(rv), "%s: --profile: %s", cmd, d.msg)
+                  : 0;
+    }
+    rv = store_profile_list(st, &all, &n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
+    if (n == 1) {
+        *out = all[0];
+        free(all);
+        return 0;
+    }
+    fprintf(stderr,
+            "shardctl: %s: the store has %zu profiles; name one "
+            "with --profile:\n",
+            cmd, n);
+    for (i = 0; i < n; i++)
+        fprintf(stderr, "  %s\n", all[i].name);
+    free(all);
+    return CTL_EXIT_USAGE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* train                                                                   */
+
+/* What one train run holds. */
+struct fit {
+    struct store_sample *smp; /* the profile's samples, n of them */
+    size_t n;
+    bool *held;              /* n: kept out of training */
+    struct train_sample *ts; /* the training ones, nfit */
+    size_t nfit;
+    uint8_t *split; /* nfit: TRAIN_SPLIT_* of each training sample */
+    bool *pick;     /* n: scratch */
+    double *pred;   /* n: member 0's prediction of every sample */
+    struct net_ensemble ens;
+};
+
+static void fit_free(struct fit *f)
+{
+    int32_t i;
+
+    for (i = 0; i < f->ens.k; i++)
+        free(f->ens.m[i]);
+    free(f->held);
+    free(f->ts);
+    free(f->split);
+    free(f->pick);
+    free(f->pred);
+    store_samples_free(f->smp, f->n);
+}
+
+/* Splits the samples: held out by hold[], or for training. */
+static int fit_select(struct fit *f, const bool hold[FAMILY_MIX + 1])
+{
+    size_t i;
+
+    f->held = calloc(f->n ? f->n : 1, sizeof(*f->held));
+    f->pick = calloc(f->n ? f->n : 1, sizeof(*f->pick));
+    f->pred = calloc(f->n ? f->n : 1, sizeof(*f->pred));
+    f->ts = calloc(f->n ? f->n : 1, sizeof(*f->ts));
+    f->split = calloc(f->n ? f->n : 1, sizeof(*f->split));
+    if (!f->held || !f->pick || !f->pred || !f->ts || !f->split)
+        return ctl_fail(1, "train: out of memory");
+    for (i = 0; i < f->n; i++) {
+        f->held[i] = ctl_held_out(f->smp[i].family, hold);
+        if (!f->held[i])
+            f->ts[f->nfit++] = (struct train_sample){
+                f->smp[i].tables, f->smp[i].ntables, f->smp[i].measured_ms};
+    }
+    return 0;
+}
+
+/*
+ * The per-family rows of member 0: the held-out families on all their
+ * samples, then every family on its samples in the test split.
+ */
+static int fit_rows(struct fit *f, const bool hold[FAMILY_MIX + 1],
+                    struct ctl_family_row *rows, size_t *nrows)
+{
+    size_t i, j, nh = 0, nt = 0;
+    int rv;
+
+    for (i = 0; i < f->n; i++)
+        f->pred[i] =
+            net_tables_ms(f->ens.m[0], f->smp[i].tables, f->smp[i].ntables);
+    for (i = 0; i < f->n; i++)
+        f->pick[i] = f->held[i] && hold[family_label_group(f->smp[i].family)];
+    rv = ctl_family_rows(f->smp, f->pred, f->n, f->pick, true, rows, &nh);
+    /* split[] runs over the training samples alone, in sample order. */
+    for (i = 0, j = 0; i < f->n; i++) {
+        f->pick[i] = false;
+        if (!f->held[i])
+            f->pick[i] = f->split[j++] == TRAIN_SPLIT_TEST;
+    }
+    if (rv == 0)
+        rv = ctl_family_rows(f->smp, f->pred, f->n, f->pick, false, rows + nh,
+                             &nt);
+    *nrows = nh + nt;
+    return rv == 0 ? 0 : ctl_fail(1, "train: out of memory");
+}
+
+/* With an ensemble: per held-out family, the MAPE of the members' median
+ * and how often the measured time lies within the members' range. */
+static void print_ensemble_rows(const struct fit *f,
+                                const bool hold[FAMILY_MIX + 1])
+{
+    int g;
+    size_t i;
+
+    printf("ensemble of %d: family, MAPE of the median, measured within "
+           "the members' range\n",
+           (int)f->ens.k);
+    for (g = 0; g <= FAMILY_OTHER; g++) {
+        double ape = 0;
+        size_t cnt = 0, inside = 0;
+
+        if (g > FAMILY_MIX || !hold[g])
+            continue;
+        for (i = 0; i < f->n; i++) {
+            struct net_spread s;
+            struct shard_item items[64];
+            size_t k, nt = f->smp[i].ntables < 64 ? f->smp[i].ntables : 64;
+
+            if (!f->held[i] || family_label_group(f->smp[i].family) != g)
+                continue;
+            for (k = 0; k < nt; k++)
+                items[k] = (struct shard_item){&f->smp[i].tables[k],
+                                               f->smp[i].tables[k].dim};
+            net_ensemble_shard(&f->ens, items, nt, 0.5, &s);
+            ape += fabs(s.quantile - f->smp[i].measured_ms) /
+                   f->smp[i].measured_ms;
+            inside +=
+                s.lo <= f->smp[i].measured_ms && f->smp[i].measured_ms <= s.hi;
+            cnt++;
+        }
+        if (cnt > 0)
+            printf("  %-9s %7zu %7.2f%% %6.1f%%\n", family_group_name(g), cnt,
+                   100 * ape / (double)cnt, 100 * (double)inside / (double)cnt);
+    }
+}
+
+/* Trains the members; member 0 records the split. */
+static int fit_members(struct fit *f, const struct ctl_opts *o,
+                       const struct store_profile *prof,
+                       const struct net_gemm *gemm)
+{
+    struct train_params tp;
+    struct sd_diag d;
+    int32_t k, want = o->ensemble > 0 ? (int32_t)o->ensemble : 1;
+    int rv;
+
+    for (k = 0; k < want; k++) {
+        train_params_default(&tp);
+        tp.seed = (uint64_t)o->seed;
+        if (o->epochs)
+            tp.max_epochs = (int32_t)o->epochs;
+        if (o->weight_decay >= 0)
+            tp.weight_decay = o->weight_decay;
+        tp.progress = train_progress;
+        tp.gemm = gemm;
+        tp.member = (uint32_t)k;
+        tp.split = k == 0 ? f->split : NULL;
+        if (want > 1)
+            fprintf(stderr, "train: member %d of %d\n", (int)k, (int)want);
+        rv = net_train(&tp, f->ts, f->nfit, prof->name, prof->batch_size,
+                       &f->ens.m[k], &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+        f->ens.k = k + 1;
+        if (ctl_stop_requested)
+            return 0;
+    }
+    return 0;
+}
+
+/*
+ * Comm models from the profile's comm samples (the profiler's NCCL
+ * exchanges): for each device count with 10 samples or more, a forward
+ * and a backward net through the compute model's training path, added to
+ * *m (at most COMM_NETS_MAX / 2 counts, the most sampled first).  Nothing
+ * when the store has none.  Returns 0 or an exit code.
+ */
+static int train_comm_models(struct store *st, const struct store_profile *prof,
+                             const struct train_params *tp, struct cost_net **m)
+{
+    struct store_sample *smp = NULL;
+    struct comm_sample *cs = NULL;
+    double *buf = NULL;
+    int32_t *dims = NULL, counts[COMM_DEVICES_MAX + 1] = {0}, nd;
+    struct sd_diag d = {{0}};
+    size_t n = 0, i, r, at = 0, total = 0;
+    int rv, k, pairs = 0;
+
+    rv = store_samples_load(st, prof->id, STORE_KIND_COMM, 0, 0, &smp, &n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: comm samples: %s", d.msg);
+    for (i = 0; i < n; i++)
+        total += smp[i].ndevices;
+    cs = calloc(n ? n : 1, sizeof(*cs));
+    dims = calloc(total ? total : 1, sizeof(*dims));
+    buf = calloc(3 * (total ? total : 1), sizeof(*buf));
+    if (!cs || !dims || !buf) {
+        rv = ctl_fail(1, "train: out of memory");
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        const struct store_sample *x = &smp[i];
+
+        cs[i] = (struct comm_sample){(int32_t)x->ndevices, dims + at, buf + at,
+                                     buf + total + at, buf + 2 * total + at};
+        for (r = 0; r < x->ndevices; r++, at++) {
+            dims[at] = x->devices[r].dim_sum;
+            buf[at] = x->devices[r].sleep_ms;
+            buf[total + at] = x->devices[r].fwd_ms;
+            buf[2 * total + at] = x->devices[r].bwd_ms;
+        }
+        if (x->ndevices <= COMM_DEVICES_MAX)
+            counts[x->ndevices]++;
+    }
+    while (pairs < COMM_NETS_MAX / 2) {
+        struct comm_net c[2];
+        float *p[2] = {NULL, NULL};
+
+        for (nd = 0, k = 2; k <= COMM_DEVICES_MAX; k++)
+            if (counts[k] >= 10 && (nd == 0 || counts[k] > counts[nd]))
+                nd = k;
+        if (nd == 0)
+            break;
+        counts[nd] = 0;
+        rv = comm_train(tp, cs, n, COMM_FWD, nd, &c[0], &p[0], &d);
+        if (rv == 0)
+            rv = comm_train(tp, cs, n, COMM_BWD, nd, &c[1], &p[1], &d);
+        for (k = 0; rv == 0 && k < 2; k++)
+            rv = net_add_comm(m, &c[k], p[k], &d);
+        free(p[0]);
+        free(p[1]);
+        if (rv != 0) {
+            rv = ctl_fail(ctl_exit_for(rv), "train: comm: %s", d.msg);
+            goto out;
+        }
+        printf(
+            "comm models of %d devices: forward MAPE %.2f%% test, "
+            "backward %.2f%% test (%lld samples)\n",
+            (int)nd, 100 * c[0].metrics.test_mape, 100 * c[1].metrics.test_mape,
+            (long long)(c[0].metrics.train_samples + c[0].metrics.val_samples +
+                        c[0].metrics.test_samples));
+        pairs++;
+    }
+    rv = 0;
+out:
+    free(buf);
+    free(dims);
+    free(cs);
+    store_samples_free(smp, n);
+    return rv;
+}
+
+/* Stores member 0 with its metrics as a new model version. */
+static int fit_store(struct store *st, const struct store_profile *prof,
+                     const struct fit *f, const struct ctl_family_row *rows,
+                     size_t nrows, bool activate, int64_t *id)
+{
+    const struct cost_net *m = f->ens.m[0];
+    struct store_model sm;
+    struct sd_diag d;
+    void *img = NULL;
+    size_t len;
+    int rv;
+
+    rv = net_serialize(m, &img, &len);
+    if (rv != 0)
+        return ctl_fail(1, "train: out of memory");
+    memset(&sm, 0, sizeof(sm));
+    sm.info.profile_id = prof->id;
+    sm.info.kind = STORE_KIND_COMPUTE;
+    sm.info.format_version = net_format_version(m);
+    sm.info.metrics.val_mape = m->metrics.val_mape;
+    sm.info.metrics.test_mape = m->metrics.test_mape;
+    sm.info.metrics.train_samples = m->metrics.train_samples;
+    sm.info.metrics.val_samples = m->metrics.val_samples;
+    sm.info.metrics.test_samples = m->metrics.test_samples;
+    ctl_family_metrics(rows, nrows, &sm.info.metrics);
+    sm.info.weights_bytes = len;
+    sm.weights = img;
+    rv = store_model_put(st, &sm, id, &d);
+    if (rv == 0 && activate)
+        rv = store_model_activate(st, *id, NULL, &d);
+    free(img);
+    return rv == 0 ? 0 : ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+}
+
+static int fit_report(const struct ctl_opts *o, const struct fit *f,
+                      const struct store_profile *prof, int64_t id,
+                      const struct ctl_family_row *rows, size_t nrows,
+                      const bool hold[FAMILY_MIX + 1])
+{
+    const struct cost_net *m = f->ens.m[0];
+    struct sd_diag d;
+    int rv = 0;
+
+    if (o->out != NULL) {
+        rv = f->ens.k > 1 ? net_ensemble_write_file(o->out, &f->ens, &d)
+                          : net_write_file(o->out, m, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
+    }
+    printf("model %lld for profile %s%s\n"
+           "samples: %lld train, %lld validation, %lld test, %zu held out\n"
+           "MAPE: %.2f%% train, %.2f%% validation, %.2f%% test\n"
+           "epochs: %d (best %d), seed %llu\n",
+           (long long)id, prof->name, o->activate ? " (active)" : "",
+           (long long)m->metrics.train_samples,
+           (long long)m->metrics.val_samples,
+           (long long)m->metrics.test_samples, f->n - f->nfit,
+           100 * m->metrics.train_mape, 100 * m->metrics.val_mape,
+           100 * m->metrics.test_mape, (int)m->metrics.epochs,
+           (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
+    ctl_print_family_rows(stdout, rows, nrows, "test");
+    if (f->ens.k > 1 && f->nfit < f->n)
+        print_ensemble_rows(f, hold);
+    return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+}
+
+/* The samples, the hold-outs and the members; then stored and reported. */
+static int train_on(const struct ctl_opts *o, struct store *st,
+                    const struct net_gemm *gemm, const char *gemm_name)
+{
+    struct ctl_family_row rows[2 * (FAMILY_OTHER + 1)];
+    struct store_profile prof;
+    bool hold[FAMILY_MIX + 1] = {false};
+    struct train_params tp;
+    struct fit f;
+    struct sd_diag d;
+    size_t nrows = 0;
+    int64_t id = 0;
+    int rv;
+
+    memset(&f, 0, sizeof(f));
+    if (o->hold_out != NULL && family_parse_list(o->hold_out, hold, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "train: --hold-out-family: %s", d.msg);
+    rv = pick_profile(st, "train", o->profile, &prof);
+    if (rv != 0)
+        return rv;
+    rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
+                                   (size_t)o->newest, &f.smp, &f.n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+    rv = fit_select(&f, hold);
+    if (rv != 0)
+        goto out;
+    fprintf(stderr,
+            "train: %zu samples of profile %s (%zu held out), products on "
+            "%s\n",
+            f.nfit, prof.name, f.n - f.nfit, gemm_name);
+    ctl_catch_stop_signals();
+    rv = fit_members(&f, o, &prof, gemm);
+    if (rv != 0)
+        goto out;
+    if (ctl_stop_requested) {
+        fprintf(stderr, "train: interrupted; nothing stored\n");
+        rv = 130;
+        goto out;
+    }
+    /* Member 0 carries the profile's comm models, when it has samples. */
+    train_params_default(&tp);
+    tp.seed = (uint64_t)o->seed;
+    if (o->epochs)
+        tp.max_epochs = (int32_t)o->epochs;
+    rv = train_comm_models(st, &prof, &tp, &f.ens.m[0]);
+    if (rv == 0)
+        rv = fit_rows(&f, hold, rows, &nrows);
+    if (rv == 0)
+        rv = fit_store(st, &prof, &f, rows, nrows, o->activate, &id);
+    if (rv == 0)
+        rv = fit_report(o, &f, &prof, id, rows, nrows, hold);
+out:
+    fit_free(&f);
+    return rv;
+}
+
+int measure_train(const struct ctl_opts *o)
+{
+    struct store *st = NULL;
+    struct prof_gemm pg;
+    bool on_device = false;
+    struct sd_diag d;
+    int rv;
+
+    if (o->db == NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "train: --db is required");
+    if (o->backend != NULL) {
+        const struct kern_backend *be = ctl_pick_backend(o->backend);
+
+        if (be == NULL)
+            return CTL_EXIT_USAGE;
+        rv = prof_gemm_open(be, 0, &pg, &d);
+        if (rv != 0)
+            return ctl_fail(ctl_exit_for(rv), "train: --backend %s: %s",
+                            be->name, d.msg);
+        on_device = true;
+    }
+    rv = store_open(o->db, 0, &st, &d);
+    if (rv != 0)
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+    else
+        rv = train_on(o, st, on_device ? &pg.hook : NULL,
+                      on_device ? pg.name : "cblas");
+    store_close(st);
+    if (on_device) {
+        if (rv != 0 && rv != CTL_EXIT_USAGE && pg.diag.msg[0] != '\0')
+            fprintf(stderr, "shardctl: train: the device said: %s\n",
+                    pg.diag.msg);
+        prof_gemm_close(&pg);
+    }
+    return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* score                                                                   */
+
+/*
+ * The model's ms for n samples into ms[]: net_tables_ms() one by one, or
+ * with --backend in one batch by the model resident on that backend's
+ * device 0.  Returns 0 or an exit code (the message printed).
+ */
+static int predict(const struct ctl_opts *o, const struct cost_net *net,
+                   const struct store_sample *smp, size_t n, double *ms)
+{
+    const struct kern_backend *be;
+    struct train_sample *ts;
+    struct kern_net *kn = NULL;
+    struct sd_diag d;
+    size_t i;
+    int rv;
+
+    if (o->backend == NULL) {
+        for (i = 0; i < n; i++)
+            ms[i] = net_tables_ms(net, smp[i].tables, smp[i].ntables);
+        return 0;
+    }
+    be = ctl_pick_backend(o->backend);
+    if (be == NULL)
+        return CTL_EXIT_USAGE;
+    ts = calloc(n, sizeof(*ts));
+    if (ts == NULL)
+        return ctl_fail(1, "score: out of memory");
+    for (i = 0; i < n; i++)
+        ts[i] = (struct train_sample){smp[i].tables, smp[i].ntables, 1};
+    rv = prof_net_upload(be, 0, net, &kn, &d);
+    if (rv == 0)
+        rv = prof_net_score_tables(kn, net, ts, n, ms, &d);
+    kern_net_close(kn);
+    free(ts);
+    return rv == 0 ? 0
+                   : ctl_fail(ctl_exit_for(rv), "score: --backend %s: %s",
+                              be->name, d.msg);
+}
+
+/* The overall figures and the per-family table of predictions pred. */
+static int score_report(const struct ctl_opts *o, const char *profile,
+                        const struct store_sample *smp, const double *pred,
+                        size_t n)
+{
+    struct ctl_family_row rows[FAMILY_OTHER + 1];
+    struct net_errors e;
+    double *meas;
+    size_t i, nrows = 0;
+    int rv;
+
+    meas = malloc(n * sizeof(*meas));
+    if (meas == NULL)
+        return ctl_fail(1, "score: out of memory");
+    for (i = 0; i < n; i++)
+        meas[i] = smp[i].measured_ms;
+    rv = net_errors(pred, meas, n, &e);
+    free(meas);
+    if (rv == 0)
+        rv = ctl_family_rows(smp, pred, n, NULL, false, rows, &nrows);
+    if (rv != 0)
+        return ctl_fail(1, "score: out of memory");
+    printf("model %s on %zu samples of %s%s%s\n"
+           "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n"
+           "signed median %+.2f%% (> 0: the model predicts more than was "
+           "measured)\n",
+           o->model ? o->model : "(embedded)", n, profile,
+           o->backend ? ", scored on " : "", o->backend ? o->backend : "",
+           100 * e.mape, 100 * e.median, 100 * e.p90, 100 * e.signed_median);
+    printf("by family (the samples' families; mix: a shard of several):\n");
+    ctl_print_family_rows(stdout, rows, nrows, "all");
+    return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+}
+
+/* How well a model predicts the measured samples of a store: the held-out
+ * check for samples measured after it was trained.  The signed median says
+ * whether the error is a drift of the whole machine (most samples off the
+ * same way) rather than scatter. */
+int measure_score(const struct ctl_opts *o)
+{
+    struct store *st = NULL;
+    struct store_profile prof;
+    struct store_sample *smp = NULL;
+    struct ctl_model cm;
+    struct sd_diag d;
+    double *pred = NULL;
+    size_t n = 0;
+    int rv;
+
+    if (o->db == NULL)
+        return ctl_fail(CTL_EXIT_USAGE, "score: --db is required");
+    rv = ctl_load_model(o, "score", &cm);
+    if (rv != 0)
+        return rv;
+    rv = store_open(o->db, STORE_OPEN_READONLY, &st, &d);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
+        goto out_model;
+    }
+    rv = pick_profile(st, "score", o->profile ? o->profile : cm.net->profile,
+                      &prof);
+    if (rv != 0)
+        goto out_store;
+    if (net_check_profile(cm.net, prof.name, &d) != 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE, "score: %s", d.msg);
+        goto out_store;
+    }
+    rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
+                                   (size_t)o->newest, &smp, &n, &d);
+    if (rv != 0) {
+        rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
+        goto out_store;
+    }
+    if (n == 0) {
+        rv = ctl_fail(CTL_EXIT_USAGE,
+                      "score: profile %s has no compute samples", prof.name);
+        goto out_samples;
+    }
+    pred = malloc(n * sizeof(*pred));
+    if (pred == NULL) {
+        rv = ctl_fail(1, "score: out of memory");
+        goto out_samples;
+    }
+    rv = predict(o, cm.net, smp, n, pred);
+    if (rv == 0)
+        rv = score_report(o, prof.name, smp, pred, n);
+    free(pred);
+out_samples:
+    store_samples_free(smp, n);
+out_store:
+    store_close(st);
+out_model:
+    ctl_model_free(&cm);
+    return rv;
+}

@@ -1,0 +1,426 @@
+/*
+ * Ensembles of compute cost models (models.h): K nets of one profile,
+ * trained on bootstraps of the same samples with their own seeds
+ * (train_params.member), so that every prediction comes with a spread.
+ * Their file, the cost model that answers with a chosen quantile of the
+ * members' costs, a plan's per-device spread, and the embedded ensemble.
+ *
+ * The file (docs/model-format.md): "SDCE", u32 version 1, u32 K, then K
+ * times a u32 length and a model file image (net_serialize()), then a
+ * CRC-32 of everything before it; little-endian.  A plain model file
+ * parses as an ensemble of one.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "models/models.h"
+#include "problem/problem.h"
+
+static const unsigned char ENS_MAGIC[4] = {'S', 'D', 'C', 'E'};
+static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
+#define ENS_FORMAT_VERSION 1
+#define ENS_FILE_MAX       (16u << 20)
+
+/* The image made from models/cpu-default.sdce at build time (embed.cmake). */
+extern const unsigned char sd_embedded_ensemble[];
+extern const size_t sd_embedded_ensemble_len;
+
+void net_ensemble_free(struct net_ensemble *e)
+{
+    int32_t i;
+
+    if (e == NULL)
+        return;
+    for (i = 0; i < e->k; i++)
+        free(e->m[i]);
+    free(e);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    int i;
+
+    for (i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+int net_ensemble_serialize(const struct net_ensemble *e, void **out,
+                           size_t *len)
+{
+    void *img[NET_ENSEMBLE_MAX];
+    size_t ilen[NET_ENSEMBLE_MAX], total = 12, off;
+    unsigned char *b;
+    int32_t i, made = 0;
+    int rv = 0;
+
+    if (e->k < 1 || e->k > NET_ENSEMBLE_MAX)
+        return SD_EINVAL;
+    for (i = 0; i < e->k && rv == 0; i++) {
+        rv = net_serialize(e->m[i], &img[i], &ilen[i]);
+        if (rv == 0) {
+            made++;
+            total += 4 + ilen[i];
+        }
+    }
+    b = rv == 0 ? malloc(total + 4) : NULL;
+    if (b == NULL) {
+        rv = rv != 0 ? rv : SD_ENOMEM;
+        goto out_free;
+    }
+    memcpy(b, ENS_MAGIC, 4);
+    put_u32(b + 4, ENS_FORMAT_VERSION);
+    put_u32(b + 8, (uint32_t)e->k);
+    off = 12;
+    for (i = 0; i < e->k; i++) {
+        put_u32(b + off, (uint32_t)ilen[i]);
+        memcpy(b + off + 4, img[i], ilen[i]);
+        off += 4 + ilen[i];
+    }
+    put_u32(b + off, (uint32_t)crc32_z(0, b, off));
+    *out = b;
+    *len = off + 4;
+out_free:
+    for (i = 0; i < made; i++)
+        free(img[i]);
+    return rv;
+}
+
+/* The members' images of an ensemble file, parsed and checked to answer for
+ * one profile at one batch. */
+static int parse_members(const unsigned char *b, size_t len,
+                         struct net_ensemble *e, struct sd_diag *d)
+{
+    size_t off = 12, ilen;
+    uint32_t k = get_u32(b + 8);
+    int32_t i;
+    int rv;
+
+    if (k < 1 || k > NET_ENSEMBLE_MAX)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "ensemble file has %u members, not 1 to %d", k,
+                           NET_ENSEMBLE_MAX);
+    for (i = 0; i < (int32_t)k; i++) {
+        if (len - 4 - off < 4)
+            return sd_diag_set(d, SD_EFORMAT, "ensemble file is truncated");
+        ilen = get_u32(b + off);
+        if (ilen > len - 4 - off - 4)
+            return sd_diag_set(d, SD_EFORMAT, "ensemble file is truncated");
+        rv = net_parse(b + off + 4, ilen, &e->m[i], d);
+        if (rv != 0)
+            return rv;
+        e->k = i + 1;
+        off += 4 + ilen;
+        if (strcmp(e->m[i]->profile, e->m[0]->profile) != 0 ||
+            e->m[i]->batch_size != e->m[0]->batch_size)
+            return sd_diag_set(d, SD_EFORMAT,
+                               "ensemble member %d answers for another "
+                               "profile or batch than member 0",
+                               (int)i);
+    }
+    if (off != len - 4)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "ensemble file has %zu bytes after its members",
+                           len - 4 - off);
+    return 0;
+}
+
+int net_ensemble_parse(const void *buf, size_t len, struct net_ensemble **out,
+                       struct sd_diag *d)
+{
+    const unsigned char *b = buf;
+    struct net_ensemble *e;
+    uint32_t version;
+    int rv;
+
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return SD_ENOMEM;
+    if (len >= 4 && memcmp(b, NET_MAGIC, 4) == 0) {
+        rv = net_parse(buf, len, &e->m[0], d);
+        if (rv == 0)
+            e->k = 1;
+        goto out;
+    }
+    if (len < 16 || memcmp(b, ENS_MAGIC, 4) != 0) {
+        rv = sd_diag_set(d, SD_EFORMAT,
+                         "not a shardd cost model or ensemble file");
+        goto out;
+    }
+    version = get_u32(b + 4);
+    if (version > ENS_FORMAT_VERSION) {
+        rv = sd_diag_set(d, SD_ENEWER,
+                         "ensemble format version %u is newer than this "
+                         "shardd supports (%d); upgrade shardd",
+                         version, ENS_FORMAT_VERSION);
+        goto out;
+    }
+    if (get_u32(b + len - 4) != (uint32_t)crc32_z(0, b, len - 4)) {
+        rv = sd_diag_set(d, SD_EFORMAT,
+                         "ensemble file checksum mismatch: damaged");
+        goto out;
+    }
+    rv = parse_members(b, len, e, d);
+out:
+    if (rv != 0) {
+        net_ensemble_free(e);
+        return rv;
+    }
+    *out = e;
+    return 0;
+}
+
+int net_ensemble_read_file(const char *path, struct net_ensemble **out,
+                           struct sd_diag *d)
+{
+    unsigned char *buf = NULL;
+    size_t len;
+    FILE *f;
+    long sz;
+    int rv;
+
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
+                           path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+        goto out_close;
+    }
+    if ((unsigned long)sz > ENS_FILE_MAX) {
+        rv = sd_diag_set(d, SD_EFORMAT, "%s: %ld bytes is too large", path, sz);
+        goto out_close;
+    }
+    buf = malloc(sz > 0 ? (size_t)sz : 1);
+    if (buf == NULL) {
+        rv = SD_ENOMEM;
+        goto out_close;
+    }
+    len = fread(buf, 1, (size_t)sz, f);
+    if (len != (size_t)sz) {
+        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
+        goto out_free;
+    }
+    rv = net_ensemble_parse(buf, len, out, d);
+    if (rv < 0 && d != NULL) {
+        char msg[sizeof(d->msg)];
+
+        memcpy(msg, d->msg, sizeof(msg));
+        sd_diag_set(d, rv, "%s: %s", path, msg);
+    }
+out_free:
+    free(buf);
+out_close:
+    fclose(f);
+    return rv;
+}
+
+int net_ensemble_write_file(const char *path, const struct net_ensemble *e,
+                            struct sd_diag *d)
+{
+    char tmp[4096];
+    void *buf;
+    size_t len;
+    FILE *f;
+    int rv;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
+    rv = net_ensemble_serialize(e, &buf, &len);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "%s: %s", path, sd_strerror(rv));
+    f = fopen(tmp, "wb");
+    if (f == NULL) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
+        goto out_free;
+    }
+    /* Whole and synced before the rename: the old file or the new one. */
+    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
+        fclose(f);
+        unlink(tmp);
+        goto out_free;
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+out_free:
+    free(buf);
+    return rv;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Quantiles and spreads                                                     */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+double net_quantile(double *v, int32_t k, double q)
+{
+    double pos, lo;
+    int32_t i;
+
+    if (k < 1)
+        return 0;
+    qsort(v, (size_t)k, sizeof(*v), cmp_double);
+    if (!(q > 0))
+        return v[0];
+    if (q >= 1)
+        return v[k - 1];
+    pos = q * (double)(k - 1);
+    i = (int32_t)floor(pos);
+    lo = v[i];
+    return i + 1 < k ? lo + (pos - (double)i) * (v[i + 1] - lo) : lo;
+}
+
+void net_ensemble_shard(const struct net_ensemble *e,
+                        const struct shard_item *items, size_t n, double q,
+                        struct net_spread *out)
+{
+    double v[NET_ENSEMBLE_MAX];
+    int32_t i;
+
+    for (i = 0; i < e->k; i++)
+        v[i] = net_shard_ms(e->m[i], items, n);
+    out->point = v[0];
+    out->quantile = net_quantile(v, e->k, q); /* sorts v */
+    out->lo = v[0];
+    out->hi = v[e->k - 1];
+}
+
+static double ens_cm_shard_ms(void *ctx, const struct topology *t,
+                              const struct shard_item *items, size_t n)
+{
+    const struct net_ensemble_cost_model *ecm = ctx;
+    struct net_spread s;
+
+    if (n == 0)
+        return 0;
+    net_ensemble_shard(ecm->e, items, n, ecm->q, &s);
+    return s.quantile * (double)t->batch_size /
+           (double)ecm->e->m[0]->batch_size;
+}
+
+void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,
+                                  const struct net_ensemble *e, double q)
+{
+    ecm->e = e;
+    ecm->q = q;
+    snprintf(ecm->name, sizeof(ecm->name), "neural:%s (q%.2f of %d)",
+             e->m[0]->profile, q, (int)e->k);
+    ecm->cm.name = ecm->name;
+    ecm->cm.shard_ms = ens_cm_shard_ms;
+    ecm->cm.ctx = ecm;
+}
+
+int net_ensemble_plan_spread(const struct net_ensemble *e, const struct plan *p,
+                             const struct table *tables, size_t ntables,
+                             const struct topology *t, enum optimizer opt,
+                             struct plan_spread *out)
+{
+    struct net_cost_model ncm;
+    struct plan copy;
+    int32_t i, r;
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    if (p->ndevices < 1 || p->ndevices > TOPO_DEVICES_MAX)
+        return SD_EINVAL;
+    rv = plan_init(&copy, p->ndevices);
+    if (rv != 0)
+        return rv;
+    for (i = 0; i < (int32_t)p->nshards && rv == 0; i++)
+        rv = plan_add_shard(&copy, &p->shards[i]);
+    out->lo = malloc(2 * (size_t)p->ndevices * sizeof(*out->lo));
+    if (rv != 0 || out->lo == NULL) {
+        plan_destroy(&copy);
+        free(out->lo);
+        out->lo = NULL;
+        return SD_ENOMEM;
+    }
+    out->hi = out->lo + p->ndevices;
+    out->ndevices = p->ndevices;
+    out->members = e->k;
+    for (i = 0; i < e->k && rv == 0; i++) {
+        net_cost_model_init(&ncm, e->m[i]);
+        rv = plan_evaluate(&copy, tables, ntables, t, opt, &ncm.cm);
+        for (r = 0; rv == 0 && r < p->ndevices; r++) {
+            double c = copy.devices[r].compute_ms;
+
+            out->lo[r] = i == 0 || c < out->lo[r] ? c : out->lo[r];
+            out->hi[r] = i == 0 || c > out->hi[r] ? c : out->hi[r];
+        }
+        if (rv == 0) {
+            out->cost_lo = i == 0 || copy.cost_ms < out->cost_lo ? copy.cost_ms
+                                                                 : out->cost_lo;
+            out->cost_hi = i == 0 || copy.cost_ms > out->cost_hi ? copy.cost_ms
+                                                                 : out->cost_hi;
+        }
+    }
+    plan_destroy(&copy);
+    if (rv != 0)
+        plan_spread_free(out);
+    return rv;
+}
+
+void plan_spread_free(struct plan_spread *s)
+{
+    free(s->lo); /* hi is in the same block */
+    memset(s, 0, sizeof(*s));
+}
+
+/* ------------------------------------------------------------------------ */
+/* The embedded ensemble                                                     */
+
+static pthread_once_t ens_once = PTHREAD_ONCE_INIT;
+static struct net_ensemble *ens_embedded; /* written once, under ens_once */
+static struct sd_diag ens_err;
+
+/* The embedded ensemble answers only beside the embedded model it was
+ * trained with: member 0 must be that model, parameter for parameter. */
+static void ens_parse(void)
+{
+    const struct cost_net *m = net_embedded(&ens_err);
+
+    if (net_ensemble_parse(sd_embedded_ensemble, sd_embedded_ensemble_len,
+                           &ens_embedded, &ens_err) != 0) {
+        ens_embedded = NULL;
+        return;
+    }
+    if (m == NULL || memcmp(m->p, ens_embedded->m[0]->p, sizeof(m->p)) != 0 ||
+        memcmp(m->mean, ens_embedded->m[0]->mean, sizeof(m->mean)) != 0 ||
+        memcmp(m->std, ens_embedded->m[0]->std, sizeof(m->std)) != 0 ||
+        strcmp(m->profile, ens_embedded->m[0]->profile) != 0) {
+        sd_diag_set(&ens_err, SD_EFORMAT,
+                    "its member 0 is not the embedded model");
+        net_ensemble_free(ens_embedded);
+        ens_embedded = NULL;
+    }
+}
+
+const struct net_ensemble *net_ensemble_embedded(struct sd_diag *d)
+{
+    pthread_once(&ens_once, ens_parse);
+    if (ens_embedded == NULL && d != NULL)
+        snprintf(d->msg, sizeof(d->msg), "embedded ensemble: %.460s",
+                 ens_err.msg);
+    return ens_embedded;
+}

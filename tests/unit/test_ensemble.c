@@ -1,0 +1,325 @@
+/*
+ * Ensembles of cost models (planner/models/ensemble.c): quantiles by hand;
+ * a tiny ensemble of nets with known constant outputs (1 .. 5 ms) gives the
+ * spread and the chosen quantile of its members per shard, through the
+ * cost-model adapter (scaled to the batch) and over a plan's devices; the
+ * ensemble file round-trips and its refusals; a robust neuroshard plan
+ * (every member searches, the quantile chooses) is never worse under the
+ * quantile than member 0's own plan; bootstrap members share member 0's
+ * split; the embedded ensemble, where whole, starts with the embedded
+ * model.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "planner.h"
+
+/* A net that answers `ms` for every shard of at least one table: zero
+ * weights, the output bias softplus^-1(ms). */
+static struct cost_net *const_net(double ms)
+{
+    struct cost_net *m = calloc(1, sizeof(*m));
+    int i;
+
+    snprintf(m->profile, sizeof(m->profile), "cpu/test/4096");
+    m->batch_size = 4096;
+    for (i = 0; i < NET_IN; i++)
+        m->std[i] = 1;
+    m->p[NET_B4] = (float)log(expm1(ms));
+    return m;
+}
+
+static void make_table(struct table *t, int i)
+{
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "t%d", i);
+    t->rows = 1000 + 500 * i;
+    t->dim = 16;
+    t->pooling_factor = 2 + i;
+    t->bins[0] = 0.6;
+    t->bins[3] = 0.4;
+}
+
+static void test_quantile(void)
+{
+    double v[5];
+
+    memcpy(v, (double[]){5, 1, 4, 2, 3}, sizeof(v));
+    CHECK(net_quantile(v, 5, 0.5) == 3);
+    memcpy(v, (double[]){5, 1, 4, 2, 3}, sizeof(v));
+    CHECK_NEAR(net_quantile(v, 5, 0.1), 1.4, 1e-12); /* 1 + 0.4 x (2 - 1) */
+    memcpy(v, (double[]){5, 1, 4, 2, 3}, sizeof(v));
+    CHECK_NEAR(net_quantile(v, 5, 0.9), 4.6, 1e-12);
+    memcpy(v, (double[]){5, 1, 4, 2, 3}, sizeof(v));
+    CHECK(net_quantile(v, 5, 0) == 1 && net_quantile(v, 5, 1) == 5);
+    v[0] = 7;
+    CHECK(net_quantile(v, 1, 0.3) == 7 && net_quantile(v, 0, 0.5) == 0);
+}
+
+/* Members answering 3, 1, 5, 2, 4 ms in that order. */
+static struct net_ensemble *known_ensemble(void)
+{
+    static const double ms[5] = {3, 1, 5, 2, 4};
+    struct net_ensemble *e = calloc(1, sizeof(*e));
+    int i;
+
+    for (i = 0; i < 5; i++)
+        e->m[i] = const_net(ms[i]);
+    e->k = 5;
+    return e;
+}
+
+static void test_spread(void)
+{
+    struct net_ensemble *e = known_ensemble();
+    struct net_ensemble_cost_model ecm;
+    struct shard_item items[2];
+    struct net_spread s;
+    struct topology topo;
+    struct table t[3];
+    struct plan p;
+    struct plan_spread ps;
+    int i;
+
+    for (i = 0; i < 3; i++)
+        make_table(&t[i], i);
+    items[0] = (struct shard_item){&t[0], 16};
+    items[1] = (struct shard_item){&t[1], 8};
+    net_ensemble_shard(e, items, 2, 0.5, &s);
+    CHECK_NEAR(s.point, 3, 1e-5);
+    CHECK_NEAR(s.quantile, 3, 1e-5);
+    CHECK_NEAR(s.lo, 1, 1e-5);
+    CHECK_NEAR(s.hi, 5, 1e-5);
+    net_ensemble_shard(e, items, 1, 0.75, &s);
+    CHECK_NEAR(s.quantile, 4, 1e-5);
+
+    /* The adapter: the q-quantile, scaled to the topology's batch. */
+    topology_default(&topo, 2, 1ull << 30);
+    topo.batch_size = 8192;
+    net_ensemble_cost_model_init(&ecm, e, 0.25);
+    CHECK_NEAR(ecm.cm.shard_ms(ecm.cm.ctx, &topo, items, 2), 2 * 2, 1e-5);
+    CHECK(ecm.cm.shard_ms(ecm.cm.ctx, &topo, items, 0) == 0);
+    CHECK(strstr(ecm.cm.name, "q0.25 of 5") != NULL);
+
+    /* A plan: device 0 holds two tables, device 1 one; each member
+     * answers its constant on every device. */
+    topo.batch_size = 4096;
+    CHECK(plan_init(&p, 2) == 0);
+    CHECK(plan_add(&p, 0, 0, 0, 16) == 0 && plan_add(&p, 1, 0, 0, 16) == 0 &&
+          plan_add(&p, 2, 1, 0, 16) == 0);
+    CHECK(net_ensemble_plan_spread(e, &p, t, 3, &topo, OPTIMIZER_SGD, &ps) ==
+          0);
+    CHECK(ps.members == 5 && ps.ndevices == 2);
+    if (ps.ndevices == 2) {
+        CHECK_NEAR(ps.lo[0], 1, 1e-5);
+        CHECK_NEAR(ps.hi[0], 5, 1e-5);
+        CHECK_NEAR(ps.lo[1], 1, 1e-5);
+        CHECK_NEAR(ps.hi[1], 5, 1e-5);
+        /* Plan cost: the member's compute plus the same comm. */
+        CHECK_NEAR(ps.cost_hi - ps.cost_lo, 4, 1e-5);
+    }
+    plan_spread_free(&ps);
+    /* Evaluated under the median, the plan's devices cost 3 ms. */
+    net_ensemble_cost_model_init(&ecm, e, 0.5);
+    CHECK(plan_evaluate(&p, t, 3, &topo, OPTIMIZER_SGD, &ecm.cm) == 0);
+    CHECK_NEAR(p.devices[0].compute_ms, 3, 1e-5);
+    plan_destroy(&p);
+    net_ensemble_free(e);
+}
+
+static void test_file(void)
+{
+    struct net_ensemble *e = known_ensemble(), *back = NULL, *one = NULL;
+    struct sd_diag d;
+    unsigned char *img = NULL, *bad;
+    void *buf = NULL, *nimg = NULL;
+    size_t len = 0, nlen = 0;
+    int i;
+
+    CHECK(net_ensemble_serialize(e, &buf, &len) == 0);
+    img = buf;
+    CHECK(img != NULL && memcmp(img, "SDCE", 4) == 0);
+    CHECK(net_ensemble_parse(img, len, &back, &d) == 0);
+    CHECK(back != NULL && back->k == 5);
+    for (i = 0; back != NULL && i < 5; i++)
+        CHECK(memcmp(back->m[i]->p, e->m[i]->p, sizeof(e->m[i]->p)) == 0);
+    net_ensemble_free(back);
+    back = NULL;
+    /* A flipped byte: the checksum. */
+    bad = malloc(len);
+    memcpy(bad, img, len);
+    bad[len / 2] ^= 1;
+    CHECK(net_ensemble_parse(bad, len, &back, &d) == SD_EFORMAT &&
+          strstr(d.msg, "checksum") != NULL && back == NULL);
+    free(bad);
+    CHECK(net_ensemble_parse(img, len - 1, &back, &d) == SD_EFORMAT);
+    /* A plain model file is an ensemble of one. */
+    CHECK(net_serialize(e->m[0], &nimg, &nlen) == 0);
+    CHECK(net_ensemble_parse(nimg, nlen, &one, &d) == 0 && one != NULL &&
+          one->k == 1);
+    net_ensemble_free(one);
+    free(nimg);
+    /* Members of two profiles are refused. */
+    snprintf(e->m[3]->profile, sizeof(e->m[3]->profile), "cpu/other/4096");
+    free(buf);
+    CHECK(net_ensemble_serialize(e, &buf, &len) == 0);
+    CHECK(net_ensemble_parse(buf, len, &back, &d) == SD_EFORMAT &&
+          strstr(d.msg, "member 3") != NULL);
+    free(buf);
+    net_ensemble_free(e);
+}
+
+/* A model like the embedded one with its weights nudged by `seed`. */
+static struct cost_net *nudged(uint64_t seed)
+{
+    const struct cost_net *base = net_embedded(NULL);
+    struct cost_net *m = malloc(sizeof(*m));
+    struct rng g;
+    int i;
+
+    *m = *base;
+    rng_seed(&g, seed);
+    for (i = 0; i < NET_NPARAMS; i++)
+        m->p[i] *= (float)(1 + 0.15 * rng_normal(&g));
+    return m;
+}
+
+static void test_robust(void)
+{
+    struct net_ensemble e = {0};
+    struct net_ensemble_cost_model ecm;
+    struct synth_params sp;
+    struct plan_options o;
+    struct topology topo;
+    struct table *tables = NULL;
+    struct plan robust, single;
+    struct sd_diag d;
+    double best, worst;
+    int i;
+
+    for (i = 0; i < 4; i++)
+        e.m[i] = i == 0 ? nudged(0) : nudged((uint64_t)i);
+    e.k = 4;
+    synth_params_default(&sp);
+    sp.count = 30;
+    sp.seed = 3;
+    sp.batch_size = 512;
+    CHECK(synth_tables(&sp, 1, &tables) == 0);
+    topology_default(&topo, 4, 16ull << 30);
+    topo.batch_size = 4096;
+    net_ensemble_cost_model_init(&ecm, &e, 0.9);
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.net = e.m[0];
+    o.threads = 1;
+    if (plan_run(tables, sp.count, &topo, &o, &ecm.cm, &single, &d) != 0) {
+        fprintf(stderr, "plan: %s\n", d.msg);
+        CHECK(false);
+        goto out;
+    }
+    o.ensemble = &e;
+    o.quantile = 0.9;
+    if (plan_run(tables, sp.count, &topo, &o, &ecm.cm, &robust, &d) != 0) {
+        fprintf(stderr, "robust plan: %s\n", d.msg);
+        CHECK(false);
+        plan_destroy(&single);
+        goto out;
+    }
+    /* Both scored by the 0.9-quantile; the robust one chose among member
+     * 0's plan and the others': the least of every member's own plan. */
+    CHECK(robust.cost_ms <= single.cost_ms * (1 + 1e-12));
+    o.ensemble = NULL;
+    for (i = 0, best = INFINITY, worst = 0; i < e.k; i++) {
+        struct plan own;
+
+        o.net = e.m[i];
+        CHECK(plan_run(tables, sp.count, &topo, &o, &ecm.cm, &own, &d) == 0);
+        best = own.cost_ms < best ? own.cost_ms : best;
+        worst = own.cost_ms > worst ? own.cost_ms : worst;
+        plan_destroy(&own);
+    }
+    CHECK(robust.cost_ms == best);
+    CHECK(worst > best); /* the members disagree: the choice matters */
+    CHECK(strcmp(robust.algorithm, "neuroshard") == 0);
+    fprintf(stderr, "robust plan %.4f ms, member 0's %.4f ms (q 0.9)\n",
+            robust.cost_ms, single.cost_ms);
+    plan_destroy(&robust);
+    plan_destroy(&single);
+out:
+    for (i = 0; i < 4; i++)
+        free(e.m[i]);
+    free(tables);
+}
+
+/* Members of one seed train on the same split; member 0 is the plain
+ * model, bit for bit; a member's weights are its own.  Shards of 1 to 4
+ * tables: a bootstrap may repeat the largest (the sanitizer builds check
+ * the work areas hold it). */
+static void test_members(void)
+{
+    struct train_sample s[40];
+    struct table t[43];
+    struct train_params p;
+    struct cost_net *m0 = NULL, *plain = NULL, *m1 = NULL;
+    uint8_t split0[40], split1[40];
+    int i;
+
+    for (i = 0; i < 43; i++)
+        make_table(&t[i], i);
+    for (i = 0; i < 40; i++)
+        s[i] = (struct train_sample){&t[i], (size_t)(i % 4 + 1), 1.0 + 0.1 * i};
+    train_params_default(&p);
+    p.max_epochs = 3;
+    p.seed = 9;
+    CHECK(net_train(&p, s, 40, "cpu/test/4096", 4096, &plain, NULL) == 0);
+    p.split = split0;
+    CHECK(net_train(&p, s, 40, "cpu/test/4096", 4096, &m0, NULL) == 0);
+    p.member = 1;
+    p.split = split1;
+    CHECK(net_train(&p, s, 40, "cpu/test/4096", 4096, &m1, NULL) == 0);
+    CHECK(m0 != NULL && plain != NULL && m1 != NULL);
+    if (m0 == NULL || plain == NULL || m1 == NULL)
+        goto out;
+    CHECK(memcmp(m0->p, plain->p, sizeof(m0->p)) == 0);
+    CHECK(memcmp(split0, split1, sizeof(split0)) == 0);
+    CHECK(memcmp(m0->p, m1->p, sizeof(m0->p)) != 0);
+    {
+        int ntest = 0, nval = 0;
+
+        for (i = 0; i < 40; i++) {
+            ntest += split0[i] == TRAIN_SPLIT_TEST;
+            nval += split0[i] == TRAIN_SPLIT_VAL;
+        }
+        CHECK(ntest == 4 && nval == 4);
+    }
+out:
+    free(m0);
+    free(m1);
+    free(plain);
+}
+
+static void test_embedded(void)
+{
+    const struct net_ensemble *e = net_ensemble_embedded(NULL);
+    const struct cost_net *m = net_embedded(NULL);
+
+    CHECK(m != NULL);
+    CHECK(e != NULL);
+    if (e == NULL || m == NULL)
+        return;
+    CHECK(e->k >= 1 && memcmp(e->m[0]->p, m->p, sizeof(m->p)) == 0);
+    CHECK(strcmp(e->m[0]->profile, m->profile) == 0);
+}
+
+int main(void)
+{
+    test_quantile();
+    test_spread();
+    test_file();
+    test_robust();
+    test_members();
+    test_embedded();
+    return tap_done();
+}
