@@ -10,17 +10,16 @@
  * CRC-32 of everything before it; little-endian.  A plain model file
  * parses as an ensemble of one.
  */
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/file.h"
 
 static const unsigned char ENS_MAGIC[4] = {'S', 'D', 'C', 'E'};
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -184,81 +183,31 @@ out:
 int net_ensemble_read_file(const char *path, struct net_ensemble **out,
                            struct sd_diag *d)
 {
-    unsigned char *buf = NULL;
+    void *buf;
     size_t len;
-    FILE *f;
-    long sz;
     int rv;
 
-    f = fopen(path, "rb");
-    if (f == NULL)
-        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
-                           path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_close;
-    }
-    if ((unsigned long)sz > ENS_FILE_MAX) {
-        rv = sd_diag_set(d, SD_EFORMAT, "%s: %ld bytes is too large", path, sz);
-        goto out_close;
-    }
-    buf = malloc(sz > 0 ? (size_t)sz : 1);
-    if (buf == NULL) {
-        rv = SD_ENOMEM;
-        goto out_close;
-    }
-    len = fread(buf, 1, (size_t)sz, f);
-    if (len != (size_t)sz) {
-        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
-        goto out_free;
-    }
+    rv = sd_file_read(path, ENS_FILE_MAX, "an ensemble file", &buf, &len, d);
+    if (rv != 0)
+        return rv;
     rv = net_ensemble_parse(buf, len, out, d);
-    if (rv < 0 && d != NULL) {
-        char msg[sizeof(d->msg)];
-
-        memcpy(msg, d->msg, sizeof(msg));
-        sd_diag_set(d, rv, "%s: %s", path, msg);
-    }
-out_free:
+    if (rv < 0)
+        sd_file_prefix(path, rv, d);
     free(buf);
-out_close:
-    fclose(f);
     return rv;
 }
 
 int net_ensemble_write_file(const char *path, const struct net_ensemble *e,
                             struct sd_diag *d)
 {
-    char tmp[4096];
     void *buf;
     size_t len;
-    FILE *f;
     int rv;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
     rv = net_ensemble_serialize(e, &buf, &len);
     if (rv != 0)
         return sd_diag_set(d, rv, "%s: %s", path, sd_strerror(rv));
-    f = fopen(tmp, "wb");
-    if (f == NULL) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        goto out_free;
-    }
-    /* Whole and synced before the rename: the old file or the new one. */
-    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
-        fsync(fileno(f)) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        fclose(f);
-        unlink(tmp);
-        goto out_free;
-    }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-out_free:
+    rv = sd_file_write(path, buf, len, d);
     free(buf);
     return rv;
 }

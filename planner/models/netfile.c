@@ -8,16 +8,15 @@
  * model, so a model shardd trains still reads on a shardd that knows only
  * format 1; the reader takes both and names the field it refuses.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/file.h"
 
 /* "SDCN": shardd compute net. */
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -689,89 +688,31 @@ int net_parse(const void *buf, size_t len, struct cost_net **out,
 
 int net_read_file(const char *path, struct cost_net **out, struct sd_diag *d)
 {
-    unsigned char *buf = NULL;
-    size_t len = 0;
-    FILE *f;
-    long sz;
+    void *buf;
+    size_t len;
     int rv;
 
-    f = fopen(path, "rb");
-    if (!f)
-        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
-                           path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_close;
-    }
-    if ((unsigned long)sz > NET_FILE_MAX) {
-        rv = sd_diag_set(d, SD_EFORMAT,
-                         "%s: %ld bytes is too large for a "
-                         "cost model file",
-                         path, sz);
-        goto out_close;
-    }
-    buf = malloc(sz ? (size_t)sz : 1);
-    if (!buf) {
-        rv = SD_ENOMEM;
-        goto out_close;
-    }
-    len = fread(buf, 1, (size_t)sz, f);
-    if (len != (size_t)sz) {
-        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
-        goto out_free;
-    }
+    rv = sd_file_read(path, NET_FILE_MAX, "a cost model file", &buf, &len, d);
+    if (rv != 0)
+        return rv;
     rv = net_parse(buf, len, out, d);
-    if (rv < 0 && d) {
-        char msg[sizeof(d->msg)];
-
-        memcpy(msg, d->msg, sizeof(msg));
-        sd_diag_set(d, rv, "%s: %s", path, msg);
-    }
-out_free:
+    if (rv < 0)
+        sd_file_prefix(path, rv, d);
     free(buf);
-out_close:
-    fclose(f);
     return rv;
 }
 
 int net_write_file(const char *path, const struct cost_net *m,
                    struct sd_diag *d)
 {
-    char tmp[4096];
     void *buf;
     size_t len;
-    FILE *f;
     int rv;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
     rv = net_serialize(m, &buf, &len);
     if (rv < 0)
         return rv;
-    f = fopen(tmp, "wb");
-    if (!f) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        goto out_free;
-    }
-    /* Written whole, flushed and synced before the rename: a crash leaves
-     * the old file or the new one, never half of one. */
-    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
-        fsync(fileno(f)) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        fclose(f);
-        goto out_unlink;
-    }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_unlink;
-    }
-    rv = 0;
-    goto out_free;
-
-out_unlink:
-    unlink(tmp);
-out_free:
+    rv = sd_file_write(path, buf, len, d);
     free(buf);
     return rv;
 }

@@ -21,17 +21,16 @@
  * and a policy that sees what a placement would cost learns in hundreds of
  * steps what one that must infer it learns in thousands.
  */
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/file.h"
 
 /* "SDPL": shardd placement policy. */
 static const unsigned char POL_MAGIC[4] = {'S', 'D', 'P', 'L'};
@@ -939,88 +938,31 @@ int policy_parse(const void *buf, size_t len, struct policy_net **out,
 int policy_read_file(const char *path, struct policy_net **out,
                      struct sd_diag *d)
 {
-    unsigned char *buf = NULL;
-    size_t len = 0;
-    FILE *f;
-    long sz;
+    void *buf;
+    size_t len;
     int rv;
 
-    f = fopen(path, "rb");
-    if (!f)
-        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
-                           path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_close;
-    }
-    if ((unsigned long)sz > POL_FILE_MAX) {
-        rv = sd_diag_set(d, SD_EFORMAT,
-                         "%s: %ld bytes is too large for a policy file", path,
-                         sz);
-        goto out_close;
-    }
-    buf = malloc(sz ? (size_t)sz : 1);
-    if (!buf) {
-        rv = SD_ENOMEM;
-        goto out_close;
-    }
-    len = fread(buf, 1, (size_t)sz, f);
-    if (len != (size_t)sz) {
-        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
-        goto out_free;
-    }
+    rv = sd_file_read(path, POL_FILE_MAX, "a policy file", &buf, &len, d);
+    if (rv != 0)
+        return rv;
     rv = policy_parse(buf, len, out, d);
-    if (rv < 0 && d) {
-        char msg[sizeof(d->msg)];
-
-        memcpy(msg, d->msg, sizeof(msg));
-        sd_diag_set(d, rv, "%s: %s", path, msg);
-    }
-out_free:
+    if (rv < 0)
+        sd_file_prefix(path, rv, d);
     free(buf);
-out_close:
-    fclose(f);
     return rv;
 }
 
 int policy_write_file(const char *path, const struct policy_net *pn,
                       struct sd_diag *d)
 {
-    char tmp[4096];
     void *buf;
     size_t len;
-    FILE *f;
     int rv;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
     rv = policy_serialize(pn, &buf, &len);
     if (rv < 0)
         return sd_diag_set(d, rv, "out of memory");
-    f = fopen(tmp, "wb");
-    if (!f) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        goto out_free;
-    }
-    /* Written whole and synced before the rename: a crash leaves the old
-     * file or the new one. */
-    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
-        fsync(fileno(f)) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
-        fclose(f);
-        goto out_unlink;
-    }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_unlink;
-    }
-    rv = 0;
-    goto out_free;
-
-out_unlink:
-    unlink(tmp);
-out_free:
+    rv = sd_file_write(path, buf, len, d);
     free(buf);
     return rv;
 }

@@ -1,0 +1,85 @@
+/* Whole files in and out (include/shardd/file.h). */
+#include "shardd/file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int sd_file_read(const char *path, size_t max, const char *what, void **out,
+                 size_t *len, struct sd_diag *d)
+{
+    unsigned char *buf;
+    FILE *f;
+    long sz;
+    int rv = 0;
+
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
+                           path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+        goto out_close;
+    }
+    if ((unsigned long)sz > max) {
+        rv = sd_diag_set(d, SD_EFORMAT, "%s: %ld bytes is too large for %s",
+                         path, sz, what);
+        goto out_close;
+    }
+    buf = malloc(sz > 0 ? (size_t)sz : 1);
+    if (buf == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+        goto out_close;
+    }
+    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+        free(buf);
+        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
+        goto out_close;
+    }
+    *out = buf;
+    *len = (size_t)sz;
+out_close:
+    fclose(f);
+    return rv;
+}
+
+int sd_file_write(const char *path, const void *buf, size_t len,
+                  struct sd_diag *d)
+{
+    char tmp[4096];
+    FILE *f;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
+    f = fopen(tmp, "wb");
+    if (f == NULL)
+        return sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
+    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        int rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
+
+        fclose(f);
+        unlink(tmp);
+        return rv;
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        int rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+
+        unlink(tmp);
+        return rv;
+    }
+    return 0;
+}
+
+void sd_file_prefix(const char *path, int rv, struct sd_diag *d)
+{
+    char msg[sizeof(d->msg)];
+
+    if (d == NULL)
+        return;
+    memcpy(msg, d->msg, sizeof(msg));
+    sd_diag_set(d, rv, "%s: %s", path, msg);
+}

@@ -1,0 +1,31 @@
+/*
+ * Whole files in and out, for the formats that are read and written as one
+ * image (cost models, ensembles, placement policies).
+ *
+ * sd_file_read: the bytes of path into *out (malloc()ed, the caller frees;
+ * at least one byte allocated) and *len.  SD_ENOENT or SD_EIO naming the
+ * file and the system's reason, SD_EFORMAT when it is over max bytes
+ * (saying it is too large for `what`), SD_ENOMEM.
+ *
+ * sd_file_write: buf as path, atomically: written whole to path.tmp,
+ * flushed and fsync()ed, then renamed over path, so that a crash leaves the
+ * old file or the new one, never half of one.  SD_EINVAL (path too long) or
+ * SD_EIO naming the file; the temporary is removed on failure.
+ *
+ * sd_file_prefix: after a parse of path's bytes failed with d set, puts
+ * "path: " in front of d's message.
+ */
+#ifndef SHARDD_FILE_H
+#define SHARDD_FILE_H
+
+#include <stddef.h>
+
+#include "shardd/err.h"
+
+int sd_file_read(const char *path, size_t max, const char *what, void **out,
+                 size_t *len, struct sd_diag *d);
+int sd_file_write(const char *path, const void *buf, size_t len,
+                  struct sd_diag *d);
+void sd_file_prefix(const char *path, int rv, struct sd_diag *d);
+
+#endif
