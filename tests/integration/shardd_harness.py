@@ -247,6 +247,13 @@ def capacity(topo, d):
 # ---------------------------------------------------------------------------
 # The daemon
 
+def sanitized(binary):
+    """Whether binary runs under a sanitizer (ASan or TSan): several times
+    slower, and its RSS is not its own."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    return "libasan" in out or "libtsan" in out
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))

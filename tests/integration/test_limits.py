@@ -49,12 +49,6 @@ def note(fmt, *args):
           flush=True)
 
 
-def sanitized(binary):
-    """Whether shardd runs under a sanitizer (its RSS is then not its own)."""
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
-    return "libasan" in out or "libtsan" in out
-
-
 def status_kb(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -77,7 +71,7 @@ def big_request(budget_ms=60000):
     devices: still seconds of search, and what a stopped search does after
     it stops (place the rest, cost and explain the plan) still fits in the
     2 s the server gives it."""
-    nt, nd = (8000, 1024) if sanitized(SHARDD) else (20000, 2048)
+    nt, nd = (8000, 1024) if H.sanitized(SHARDD) else (20000, 2048)
     return H.plan_request(H.make_tables(nt, seed=7), num_devices=nd,
                           mem=64 * H.GIB, budget_ms=budget_ms,
                           algorithm="dreamshard")
@@ -86,7 +80,7 @@ def big_request(budget_ms=60000):
 class Limits(unittest.TestCase):
 
     def test_memory_bound(self):
-        if sanitized(SHARDD):
+        if H.sanitized(SHARDD):
             self.skipTest("a sanitizer's shadow memory is not shardd's")
         d = H.Daemon(SHARDD, profiler_idle_ms=0).start()
         try:
