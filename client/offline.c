@@ -189,6 +189,49 @@ static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
     return ctl_load_policy(o, "plan", &po->policy, owned);
 }
 
+/* The search's options from the command line; 0 or an exit code. */
+static int plan_opts(const struct ctl_opts *o, struct plan_options *po)
+{
+    struct sd_diag d;
+
+    plan_options_default(po);
+    po->alg = PLAN_ALG_NEUROSHARD;
+    if (o->alg != NULL && plan_alg_parse(o->alg, &po->alg, &d) != 0)
+        return ctl_fail(CTL_EXIT_USAGE, "plan: --alg: %s", d.msg);
+    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po->optimizer))
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "plan: --optimizer \"%s\" is unknown (sgd, "
+                        "adagrad, rowwise_adagrad, adam)",
+                        o->optimizer);
+    po->seed = (uint64_t)o->seed;
+    po->time_budget_ms = o->time_budget_ms;
+    po->column_splits = !o->no_splits;
+    po->local_search = !o->no_local_search;
+    po->threads = (int32_t)o->threads;
+    return 0;
+}
+
+/* --quantile: plans for that quantile of the ensemble's costs, scored by
+ * *ecm; without it *scorer stays.  0 or an exit code. */
+static int pick_quantile(const struct ctl_opts *o, const struct ctl_model *cm,
+                         struct plan_options *po,
+                         struct net_ensemble_cost_model *ecm,
+                         const struct cost_model **scorer)
+{
+    if (o->quantile < 0)
+        return 0;
+    if (cm->ens == NULL)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "plan: --quantile needs an ensemble (--model an "
+                        "ensemble file from train --ensemble; the embedded "
+                        "one is missing)");
+    po->ensemble = cm->ens;
+    po->quantile = o->quantile;
+    net_ensemble_cost_model_init(ecm, cm->ens, o->quantile);
+    *scorer = &ecm->cm;
+    return 0;
+}
+
 int offline_plan(const struct ctl_opts *o)
 {
     struct plan_options po;
@@ -219,21 +262,9 @@ int offline_plan(const struct ctl_opts *o)
         return ctl_fail(CTL_EXIT_USAGE,
                         "plan: --json and --torchrec exclude each "
                         "other");
-    plan_options_default(&po);
-    po.alg = PLAN_ALG_NEUROSHARD;
-    if (o->alg != NULL && plan_alg_parse(o->alg, &po.alg, &d) != 0)
-        return ctl_fail(CTL_EXIT_USAGE, "plan: --alg: %s", d.msg);
-    if (o->optimizer != NULL && optimizer_parse(o->optimizer, &po.optimizer))
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "plan: --optimizer \"%s\" is unknown (sgd, "
-                        "adagrad, rowwise_adagrad, adam)",
-                        o->optimizer);
-    po.seed = (uint64_t)o->seed;
-    po.time_budget_ms = o->time_budget_ms;
-    po.column_splits = !o->no_splits;
-    po.local_search = !o->no_local_search;
-    po.threads = (int32_t)o->threads;
-
+    rv = plan_opts(o, &po);
+    if (rv != 0)
+        return rv;
     rv = ctl_load_model(o, "plan", &cm);
     if (rv != 0)
         return rv;
@@ -247,21 +278,9 @@ int offline_plan(const struct ctl_opts *o)
     po.net = net;
     net_cost_model_init(&ncm, net);
     scorer = &ncm.cm;
-    /* --quantile: plans for that quantile of the ensemble's costs. */
-    if (o->quantile >= 0) {
-        if (cm.ens == NULL) {
-            rv = ctl_fail(CTL_EXIT_USAGE,
-                          "plan: --quantile needs an ensemble (--model an "
-                          "ensemble file from train --ensemble; the embedded "
-                          "one is missing)");
-            goto out_model;
-        }
-        po.ensemble = cm.ens;
-        po.quantile = o->quantile;
-        net_ensemble_cost_model_init(&ecm, cm.ens, o->quantile);
-        scorer = &ecm.cm;
-    }
-    rv = pick_policy(o, &po, &owned_pol);
+    rv = pick_quantile(o, &cm, &po, &ecm, &scorer);
+    if (rv == 0)
+        rv = pick_policy(o, &po, &owned_pol);
     if (rv != 0)
         goto out_model;
 

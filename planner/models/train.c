@@ -734,6 +734,50 @@ static void run_epochs(struct trainer *t)
     memcpy(m->p, t->a->best, sizeof(m->p));
 }
 
+/* The trained model's name and batch; 0 or SD_EINVAL naming the field. */
+static int check_identity(const char *profile, int64_t batch_size,
+                          struct sd_diag *d)
+{
+    if (profile == NULL || profile[0] == '\0')
+        return sd_diag_set(d, SD_EINVAL, "train: profile is empty");
+    if (batch_size < 1)
+        return sd_diag_set(d, SD_EINVAL, "train: batch_size %lld is not >= 1",
+                           (long long)batch_size);
+    return 0;
+}
+
+/* Names the trained model and records its error on each split of ord
+ * (test, validation, then training samples). */
+static void finish_model(struct trainer *t, const struct train_sample *ord,
+                         const char *profile, int64_t batch_size)
+{
+    struct net_metrics *mx = &t->m->metrics;
+
+    snprintf(t->m->profile, sizeof(t->m->profile), "%s", profile);
+    t->m->batch_size = batch_size;
+    mx->test_mape = net_mape(t->m, ord, t->ntest);
+    mx->val_mape = net_mape(t->m, ord + t->ntest, t->nval);
+    mx->train_mape = net_mape(t->m, ord + t->first, t->ntrain);
+    mx->test_samples = (int64_t)t->ntest;
+    mx->val_samples = (int64_t)t->nval;
+    mx->train_samples = (int64_t)t->ntrain;
+    mx->seed = t->p->seed;
+}
+
+/* A bootstrap may hold the largest shard ntrain times: its tables are
+ * bounded by n times the largest shard's, as a minibatch's rows are by
+ * rows_max.  0, or SD_EINVAL when that overflows. */
+static int boot_tables(const struct trainer *t, size_t rows_max, size_t n,
+                       size_t *ntables, struct sd_diag *d)
+{
+    size_t nt_max = rows_max / t->bmax;
+
+    if (nt_max > SIZE_MAX / NET_IN / sizeof(float) / n)
+        return sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
+    *ntables = nt_max * n;
+    return 0;
+}
+
 int net_train(const struct train_params *p, const struct train_sample *s,
               size_t n, const char *profile, int64_t batch_size,
               struct cost_net **out, struct sd_diag *d)
@@ -745,14 +789,10 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     int rv;
 
     rv = train_params_check(p, d);
-    if (rv != 0)
-        return rv;
-    if (profile == NULL || profile[0] == '\0')
-        return sd_diag_set(d, SD_EINVAL, "train: profile is empty");
-    if (batch_size < 1)
-        return sd_diag_set(d, SD_EINVAL, "train: batch_size %lld is not >= 1",
-                           (long long)batch_size);
-    rv = check_samples(s, n, &ntables, d);
+    if (rv == 0)
+        rv = check_identity(profile, batch_size, d);
+    if (rv == 0)
+        rv = check_samples(s, n, &ntables, d);
     if (rv != 0)
         return rv;
 
@@ -802,16 +842,9 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free_ord;
     }
-    /* A bootstrap may hold the largest shard ntrain times: its rows are
-     * bounded by n times the largest, as the minibatch's are above. */
-    if (p->member > 0) {
-        size_t nt_max = rows_max / t.bmax;
-
-        if (nt_max > SIZE_MAX / NET_IN / sizeof(float) / n) {
-            rv = sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
-            goto out_free_off;
-        }
-        ntables = nt_max * n;
+    if (p->member > 0 && boot_tables(&t, rows_max, n, &ntables, d) != 0) {
+        rv = SD_EINVAL;
+        goto out_free_off;
     }
     x = malloc(ntables * NET_IN * sizeof(*x)); /* bounded in check_samples */
     if (x == NULL) {
@@ -841,15 +874,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         goto out_free_block;
     }
 
-    snprintf(t.m->profile, sizeof(t.m->profile), "%s", profile);
-    t.m->batch_size = batch_size;
-    t.m->metrics.test_mape = net_mape(t.m, ord, t.ntest);
-    t.m->metrics.val_mape = net_mape(t.m, ord + t.ntest, t.nval);
-    t.m->metrics.train_mape = net_mape(t.m, ord + t.first, t.ntrain);
-    t.m->metrics.test_samples = (int64_t)t.ntest;
-    t.m->metrics.val_samples = (int64_t)t.nval;
-    t.m->metrics.train_samples = (int64_t)t.ntrain;
-    t.m->metrics.seed = p->seed;
+    finish_model(&t, ord, profile, batch_size);
     *out = t.m;
     t.m = NULL;
     rv = 0;

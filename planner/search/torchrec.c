@@ -549,6 +549,27 @@ static int build_plan(const struct greedy *g, const struct table *tables,
     return rv;
 }
 
+/* The SD_ENOSPACE of the failed proposal of least storage. */
+static int no_fit(const struct table *tables, const struct misfit *m,
+                  struct sd_diag *d)
+{
+    if (m->pinned_to >= 0)
+        return sd_diag_set(
+            d, SD_ENOSPACE,
+            "table \"%s\": pinned to device %d, it needs %llu bytes with "
+            "TorchRec's buffers but %llu are free there (short by %llu bytes)",
+            tables[m->table].name, (int)m->pinned_to,
+            (unsigned long long)m->need, (unsigned long long)m->largest_free,
+            (unsigned long long)(m->need - m->largest_free));
+    return sd_diag_set(d, SD_ENOSPACE,
+                       "table \"%s\": needs %llu bytes but the largest "
+                       "free space on any device is %llu bytes (short by "
+                       "%llu bytes)",
+                       tables[m->table].name, (unsigned long long)m->need,
+                       (unsigned long long)m->largest_free,
+                       (unsigned long long)(m->need - m->largest_free));
+}
+
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
                          const struct topology *t, enum optimizer opt,
                          const int32_t *pins,
@@ -639,26 +660,8 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
             first_miss = miss;
         }
     }
-    if (best < 0 && first_miss.pinned_to >= 0) {
-        rv = sd_diag_set(
-            d, SD_ENOSPACE,
-            "table \"%s\": pinned to device %d, it needs %llu bytes with "
-            "TorchRec's buffers but %llu are free there (short by %llu bytes)",
-            tables[first_miss.table].name, (int)first_miss.pinned_to,
-            (unsigned long long)first_miss.need,
-            (unsigned long long)first_miss.largest_free,
-            (unsigned long long)(first_miss.need - first_miss.largest_free));
-        goto out;
-    }
     if (best < 0) {
-        rv = sd_diag_set(
-            d, SD_ENOSPACE,
-            "table \"%s\": needs %llu bytes but the largest "
-            "free space on any device is %llu bytes (short by "
-            "%llu bytes)",
-            tables[first_miss.table].name, (unsigned long long)first_miss.need,
-            (unsigned long long)first_miss.largest_free,
-            (unsigned long long)(first_miss.need - first_miss.largest_free));
+        rv = no_fit(tables, &first_miss, d);
         goto out;
     }
 
