@@ -160,7 +160,7 @@ static int parse_config(const json_t *o, size_t idx, struct table *t,
 {
     const json_t *v;
     char where[48];
-    int64_t x;
+    int64_t x = 0;
     int rv;
 
     snprintf(where, sizeof(where), "tables[%zu]", idx);
