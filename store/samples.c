@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shardd/le.h"
 #include "store_int.h"
 
 /* Bytes of one encoded table and one encoded comm device. */
@@ -30,69 +31,16 @@ const char *store_kind_name(enum store_kind kind)
 /* ------------------------------------------------------------------------ */
 /* Little-endian encoding of sample blobs                                    */
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    int i;
-
-    for (i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_f64(unsigned char *p, double v)
-{
-    uint64_t u;
-
-    memcpy(&u, &v, sizeof(u));
-    put_u64(p, u);
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    int i;
-
-    for (i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    int i;
-
-    for (i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static double get_f64(const unsigned char *p)
-{
-    uint64_t u = get_u64(p);
-    double v;
-
-    memcpy(&v, &u, sizeof(v));
-    return v;
-}
-
 static void encode_table(unsigned char *p, const struct table *t)
 {
     int k;
 
-    put_u64(p, (uint64_t)t->rows);
-    put_u32(p + 8, (uint32_t)t->dim);
-    put_u32(p + 12, (uint32_t)t->dtype);
-    put_f64(p + 16, t->pooling_factor);
+    sd_le_put64(p, (uint64_t)t->rows);
+    sd_le_put32(p + 8, (uint32_t)t->dim);
+    sd_le_put32(p + 12, (uint32_t)t->dtype);
+    sd_le_put64(p + 16, sd_f64_bits(t->pooling_factor));
     for (k = 0; k < TABLE_NBINS; k++)
-        put_f64(p + 24 + 8 * k, t->bins[k]);
+        sd_le_put64(p + 24 + 8 * k, sd_f64_bits(t->bins[k]));
 }
 
 static void decode_table(const unsigned char *p, size_t i, struct table *t)
@@ -101,29 +49,29 @@ static void decode_table(const unsigned char *p, size_t i, struct table *t)
 
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "t%zu", i);
-    t->rows = (int64_t)get_u64(p);
-    t->dim = (int32_t)get_u32(p + 8);
-    t->dtype = (enum table_dtype)get_u32(p + 12);
-    t->pooling_factor = get_f64(p + 16);
+    t->rows = (int64_t)sd_le_get64(p);
+    t->dim = (int32_t)sd_le_get32(p + 8);
+    t->dtype = (enum table_dtype)sd_le_get32(p + 12);
+    t->pooling_factor = sd_f64_of(sd_le_get64(p + 16));
     for (k = 0; k < TABLE_NBINS; k++)
-        t->bins[k] = get_f64(p + 24 + 8 * k);
+        t->bins[k] = sd_f64_of(sd_le_get64(p + 24 + 8 * k));
 }
 
 static void encode_device(unsigned char *p, const struct store_comm_device *c)
 {
-    put_u32(p, (uint32_t)c->dim_sum);
-    put_u32(p + 4, 0);
-    put_f64(p + 8, c->sleep_ms);
-    put_f64(p + 16, c->fwd_ms);
-    put_f64(p + 24, c->bwd_ms);
+    sd_le_put32(p, (uint32_t)c->dim_sum);
+    sd_le_put32(p + 4, 0);
+    sd_le_put64(p + 8, sd_f64_bits(c->sleep_ms));
+    sd_le_put64(p + 16, sd_f64_bits(c->fwd_ms));
+    sd_le_put64(p + 24, sd_f64_bits(c->bwd_ms));
 }
 
 static void decode_device(const unsigned char *p, struct store_comm_device *c)
 {
-    c->dim_sum = (int32_t)get_u32(p);
-    c->sleep_ms = get_f64(p + 8);
-    c->fwd_ms = get_f64(p + 16);
-    c->bwd_ms = get_f64(p + 24);
+    c->dim_sum = (int32_t)sd_le_get32(p);
+    c->sleep_ms = sd_f64_of(sd_le_get64(p + 8));
+    c->fwd_ms = sd_f64_of(sd_le_get64(p + 16));
+    c->bwd_ms = sd_f64_of(sd_le_get64(p + 24));
 }
 
 /* ------------------------------------------------------------------------ */

@@ -20,6 +20,7 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "shardd/file.h"
+#include "shardd/le.h"
 
 static const unsigned char ENS_MAGIC[4] = {'S', 'D', 'C', 'E'};
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -39,20 +40,6 @@ void net_ensemble_free(struct net_ensemble *e)
     for (i = 0; i < e->k; i++)
         free(e->m[i]);
     free(e);
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 int net_ensemble_serialize(const struct net_ensemble *e, void **out,
@@ -79,15 +66,15 @@ int net_ensemble_serialize(const struct net_ensemble *e, void **out,
         goto out_free;
     }
     memcpy(b, ENS_MAGIC, 4);
-    put_u32(b + 4, ENS_FORMAT_VERSION);
-    put_u32(b + 8, (uint32_t)e->k);
+    sd_le_put32(b + 4, ENS_FORMAT_VERSION);
+    sd_le_put32(b + 8, (uint32_t)e->k);
     off = 12;
     for (i = 0; i < e->k; i++) {
-        put_u32(b + off, (uint32_t)ilen[i]);
+        sd_le_put32(b + off, (uint32_t)ilen[i]);
         memcpy(b + off + 4, img[i], ilen[i]);
         off += 4 + ilen[i];
     }
-    put_u32(b + off, (uint32_t)crc32_z(0, b, off));
+    sd_le_put32(b + off, (uint32_t)crc32_z(0, b, off));
     *out = b;
     *len = off + 4;
 out_free:
@@ -102,7 +89,7 @@ static int parse_members(const unsigned char *b, size_t len,
                          struct net_ensemble *e, struct sd_diag *d)
 {
     size_t off = 12, ilen;
-    uint32_t k = get_u32(b + 8);
+    uint32_t k = sd_le_get32(b + 8);
     int32_t i;
     int rv;
 
@@ -113,7 +100,7 @@ static int parse_members(const unsigned char *b, size_t len,
     for (i = 0; i < (int32_t)k; i++) {
         if (len - 4 - off < 4)
             return sd_diag_set(d, SD_EFORMAT, "ensemble file is truncated");
-        ilen = get_u32(b + off);
+        ilen = sd_le_get32(b + off);
         if (ilen > len - 4 - off - 4)
             return sd_diag_set(d, SD_EFORMAT, "ensemble file is truncated");
         rv = net_parse(b + off + 4, ilen, &e->m[i], d);
@@ -157,7 +144,7 @@ int net_ensemble_parse(const void *buf, size_t len, struct net_ensemble **out,
                          "not a shardd cost model or ensemble file");
         goto out;
     }
-    version = get_u32(b + 4);
+    version = sd_le_get32(b + 4);
     if (version > ENS_FORMAT_VERSION) {
         rv = sd_diag_set(d, SD_ENEWER,
                          "ensemble format version %u is newer than this "
@@ -165,7 +152,7 @@ int net_ensemble_parse(const void *buf, size_t len, struct net_ensemble **out,
                          version, ENS_FORMAT_VERSION);
         goto out;
     }
-    if (get_u32(b + len - 4) != (uint32_t)crc32_z(0, b, len - 4)) {
+    if (sd_le_get32(b + len - 4) != (uint32_t)crc32_z(0, b, len - 4)) {
         rv = sd_diag_set(d, SD_EFORMAT,
                          "ensemble file checksum mismatch: damaged");
         goto out;

@@ -17,6 +17,7 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "shardd/file.h"
+#include "shardd/le.h"
 
 /* "SDCN": shardd compute net. */
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -35,60 +36,25 @@ static uint32_t checksum(const void *p, size_t n)
 /* ------------------------------------------------------------------------ */
 /* Writing                                                                   */
 
-struct wbuf {
-    unsigned char *p;
-    size_t len;
-};
-
-static void put_u32(struct wbuf *b, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        b->p[b->len++] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(struct wbuf *b, uint64_t v)
-{
-    put_u32(b, (uint32_t)v);
-    put_u32(b, (uint32_t)(v >> 32));
-}
-
-static void put_f32(struct wbuf *b, float f)
-{
-    uint32_t v;
-
-    memcpy(&v, &f, sizeof(v));
-    put_u32(b, v);
-}
-
-static void put_f64(struct wbuf *b, double f)
-{
-    uint64_t v;
-
-    memcpy(&v, &f, sizeof(v));
-    put_u64(b, v);
-}
-
-static void put_f32s(struct wbuf *b, const float *f, size_t n)
+static void put_f32s(struct sd_wbuf *b, const float *f, size_t n)
 {
     size_t i;
 
     for (i = 0; i < n; i++)
-        put_f32(b, f[i]);
+        sd_wbuf_f32(b, f[i]);
 }
 
-static void put_metrics(struct wbuf *b, const struct net_metrics *mt)
+static void put_metrics(struct sd_wbuf *b, const struct net_metrics *mt)
 {
-    put_f64(b, mt->train_mape);
-    put_f64(b, mt->val_mape);
-    put_f64(b, mt->test_mape);
-    put_u64(b, (uint64_t)mt->train_samples);
-    put_u64(b, (uint64_t)mt->val_samples);
-    put_u64(b, (uint64_t)mt->test_samples);
-    put_u32(b, (uint32_t)mt->epochs);
-    put_u32(b, (uint32_t)mt->best_epoch);
-    put_u64(b, mt->seed);
+    sd_wbuf_f64(b, mt->train_mape);
+    sd_wbuf_f64(b, mt->val_mape);
+    sd_wbuf_f64(b, mt->test_mape);
+    sd_wbuf_u64(b, (uint64_t)mt->train_samples);
+    sd_wbuf_u64(b, (uint64_t)mt->val_samples);
+    sd_wbuf_u64(b, (uint64_t)mt->test_samples);
+    sd_wbuf_u32(b, (uint32_t)mt->epochs);
+    sd_wbuf_u32(b, (uint32_t)mt->best_epoch);
+    sd_wbuf_u64(b, mt->seed);
 }
 
 #define METRICS_LEN (3 * 8 + 3 * 8 + 2 * 4 + 8)
@@ -142,35 +108,35 @@ static size_t image_len_v2(const struct cost_net *m)
 
 /* Format 1's header up to the flags, and the profile, batch and metrics
  * that both formats share. */
-static void put_head(struct wbuf *b, const struct cost_net *m, int version)
+static void put_head(struct sd_wbuf *b, const struct cost_net *m, int version)
 {
     memcpy(b->p, NET_MAGIC, 4);
     b->len = 4;
-    put_u32(b, (uint32_t)version);
-    put_u32(b, NET_IN);
-    put_u32(b, NET_H1);
-    put_u32(b, NET_LAT);
-    put_u32(b, NET_H2);
-    put_u32(b, version == 1 ? NET_FLAGS_V1 : 0);
+    sd_wbuf_u32(b, (uint32_t)version);
+    sd_wbuf_u32(b, NET_IN);
+    sd_wbuf_u32(b, NET_H1);
+    sd_wbuf_u32(b, NET_LAT);
+    sd_wbuf_u32(b, NET_H2);
+    sd_wbuf_u32(b, version == 1 ? NET_FLAGS_V1 : 0);
     memset(b->p + b->len, 0, NET_PROFILE_MAX);
     memcpy(b->p + b->len, m->profile, strnlen(m->profile, NET_PROFILE_MAX - 1));
     b->len += NET_PROFILE_MAX;
-    put_u64(b, (uint64_t)m->batch_size);
+    sd_wbuf_u64(b, (uint64_t)m->batch_size);
     put_metrics(b, &m->metrics);
 }
 
-static void put_comm(struct wbuf *b, const struct cost_net *m,
+static void put_comm(struct sd_wbuf *b, const struct cost_net *m,
                      const struct comm_net *c, float *scratch)
 {
     int32_t l;
 
-    put_u32(b, (uint32_t)c->dir);
-    put_u32(b, (uint32_t)c->ndevices);
-    put_u32(b, (uint32_t)c->nlayers);
+    sd_wbuf_u32(b, (uint32_t)c->dir);
+    sd_wbuf_u32(b, (uint32_t)c->ndevices);
+    sd_wbuf_u32(b, (uint32_t)c->nlayers);
     for (l = 0; l <= c->nlayers; l++)
-        put_u32(b, (uint32_t)c->sizes[l]);
-    put_u32(b, (uint32_t)c->activation);
-    put_f32(b, c->eps);
+        sd_wbuf_u32(b, (uint32_t)c->sizes[l]);
+    sd_wbuf_u32(b, (uint32_t)c->activation);
+    sd_wbuf_f32(b, c->eps);
     put_metrics(b, &c->metrics);
     put_f32s(b, c->mean, (size_t)c->sizes[0]);
     put_f32s(b, c->std, (size_t)c->sizes[0]);
@@ -182,7 +148,7 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
 {
     int version = net_format_version(m);
     size_t cap = version == 1 ? NET_IMAGE_LEN : image_len_v2(m), nl;
-    struct wbuf b = {malloc(cap), 0};
+    struct sd_wbuf b = {malloc(cap), 0};
     float *scratch = NULL;
     int32_t k;
     int i;
@@ -198,24 +164,24 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
     if (version == 2) {
         for (i = 0; i < NET_IN; i++)
             b.p[b.len++] = (unsigned char)net_io_transform(m, i);
-        put_u32(&b, (uint32_t)net_io_activation(m));
-        put_f32(&b, net_io_eps(m));
+        sd_wbuf_u32(&b, (uint32_t)net_io_activation(m));
+        sd_wbuf_f32(&b, net_io_eps(m));
     }
     put_f32s(&b, m->mean, NET_IN);
     put_f32s(&b, m->std, NET_IN);
     put_f32s(&b, m->p, NET_NPARAMS);
     if (version == 2) {
         nl = notice_len(m);
-        put_u32(&b, (uint32_t)nl);
+        sd_wbuf_u32(&b, (uint32_t)nl);
         memset(b.p + b.len, 0, (nl + 3) / 4 * 4);
         memcpy(b.p + b.len, m->notice, nl);
         b.len += (nl + 3) / 4 * 4;
-        put_u32(&b, (uint32_t)m->ncomm);
+        sd_wbuf_u32(&b, (uint32_t)m->ncomm);
         for (k = 0; k < m->ncomm; k++)
             put_comm(&b, m, &m->comm[k], scratch);
     }
     free(scratch);
-    put_u32(&b, checksum(b.p, b.len));
+    sd_wbuf_u32(&b, checksum(b.p, b.len));
     *out = b.p;
     *len = b.len;
     return 0;
@@ -243,13 +209,12 @@ static bool have(struct rbuf *b, size_t n)
 
 static uint32_t get_u32(struct rbuf *b)
 {
-    uint32_t v = 0;
-    int i;
+    uint32_t v;
 
     if (!have(b, 4))
         return 0;
-    for (i = 0; i < 4; i++)
-        v |= (uint32_t)b->p[b->off++] << (8 * i);
+    v = sd_le_get32(b->p + b->off);
+    b->off += 4;
     return v;
 }
 
@@ -262,20 +227,12 @@ static uint64_t get_u64(struct rbuf *b)
 
 static float get_f32(struct rbuf *b)
 {
-    uint32_t v = get_u32(b);
-    float f;
-
-    memcpy(&f, &v, sizeof(f));
-    return f;
+    return sd_f32_of(get_u32(b));
 }
 
 static double get_f64(struct rbuf *b)
 {
-    uint64_t v = get_u64(b);
-    double f;
-
-    memcpy(&f, &v, sizeof(f));
-    return f;
+    return sd_f64_of(get_u64(b));
 }
 
 static void get_f32s(struct rbuf *b, float *f, size_t n)

@@ -31,6 +31,7 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "shardd/file.h"
+#include "shardd/le.h"
 
 /* "SDPL": shardd placement policy. */
 static const unsigned char POL_MAGIC[4] = {'S', 'D', 'P', 'L'};
@@ -715,74 +716,22 @@ int policy_lpt_ratio(const struct policy_net *pn, const struct cost_net *m,
 /* ------------------------------------------------------------------------ */
 /* The file format: little-endian fields in a fixed order, then a CRC-32.    */
 
-struct wbuf {
-    unsigned char *p;
-    size_t len;
-};
-
-static void put_u32(struct wbuf *b, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        b->p[b->len++] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(struct wbuf *b, uint64_t v)
-{
-    put_u32(b, (uint32_t)v);
-    put_u32(b, (uint32_t)(v >> 32));
-}
-
-static void put_f32(struct wbuf *b, float f)
-{
-    uint32_t v;
-
-    memcpy(&v, &f, sizeof(v));
-    put_u32(b, v);
-}
-
-static void put_f64(struct wbuf *b, double f)
-{
-    uint64_t v;
-
-    memcpy(&v, &f, sizeof(v));
-    put_u64(b, v);
-}
-
+/* Reads at p + *off and moves *off past the field (the caller checked the
+ * image's size). */
 static uint32_t get_u32(const unsigned char *p, size_t *off)
 {
-    uint32_t v = 0;
-    int i;
+    uint32_t v = sd_le_get32(p + *off);
 
-    for (i = 0; i < 4; i++)
-        v |= (uint32_t)p[(*off)++] << (8 * i);
+    *off += 4;
     return v;
 }
 
 static uint64_t get_u64(const unsigned char *p, size_t *off)
 {
-    uint64_t lo = get_u32(p, off);
+    uint64_t v = sd_le_get64(p + *off);
 
-    return lo | (uint64_t)get_u32(p, off) << 32;
-}
-
-static float get_f32(const unsigned char *p, size_t *off)
-{
-    uint32_t v = get_u32(p, off);
-    float f;
-
-    memcpy(&f, &v, sizeof(f));
-    return f;
-}
-
-static double get_f64(const unsigned char *p, size_t *off)
-{
-    uint64_t v = get_u64(p, off);
-    double f;
-
-    memcpy(&f, &v, sizeof(f));
-    return f;
+    *off += 8;
+    return v;
 }
 
 /* The layer sizes a file names, in this order. */
@@ -798,7 +747,7 @@ static const uint32_t pol_arch[] = {POL_IN, POL_H1, POL_LAT, POL_NCOST,
 
 int policy_serialize(const struct policy_net *pn, void **out, size_t *len)
 {
-    struct wbuf b = {malloc(POL_IMAGE_LEN), 0};
+    struct sd_wbuf b = {malloc(POL_IMAGE_LEN), 0};
     const struct policy_metrics *mx = &pn->metrics;
     size_t i;
 
@@ -806,25 +755,25 @@ int policy_serialize(const struct policy_net *pn, void **out, size_t *len)
         return SD_ENOMEM;
     memcpy(b.p, POL_MAGIC, 4);
     b.len = 4;
-    put_u32(&b, POLICY_FORMAT_VERSION);
+    sd_wbuf_u32(&b, POLICY_FORMAT_VERSION);
     for (i = 0; i < POL_NARCH; i++)
-        put_u32(&b, pol_arch[i]);
+        sd_wbuf_u32(&b, pol_arch[i]);
     memset(b.p + b.len, 0, NET_PROFILE_MAX);
     memcpy(b.p + b.len, pn->profile, strnlen(pn->profile, NET_PROFILE_MAX - 1));
     b.len += NET_PROFILE_MAX;
-    put_u32(&b, pn->model_crc);
-    put_u64(&b, mx->seed);
-    put_u32(&b, (uint32_t)mx->iterations);
-    put_u32(&b, (uint32_t)mx->best_iteration);
-    put_u32(&b, (uint32_t)mx->train_devices);
-    put_u32(&b, (uint32_t)mx->train_tasks);
-    put_u32(&b, (uint32_t)mx->val_tasks);
-    put_u32(&b, (uint32_t)mx->gate_tasks);
-    put_f64(&b, mx->val_ratio);
-    put_f64(&b, mx->gate_ratio);
+    sd_wbuf_u32(&b, pn->model_crc);
+    sd_wbuf_u64(&b, mx->seed);
+    sd_wbuf_u32(&b, (uint32_t)mx->iterations);
+    sd_wbuf_u32(&b, (uint32_t)mx->best_iteration);
+    sd_wbuf_u32(&b, (uint32_t)mx->train_devices);
+    sd_wbuf_u32(&b, (uint32_t)mx->train_tasks);
+    sd_wbuf_u32(&b, (uint32_t)mx->val_tasks);
+    sd_wbuf_u32(&b, (uint32_t)mx->gate_tasks);
+    sd_wbuf_f64(&b, mx->val_ratio);
+    sd_wbuf_f64(&b, mx->gate_ratio);
     for (i = 0; i < POL_NPARAMS; i++)
-        put_f32(&b, pn->p[i]);
-    put_u32(&b, (uint32_t)crc32_z(0, b.p, b.len));
+        sd_wbuf_f32(&b, pn->p[i]);
+    sd_wbuf_u32(&b, (uint32_t)crc32_z(0, b.p, b.len));
     *out = b.p;
     *len = b.len;
     return 0;
@@ -856,8 +805,8 @@ static int parse_body(const unsigned char *p, size_t off, struct policy_net *pn,
     mx->train_tasks = (int32_t)get_u32(p, &off);
     mx->val_tasks = (int32_t)get_u32(p, &off);
     mx->gate_tasks = (int32_t)get_u32(p, &off);
-    mx->val_ratio = get_f64(p, &off);
-    mx->gate_ratio = get_f64(p, &off);
+    mx->val_ratio = sd_f64_of(get_u64(p, &off));
+    mx->gate_ratio = sd_f64_of(get_u64(p, &off));
     if (mx->iterations < 0 || mx->best_iteration < 0 ||
         mx->best_iteration > mx->iterations || mx->train_devices < 0 ||
         mx->train_tasks < 0 || mx->val_tasks < 0 || mx->gate_tasks < 0)
@@ -876,7 +825,7 @@ static int parse_body(const unsigned char *p, size_t off, struct policy_net *pn,
                            "finite number >= 0",
                            mx->gate_ratio);
     for (i = 0; i < POL_NPARAMS; i++) {
-        pn->p[i] = get_f32(p, &off);
+        pn->p[i] = sd_f32_of(get_u32(p, &off));
         if (!isfinite(pn->p[i]))
             return sd_diag_set(d, SD_EFORMAT,
                                "policy file: params[%zu]: not finite", i);

@@ -21,6 +21,7 @@
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/le.h"
 
 #define PK_STACK_MAX   4096
 #define PK_MARKS_MAX   64
@@ -189,12 +190,6 @@ static const unsigned char *take(struct unpickler *u, size_t n, int *rv)
     return p;
 }
 
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The opcodes                                                               */
 
@@ -212,7 +207,7 @@ static int op_int(struct unpickler *u, size_t width)
         return SD_ENOMEM;
     v->i = width == 1   ? b[0]
            : width == 2 ? (int64_t)(b[0] | b[1] << 8)
-                        : (int64_t)(int32_t)le32(b);
+                        : (int64_t)(int32_t)sd_le_get32(b);
     return push(u, v);
 }
 
@@ -226,7 +221,7 @@ static int op_unicode(struct unpickler *u)
     b = take(u, 4, &rv);
     if (b == NULL)
         return rv;
-    n = le32(b);
+    n = sd_le_get32(b);
     if (n > PK_STR_MAX)
         return pk_fail(u, "%s", "string longer than 64 KiB");
     b = take(u, n, &rv);
@@ -482,7 +477,7 @@ static int op_memo(struct unpickler *u, size_t width, bool put)
     b = take(u, width, &rv);
     if (b == NULL)
         return rv;
-    i = width == 1 ? b[0] : le32(b);
+    i = width == 1 ? b[0] : sd_le_get32(b);
     if (!put) {
         if (i >= u->nmemo || u->memo[i] == NULL)
             return pk_fail(u, "%s", "BINGET of an empty memo slot");
@@ -914,7 +909,7 @@ static int load_tensors(zip_t *z, const char *prefix, struct torch_ckpt *c,
             return SD_ENOMEM;
         }
         for (j = 0; j < e->n; j++) {
-            uint32_t v = le32(raw + 4 * ((size_t)e->storage_offset + j));
+            uint32_t v = sd_le_get32(raw + 4 * ((size_t)e->storage_offset + j));
 
             memcpy(&e->f[j], &v, sizeof(v));
         }
