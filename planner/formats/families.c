@@ -43,23 +43,20 @@
  * i % FAMILY_COUNT.  Names are "<family>_%04zu" with the family's index.
  */
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/formats.h"
+#include "formats/formats_int.h"
 #include "problem/problem.h"
 
-#define FAMILY_THREADS_MAX 256
-#define FAMILY_COUNT_MAX   ((size_t)1 << 24)
-#define FAMILY_BATCH_MAX   ((int64_t)1 << 24)
-#define FAMILY_P_FP16      0.3
-#define FAMILY_PF_MIN      1.0
-#define FAMILY_PF_MAX      100.0
-#define FAMILY_SEQ_PF_MIN  64.0
-#define FAMILY_SEQ_PF_MAX  384.0
+#define FAMILY_COUNT_MAX  ((size_t)1 << 24)
+#define FAMILY_BATCH_MAX  ((int64_t)1 << 24)
+#define FAMILY_P_FP16     0.3
+#define FAMILY_PF_MIN     1.0
+#define FAMILY_PF_MAX     100.0
+#define FAMILY_SEQ_PF_MIN 64.0
+#define FAMILY_SEQ_PF_MAX 384.0
 /* Stream tag of a family's tables, apart from synth.c's (which the dlrm
  * family uses as they are). */
 #define FAMILY_STREAM 0x46414d494c59ull /* "FAMILY" */
@@ -498,9 +495,9 @@ int family_shapes(const struct family_params *p, struct table **out)
 
 /* Table i of a pool: its trace made, its features computed, the trace
  * dropped; dtype the shape's. */
-static int family_one(const struct family_params *p, size_t i,
-                      struct table *out)
+static int family_one(const void *ctx, size_t i, struct table *out)
 {
+    const struct family_params *p = ctx;
     struct family_shape sh;
     struct trace t;
     int rv;
@@ -515,69 +512,10 @@ static int family_one(const struct family_params *p, size_t i,
     return rv;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Many tables, on worker threads                                            */
-
-struct family_job {
-    const struct family_params *p;
-    struct table *tables;
-    atomic_size_t next;
-    atomic_int err; /* first error, 0 while none */
-};
-
-static void *family_worker(void *arg)
-{
-    struct family_job *job = arg;
-    size_t i;
-    int rv, none;
-
-    while (atomic_load(&job->err) == 0) {
-        i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->p->count)
-            break;
-        rv = family_one(job->p, i, &job->tables[i]);
-        if (rv != 0) {
-            none = 0;
-            atomic_compare_exchange_strong(&job->err, &none, rv);
-        }
-    }
-    return NULL;
-}
-
 int family_tables(const struct family_params *p, unsigned threads,
                   struct table **out)
 {
-    pthread_t tid[FAMILY_THREADS_MAX];
-    struct family_job job;
-    unsigned nt, started = 0;
-    int rv;
-
     if (check_params(p) != 0 || p->count == 0 || p->count > FAMILY_COUNT_MAX)
         return SD_EINVAL;
-    nt = threads == 0 ? 1 : threads;
-    if (nt > FAMILY_THREADS_MAX)
-        nt = FAMILY_THREADS_MAX;
-    if (nt > p->count)
-        nt = (unsigned)p->count;
-    job.p = p;
-    job.tables = calloc(p->count, sizeof(*job.tables));
-    if (job.tables == NULL)
-        return SD_ENOMEM;
-    atomic_init(&job.next, 0);
-    atomic_init(&job.err, 0);
-    /* The calling thread is worker 0; a thread that fails to start only
-     * leaves its share to the others. */
-    while (started + 1 < nt &&
-           pthread_create(&tid[started], NULL, family_worker, &job) == 0)
-        started++;
-    family_worker(&job);
-    while (started > 0)
-        pthread_join(tid[--started], NULL);
-    rv = atomic_load(&job.err);
-    if (rv != 0) {
-        free(job.tables);
-        return rv;
-    }
-    *out = job.tables;
-    return 0;
+    return formats__make_tables(p->count, threads, family_one, p, out);
 }

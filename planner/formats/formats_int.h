@@ -1,7 +1,8 @@
 /*
  * Private to the formats room (formats.h): what its JSON files (json.c,
  * json_trec.c) share: small getters that name the bad field, and the reader
- * of TorchRec's form.  The only room header that includes jansson.
+ * of TorchRec's form; and the generators' worker pool (synth.c, families.c).
+ * The only room header that includes jansson.
  */
 #ifndef SHARDD_PLANNER_FORMATS_INT_H
 #define SHARDD_PLANNER_FORMATS_INT_H
@@ -47,5 +48,16 @@ int json__note_unknown(const json_t *o, const char *const *known, size_t n,
  */
 int json__parse_torchrec(const json_t *root, const json_t *arr,
                          struct tables_input *in, struct sd_diag *d);
+
+/*
+ * Makes tables [0, count) with one(ctx, i, &table[i]) on `threads` threads
+ * (0: one; at most FORMATS_THREADS_MAX, and no more than count), the calling
+ * thread among them (synth.c).  The first error stops the others and is
+ * returned (nothing in *out); else *out (free()) holds the tables.
+ */
+#define FORMATS_THREADS_MAX 256
+typedef int (*formats__table_fn)(const void *ctx, size_t i, struct table *out);
+int formats__make_tables(size_t count, unsigned threads, formats__table_fn one,
+                         const void *ctx, struct table **out);
 
 #endif /* SHARDD_PLANNER_FORMATS_INT_H */

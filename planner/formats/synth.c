@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/formats.h"
+#include "formats/formats_int.h"
 #include "problem/problem.h"
 
 /*
@@ -77,10 +77,9 @@
 #define SYNTH_FLAT_F_MIN   0.1
 #define SYNTH_FLAT_F_MAX   0.85
 
-#define SYNTH_BATCH_MAX   ((int64_t)1 << 24)
-#define SYNTH_COUNT_MAX   ((size_t)1 << 24)
-#define SYNTH_THREADS_MAX 256
-#define SYNTH_HEAD_MAX    ((size_t)1 << 16) /* tabulated Zipf ranks */
+#define SYNTH_BATCH_MAX ((int64_t)1 << 24)
+#define SYNTH_COUNT_MAX ((size_t)1 << 24)
+#define SYNTH_HEAD_MAX  ((size_t)1 << 16) /* tabulated Zipf ranks */
 
 void synth_params_default(struct synth_params *p)
 {
@@ -453,38 +452,27 @@ out_destroy_trace:
 /* ------------------------------------------------------------------------ */
 /* Many tables, on worker threads                                            */
 
-struct synth_job {
-    const struct synth_params *p;
+/* The pool's work: tables [0, count) by one(), the first error kept. */
+struct make_job {
+    formats__table_fn one;
+    const void *ctx;
+    size_t count;
     struct table *tables;
     atomic_size_t next; /* next table to make */
     atomic_int err;     /* first error, 0 while none */
 };
 
-/* Makes table i: its trace, then the trace's features. */
-static int synth_one(const struct synth_params *p, size_t i, struct table *out)
+static void *make_worker(void *arg)
 {
-    struct trace t;
-    int rv;
-
-    rv = synth_trace(p, i, &t);
-    if (rv != 0)
-        return rv;
-    rv = trace_to_table(&t, out);
-    trace_destroy(&t);
-    return rv;
-}
-
-static void *synth_worker(void *arg)
-{
-    struct synth_job *job = arg;
+    struct make_job *job = arg;
     size_t i;
     int rv, none;
 
     while (atomic_load(&job->err) == 0) {
         i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->p->count)
+        if (i >= job->count)
             break;
-        rv = synth_one(job->p, i, &job->tables[i]);
+        rv = job->one(job->ctx, i, &job->tables[i]);
         if (rv != 0) {
             none = 0;
             atomic_compare_exchange_strong(&job->err, &none, rv);
@@ -493,23 +481,23 @@ static void *synth_worker(void *arg)
     return NULL;
 }
 
-int synth_tables(const struct synth_params *p, unsigned threads,
-                 struct table **out)
+int formats__make_tables(size_t count, unsigned threads, formats__table_fn one,
+                         const void *ctx, struct table **out)
 {
-    pthread_t tid[SYNTH_THREADS_MAX];
-    struct synth_job job;
+    pthread_t tid[FORMATS_THREADS_MAX];
+    struct make_job job;
     unsigned nt, started = 0;
     int rv;
 
-    if (check_params(p) != 0 || p->count == 0 || p->count > SYNTH_COUNT_MAX)
-        return SD_EINVAL;
     nt = threads == 0 ? 1 : threads;
-    if (nt > SYNTH_THREADS_MAX)
-        nt = SYNTH_THREADS_MAX;
-    if (nt > p->count)
-        nt = (unsigned)p->count;
-    job.p = p;
-    job.tables = calloc(p->count, sizeof(*job.tables));
+    if (nt > FORMATS_THREADS_MAX)
+        nt = FORMATS_THREADS_MAX;
+    if (nt > count)
+        nt = (unsigned)count;
+    job.one = one;
+    job.ctx = ctx;
+    job.count = count;
+    job.tables = calloc(count ? count : 1, sizeof(*job.tables));
     if (job.tables == NULL)
         return SD_ENOMEM;
     atomic_init(&job.next, 0);
@@ -517,9 +505,9 @@ int synth_tables(const struct synth_params *p, unsigned threads,
     /* The calling thread is worker 0; a thread that fails to start only
      * leaves its share to the others. */
     while (started + 1 < nt &&
-           pthread_create(&tid[started], NULL, synth_worker, &job) == 0)
+           pthread_create(&tid[started], NULL, make_worker, &job) == 0)
         started++;
-    synth_worker(&job);
+    make_worker(&job);
     while (started > 0)
         pthread_join(tid[--started], NULL);
     rv = atomic_load(&job.err);
@@ -529,4 +517,27 @@ int synth_tables(const struct synth_params *p, unsigned threads,
     }
     *out = job.tables;
     return 0;
+}
+
+/* Makes table i of the synth_params at ctx: its trace, then the trace's
+ * features. */
+static int synth_one(const void *ctx, size_t i, struct table *out)
+{
+    struct trace t;
+    int rv;
+
+    rv = synth_trace(ctx, i, &t);
+    if (rv != 0)
+        return rv;
+    rv = trace_to_table(&t, out);
+    trace_destroy(&t);
+    return rv;
+}
+
+int synth_tables(const struct synth_params *p, unsigned threads,
+                 struct table **out)
+{
+    if (check_params(p) != 0 || p->count == 0 || p->count > SYNTH_COUNT_MAX)
+        return SD_EINVAL;
+    return formats__make_tables(p->count, threads, synth_one, p, out);
 }
