@@ -57,4 +57,33 @@ static inline void fuzz_check_refusal(int rv, const struct sd_diag *d)
         FUZZ_CHECK(d->msg[0] != '\0');
 }
 
+/*
+ * Applies edits to a file image of len bytes whose last 4 are a CRC-32
+ * (IEEE, reflected, little-endian) of the rest: each edit is step bytes, a
+ * little-endian offset of step - 1 bytes (taken modulo len) then the new
+ * byte; then the CRC is made right again, so that edits reach the checks
+ * behind the checksum.
+ */
+static inline void fuzz_edit_image(uint8_t *buf, size_t len,
+                                   const uint8_t *edits, size_t n, size_t step)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    size_t i, j, off;
+    int k;
+
+    for (i = 0; i + step <= n; i += step) {
+        for (off = 0, j = 0; j + 1 < step; j++)
+            off |= (size_t)edits[i + j] << (8 * j);
+        buf[off % len] = edits[i + step - 1];
+    }
+    for (i = 0; i + 4 < len; i++) {
+        c ^= buf[i];
+        for (k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    c = ~c;
+    for (k = 0; k < 4; k++)
+        buf[len - 4 + k] = (uint8_t)(c >> (8 * k));
+}
+
 #endif /* SHARDD_FUZZ_H */

@@ -45,21 +45,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* The model file's checksum: CRC-32 (IEEE, reflected), as net.c writes. */
-static uint32_t crc32_ieee(const uint8_t *p, size_t n)
-{
-    uint32_t c = 0xFFFFFFFFu;
-    size_t i;
-    int k;
-
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
-
 static int same_io(const struct cost_net *a, const struct cost_net *b)
 {
     int i;
@@ -175,9 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *base;
     uint8_t *buf;
-    uint32_t crc;
-    size_t i, blen, step;
-    int k;
+    size_t blen, step;
 
     if (size == 0)
         return 0;
@@ -198,16 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf = malloc(blen);
     FUZZ_CHECK(buf != NULL);
     memcpy(buf, base, blen);
-    for (i = 1; i + step <= size; i += step) {
-        size_t off = (size_t)data[i] | (size_t)data[i + 1] << 8;
-
-        if (step == 4)
-            off |= (size_t)data[i + 2] << 16;
-        buf[off % blen] = data[i + step - 1];
-    }
-    crc = crc32_ieee(buf, blen - 4);
-    for (k = 0; k < 4; k++)
-        buf[blen - 4 + k] = (uint8_t)(crc >> (8 * k));
+    fuzz_edit_image(buf, blen, data + 1, size - 1, step);
     parse(buf, blen);
     free(buf);
     return 0;

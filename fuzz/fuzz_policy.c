@@ -42,21 +42,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* The policy file's checksum: CRC-32 (IEEE, reflected), as policy.c. */
-static uint32_t crc32_ieee(const uint8_t *p, size_t n)
-{
-    uint32_t c = 0xFFFFFFFFu;
-    size_t i;
-    int k;
-
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
-
 /* Four tables of dims 4 .. 32, a few MiB each. */
 static void make_tables(struct table t[4])
 {
@@ -146,9 +131,6 @@ static void parse(const uint8_t *buf, size_t len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t *buf;
-    uint32_t crc;
-    size_t i;
-    int k;
 
     if (size == 0)
         return 0;
@@ -164,14 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf = malloc(image_len);
     FUZZ_CHECK(buf != NULL);
     memcpy(buf, image, image_len);
-    for (i = 1; i + 3 <= size; i += 3) {
-        size_t off = ((size_t)data[i] | (size_t)data[i + 1] << 8) % image_len;
-
-        buf[off] = data[i + 2];
-    }
-    crc = crc32_ieee(buf, image_len - 4);
-    for (k = 0; k < 4; k++)
-        buf[image_len - 4 + k] = (uint8_t)(crc >> (8 * k));
+    fuzz_edit_image(buf, image_len, data + 1, size - 1, 3);
     parse(buf, image_len);
     free(buf);
     return 0;
