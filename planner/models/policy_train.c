@@ -37,12 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/models.h"
+#include "models/models_int.h"
 #include "problem/problem.h"
 
-#define ADAM_BETA1        0.9
-#define ADAM_BETA2        0.999
-#define ADAM_EPS          1e-8f
 #define PT_FAIL_PENALTY   2.0
 #define PT_TABLES_MAX     65536
 #define PT_EPISODES_MAX   1000
@@ -498,20 +495,8 @@ static void backward(struct trainer *tr, const uint32_t *order, size_t nt,
 
 static void adam_step(struct trainer *tr, double lr)
 {
-    float c1, c2, b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2;
-    float lrf = (float)lr, *p = tr->pn->p;
-    int i;
-
-    tr->step++;
-    c1 = (float)(1.0 / (1.0 - pow(ADAM_BETA1, (double)tr->step)));
-    c2 = (float)(1.0 / (1.0 - pow(ADAM_BETA2, (double)tr->step)));
-    for (i = 0; i < POL_NPARAMS; i++) {
-        float gi = tr->grad[i];
-
-        tr->m1[i] = b1 * tr->m1[i] + (1 - b1) * gi;
-        tr->m2[i] = b2 * tr->m2[i] + (1 - b2) * gi * gi;
-        p[i] -= lrf * (tr->m1[i] * c1) / (sqrtf(tr->m2[i] * c2) + ADAM_EPS);
-    }
+    models__adam(tr->pn->p, tr->grad, tr->m1, tr->m2, POL_NPARAMS, ++tr->step,
+                 lr);
 }
 
 /* ------------------------------------------------------------------------ */

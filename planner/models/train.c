@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/models.h"
+#include "models/models_int.h"
 #include "problem/problem.h"
 
 #define ADAM_BETA1        0.9
@@ -402,13 +402,25 @@ static const int weight_ranges[][2] = {
     {NET_W4, NET_B4},
 };
 
-static void adam_step(float *p, struct adam *a, int64_t step, double lr,
-                      double weight_decay)
+void models__adam(float *p, const float *g, float *m, float *v, size_t n,
+                  int64_t step, double lr)
 {
-    /* Bias-corrected moments (Kingma and Ba 2015, algorithm 1). */
+    /* Bias-corrected moments. */
     float c1 = (float)(1.0 / (1.0 - pow(ADAM_BETA1, (double)step)));
     float c2 = (float)(1.0 / (1.0 - pow(ADAM_BETA2, (double)step)));
     float b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2, lrf = (float)lr;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] -= lrf * (m[i] * c1) / (sqrtf(v[i] * c2) + ADAM_EPS);
+    }
+}
+
+static void adam_step(float *p, struct adam *a, int64_t step, double lr,
+                      double weight_decay)
+{
     /* Decoupled decay (AdamW): w -= lr * wd * w, apart from the Adam step
      * and from the loss, so the gradient stays that of the honest loss. */
     float keep = (float)(1.0 - lr * weight_decay);
@@ -419,13 +431,7 @@ static void adam_step(float *p, struct adam *a, int64_t step, double lr,
         for (r = 0; r < sizeof(weight_ranges) / sizeof(weight_ranges[0]); r++)
             for (i = weight_ranges[r][0]; i < weight_ranges[r][1]; i++)
                 p[i] *= keep;
-    for (i = 0; i < NET_NPARAMS; i++) {
-        float g = a->g[i];
-
-        a->m[i] = b1 * a->m[i] + (1 - b1) * g;
-        a->v[i] = b2 * a->v[i] + (1 - b2) * g * g;
-        p[i] -= lrf * (a->m[i] * c1) / (sqrtf(a->v[i] * c2) + ADAM_EPS);
-    }
+    models__adam(p, a->g, a->m, a->v, NET_NPARAMS, step, lr);
 }
 
 /* He-uniform weights for a [nout][nin] layer followed by a ReLU. */
@@ -438,7 +444,7 @@ static void init_layer(struct rng *g, float *w, int nout, int nin)
         w[i] = (float)((2.0 * rng_uniform(g) - 1.0) * bound);
 }
 
-static void shuffle(struct rng *g, size_t *a, size_t n)
+void models__shuffle(struct rng *g, size_t *a, size_t n)
 {
     size_t i, j, t;
 
@@ -450,8 +456,7 @@ static void shuffle(struct rng *g, size_t *a, size_t n)
     }
 }
 
-/* round(n * frac), at least 1 when frac > 0. */
-static size_t split_count(size_t n, double frac)
+size_t models__split_count(size_t n, double frac)
 {
     size_t k = (size_t)llround((double)n * frac);
 
@@ -611,7 +616,7 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
 
     for (i = 0; i < n; i++)
         t->pos[i] = i;
-    shuffle(&t->g, t->pos, n);
+    models__shuffle(&t->g, t->pos, n);
     if (t->p->split != NULL)
         for (k = 0; k < n; k++)
             t->p->split[t->pos[k]] = k < t->ntest ? TRAIN_SPLIT_TEST
@@ -697,7 +702,7 @@ static void run_epochs(struct trainer *t)
         double sse = 0, train_loss, val_loss, val_mape = 0, watch;
         int stop;
 
-        shuffle(&t->g, t->pos, t->ntrain);
+        models__shuffle(&t->g, t->pos, t->ntrain);
         for (i = 0; i < t->ntrain; i += nb) {
             int rows;
 
@@ -798,8 +803,8 @@ int net_train(const struct train_params *p, const struct train_sample *s,
 
     memset(&t, 0, sizeof(t));
     t.p = p;
-    t.ntest = split_count(n, p->test_frac);
-    t.nval = split_count(n, p->val_frac);
+    t.ntest = models__split_count(n, p->test_frac);
+    t.nval = models__split_count(n, p->val_frac);
     if (t.ntest + t.nval >= n) /* cannot happen for n >= 10, fracs < 0.9 */
         return sd_diag_set(d, SD_EINVAL, "train: no samples left to train on");
     t.first = t.ntest + t.nval;

@@ -16,12 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/models.h"
+#include "models/models_int.h"
 #include "problem/problem.h"
 
-#define ADAM_BETA1  0.9
-#define ADAM_BETA2  0.999
-#define ADAM_EPS    1e-8f
 #define MIN_SAMPLES 10
 
 static const int32_t hidden[] = {128, 64, 32, 16}; /* neuroshard.md 5.2 */
@@ -59,25 +56,6 @@ static double log_softplus(double o)
 static double dlog_softplus(double o)
 {
     return o < -30 ? 1 : 1 / (1 + exp(-o)) / net_softplus(o);
-}
-
-static void shuffle(struct rng *g, size_t *a, size_t n)
-{
-    size_t i, j, t;
-
-    for (i = n; i > 1; i--) {
-        j = (size_t)rng_below(g, i);
-        t = a[i - 1];
-        a[i - 1] = a[j];
-        a[j] = t;
-    }
-}
-
-static size_t split_count(size_t n, double frac)
-{
-    size_t k = (size_t)llround((double)n * frac);
-
-    return frac > 0 && k == 0 ? 1 : k;
 }
 
 /* Layer l's weights and bias in t->w. */
@@ -171,12 +149,7 @@ static double backward(struct ctrain *t, const size_t *pos, size_t nb,
 static void adam(struct ctrain *t, int64_t step)
 {
     const struct comm_net *c = t->c;
-    float c1 = (float)(1.0 / (1.0 - pow(ADAM_BETA1, (double)step)));
-    float c2 = (float)(1.0 / (1.0 - pow(ADAM_BETA2, (double)step)));
     float keep = (float)(1.0 - t->p->lr * t->p->weight_decay);
-    float b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2;
-    float lr = (float)t->p->lr;
-    size_t i;
     int32_t l;
 
     /* decoupled decay of the weight matrices, not the biases */
@@ -186,13 +159,7 @@ static void adam(struct ctrain *t, int64_t step)
         for (; w < bias; w++)
             *w *= keep;
     }
-    for (i = 0; i < c->nparams; i++) {
-        float g = t->g[i];
-
-        t->m[i] = b1 * t->m[i] + (1 - b1) * g;
-        t->v[i] = b2 * t->v[i] + (1 - b2) * g * g;
-        t->w[i] -= lr * (t->m[i] * c1) / (sqrtf(t->v[i] * c2) + ADAM_EPS);
-    }
+    models__adam(t->w, t->g, t->m, t->v, c->nparams, step, t->p->lr);
 }
 
 /* Loss and MAPE over samples [first, first + n) in minibatches. */
@@ -229,7 +196,7 @@ static void run_epochs(struct ctrain *t)
     for (epoch = 1; epoch <= p->max_epochs; epoch++) {
         double sse = 0, watch;
 
-        shuffle(&t->r, t->pos, t->ntrain);
+        models__shuffle(&t->r, t->pos, t->ntrain);
         for (i = 0; i < t->ntrain; i += nb) {
             nb = t->ntrain - i < t->bmax ? t->ntrain - i : t->bmax;
             forward(t, t->pos + i, nb);
@@ -301,7 +268,7 @@ static int prepare(struct ctrain *t, const struct comm_sample *s, size_t n,
                            "%d are needed",
                            m, (int)c->ndevices, MIN_SAMPLES);
     }
-    shuffle(&t->r, idx, m);
+    models__shuffle(&t->r, idx, m);
     t->x = malloc(m * (size_t)t->nin * sizeof(float));
     t->y = malloc(m * (size_t)t->nout * sizeof(float));
     if (t->x == NULL || t->y == NULL) {
@@ -321,8 +288,8 @@ static int prepare(struct ctrain *t, const struct comm_sample *s, size_t n,
         }
     free(idx);
     t->n = m;
-    t->ntest = split_count(m, t->p->test_frac);
-    t->nval = split_count(m, t->p->val_frac);
+    t->ntest = models__split_count(m, t->p->test_frac);
+    t->nval = models__split_count(m, t->p->val_frac);
     t->first = t->ntest + t->nval;
     t->ntrain = m - t->first;
     /* z-score constants of the training inputs (unbiased std) */
