@@ -20,6 +20,10 @@
 void models__adam(float *p, const float *g, float *m, float *v, size_t n,
                   int64_t step, double lr);
 
+/* He-uniform weights for a [nout][nin] layer followed by a ReLU: each in
+ * +-sqrt(6 / nin), drawn from g in order. */
+void models__init_layer(struct rng *g, float *w, int nout, int nin);
+
 /* Fisher-Yates shuffle of a[0 .. n) with g's draws. */
 void models__shuffle(struct rng *g, size_t *a, size_t n);
 

@@ -502,27 +502,17 @@ static void adam_step(struct trainer *tr, double lr)
 /* ------------------------------------------------------------------------ */
 /* Training                                                                  */
 
-/* He-uniform weights for a [nout][nin] layer; zero biases elsewhere. */
-static void init_layer(struct rng *g, float *w, int nout, int nin)
-{
-    double bound = sqrt(6.0 / nin);
-    int i;
-
-    for (i = 0; i < nout * nin; i++)
-        w[i] = (float)((2.0 * rng_uniform(g) - 1.0) * bound);
-}
-
 static void init_params(struct trainer *tr)
 {
     float *p = tr->pn->p;
 
     memset(p, 0, POL_NPARAMS * sizeof(float));
-    init_layer(&tr->g, p + POL_E1W, POL_H1, POL_IN);
-    init_layer(&tr->g, p + POL_E2W, POL_LAT, POL_H1);
-    init_layer(&tr->g, p + POL_C1W, POL_C1, POL_NCOST);
-    init_layer(&tr->g, p + POL_C2W, POL_C2, POL_C1);
-    init_layer(&tr->g, p + POL_H1W, POL_HH, POL_LAT + POL_C2);
-    init_layer(&tr->g, p + POL_H2W, 1, POL_HH);
+    models__init_layer(&tr->g, p + POL_E1W, POL_H1, POL_IN);
+    models__init_layer(&tr->g, p + POL_E2W, POL_LAT, POL_H1);
+    models__init_layer(&tr->g, p + POL_C1W, POL_C1, POL_NCOST);
+    models__init_layer(&tr->g, p + POL_C2W, POL_C2, POL_C1);
+    models__init_layer(&tr->g, p + POL_H1W, POL_HH, POL_LAT + POL_C2);
+    models__init_layer(&tr->g, p + POL_H2W, 1, POL_HH);
 }
 
 static int check_params(const struct policy_train_params *p, struct sd_diag *d)

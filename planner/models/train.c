@@ -434,8 +434,7 @@ static void adam_step(float *p, struct adam *a, int64_t step, double lr,
     models__adam(p, a->g, a->m, a->v, NET_NPARAMS, step, lr);
 }
 
-/* He-uniform weights for a [nout][nin] layer followed by a ReLU. */
-static void init_layer(struct rng *g, float *w, int nout, int nin)
+void models__init_layer(struct rng *g, float *w, int nout, int nin)
 {
     double bound = sqrt(6.0 / nin);
     int i;
@@ -669,10 +668,10 @@ static void init_params(struct trainer *t)
     double sum = 0;
     size_t k;
 
-    init_layer(&t->g, p + NET_W1, NET_H1, NET_IN);
-    init_layer(&t->g, p + NET_W2, NET_LAT, NET_H1);
-    init_layer(&t->g, p + NET_W3, NET_H2, NET_LAT);
-    init_layer(&t->g, p + NET_W4, 1, NET_H2);
+    models__init_layer(&t->g, p + NET_W1, NET_H1, NET_IN);
+    models__init_layer(&t->g, p + NET_W2, NET_LAT, NET_H1);
+    models__init_layer(&t->g, p + NET_W3, NET_H2, NET_LAT);
+    models__init_layer(&t->g, p + NET_W4, 1, NET_H2);
     for (k = t->first; k < t->first + t->ntrain; k++)
         sum += log(t->ds.ord[k].ms);
     p[NET_B4] = (float)softplus_inv(exp(sum / (double)t->ntrain));

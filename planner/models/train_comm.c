@@ -324,10 +324,9 @@ static void init_weights(struct ctrain *t)
 
     for (l = 0; l < t->c->nlayers; l++) {
         float *bias, *w = layer_w(t, l, &bias);
-        double bound = sqrt(6.0 / t->c->sizes[l]);
 
-        for (; w < bias; w++)
-            *w = (float)((2.0 * rng_uniform(&t->r) - 1.0) * bound);
+        (void)bias;
+        models__init_layer(&t->r, w, t->c->sizes[l + 1], t->c->sizes[l]);
     }
     for (k = t->first * (size_t)t->nout; k < t->n * (size_t)t->nout; k++)
         sum += log(t->y[k]);
