@@ -852,6 +852,9 @@ int32_t policy_env_lpt(const struct policy_env *e, uint32_t i);
  * stopped inference places the rest of a large task at once.
  */
 int32_t policy_env_least_loaded(const struct policy_env *e, uint32_t i);
+/* The legal device with the highest logit (ties: the lower id); -1 when
+ * none is legal.  What the policy picks from policy_env_logits(). */
+int32_t policy_argmax_legal(const double *logit, const bool *legal, int32_t n);
 
 /*
  * Places every table of e in its order with the policy's argmax (pn) or,

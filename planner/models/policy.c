@@ -570,7 +570,14 @@ double policy_env_cost(const struct policy_env *e)
     return maxr + maxc;
 }
 
-int32_t policy_env_lpt(const struct policy_env *e, uint32_t i)
+/*
+ * The legal device of lowest ready time (compute + backward exchange) for
+ * table i: with the table scored into each device's compute (the model-cost
+ * LPT), or with the device's compute as placed (least loaded).  Ties: less
+ * memory used, lower id.  -1 if none fits.
+ */
+static int32_t lowest_ready(const struct policy_env *e, uint32_t i,
+                            bool with_table)
 {
     const float *pi = e->proj + (size_t)i * NET_H2;
     int32_t r, best = -1, per = e->t->devices_per_host, w = e->tables[i].dim;
@@ -580,15 +587,17 @@ int32_t policy_env_lpt(const struct policy_env *e, uint32_t i)
         const float *zr = e->z + (size_t)r * NET_H2;
         uint64_t cap = topology_mem(e->t, r);
         float z[NET_H2];
-        double v;
+        double v = e->compute[r];
         int k;
 
         if (e->used[r] > cap || e->bytes[i] > cap - e->used[r])
             continue;
-        for (k = 0; k < NET_H2; k++)
-            z[k] = zr[k] + pi[k];
-        v = head_ms(e, z) +
-            comm_of(e, e->dims[r] + w, e->host[r / per] + w, e->total + w);
+        if (with_table) {
+            for (k = 0; k < NET_H2; k++)
+                z[k] = zr[k] + pi[k];
+            v = head_ms(e, z);
+        }
+        v += comm_of(e, e->dims[r] + w, e->host[r / per] + w, e->total + w);
         if (best < 0 || v < best_v ||
             (v == best_v && e->used[r] < e->used[best])) {
             best = r;
@@ -596,32 +605,19 @@ int32_t policy_env_lpt(const struct policy_env *e, uint32_t i)
         }
     }
     return best;
+}
+
+int32_t policy_env_lpt(const struct policy_env *e, uint32_t i)
+{
+    return lowest_ready(e, i, true);
 }
 
 int32_t policy_env_least_loaded(const struct policy_env *e, uint32_t i)
 {
-    int32_t r, best = -1, per = e->t->devices_per_host, w = e->tables[i].dim;
-    double best_v = 0;
-
-    for (r = 0; r < e->t->ndevices; r++) {
-        uint64_t cap = topology_mem(e->t, r);
-        double v;
-
-        if (e->used[r] > cap || e->bytes[i] > cap - e->used[r])
-            continue;
-        v = e->compute[r] +
-            comm_of(e, e->dims[r] + w, e->host[r / per] + w, e->total + w);
-        if (best < 0 || v < best_v ||
-            (v == best_v && e->used[r] < e->used[best])) {
-            best = r;
-            best_v = v;
-        }
-    }
-    return best;
+    return lowest_ready(e, i, false);
 }
 
-/* The legal device with the highest logit (ties: the lower id). */
-static int32_t argmax_legal(const double *logit, const bool *legal, int32_t n)
+int32_t policy_argmax_legal(const double *logit, const bool *legal, int32_t n)
 {
     int32_t r, best = -1;
 
@@ -652,7 +648,7 @@ int policy_env_rollout(struct policy_env *e, struct sd_diag *d)
         if (e->pn != NULL) {
             policy_env_features(e, i, x, legal);
             policy_env_logits(e, x, legal, logit);
-            r = argmax_legal(logit, legal, nd);
+            r = policy_argmax_legal(logit, legal, nd);
         } else {
             r = policy_env_lpt(e, i);
         }

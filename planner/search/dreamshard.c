@@ -59,17 +59,6 @@ static int no_room(const struct policy_env *e, const struct table *tb,
                        (unsigned long long)(need - best));
 }
 
-/* The legal device with the highest logit (ties: the lower id). */
-static int32_t argmax_legal(const double *logit, const bool *legal, int32_t n)
-{
-    int32_t r, best = -1;
-
-    for (r = 0; r < n; r++)
-        if (legal[r] && (best < 0 || logit[r] > logit[best]))
-            best = r;
-    return best;
-}
-
 /* Checks what dreamshard needs besides the tables: a model, a policy for
  * it, pins that fit. */
 static int check_needs(const struct table *tables, size_t ntables,
@@ -129,7 +118,7 @@ static int place_all(struct policy_env *e, const struct table *tables,
         } else {
             policy_env_features(e, i, x, legal);
             policy_env_logits(e, x, legal, logit);
-            r = argmax_legal(logit, legal, nd);
+            r = policy_argmax_legal(logit, legal, nd);
             *evaluations += nd;
         }
         if (r < 0) {
