@@ -16,6 +16,7 @@
 #include <grpc/support/time.h>
 
 #include "client.h"
+#include "wire.h"
 
 /* Large plans of thousands of tables come back in one message. */
 #define RPC_MAX_RECV_BYTES (64 << 20)
@@ -38,31 +39,9 @@ struct rpc_client {
     char *auth;                /* "Bearer TOKEN", or NULL for none */
 };
 
-static const char *const code_names[] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
 const char *rpc_code_name(int code)
 {
-    if (code < 0 || (size_t)code >= sizeof(code_names) / sizeof(code_names[0]))
-        return "UNKNOWN";
-    return code_names[code];
+    return wire_status_name(code);
 }
 
 int rpc_exit_code(int code)

@@ -9,29 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wire.h"
+
 const double metrics_bucket_le[METRICS_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
     0.5,   1,      2.5,   5,    10,    30,   60};
-
-static const char *const code_names[METRICS_CODES] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
 
 static const char *const lane_names[METRICS_LANES] = {"small", "big"};
 
@@ -42,7 +24,7 @@ void metrics_init(struct metrics *m)
 
 const char *metrics_code_name(int code)
 {
-    return code >= 0 && code < METRICS_CODES ? code_names[code] : "UNKNOWN";
+    return wire_status_name(code);
 }
 
 void metrics_observe(struct metrics *m, size_t method, int code, double seconds,
@@ -206,7 +188,8 @@ void metrics_render(struct metrics *m, const char *const *paths, size_t npaths,
                 continue;
             mtext_printf(t, "shardd_grpc_server_handled_total{");
             method_labels(t, paths[i]);
-            mtext_printf(t, ",grpc_code=\"%s\"} %llu\n", code_names[c], v);
+            mtext_printf(t, ",grpc_code=\"%s\"} %llu\n", wire_status_name(c),
+                         v);
         }
     mtext_head(t, "shardd_grpc_server_handling_seconds", "histogram",
                "Time from a unary call's arrival to its answer, by method and "

@@ -1247,3 +1247,28 @@ int wire_spread_in(const Shardd__V1__PredictionSpread *in, int32_t ndev,
     }
     return 0;
 }
+
+const char *wire_status_name(int code)
+{
+    static const char *const names[WIRE_STATUS_CODES] = {
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+
+    return code >= 0 && code < WIRE_STATUS_CODES ? names[code] : "UNKNOWN";
+}

@@ -238,4 +238,12 @@ Shardd__V1__InputNote **wire_notes_out(struct wire_arena *a,
 int wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len,
               struct sd_diag *d);
 
+/*
+ * The name of gRPC status code `code` (google.rpc.Code: "OK" for 0 ..
+ * "UNAUTHENTICATED" for 16), as the daemon's metrics and shardctl print
+ * it; "UNKNOWN" for any other number.
+ */
+#define WIRE_STATUS_CODES 17
+const char *wire_status_name(int code);
+
 #endif /* SHARDD_WIRE_H */
