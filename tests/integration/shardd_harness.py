@@ -8,6 +8,7 @@ can be called too).
 Only the standard library, python3-grpcio, python3-grpc-tools and
 python3-protobuf (Debian packages) are used.
 """
+import functools
 import math
 import os
 import random
@@ -247,6 +248,7 @@ def capacity(topo, d):
 # ---------------------------------------------------------------------------
 # The daemon
 
+@functools.lru_cache(maxsize=None)
 def sanitized(binary):
     """Whether binary runs under a sanitizer (ASan or TSan): several times
     slower, and its RSS is not its own."""
