@@ -133,6 +133,7 @@ struct ctl_opts {
     const char *hold_out;        /* train --hold-out-family */
     int64_t ensemble;            /* train --ensemble K */
     double quantile;             /* plan --quantile (offline); < 0: none */
+    double row_blocks; /* profile --row-blocks (share); < 0: the default */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */

@@ -302,6 +302,48 @@ out:
     return rv;
 }
 
+/*
+ * The errors of predictions pred on the picked samples (pick NULL: all)
+ * made of row blocks (source PROF_SOURCE_ROWS, profiler.h) and on the
+ * others, whole tables, as two lines labelled `split`; nothing when none
+ * is picked.  0 or SD_ENOMEM.
+ */
+static int print_row_blocks(FILE *out, const struct store_sample *smp,
+                            const double *pred, size_t n, const bool *pick,
+                            const char *split)
+{
+    static const char *const shape[2] = {"whole tables", "row blocks"};
+    struct net_errors e;
+    double *p, *m;
+    size_t i, cnt;
+    int rows, rv = 0;
+
+    p = malloc(2 * (n ? n : 1) * sizeof(*p));
+    if (p == NULL)
+        return SD_ENOMEM;
+    m = p + (n ? n : 1);
+    for (rows = 0; rows < 2 && rv == 0; rows++) {
+        cnt = 0;
+        for (i = 0; i < n; i++) {
+            if ((pick != NULL && !pick[i]) ||
+                (strcmp(smp[i].source, PROF_SOURCE_ROWS) == 0) != rows)
+                continue;
+            p[cnt] = pred[i];
+            m[cnt] = smp[i].measured_ms;
+            cnt++;
+        }
+        if (cnt == 0)
+            continue;
+        rv = net_errors(p, m, cnt, &e);
+        if (rv == 0)
+            fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n",
+                    shape[rows], split, cnt, 100 * e.mape, 100 * e.p90,
+                    100 * e.signed_median);
+    }
+    free(p);
+    return rv;
+}
+
 /* Stores member 0 with its metrics as a new model version. */
 static int fit_store(struct store *st, const struct store_profile *prof,
                      const struct fit *f, const struct ctl_family_row *rows,
@@ -363,6 +405,9 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
            100 * m->metrics.test_mape, (int)m->metrics.epochs,
            (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
     ctl_print_family_rows(stdout, rows, nrows, "test");
+    printf("by shape (row blocks: the profiler's row-block samples):\n");
+    if (print_row_blocks(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
+        return ctl_fail(1, "train: out of memory");
     if (f->ens.k > 1 && f->nfit < f->n)
         print_ensemble_rows(f, hold);
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
@@ -534,6 +579,9 @@ static int score_report(const struct ctl_opts *o, const char *profile,
            100 * e.mape, 100 * e.median, 100 * e.p90, 100 * e.signed_median);
     printf("by family (the samples' families; mix: a shard of several):\n");
     ctl_print_family_rows(stdout, rows, nrows, "all");
+    printf("by shape (row blocks: the profiler's row-block samples):\n");
+    if (print_row_blocks(stdout, smp, pred, n, NULL, "all") != 0)
+        return ctl_fail(1, "score: out of memory");
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }
 

@@ -85,6 +85,8 @@ int measure_profile(const struct ctl_opts *o)
             return ctl_fail(CTL_EXIT_USAGE, "profile: --family: %s", d.msg);
         prof_run_params_family(&pp, fam);
     }
+    if (o->row_blocks >= 0)
+        pp.p_rows = o->row_blocks;
     pp.be = ctl_pick_backend(o->backend);
     if (pp.be == NULL)
         return CTL_EXIT_USAGE;

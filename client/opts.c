@@ -83,10 +83,12 @@ static const char usage_text[] =
     "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
-    "              [--max-gb G] [TIMING]\n"
+    "              [--family NAME|mix] [--row-blocks F] [--max-gb G] [TIMING]\n"
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
     "      default 4) into the store (resumable; Ctrl-C keeps every\n"
-    "      committed sample).\n"
+    "      committed sample).  Tables of every family by default (mix); a\n"
+    "      share F of the samples (default 0.25; 0 for dlrm) are shards of\n"
+    "      row blocks, each table cut to 1/2 .. 1/64 of its rows.\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
     "              [--backend cpu|cuda] [--out FILE]\n"
@@ -359,6 +361,7 @@ static const struct opt_def opt_defs[] = {
     {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
     {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
+    {"row-blocks", ARG, O(row_blocks), CMD(PROFILE), set_real, 0, 1},
     /* import-model and comm-fit */
     {"neuroshard", ARG, O(neuroshard), CMD(IMPORT_MODEL), set_str, 0, 0},
     {"comm-fw", ARG, O(comm_fw), CMD(IMPORT_MODEL), set_str, 0, 0},
@@ -583,6 +586,7 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     o->warmup = -1;       /* unset: 0 is a valid count */
     o->weight_decay = -1; /* unset: 0 is plain Adam */
     o->quantile = -1;     /* unset: 0 is the members' least */
+    o->row_blocks = -1;   /* unset: 0 is none */
     if (argc < 2) {
         ctl_usage(stderr);
         return CTL_EXIT_USAGE;

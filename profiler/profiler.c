@@ -136,6 +136,7 @@ void prof_run_params_default(struct prof_run_params *p)
     p->family = FAMILY_MIX;
     p->pool_tables = FAMILY_COUNT * PROF_FAMILY_TABLES;
     p->commit_every = 8;
+    p->p_rows = PROF_P_ROWS;
     sample_params_default(&p->shape);
     kern_timing_opts_default(&p->timing);
 }
@@ -144,10 +145,47 @@ void prof_run_params_family(struct prof_run_params *p, int family)
 {
     prof_run_params_default(p);
     p->family = family;
-    if (family == FAMILY_DLRM)
+    if (family == FAMILY_DLRM) {
         p->pool_tables = SYNTH_DEFAULT_TABLES;
-    else if (family != FAMILY_MIX)
+        p->p_rows = 0; /* NeuroShard's shards, as before */
+    } else if (family != FAMILY_MIX)
         p->pool_tables = PROF_FAMILY_TABLES;
+}
+
+/* The stream row blocks are drawn from: apart from the shards' own. */
+#define PROF_ROWS_STREAM 0x726f77626c6f636bull /* "rowblock" */
+
+/*
+ * Cuts *t to one row block: k = 2 .. 64 blocks of ceil(rows / k) rows
+ * (TorchRec's row-wise geometry), one of them drawn.  A block no lookup
+ * lands in leaves the table whole (a shard with nothing to time says
+ * nothing).  *cut is set when it was cut.
+ */
+static int cut_row_block(struct rng *g, struct trace *t, bool *cut)
+{
+    struct trace b;
+    int64_t k = (int64_t)1 << (1 + rng_below(g, 6));
+    int64_t per, nblocks, first;
+    int rv;
+
+    *cut = false;
+    if (k > t->rows)
+        k = t->rows;
+    if (k < 2)
+        return 0;
+    per = (t->rows + k - 1) / k;
+    nblocks = (t->rows + per - 1) / per;
+    first = (int64_t)rng_below(g, (uint64_t)nblocks) * per;
+    rv = trace_row_block(t, first,
+                         per < t->rows - first ? per : t->rows - first, &b);
+    if (rv != 0 || b.nindices == 0) {
+        trace_destroy(&b);
+        return rv;
+    }
+    trace_destroy(t);
+    *t = b;
+    *cut = true;
+    return 0;
 }
 
 void prof_family_label(int pool_family, const size_t *idx, size_t k, char *out,
@@ -200,7 +238,6 @@ static int draw_shard(const struct prof_run_params *p, struct rng *g,
     return rv;
 }
 
-/* One sample: draw shard i, make its traces, time it, fill *s. */
 /*
  * Draws sample shard `g` (neuroshard.md 2.2) until it fits the memory
  * budget too: the draws continue the same stream, so sample i stays the
@@ -230,6 +267,8 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
     return SD_EINVAL;
 }
 
+/* One sample: draw shard i (row blocks of its tables with p->p_rows),
+ * make its traces, time it, fill *s. */
 static int measure_sample(const struct prof_run_params *p,
                           const struct family_params *sp,
                           const struct table *pool, uint64_t i,
@@ -240,10 +279,13 @@ static int measure_sample(const struct prof_run_params *p,
     struct trace traces[64];
     struct prof_item items[64];
     struct kern_timing tm;
-    struct rng g;
+    struct rng g, gr;
+    bool rows, cut, any_cut = false;
     int rv;
 
     rng_seed(&g, rng_derive(p->seed, i));
+    rng_seed(&gr, rng_derive(p->seed ^ PROF_ROWS_STREAM, i));
+    rows = p->p_rows > 0 && rng_uniform(&gr) < p->p_rows;
     rv = draw_within(p, &g, pool, idx, dims, &k);
     if (rv != 0)
         return sd_diag_set(d, rv,
@@ -260,6 +302,10 @@ static int measure_sample(const struct prof_run_params *p,
             break;
         }
         rv = family_trace(sp, idx[j], &traces[j], NULL);
+        if (rv == 0 && rows) {
+            rv = cut_row_block(&gr, &traces[j], &cut);
+            any_cut |= cut;
+        }
         if (rv != 0)
             break;
         items[j].trace = &traces[j];
@@ -279,6 +325,8 @@ static int measure_sample(const struct prof_run_params *p,
     if (rv != 0)
         return rv;
     s->ntables = k;
+    if (any_cut)
+        snprintf(s->source, sizeof(s->source), "%s", PROF_SOURCE_ROWS);
     prof_family_label(p->family, idx, k, s->family, sizeof(s->family));
     s->measured_ms = tm.median_ms;
     s->spread_ms = tm.p90_ms - tm.p10_ms;
@@ -319,7 +367,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     memset(res, 0, sizeof(*res));
     if (p->shape.max_tables == 0 || p->shape.max_tables > 64 ||
         p->commit_every == 0 || p->pool_tables == 0 || p->family < 0 ||
-        p->family > FAMILY_MIX)
+        !(p->p_rows >= 0 && p->p_rows <= 1) || p->family > FAMILY_MIX)
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
     rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
                            sizeof(res->profile), d);

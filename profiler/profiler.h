@@ -100,6 +100,16 @@ struct prof_run_params {
     size_t commit_every;     /* samples per transaction, default 8 */
     struct sample_params shape;
     struct kern_timing_opts timing;
+    /*
+     * The share of samples whose tables are row blocks (PROF_P_ROWS for the
+     * families, 0 for dlrm alone): each table of such a shard is cut to one
+     * block of 1/k of its rows (k = 2 .. 64, TorchRec's row-wise geometry)
+     * with the lookups of the table's trace that fall in it
+     * (trace_row_block()), so the features are the block's own.  Drawn
+     * from a stream of its own: the shards drawn stay those of the seed.
+     * Such samples have source "row-blocks".
+     */
+    double p_rows;
     /* Set (e.g. by a signal handler) to stop after the current sample;
      * what was measured is committed.  May be NULL. */
     volatile sig_atomic_t *stop;
@@ -136,6 +146,11 @@ void prof_run_params_default(struct prof_run_params *p);
  * its default pool size.
  */
 void prof_run_params_family(struct prof_run_params *p, int family);
+
+/* The default share of row-block samples of a family pool (p_rows). */
+#define PROF_P_ROWS 0.25
+/* The source of a sample of row blocks (store_sample.source). */
+#define PROF_SOURCE_ROWS "row-blocks"
 
 /* A shard of a mixed pool is drawn from all the families this often. */
 #define PROF_P_MIXED 0.25

@@ -196,6 +196,18 @@ int trace_to_table(const struct trace *t, struct table *out);
 /* Releases n traces (trace_destroy()) and the array; NULL-safe. */
 void trace_array_free(struct trace *traces, size_t n);
 
+/*
+ * The lookups one row block of t sees: rows [first, first + count) of t as
+ * a table of `count` rows (ids shifted down by first), every bag of t kept
+ * with the ids that fall in the block (so some bags may be empty).  What
+ * the device holding that block of a row-wise sharded table looks up, for
+ * measuring it and for its exact features (trace_to_table()).  *out owns
+ * its arrays (trace_destroy()).  Returns 0, SD_EINVAL (a block outside t,
+ * or t breaks its invariants) or SD_ENOMEM.
+ */
+int trace_row_block(const struct trace *t, int64_t first, int64_t count,
+                    struct trace *out);
+
 /* ------------------------------------------------------------------------ */
 /* Random numbers (rng.c): seeded and reproducible on every platform.       */
 

@@ -265,3 +265,39 @@ int trace_to_table(const struct trace *t, struct table *out)
     *out = tab;
     return 0;
 }
+
+int trace_row_block(const struct trace *t, int64_t first, int64_t count,
+                    struct trace *out)
+{
+    struct trace b;
+    int64_t j, bag, n = 0;
+
+    if (!is_well_formed(t) || first < 0 || count < 1 || first >= t->rows ||
+        count > t->rows - first)
+        return SD_EINVAL;
+    for (j = 0; j < t->nindices; j++)
+        if (t->indices[j] >= first && t->indices[j] - first < count)
+            n++;
+    memset(&b, 0, sizeof(b));
+    memcpy(b.name, t->name, sizeof(b.name));
+    b.rows = count;
+    b.dim = t->dim;
+    b.nbags = t->nbags;
+    b.nindices = n;
+    b.offsets = malloc(((size_t)t->nbags + 1) * sizeof(*b.offsets));
+    b.indices = malloc((n ? (size_t)n : 1) * sizeof(*b.indices));
+    if (b.offsets == NULL || b.indices == NULL) {
+        trace_destroy(&b);
+        return SD_ENOMEM;
+    }
+    n = 0;
+    for (bag = 0; bag < t->nbags; bag++) {
+        b.offsets[bag] = n;
+        for (j = t->offsets[bag]; j < t->offsets[bag + 1]; j++)
+            if (t->indices[j] >= first && t->indices[j] - first < count)
+                b.indices[n++] = t->indices[j] - first;
+    }
+    b.offsets[t->nbags] = n;
+    *out = b;
+    return 0;
+}

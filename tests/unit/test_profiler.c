@@ -88,6 +88,57 @@ static void test_run_and_resume(void)
     store_close(b);
 }
 
+/*
+ * With p_rows = 1 every sample is a shard of row blocks: its tables have
+ * fewer rows than the pool's table they were cut from (and no more than
+ * half, k >= 2), features of their own lookups, source "row-blocks"; the
+ * shards drawn are those of p_rows = 0 (a stream of their own).
+ */
+static void test_row_blocks(void)
+{
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *a = open_db("rows.db"), *b = open_db("whole.db");
+    struct store_sample *sa = NULL, *sb = NULL;
+    size_t na = 0, nb = 0, i, t, cut = 0, before;
+    struct sd_diag d;
+
+    CHECK(a != NULL && b != NULL);
+    if (a == NULL || b == NULL)
+        return;
+    params(&p, 6);
+    p.p_rows = 1;
+    CHECK(prof_run(a, &p, &r, &d) == 0 && r.added == 6);
+    load(a, r.profile_id, &sa, &na);
+    p.p_rows = 0;
+    CHECK(prof_run(b, &p, &r, &d) == 0 && r.added == 6);
+    load(b, r.profile_id, &sb, &nb);
+    CHECK(na == 6 && nb == 6);
+    for (i = 0; i < na && i < nb; i++) {
+        CHECK(strcmp(sb[i].source, "random") == 0);
+        CHECK(sa[i].ntables == sb[i].ntables);
+        before = cut;
+        for (t = 0; t < sa[i].ntables && t < sb[i].ntables; t++) {
+            CHECK(strcmp(sa[i].tables[t].name, sb[i].tables[t].name) == 0);
+            CHECK(sa[i].tables[t].dim == sb[i].tables[t].dim);
+            if (sa[i].tables[t].rows == sb[i].tables[t].rows)
+                continue; /* no lookup in the block drawn: kept whole */
+            cut++;
+            CHECK(2 * sa[i].tables[t].rows <= sb[i].tables[t].rows + 1);
+            CHECK(sa[i].tables[t].pooling_factor <
+                  sb[i].tables[t].pooling_factor);
+        }
+        CHECK(strcmp(sa[i].source,
+                     cut > before ? PROF_SOURCE_ROWS : "random") == 0);
+        CHECK(sa[i].measured_ms > 0);
+    }
+    CHECK(cut > 0);
+    store_samples_free(sa, na);
+    store_samples_free(sb, nb);
+    store_close(a);
+    store_close(b);
+}
+
 static void test_stop(void)
 {
     volatile sig_atomic_t stop = 1;
@@ -158,6 +209,7 @@ int main(void)
     if (mkdtemp(dir) == NULL)
         return 1;
     test_run_and_resume();
+    test_row_blocks();
     test_stop();
     test_eval_plan();
     rv = tap_done();

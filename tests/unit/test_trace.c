@@ -564,6 +564,50 @@ static void test_file_corrupt(void)
         trace_destroy(&t[i]);
 }
 
+/* A row block keeps every bag, with the ids that fall in it shifted down
+ * to the block's first row, in their order; blocks outside the table are
+ * refused. */
+static void test_row_block(void)
+{
+    /* rows 0..9; bags {1, 7, 3}, {}, {9, 4, 4}, {0} */
+    static const int64_t off[] = {0, 3, 3, 6, 7};
+    static const int64_t idx[] = {1, 7, 3, 9, 4, 4, 0};
+    static const int64_t want_off[] = {0, 1, 1, 3, 3};
+    static const int64_t want_idx[] = {0, 1, 1}; /* rows 3, 4, 4 of [3, 6) */
+    struct trace t = make("rb", 10, off, 4, idx), b, last;
+    double pf = 0;
+    int k;
+
+    CHECK(trace_row_block(&t, 3, 3, &b) == 0);
+    CHECK(b.rows == 3 && b.nbags == 4 && b.nindices == 3 && b.dim == 16);
+    CHECK(strcmp(b.name, "rb") == 0);
+    for (k = 0; k <= 4; k++)
+        CHECK(b.offsets[k] == want_off[k]);
+    for (k = 0; k < 3 && k < b.nindices; k++)
+        CHECK(b.indices[k] == want_idx[k]);
+    CHECK(trace_validate(&b, NULL) == 0);
+    /* its features are the block's own: 3 lookups over 4 bags, 2 rows */
+    {
+        double bins[TABLE_NBINS];
+
+        CHECK(trace_features(&b, bins, &pf) == 0);
+        CHECK_NEAR(pf, 0.75, 1e-12);
+    }
+    /* the last rows, and a block no lookup lands in */
+    CHECK(trace_row_block(&t, 9, 1, &last) == 0);
+    CHECK(last.nindices == 1 && last.indices[0] == 0 && last.offsets[3] == 1);
+    trace_destroy(&last);
+    CHECK(trace_row_block(&t, 5, 2, &last) == 0);
+    CHECK(last.nindices == 0 && last.offsets[4] == 0);
+    trace_destroy(&last);
+    CHECK(trace_row_block(&t, 8, 3, &last) == SD_EINVAL);
+    CHECK(trace_row_block(&t, -1, 2, &last) == SD_EINVAL);
+    CHECK(trace_row_block(&t, 0, 0, &last) == SD_EINVAL);
+    CHECK(trace_row_block(&t, 10, 1, &last) == SD_EINVAL);
+    trace_destroy(&b);
+    trace_destroy(&t);
+}
+
 int main(void)
 {
     test_features_small();
@@ -572,6 +616,7 @@ int main(void)
     test_features_empty();
     test_features_large();
     test_to_table();
+    test_row_block();
     test_validate();
     test_file_round_trip();
     test_file_corrupt();
