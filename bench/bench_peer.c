@@ -465,7 +465,7 @@ static bool plan_row(int row, const struct task *tk, const struct cost_net *net,
         tw_cw = calloc(tk->ntables, sizeof(*tw_cw));
         for (k = 0; tw_cw != NULL && k < tk->ntables; k++)
             tw_cw[k] = (struct table_constraint){
-                (1u << SCHEME_TW) | (1u << SCHEME_CW), 0, false, -1};
+                .schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW), .host = -1};
         o.constraints = tw_cw;
     }
     if (row == PLAN_ALG_NEUROSHARD + V_ORIGINAL) {

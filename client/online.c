@@ -91,6 +91,39 @@ static int shown_topology(const struct topology *asked,
 /* ---------------------------------------------------------------------- */
 /* plan                                                                    */
 
+/* The batch shardd planned at: the one asked, else the answering model's,
+ * the last part of its profile ("cpu/MODEL/4096"); 0 when neither is
+ * known. */
+static int64_t served_batch(int64_t asked, const Shardd__V1__CostBasis *basis)
+{
+    const char *slash = basis != NULL && basis->profile != NULL
+                            ? strrchr(basis->profile, '/')
+                            : NULL;
+
+    if (asked > 0)
+        return asked;
+    return slash != NULL ? strtoll(slash + 1, NULL, 10) : 0;
+}
+
+/* The bins shardd derived for the tables sent without them, derived here
+ * the same way (at its batch) for the printers: a cached table's miss rate
+ * comes from them. */
+static void shown_bins(struct tables_input *in, int64_t batch)
+{
+    size_t i;
+
+    for (i = 0; batch > 0 && i < in->n; i++) {
+        const struct table_spec *sp = &in->specs[i];
+        struct table *t = &in->tables[i];
+
+        if (!sp->has_bins &&
+            bins_derive(t->rows, t->pooling_factor, batch,
+                        sp->zipf_s > 0 ? sp->zipf_s : DERIVE_ZIPF_DEFAULT,
+                        t->bins) != 0)
+            memset(t->bins, 0, sizeof(t->bins));
+    }
+}
+
 /*
  * Rewrites the unknown figures of a JSON text as null.  Patterns include
  * their key, so that no table name can match: inside a JSON string every
@@ -243,6 +276,7 @@ static int online_plan(struct online *on)
     struct plan p;
     uint64_t *caps = NULL, *shown = NULL;
     int32_t *pins = NULL;
+    int64_t batch;
     size_t n;
     int rv;
 
@@ -300,11 +334,16 @@ static int online_plan(struct online *on)
         goto out_response;
     }
     /* The printers take the capacities and hosts from a topology. */
+    batch = served_batch(o->batch, resp->basis);
+    shown_bins(&in, batch);
     if (shown_topology(&asked, resp->devices, (int32_t)o->devices, &topo,
-                       &shown) != 0)
+                       &shown) != 0) {
         rv = ctl_fail(1, "plan: out of memory");
-    else
+    } else {
+        if (batch > 0)
+            topo.batch_size = batch;
         rv = print_plan(o, &p, &in, &topo, resp->spread);
+    }
     free(shown);
     plan_destroy(&p);
 out_response:

@@ -196,6 +196,8 @@ static uint64_t request_hash(const struct table *tables, size_t n,
             sd_fnv_u64(&hs, (uint64_t)(int64_t)c->min_row_shards);
             sd_fnv_u64(&hs, c->no_split);
             sd_fnv_u64(&hs, (uint64_t)(int64_t)c->host);
+            sd_fnv_u64(&hs, c->tiers);
+            sd_fnv_real(&hs, c->cache_load_factor);
         }
     }
     if (o->beam_evaluations != PLAN_BEAM_EVALUATIONS) {

@@ -981,7 +981,7 @@ Shardd__V1__TablePlacement **wire_placements_out(struct wire_arena *a,
             sh->row_offset = p->shards[k].row_offset;
             sh->row_count = shard_rows(&tables[i], &p->shards[k]);
             sh->compute_kernel = wire_tier_out(p->shards[k].tier);
-            sh->cache_load_factor = p->shards[k].cache_load_factor;
+            sh->cache_load_factor = tier_load_factor(&p->shards[k]);
             sh_ptrs[k] = sh;
             tp->n_shards++;
         }

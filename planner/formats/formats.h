@@ -541,6 +541,9 @@ enum trec_key {
  * bits, comma-separated, into buf (cut to size). */
 uint32_t trec_sharding_parse(const char *s);
 uint32_t trec_kernel_parse(const char *s);
+/* The memory tiers (bits 1 << enum table_tier) of a set of TREC_CK_* bits:
+ * fused, fused_uvm and fused_uvm_caching; 0 when it has none of them. */
+uint32_t trec_kernel_tiers(uint32_t kernels);
 void trec_sharding_names(uint32_t bits, char *buf, size_t size);
 void trec_kernel_names(uint32_t bits, char *buf, size_t size);
 
@@ -620,11 +623,14 @@ int tables_input_init(struct tables_input *in, enum tables_form form, size_t n);
 void tables_input_destroy(struct tables_input *in);
 
 /*
- * The sharding types of TorchRec constraints as per-table constraints
- * (plan_options.constraints): for tables with sharding types and no
- * constraint in *cons yet (NULL: made here, owned by the caller, when any
- * table has them).  table_column_wise counts as column_wise.  0 or
- * SD_ENOMEM.
+ * TorchRec constraints as per-table constraints (plan_options.constraints),
+ * for tables that have them and no constraint of that kind in *cons yet
+ * (NULL: made here, owned by the caller, when any table has them): the
+ * sharding types as schemes (table_column_wise counts as column_wise), the
+ * compute kernels as tiers (trec_kernel_tiers()) and cache_params'
+ * load_factor as the cache load factor where caching is allowed (one
+ * outside (0, 1) is left out here; tables_input_resolve() refuses it).  0
+ * or SD_ENOMEM.
  */
 int tables_input_constraints(const struct tables_input *in,
                              struct table_constraint **cons);
@@ -638,9 +644,12 @@ int tables_input_constraints(const struct tables_input *in,
  *  - TorchRec's form: a pooling factor not given (TorchRec's default 1.0),
  *    several features summed into one bag; sharding types: whole_tables
  *    when every table allows only table_wise, a note for each table whose
- *    types cannot be honoured; compute kernels without fused, min_partition,
- *    batch sizes other than `batch`, is_weighted, cache_params and the
- *    TREC_KEY_* keys: not applied yet, and why;
+ *    types cannot be honoured; compute kernels: the tiers applied (noted
+ *    unless fused alone), kernels without a tier noted as not applied;
+ *    cache_params: its load_factor in (0, 1) (else SD_EINVAL) applied
+ *    where caching is allowed; min_partition, batch sizes other than
+ *    `batch`, is_weighted and the TREC_KEY_* keys: not applied yet, and
+ *    why;
  * then checks every table (table_validate_all()).  Call it once.  Returns
  * 0, SD_EINVAL (d names the table and field) or SD_ENOMEM.
  */

@@ -378,23 +378,113 @@ static int note_sharding(struct tables_input *in, size_t i)
     return 0;
 }
 
-/* Compute kernels, min_partition, batch sizes, weights, caching. */
-static int note_kernels(struct tables_input *in, size_t i, int64_t batch)
+/* The kernels shardd plans as memory tiers. */
+#define TREC_CK_TIERS                                                          \
+    (TREC_CK_FUSED | TREC_CK_FUSED_UVM | TREC_CK_FUSED_UVM_CACHING)
+
+uint32_t trec_kernel_tiers(uint32_t ck)
+{
+    uint32_t tiers = 0;
+
+    if (ck & TREC_CK_FUSED)
+        tiers |= 1u << TIER_HBM;
+    if (ck & TREC_CK_FUSED_UVM)
+        tiers |= 1u << TIER_UVM;
+    if (ck & TREC_CK_FUSED_UVM_CACHING)
+        tiers |= 1u << TIER_UVM_CACHING;
+    return tiers;
+}
+
+/* Whether c lets the table be cached (no kernels given: any tier). */
+static bool may_cache(const struct trec_constraints *c)
+{
+    return (c->compute_kernels & TREC_CK_TIERS) == 0 ||
+           (c->compute_kernels & TREC_CK_FUSED_UVM_CACHING) != 0;
+}
+
+/* compute_kernels: the tiers applied, the kernels without a tier noted. */
+static int note_tiers(struct tables_input *in, size_t i)
+{
+    const struct table *t = &in->tables[i];
+    uint32_t ck = in->specs[i].c.compute_kernels;
+    char names[200];
+    int rv = 0;
+
+    if (ck & ~(uint32_t)TREC_CK_TIERS) {
+        trec_kernel_names(ck & ~(uint32_t)TREC_CK_TIERS, names, sizeof(names));
+        rv = input_notes_add(
+            &in->notes, NOTE_NOT_APPLIED, t->name,
+            "constraints.compute_kernels",
+            "compute_kernels of %s: %s not applied: shardd "
+            "plans fused, fused_uvm and fused_uvm_caching "
+            "only%s",
+            t->name, names,
+            ck & TREC_CK_TIERS ? "" : "; the tier is the search's choice");
+    }
+    if (rv != 0 || !(ck & TREC_CK_TIERS) || ck == TREC_CK_FUSED)
+        return rv;
+    trec_kernel_names(ck & TREC_CK_TIERS, names, sizeof(names));
+    return input_notes_add(
+        &in->notes, NOTE_APPLIED, t->name, "constraints.compute_kernels",
+        "compute_kernels of %s (%s) applied: %s", t->name, names,
+        (ck & TREC_CK_TIERS) == TREC_CK_FUSED_UVM_CACHING ||
+                (ck & TREC_CK_TIERS) == TREC_CK_FUSED_UVM
+            ? "planned in host DRAM with that kernel"
+            : "the tier pass chooses among them");
+}
+
+/* cache_params: the load factor checked and applied when caching is
+ * allowed; the rest of it is not read. */
+static int check_cache(struct tables_input *in, size_t i, struct sd_diag *d)
 {
     const struct table *t = &in->tables[i];
     const struct trec_constraints *c = &in->specs[i].c;
-    char names[200], bs[32];
-    int rv = 0;
+    double f = c->cache_load_factor;
 
-    if (c->compute_kernels != 0 && !(c->compute_kernels & TREC_CK_FUSED)) {
-        trec_kernel_names(c->compute_kernels, names, sizeof(names));
-        rv = input_notes_add(&in->notes, NOTE_NOT_APPLIED, t->name,
-                             "constraints.compute_kernels",
-                             "compute_kernels of %s (%s) not applied: memory "
-                             "tiers are not planned yet; %s is planned as "
-                             "fused, in device memory",
-                             t->name, names, t->name);
-    }
+    if (!c->cache_params)
+        return 0;
+    if (f != 0 && !(f > 0 && f < 1))
+        return sd_diag_set(d, SD_EINVAL,
+                           "constraints[\"%s\"]: cache_params.load_factor "
+                           "%g is not in (0, 1)",
+                           t->name, f);
+    if (!may_cache(c))
+        return input_notes_add(&in->notes, NOTE_NOT_APPLIED, t->name,
+                               "constraints.cache_params",
+                               "cache_params of %s not applied: its "
+                               "compute_kernels do not include "
+                               "fused_uvm_caching",
+                               t->name);
+    if (f == 0)
+        return input_notes_add(&in->notes, NOTE_APPLIED, t->name,
+                               "constraints.cache_params",
+                               "cache_params of %s without a load_factor: "
+                               "the tier pass chooses it (the cache is "
+                               "modelled as ideal LFU; algorithm, "
+                               "reserved_memory, precision and prefetch are "
+                               "not read)",
+                               t->name);
+    return input_notes_add(&in->notes, NOTE_APPLIED, t->name,
+                           "constraints.cache_params",
+                           "cache_params of %s applied: cached at load "
+                           "factor %.3g whenever it is cached (the cache is "
+                           "modelled as ideal LFU; algorithm, "
+                           "reserved_memory, precision and prefetch are not "
+                           "read)",
+                           t->name, f);
+}
+
+/* Compute kernels, min_partition, batch sizes, weights, caching. */
+static int note_kernels(struct tables_input *in, size_t i, int64_t batch,
+                        struct sd_diag *d)
+{
+    const struct table *t = &in->tables[i];
+    const struct trec_constraints *c = &in->specs[i].c;
+    char bs[32];
+    int rv = note_tiers(in, i);
+
+    if (rv == 0)
+        rv = check_cache(in, i, d);
     if (rv == 0 && c->min_partition > 0)
         rv = input_notes_add(
             &in->notes, NOTE_NOT_APPLIED, t->name, "constraints.min_partition",
@@ -423,13 +513,6 @@ static int note_kernels(struct tables_input *in, size_t i, int64_t batch)
                              "is_weighted of %s not applied: weighted "
                              "lookups are costed as unweighted",
                              t->name);
-    if (rv == 0 && c->cache_params)
-        rv = input_notes_add(&in->notes, NOTE_NOT_APPLIED, t->name,
-                             "constraints.cache_params",
-                             "cache_params of %s not applied: caching (UVM) "
-                             "comes with memory tiers; %s is planned in "
-                             "device memory",
-                             t->name, t->name);
     return rv;
 }
 
@@ -511,7 +594,7 @@ int tables_input_resolve(struct tables_input *in, int64_t batch,
         if (rv == 0)
             rv = note_sharding(in, i);
         if (rv == 0)
-            rv = note_kernels(in, i, batch);
+            rv = note_kernels(in, i, batch, d);
         if (rv == 0)
             rv = note_keys(in, i);
     }
@@ -550,9 +633,13 @@ int tables_input_constraints(const struct tables_input *in,
     size_t i;
 
     for (i = 0; i < in->n; i++) {
+        const struct trec_constraints *tc = &in->specs[i].c;
+        uint32_t tiers = trec_kernel_tiers(tc->compute_kernels);
+        bool lf = tc->cache_params && tc->cache_load_factor > 0 &&
+                  tc->cache_load_factor < 1 && may_cache(tc);
         struct table_constraint *c;
 
-        if (in->specs[i].c.sharding_types == 0)
+        if (tc->sharding_types == 0 && tiers == 0 && !lf)
             continue;
         if (*cons == NULL) {
             size_t k;
@@ -567,7 +654,11 @@ int tables_input_constraints(const struct tables_input *in,
         /* A constraint given with the request wins. */
         if (c->schemes == 0 && !c->no_split && c->min_row_shards == 0 &&
             c->host == -1)
-            c->schemes = schemes_of(in->specs[i].c.sharding_types);
+            c->schemes = schemes_of(tc->sharding_types);
+        if (c->tiers == 0 && c->cache_load_factor == 0) {
+            c->tiers = tiers;
+            c->cache_load_factor = lf ? (float)tc->cache_load_factor : 0;
+        }
     }
     return 0;
 }

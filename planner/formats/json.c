@@ -570,7 +570,7 @@ static int tier_json(json_t *o, const struct shard *s)
         o, "compute_kernel", json_string(tier_name((enum table_tier)s->tier)));
     if (s->tier == TIER_UVM_CACHING)
         bad |= json_object_set_new(o, "cache_load_factor",
-                                   json_real(s->cache_load_factor));
+                                   json_real(tier_load_factor(s)));
     return bad;
 }
 
@@ -1004,10 +1004,10 @@ static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
                         ? "dense"
                         : tier_name((enum table_tier)p->shards[first].tier)));
     if (p->shards[first].tier == TIER_UVM_CACHING)
-        bad |= json_object_set_new(
-            o, "cache_params",
-            json_pack("{s:f}", "load_factor",
-                      (double)p->shards[first].cache_load_factor));
+        bad |=
+            json_object_set_new(o, "cache_params",
+                                json_pack("{s:f}", "load_factor",
+                                          tier_load_factor(&p->shards[first])));
     bad |= json_object_set_new(o, "ranks", ranks);
     if (sc == SCHEME_DP)
         json_decref(shards);

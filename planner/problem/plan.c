@@ -3,6 +3,7 @@
  * of a finished plan, and the checks of the inputs every algorithm makes
  * first (problem.h).
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +100,51 @@ bool constraint_allows(const struct table_constraint *c, enum plan_scheme s)
         return false;
     if (c->min_row_shards > 1 && !scheme_splits_rows(s))
         return false;
+    /* Replicas live in HBM. */
+    if (s == SCHEME_DP && !constraint_allows_tier(c, TIER_HBM, 0))
+        return false;
     return c->schemes == 0 || (c->schemes & (1u << s)) != 0;
+}
+
+bool constraint_allows_tier(const struct table_constraint *c,
+                            enum table_tier tier, double f)
+{
+    if (c == NULL)
+        return true;
+    if (c->tiers != 0 && (c->tiers & (1u << tier)) == 0)
+        return false;
+    /* A load factor of the constraint's within float rounding. */
+    return tier != TIER_UVM_CACHING || c->cache_load_factor <= 0 ||
+           fabs(f - (double)c->cache_load_factor) < 1e-6;
+}
+
+/* The tier part of plan_check_constraints(): known tiers, a load factor in
+ * [0, 1), host DRAM for a table held off HBM. */
+static int check_constraint_tiers(const struct table_constraint *ci,
+                                  const struct topology *t, const char *field,
+                                  size_t i, const char *name, struct sd_diag *d)
+{
+    float f = ci->cache_load_factor;
+
+    if (ci->tiers >= (1u << TIER_COUNT))
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": tiers 0x%x name a tier that is "
+                           "not fused, fused_uvm or fused_uvm_caching",
+                           field, i, name, (unsigned)ci->tiers);
+    if (!(f >= 0 && f < 1))
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": cache load factor %g is not in "
+                           "(0, 1)",
+                           field, i, name, (double)f);
+    if (ci->tiers != 0 && !(ci->tiers & (1u << TIER_HBM)) &&
+        t->host_dram_bytes == 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "%s[%zu] \"%s\": the table may not be in device "
+                           "memory (compute kernels without fused), but the "
+                           "topology has no host DRAM: give host_dram_bytes "
+                           "(--host-dram-gb), or allow fused",
+                           field, i, name);
+    return 0;
 }
 
 int plan_check_constraints(const struct table *tables, size_t ntables,
@@ -140,6 +185,8 @@ int plan_check_constraints(const struct table *tables, size_t ntables,
                                "allows table_wise only, min_row_shards a "
                                "row-wise scheme only)",
                                field, i, name);
+        if (check_constraint_tiers(ci, t, field, i, name, d) != 0)
+            return SD_EINVAL;
         if (pins != NULL && pins[i] >= 0 &&
             (!constraint_allows(ci, SCHEME_TW) ||
              (ci->host >= 0 && pins[i] / t->devices_per_host != ci->host)))

@@ -367,10 +367,24 @@ struct table_constraint {
     int32_t min_row_shards;
     bool no_split;
     int32_t host;
+    /*
+     * The memory tiers the table may have (TorchRec's compute_kernels: bit
+     * 1 << enum table_tier each; 0: any, the tier pass deciding when HBM is
+     * short) and, when it is cached, its cache load factor (TorchRec's
+     * cache_params.load_factor: in (0, 1); 0: the tier pass chooses).  A
+     * table whose tiers leave out TIER_HBM goes to host DRAM even when HBM
+     * would hold it.
+     */
+    uint32_t tiers;
+    float cache_load_factor;
 };
 
 /* c (NULL: no constraint) allows scheme s for its table. */
 bool constraint_allows(const struct table_constraint *c, enum plan_scheme s);
+/* c (NULL: no constraint) allows tier `tier` for its table (and, for
+ * TIER_UVM_CACHING, load factor f: the constraint's, when it has one). */
+bool constraint_allows_tier(const struct table_constraint *c,
+                            enum table_tier tier, double f);
 
 /* The rows shard s of t holds. */
 int64_t shard_rows(const struct table *t, const struct shard *s);
@@ -402,6 +416,10 @@ uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
  */
 double tier_shard_ms(const struct table *t, const struct shard *s,
                      const struct topology *topo);
+
+/* Shard s's cache load factor for outputs: the float it is kept in, to its
+ * 6 significant digits (0.2, not 0.200000003). */
+double tier_load_factor(const struct shard *s);
 
 /* Per-device figures of a plan. */
 struct plan_device {
@@ -549,7 +567,9 @@ int plan_check_pins(const struct table *tables, size_t ntables,
  * topology and the pins: a host in range, at least one scheme allowed, no
  * split and pins only with table_wise, a pinned device on the constraint's
  * host, a minimum of row blocks at most the devices it may use and only with
- * a row-wise scheme allowed.  SD_EINVAL naming `field`[i] and the table.
+ * a row-wise scheme allowed, tiers known and a load factor in [0, 1), and a
+ * table held off HBM (tiers without fused) only where the topology has host
+ * DRAM.  SD_EINVAL naming `field`[i] and the table.
  */
 int plan_check_constraints(const struct table *tables, size_t ntables,
                            const struct topology *t, const int32_t *pins,

@@ -4,6 +4,8 @@
  * weights live in host DRAM.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "problem/problem.h"
@@ -75,6 +77,14 @@ double tier_miss_rate(const struct table *t, int64_t batch, double f)
     if (cold_rows > 0)
         hits += t->bins[0] * unique * (room < cold_rows ? room / cold_rows : 1);
     return total > 0 ? 1.0 - hits / total : 0;
+}
+
+double tier_load_factor(const struct shard *s)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%.6g", (double)s->cache_load_factor);
+    return strtod(buf, NULL);
 }
 
 double tier_shard_ms(const struct table *t, const struct shard *s,

@@ -72,7 +72,9 @@
 
 struct ns_level {
     float proj[NET_H2]; /* W3 * latent of the table at this width */
-    double ms;          /* its cost alone, at the topology's batch */
+    double ms;          /* its cost alone, at the topology's batch (its
+                         * host-link time included) */
+    double tier_ms;     /* its modelled host-link time (tier_shard_ms()) */
     uint64_t bytes;     /* on a device, optimizer state included */
     int32_t cols;
     bool ready;
@@ -114,8 +116,12 @@ struct ns_sort {
  * leaves the tree for that run (its leaf is emptied).
  */
 struct ns_devs {
-    float *z;    /* [n][NET_H2] head pre-activations */
-    double *raw; /* the head before its activation; -inf when empty */
+    float *z; /* [n][NET_H2] head pre-activations */
+    /* The devices' order key, -inf when empty: the head before its
+     * activation or, when some table is off HBM (ns.tiered), the compute ms
+     * with the host-link time of the device's pieces. */
+    double *raw;
+    double *tier; /* the host-link ms of the device's pieces */
     uint64_t *mem;
     int32_t *dim;
     int32_t *count;
@@ -149,6 +155,10 @@ struct ns {
     const struct cost_net *net;
     double scale; /* topology batch / the model's batch */
     int32_t n;
+    /* Some table is off HBM: devices are ordered and scored by compute plus
+     * host-link time (a tier-blind order would stack cached tables where
+     * the compute model alone sees room). */
+    bool tiered;
     uint64_t largest_room; /* the most a base device has left */
     size_t cap;            /* pieces a state can have */
     double dim_mean;
@@ -225,7 +235,14 @@ static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
         net_head_init(s->net, z);
         for (o = 0; o < NET_H2; o++)
             z[o] += lv->proj[o];
-        lv->ms = net_head_z(s->net, z) * s->scale;
+        lv->tier_ms = tier_shard_ms(
+            tb,
+            &(struct shard){.col_width = lv->cols,
+                            .scheme = SCHEME_TW,
+                            .tier = tb->tier,
+                            .cache_load_factor = tb->cache_load_factor},
+            s->t);
+        lv->ms = net_head_z(s->net, z) * s->scale + lv->tier_ms;
         lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
         lv->ready = true;
     }
@@ -398,6 +415,7 @@ static void devs_reset(const struct ns *s, struct ns_devs *d)
         d->raw[r] = -INFINITY;
     }
     memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
+    memset(d->tier, 0, (size_t)s->n * sizeof(*d->tier));
     memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
     memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
     for (i = 0; i < d->size; i++) {
@@ -418,6 +436,7 @@ static void devs_copy(const struct ns *s, struct ns_devs *dst,
 
     memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
     memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
+    memcpy(dst->tier, src->tier, n * sizeof(*dst->tier));
     memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
     memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
     memcpy(dst->count, src->count, n * sizeof(*dst->count));
@@ -439,9 +458,17 @@ static void devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
     d->count[r] += sign;
     d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
     d->dim[r] += sign * lv->cols;
+    d->tier[r] += sign * lv->tier_ms;
     /* The raw head orders devices as their costs do (the activation and
-     * the batch scale are monotone); costs are made from it when scored. */
-    d->raw[r] = d->count[r] ? net_head_raw(s->net, z) : -INFINITY;
+     * the batch scale are monotone); costs are made from it when scored.
+     * The host-link time adds to the cost: then the cost is the key. */
+    if (d->count[r] == 0)
+        d->raw[r] = -INFINITY;
+    else if (s->tiered)
+        d->raw[r] = net_activate(s->net, net_head_raw(s->net, z)) * s->scale +
+                    d->tier[r];
+    else
+        d->raw[r] = net_head_raw(s->net, z);
     tree_set(s, d, r, false);
 }
 
@@ -451,8 +478,10 @@ static double devs_plan_ms(const struct ns *s, struct ns_work *w)
     int32_t r;
 
     for (r = 0; r < s->n; r++)
-        w->comp[r] =
-            w->dv.count[r] ? net_activate(s->net, w->dv.raw[r]) * s->scale : 0;
+        w->comp[r] = w->dv.count[r] == 0 ? 0
+                     : s->tiered
+                         ? w->dv.raw[r]
+                         : net_activate(s->net, w->dv.raw[r]) * s->scale;
     return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
                         w->fwd, w->bwd);
 }
@@ -974,7 +1003,8 @@ out_free:
 /* ------------------------------------------------------------------------ */
 /* Local search                                                              */
 
-/* One device's compute ms with a added and b taken away (either NULL). */
+/* One device's compute ms (host-link time included) with a added and b
+ * taken away (either NULL). */
 static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
                         const struct ns_level *a, const struct ns_level *b)
 {
@@ -986,7 +1016,8 @@ static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
         return 0;
     for (o = 0; o < NET_H2; o++)
         t[o] = z[o] + (a ? a->proj[o] : 0) - (b ? b->proj[o] : 0);
-    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale;
+    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale +
+           w->dv.tier[r] + (a ? a->tier_ms : 0) - (b ? b->tier_ms : 0);
 }
 
 /*
@@ -1335,14 +1366,15 @@ static int devs_alloc(struct ns_devs *d, size_t n)
     t = 2 * (size_t)d->size;
     d->z = malloc(n * NET_H2 * sizeof(*d->z));
     d->raw = malloc(n * sizeof(*d->raw));
+    d->tier = malloc(n * sizeof(*d->tier));
     d->mem = malloc(n * sizeof(*d->mem));
     d->dim = malloc(n * sizeof(*d->dim));
     d->count = malloc(n * sizeof(*d->count));
     d->least = malloc((t ? t : 1) * sizeof(*d->least));
     d->room = malloc((t ? t : 1) * sizeof(*d->room));
     d->lowdim = malloc((t ? t : 1) * sizeof(*d->lowdim));
-    return d->z && d->raw && d->mem && d->dim && d->count && d->least &&
-                   d->room && d->lowdim
+    return d->z && d->raw && d->tier && d->mem && d->dim && d->count &&
+                   d->least && d->room && d->lowdim
                ? 0
                : SD_ENOMEM;
 }
@@ -1351,6 +1383,7 @@ static void devs_free(struct ns_devs *d)
 {
     free(d->z);
     free(d->raw);
+    free(d->tier);
     free(d->mem);
     free(d->dim);
     free(d->count);
@@ -1462,11 +1495,19 @@ static void base_fixed(struct ns *s, const struct scheme_pass *sp,
         const struct shard *sh = &sp->shards.shards[k];
         const struct table *tb = &all[sh->table];
         struct ns_level lv = {.cols = 0, .ready = true};
+        struct shard tiered;
         struct table view;
 
         shard_table(tb, sh, s->n, &view);
         net_projected(s->net, s->o->memo, &view, sh->col_width, lv.proj);
         lv.bytes = shard_block_bytes(tb, sh, s->o->optimizer);
+        /* Its tier, as plan_validate() will give it: the table's. */
+        tiered = *sh;
+        if (tiered.scheme != SCHEME_DP && tiered.tier == TIER_HBM) {
+            tiered.tier = tb->tier;
+            tiered.cache_load_factor = tb->cache_load_factor;
+        }
+        lv.tier_ms = tier_shard_ms(tb, &tiered, s->t);
         devs_apply(s, &s->base, sh->device, &lv, +1);
     }
 }
@@ -1522,7 +1563,11 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
 
         s->tl[i].nlevels = lv < NS_LEVELS_MAX ? lv : NS_LEVELS_MAX;
         dims += tables[i].dim;
+        s->tiered = s->tiered || tables[i].tier != TIER_HBM;
     }
+    for (i = 0; sp != NULL && i < sp->shards.nshards; i++)
+        s->tiered =
+            s->tiered || all[sp->shards.shards[i].table].tier != TIER_HBM;
     s->dim_mean = (double)dims / (double)s->n;
     if (ns_constraints(s) != 0)
         return SD_ENOMEM;

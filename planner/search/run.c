@@ -126,7 +126,7 @@ static int plan_robust(const struct table *tables, size_t ntables,
 }
 
 /* Whether every table's shards keep its constraint (p sorted): an allowed
- * scheme, its host, its row blocks. */
+ * scheme, its host, its row blocks, its tiers. */
 static bool constraints_kept(const struct plan *p, const struct topology *t,
                              const struct table_constraint *c)
 {
@@ -144,8 +144,10 @@ static bool constraints_kept(const struct plan *p, const struct topology *t,
         for (first = k;
              k < p->nshards && p->shards[k].table == p->shards[first].table;
              k++) {
-            if (ci->host >= 0 &&
-                p->shards[k].device / t->devices_per_host != ci->host)
+            if ((ci->host >= 0 &&
+                 p->shards[k].device / t->devices_per_host != ci->host) ||
+                !constraint_allows_tier(ci, (enum table_tier)p->shards[k].tier,
+                                        p->shards[k].cache_load_factor))
                 return false;
             blocks += p->shards[k].col_offset == 0;
         }
@@ -251,10 +253,7 @@ static int run_tiered(const struct table *tables, size_t ntables,
             break;
     }
     if (rv == SD_ENOSPACE)
-        sd_diag_set(d, SD_ENOSPACE,
-                    "the tables fit neither the devices' memory nor, in "
-                    "UVM caches, the host DRAM (%llu bytes per host)",
-                    (unsigned long long)t->host_dram_bytes);
+        tier_refusal(tables, ntables, t, o, d);
 out_free:
     free(last);
     free(copy);
@@ -277,14 +276,21 @@ int plan_run(const struct table *tables, size_t ntables,
     if (rv != 0)
         return rv;
 
-    rv = run_alg(tables, ntables, t, o, m, &p, d);
+    /* Tables their constraints keep out of HBM start in host DRAM. */
+    rv = tier_held(tables, ntables, o, t, &tiered);
+    if (rv == 0)
+        rv = run_alg(tiered != NULL ? tiered : tables, ntables, t, o, m, &p, d);
     /* Only a plan that does not fit HBM goes to the host tier: where HBM
      * suffices the tables stay there (no tier is cheaper in this model). */
-    if (rv == SD_ENOSPACE && t->host_dram_bytes > 0)
+    if (rv == SD_ENOSPACE && t->host_dram_bytes > 0) {
+        free(tiered);
+        tiered = NULL;
         rv = run_tiered(tables, ntables, t, o, m, &tiered, &p, d);
+    }
     if (rv != 0) {
         if (rv == SD_ENOMEM)
             sd_diag_set(d, rv, "out of memory");
+        free(tiered);
         return rv;
     }
     if (tiered != NULL)

@@ -70,11 +70,30 @@ void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
  * bytes (shard_bytes()) come to at most `target`, cheapest first: each step
  * moves one table one load factor down (from fused through caching at 0.8
  * ... 0.005 to fused_uvm), the step adding the least modelled host-link
- * time (tier_shard_ms() of the table whole) per byte it frees.  Returns 0,
+ * time (tier_shard_ms() of the table whole) per byte it frees.  A table's
+ * constraint (o->constraints) limits its levels to its tiers, and its
+ * caching to its load factor when it fixes one.  Returns 0,
  * SD_ENOSPACE when even all in UVM is over the target, or SD_ENOMEM.
  */
 int tier_pass(struct table *tables, size_t n, const struct topology *t,
               const struct plan_options *o, uint64_t target);
+/*
+ * Tables that a constraint (o->constraints: TorchRec's compute_kernels)
+ * keeps out of HBM go to host DRAM even when HBM would hold them: when there
+ * are any, *out (owned by the caller, free()) is a copy of the tables, each
+ * at the most HBM its constraint allows (a cache at its fixed load factor or
+ * the largest weighed); else *out is NULL.  0 or SD_ENOMEM.
+ */
+int tier_held(const struct table *tables, size_t n,
+              const struct plan_options *o, const struct topology *t,
+              struct table **out);
+/*
+ * Why the tiered search found no plan, in d (returns SD_ENOSPACE): the
+ * tables whose constraints keep them in HBM (no fused_uvm), the largest
+ * named, and what would let them plan; else the host DRAM's size.
+ */
+int tier_refusal(const struct table *tables, size_t n, const struct topology *t,
+                 const struct plan_options *o, struct sd_diag *d);
 /* Notes on p what the tier pass chose for `tiered` and what it costs. */
 void tier_pass_note(struct plan *p, const struct table *tiered, size_t n,
                     const struct topology *t, enum optimizer opt);

@@ -57,8 +57,8 @@ json_check() { # FILE PYTHON-EXPRESSION (on d)
 }
 
 # A TorchRec-style file: 20 tables without bins (EmbeddingBagConfig as
-# JSON), ParameterConstraints for each; t03 and t11 ask for caching, t05
-# for table_wise only.
+# JSON), ParameterConstraints for each; t03 and t11 ask for caching (host
+# DRAM given), t05 for table_wise only.
 python3 - "$DIR/trec.json" <<'EOF'
 import json, sys
 tables, cons = [], {}
@@ -75,14 +75,14 @@ for name in ("t03", "t11"):
 cons["t05"]["sharding_types"] = ["table_wise"]
 json.dump({"tables": tables, "constraints": cons}, open(sys.argv[1], "w"), indent=1)
 EOF
-PLAN="plan --tables $DIR/trec.json --devices 4 --mem-gb 16"
+PLAN="plan --tables $DIR/trec.json --devices 4 --mem-gb 16 --host-dram-gb 64"
 
 # --- offline: the TorchRec form, no bins --------------------------------------
 if "$CTL" $PLAN --offline >"$DIR/off.txt" 2>"$DIR/err"; then ok; else bad "offline plan: $(cat "$DIR/err")"; fi
 grep -q '^inputs:$' "$DIR/off.txt" && ok || bad "text output lacks inputs:"
 grep -qF '  assumed: bins of t00 derived: Zipf s=2.6 (the default) over 1,000 rows, 4,096 bags x 1.0 lookups' \
     "$DIR/off.txt" && ok || bad "text output lacks the derivation of t00: $(grep assumed "$DIR/off.txt")"
-grep -qF '  not applied: cache_params of t03 not applied' "$DIR/off.txt" && ok ||
+grep -qF '  applied: cache_params of t03 applied' "$DIR/off.txt" && ok ||
     bad "text output lacks the cache_params note"
 grep -qF 'sharding_types of t05' "$DIR/off.txt" && bad "sharding_types of t05 said not applied" || ok
 "$CTL" $PLAN --offline --json --out "$DIR/off.json" && ok || bad "offline --json"
@@ -90,9 +90,10 @@ json_check "$DIR/off.json" '[t["name"] for t in d["tables"]] == ["t%02d" % i for
 # t05 allows table_wise only: one whole shard, whatever the search prefers.
 json_check "$DIR/off.json" '[t for t in d["tables"] if t["name"] == "t05"][0]["scheme"] == "table_wise"'
 json_check "$DIR/off.json" '[n["table"] for n in d["notes"] if n["field"] == "bins"] == ["t%02d" % i for i in range(20)] and all(n["kind"] == "assumed" for n in d["notes"] if n["field"] == "bins")'
-json_check "$DIR/off.json" 'sorted(n["table"] for n in d["notes"] if n["kind"] == "not_applied" and n["field"] == "constraints.cache_params") == ["t03", "t11"]'
-# fp16 tables take half the bytes: the memory of the plan is the sum.
-json_check "$DIR/off.json" 'sum(x["memory_bytes"] for x in d["devices"]) == sum([1000, 50000, 400000, 4000000][i % 4] * [16, 32, 64, 128][(i * 7) % 4] * (2 if i % 3 else 4) for i in range(20))'
+json_check "$DIR/off.json" 'sorted(n["table"] for n in d["notes"] if n["kind"] == "applied" and n["field"] == "constraints.cache_params") == ["t03", "t11"]'
+# fp16 tables take half the bytes: the memory of the plan (HBM and host
+# DRAM) is the sum.
+json_check "$DIR/off.json" 'sum(x["memory_bytes"] + x["ddr_bytes"] for x in d["devices"]) >= sum([1000, 50000, 400000, 4000000][i % 4] * [16, 32, 64, 128][(i * 7) % 4] * (2 if i % 3 else 4) for i in range(20))'
 "$CTL" $PLAN --offline --json --tables-format torchrec >"$DIR/off2.json" && ok || bad "--tables-format torchrec"
 # (the search's own time differs from run to run)
 if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if all(a[k] == b[k] for k in ('tables', 'devices', 'notes')) else 1)" \
@@ -108,7 +109,7 @@ for c in d["constraints"].values():
     c["sharding_types"] = ["table_wise"]
 json.dump(d, open(sys.argv[2], "w"))
 EOF
-"$CTL" plan --offline --tables "$DIR/tw.json" --devices 4 --mem-gb 16 --json \
+"$CTL" plan --offline --tables "$DIR/tw.json" --devices 4 --mem-gb 16 --host-dram-gb 64 --json \
     --out "$DIR/tw.out.json" && ok || bad "plan, table_wise only"
 json_check "$DIR/tw.out.json" 'all(len(t["shards"]) == 1 for t in d["tables"]) and any(n["kind"] == "applied" and "no column splits" in n["message"] for n in d["notes"])'
 # Without that constraint, the same tables are split somewhere (else the
@@ -201,7 +202,7 @@ if [ $up = yes ]; then
         --batch-size 2048 --json --out "$DIR/native.on.json" && ok || bad "online, shardd's form without bins"
     json_check "$DIR/native.on.json" '[n["message"] for n in d["notes"]] == ["bins of a derived: Zipf s=1.1 over 100,000 rows, 2,048 bags x 5.0 lookups"]'
     "$CTL" --addr "$ADDR" estimate --tables "$DIR/trec.json" --plan "$DIR/off.json" \
-        --mem-gb 16 >"$DIR/est.txt" 2>"$DIR/err" && ok || bad "estimate of TorchRec tables: $(cat "$DIR/err")"
+        --mem-gb 16 --host-dram-gb 64 >"$DIR/est.txt" 2>"$DIR/err" && ok || bad "estimate of TorchRec tables: $(cat "$DIR/err")"
     grep -qF '  assumed: bins of t00 derived' "$DIR/est.txt" && ok || bad "estimate lacks the notes"
 else
     bad "shardd did not answer: $(cat "$DIR/shardd.log")"

@@ -5,7 +5,9 @@
 # private unix socket, the same plan both ways), with HBM and DDR per device
 # and per host and the modelled host-link time in every output; with memory
 # to spare the host tier changes nothing; cache-curve shows a table's
-# miss-rate curve; --comm-precision fp16 halves the exchanges' bytes.
+# miss-rate curve; --comm-precision fp16 halves the exchanges' bytes; a
+# user's compute_kernels and cache_params (TorchRec's form) are kept, or
+# refused naming the table, offline and through the daemon.
 # usage: test_tiers.sh PATH/TO/shardctl PATH/TO/shardd
 set -u
 CTL=$1
@@ -88,6 +90,66 @@ fi
 "$CTL" cache-curve --tables "$DIR/t.json" --table nope >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "cache-curve of an unknown table"
 
+# --- a user's compute_kernels and cache_params (TorchRec's form) ----------------
+# The 40 tables as EmbeddingBagConfig with their bins, and ParameterConstraints
+# with their pooling factors and the constraints given (a JSON object of
+# table name to constraints).
+trec() { # OUT CONS-JSON
+    python3 - "$DIR/t.json" "$1" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+tables = [{"name": t["name"], "num_embeddings": t["rows"], "embedding_dim": t["dim"],
+           "bins": t["bins"]} for t in d["tables"]]
+cons = {t["name"]: {"pooling_factors": [t["pooling_factor"]]} for t in d["tables"]}
+for name, c in json.loads(sys.argv[3]).items():
+    cons[name].update(c)
+json.dump({"tables": tables, "constraints": cons}, open(sys.argv[2], "w"))
+EOF
+}
+kernel_of() { # PLAN-JSON TABLE: its kernel and load factor
+    python3 -c "import json,sys; t=[t for t in json.load(open(sys.argv[1]))['tables'] if t['name'] == sys.argv[2]][0]; print(t.get('compute_kernel', 'fused'), t.get('cache_load_factor', 0))" "$1" "$2"
+}
+# HBM to spare: table_0002 asked cached at 0.2 is, table_0005 asked for
+# fused_uvm or fused_uvm_caching is off HBM (the tier pass chose), the rest
+# stay fused; the TorchRec plan says so too.
+trec "$DIR/k.json" '{"table_0002": {"compute_kernels": ["fused_uvm_caching"], "cache_params": {"load_factor": 0.2}},
+                     "table_0005": {"compute_kernels": ["fused_uvm", "fused_uvm_caching"]},
+                     "table_0007": {"compute_kernels": ["fused", "quant"]}}'
+KPLAN="plan --tables $DIR/k.json --devices 8 --mem-gb 64"
+"$CTL" $KPLAN --offline --host-dram-gb 512 --json --out "$DIR/k.off.json" 2>"$DIR/err" && ok ||
+    bad "compute_kernels: $(cat "$DIR/err")"
+[ "$(kernel_of "$DIR/k.off.json" table_0002)" = "fused_uvm_caching 0.2" ] && ok ||
+    bad "table_0002 is not cached at 0.2: $(kernel_of "$DIR/k.off.json" table_0002)"
+case $(kernel_of "$DIR/k.off.json" table_0005) in
+fused_uvm*) ok ;;
+*) bad "table_0005 is in HBM against its compute_kernels" ;;
+esac
+json_check "$DIR/k.off.json" 'sum("compute_kernel" in t for t in d["tables"]) == 2'
+json_check "$DIR/k.off.json" 'any(n["table"] == "table_0007" and n["kind"] == "not_applied" and "quant" in n["message"] for n in d["notes"])'
+"$CTL" $KPLAN --offline --host-dram-gb 512 --torchrec >"$DIR/k.trec" && ok || bad "compute_kernels --torchrec"
+json_check "$DIR/k.trec" 'd["plan"]["embedding_bags"]["table_0002"]["compute_kernel"] == "fused_uvm_caching" and d["plan"]["embedding_bags"]["table_0002"]["cache_params"]["load_factor"] == 0.2 and d["plan"]["embedding_bags"]["table_0001"]["compute_kernel"] == "fused"'
+"$CTL" $KPLAN --offline --host-dram-gb 512 >"$DIR/k.txt" && ok || bad "compute_kernels, text"
+grep -q '^  table_0002 *fused_uvm_caching, load factor 0.2,' "$DIR/k.txt" && ok || bad "text lacks table_0002's kernel"
+# Without host DRAM a table held off HBM is refused, named, with the fix.
+"$CTL" $KPLAN --offline >/dev/null 2>"$DIR/err"
+[ $? -eq 2 ] && grep -q '"table_0002": .*give host_dram_bytes (--host-dram-gb)' "$DIR/err" && ok ||
+    bad "no host DRAM for a cached table: $(cat "$DIR/err")"
+# HBM short: a table the tier pass caches, asked for fused, stays in HBM.
+"$CTL" plan --offline --tables "$DIR/t.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" \
+    --json --out "$DIR/free.json" && ok || bad "plan, HBM short"
+HELD=$(python3 -c "import json,sys; print([t['name'] for t in json.load(open(sys.argv[1]))['tables'] if 'compute_kernel' in t][0])" "$DIR/free.json")
+trec "$DIR/f.json" "{\"$HELD\": {\"compute_kernels\": [\"fused\"]}}"
+"$CTL" plan --offline --tables "$DIR/f.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" \
+    --json --out "$DIR/f.off.json" 2>"$DIR/err" && ok || bad "one table held fused: $(cat "$DIR/err")"
+[ "$(kernel_of "$DIR/f.off.json" "$HELD")" = "fused 0" ] && ok || bad "$HELD left HBM against compute_kernels [fused]"
+json_check "$DIR/f.off.json" 'any(t.get("compute_kernel") == "fused_uvm_caching" for t in d["tables"])'
+# Every table held fused with HBM for 40 %: refused, naming the largest and
+# what would plan it.
+trec "$DIR/all.json" "$(python3 -c "import json,sys; print(json.dumps({t['name']: {'compute_kernels': ['fused']} for t in json.load(open(sys.argv[1]))['tables']}))" "$DIR/t.json")"
+"$CTL" plan --offline --tables "$DIR/all.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" >/dev/null 2>"$DIR/err"
+[ $? -eq 2 ] && grep -q 'table "table_[0-9]*" the largest .*allow fused_uvm_caching or fused_uvm' "$DIR/err" && ok ||
+    bad "all tables held fused: $(cat "$DIR/err")"
+
 # --- online: the same plan from the daemon ---------------------------------------
 ADDR="unix:$DIR/shardd.sock"
 mkdir -p "$DIR/data"
@@ -109,6 +171,25 @@ if [ $up = yes ]; then
         "$DIR/off.json" "$DIR/on.json"; then ok; else bad "online tiered plan differs from offline"; fi
     "$CTL" --addr "$ADDR" $PLAN --host-dram-gb "$DRAM" >"$DIR/on.txt" 2>"$DIR/err" && ok || bad "online text"
     grep -q '^host 0: HBM GiB .* DDR GiB ' "$DIR/on.txt" && ok || bad "online text lacks HBM and DDR per host"
+    # compute_kernels and cache_params through the daemon: the same plans
+    # and refusals.
+    "$CTL" --addr "$ADDR" $KPLAN --host-dram-gb 512 --json --out "$DIR/k.on.json" 2>"$DIR/err" && ok ||
+        bad "online compute_kernels: $(cat "$DIR/err")"
+    if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if all(a[k] == b[k] for k in ('tables', 'devices', 'notes', 'plan_cost_ms')) else 1)" \
+        "$DIR/k.off.json" "$DIR/k.on.json"; then ok; else bad "online compute_kernels plan differs from offline"; fi
+    "$CTL" --addr "$ADDR" $KPLAN --host-dram-gb 512 >"$DIR/k.on.txt" && ok || bad "online compute_kernels text"
+    grep -v -e '^search:' -e '^why:' "$DIR/k.txt" >"$DIR/k.off.cut"
+    grep -v -e '^search:' -e '^why:' "$DIR/k.on.txt" >"$DIR/k.on.cut"
+    cmp -s "$DIR/k.off.cut" "$DIR/k.on.cut" && ok || bad "online text differs: $(diff "$DIR/k.off.cut" "$DIR/k.on.cut")"
+    "$CTL" --addr "$ADDR" plan --tables "$DIR/f.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" \
+        --json --out "$DIR/f.on.json" && ok || bad "online, one table held fused"
+    [ "$(kernel_of "$DIR/f.on.json" "$HELD")" = "fused 0" ] && ok || bad "online: $HELD left HBM"
+    "$CTL" --addr "$ADDR" $KPLAN >/dev/null 2>"$DIR/err"
+    [ $? -eq 2 ] && grep -q '"table_0002": .*give host_dram_bytes' "$DIR/err" && ok ||
+        bad "online, no host DRAM for a cached table: $(cat "$DIR/err")"
+    "$CTL" --addr "$ADDR" plan --tables "$DIR/all.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" >/dev/null 2>"$DIR/err"
+    [ $? -eq 2 ] && grep -q 'allow fused_uvm_caching or fused_uvm' "$DIR/err" && ok ||
+        bad "online, all tables held fused: $(cat "$DIR/err")"
 else
     bad "shardd did not answer: $(cat "$DIR/shardd.log")"
 fi

@@ -165,7 +165,10 @@ def inside(shardd_bin, shardctl_bin):
                 self.assertTrue(n.message.startswith("bins of %s derived: Zipf s=2.6 (the "
                                                      "default) over " % n.table), n.message)
             cache = [n for n in plan.notes if n.field == "constraints.cache_params"]
-            self.assertEqual([(n.kind, n.table) for n in cache], [("not_applied", "t03")])
+            # A load factor for when t03 is cached; HBM holds it, so it is not.
+            self.assertEqual([(n.kind, n.table) for n in cache], [("applied", "t03")])
+            self.assertEqual({s.compute_kernel for ss in plan.tables.values() for s in ss},
+                             {"fused"})
 
         def test_2_objects_whole_tables(self):
             """TorchRec's own objects (read by attribute, enums by value);
@@ -256,6 +259,33 @@ def inside(shardd_bin, shardctl_bin):
                     repr(mem_gb), "--host-dram-gb", "1", "--torchrec")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(shardd.to_torchrec(plan)["plan"], json.loads(r.stdout)["plan"])
+
+        def test_7_compute_kernels(self):
+            """A user's compute_kernels and cache_params through the daemon:
+            t03 asked for fused_uvm_caching at 0.2 is cached at 0.2 though HBM
+            would hold it, t05 asked for fused_uvm is in UVM, the rest stay
+            fused; without host DRAM the request is refused naming t03."""
+            tables, cons = trec_tables(20)
+            cons["t03"]["compute_kernels"] = ["fused_uvm_caching"]
+            cons["t05"]["compute_kernels"] = ["FUSED_UVM"]
+            with self.assertRaises(shardd.ShardError) as e:
+                self.c.plan(tables, shardd.Topology(4, mem_gb=16), constraints=cons)
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn('"t03"', e.exception.message)
+            self.assertIn("--host-dram-gb", e.exception.message)
+            plan = self.c.plan(tables, shardd.Topology(4, mem_gb=16, host_dram_gb=64),
+                               constraints=cons)
+            self.check_plan(plan, tables, 4)
+            kernels = {name: {(s.compute_kernel, round(s.cache_load_factor, 6)) for s in ss}
+                       for name, ss in plan.tables.items()}
+            self.assertEqual(kernels["t03"], {("fused_uvm_caching", 0.2)})
+            self.assertEqual(kernels["t05"], {("fused_uvm", 0.0)})
+            self.assertEqual({k for n, ks in kernels.items() if n not in ("t03", "t05")
+                              for k in ks}, {("fused", 0.0)})
+            bags = shardd.to_torchrec(plan)["plan"]["embedding_bags"]
+            self.assertEqual(bags["t03"]["compute_kernel"], "fused_uvm_caching")
+            self.assertEqual(bags["t03"]["cache_params"]["load_factor"], 0.2)
+            self.assertEqual(bags["t05"]["compute_kernel"], "fused_uvm")
 
         def test_5_errors(self):
             with self.assertRaises(shardd.ShardError) as e:

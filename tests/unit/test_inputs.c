@@ -297,17 +297,18 @@ static const char *trec_doc =
     "        \"sharding_types\":[\"table_wise\",\"column_wise\"],"
     "        \"compute_kernels\":[\"fused\",\"fused_uvm\"]},"
     "  \"t2\":{\"pooling_factors\":[5],\"sharding_types\":[\"table_wise\"],"
-    "        \"compute_kernels\":[\"fused_uvm_caching\",\"magic\"],"
+    "        \"compute_kernels\":[\"fused_uvm_caching\",\"magic\",\"quant\"],"
     "        \"cache_params\":{\"algorithm\":\"LRU\",\"load_factor\":0.2},"
     "        \"batch_sizes\":[512],\"is_weighted\":true,\"min_partition\":32,"
     "        \"device_group\":\"cuda\",\"enforce_hbm\":null,\"bar\":2}}}";
 
 static void test_torchrec(void)
 {
+    /* quant has no tier: not applied; fused_uvm_caching is. */
     static const char *const not_applied[] = {
-        "constraints.compute_kernels", "constraints.cache_params",
-        "constraints.batch_sizes",     "constraints.is_weighted",
-        "constraints.min_partition",   "constraints.device_group",
+        "constraints.compute_kernels", "constraints.batch_sizes",
+        "constraints.is_weighted",     "constraints.min_partition",
+        "constraints.device_group",
     };
     struct tables_input in;
     const struct input_note *nt;
@@ -343,10 +344,16 @@ static void test_torchrec(void)
             fprintf(stderr, "no not-applied note on %s\n", not_applied[k]);
         CHECK(nt != NULL);
     }
-    /* t0 lists fused and both table_wise and column_wise: nothing to say;
+    /* t0 lists both table_wise and column_wise: nothing to say; its
+     * kernels are tiers to choose from, t2's one tier and a load factor;
      * enforce_hbm null is absent. */
     CHECK(find_note(&in, "t0", "constraints.sharding_types") == NULL);
-    CHECK(find_note(&in, "t0", "constraints.compute_kernels") == NULL);
+    nt = find_kind(&in, "t0", "constraints.compute_kernels", NOTE_APPLIED);
+    CHECK(nt != NULL && strstr(nt->text, "chooses among them") != NULL);
+    CHECK(find_kind(&in, "t2", "constraints.compute_kernels", NOTE_APPLIED) !=
+          NULL);
+    nt = find_kind(&in, "t2", "constraints.cache_params", NOTE_APPLIED);
+    CHECK(nt != NULL && strstr(nt->text, "load factor 0.2") != NULL);
     CHECK(find_note(&in, "t2", "constraints.enforce_hbm") == NULL);
     CHECK(find_note(&in, "t1", "bins") != NULL);
     /* t2's table_wise is applied: a constraint of table_wise only. */
@@ -360,6 +367,14 @@ static void test_torchrec(void)
             CHECK(!constraint_allows(&cons[2], SCHEME_CW));
             CHECK(cons[0].schemes == ((1u << SCHEME_TW) | (1u << SCHEME_CW)));
             CHECK(cons[1].schemes == 0 && cons[1].host == -1);
+            CHECK(cons[0].tiers == ((1u << TIER_HBM) | (1u << TIER_UVM)) &&
+                  cons[0].cache_load_factor == 0);
+            CHECK(cons[1].tiers == 0);
+            CHECK(cons[2].tiers == 1u << TIER_UVM_CACHING &&
+                  cons[2].cache_load_factor == 0.2f);
+            CHECK(!constraint_allows_tier(&cons[2], TIER_HBM, 0));
+            CHECK(!constraint_allows_tier(&cons[2], TIER_UVM_CACHING, 0.4));
+            CHECK(constraint_allows_tier(&cons[2], TIER_UVM_CACHING, 0.2));
         }
         free(cons);
     }

@@ -787,7 +787,7 @@ static void test_reference_set(void)
         tw_cw = calloc(tk->ntables, sizeof(*tw_cw));
         for (i = 0; tw_cw && i < tk->ntables; i++)
             tw_cw[i] = (struct table_constraint){
-                (1u << SCHEME_TW) | (1u << SCHEME_CW), 0, false, -1};
+                .schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW), .host = -1};
         plan_options_default(&o);
         o.alg = PLAN_ALG_NEUROSHARD;
         o.net = ref;

@@ -147,7 +147,17 @@ static void test_torchrec_in(void)
     /* One table, table_wise only: every table is, so applied. */
     CHECK(in.whole_tables);
     CHECK(note_on(&in, "constraints.sharding_types", NOTE_APPLIED) != NULL);
-    CHECK(note_on(&in, "constraints.cache_params", NOTE_NOT_APPLIED) != NULL);
+    /* Its kernel and load factor become its tier constraint. */
+    CHECK(note_on(&in, "constraints.cache_params", NOTE_APPLIED) != NULL);
+    CHECK(note_on(&in, "constraints.compute_kernels", NOTE_APPLIED) != NULL);
+    {
+        struct table_constraint *cons = NULL;
+
+        CHECK(tables_input_constraints(&in, &cons) == 0 && cons != NULL);
+        CHECK(cons != NULL && cons[0].tiers == 1u << TIER_UVM_CACHING &&
+              cons[0].cache_load_factor == 0.25f);
+        free(cons);
+    }
     CHECK(note_on(&in, "constraints.batch_sizes", NOTE_NOT_APPLIED) != NULL);
     CHECK(note_on(&in, "constraints.min_partition", NOTE_NOT_APPLIED) != NULL);
     CHECK(note_on(&in, "constraints.device_group", NOTE_NOT_APPLIED) != NULL);
