@@ -316,6 +316,7 @@ static int print_row_blocks(FILE *out, const struct store_sample *smp,
     struct net_errors e;
     double *p, *m;
     size_t i, cnt;
+    bool header = false;
     int rows, rv = 0;
 
     p = malloc(2 * (n ? n : 1) * sizeof(*p));
@@ -334,6 +335,10 @@ static int print_row_blocks(FILE *out, const struct store_sample *smp,
         }
         if (cnt == 0)
             continue;
+        if (!header)
+            fprintf(out, "%-12s %-9s %7s %8s %8s %14s\n", "shape", "split",
+                    "count", "MAPE", "p90", "signed median");
+        header = true;
         rv = net_errors(p, m, cnt, &e);
         if (rv == 0)
             fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n",
@@ -405,7 +410,7 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
            100 * m->metrics.test_mape, (int)m->metrics.epochs,
            (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
     ctl_print_family_rows(stdout, rows, nrows, "test");
-    printf("by shape (row blocks: the profiler's row-block samples):\n");
+    printf("by shape (row blocks: shards of the profiler's row blocks):\n");
     if (print_row_blocks(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
         return ctl_fail(1, "train: out of memory");
     if (f->ens.k > 1 && f->nfit < f->n)
@@ -579,7 +584,7 @@ static int score_report(const struct ctl_opts *o, const char *profile,
            100 * e.mape, 100 * e.median, 100 * e.p90, 100 * e.signed_median);
     printf("by family (the samples' families; mix: a shard of several):\n");
     ctl_print_family_rows(stdout, rows, nrows, "all");
-    printf("by shape (row blocks: the profiler's row-block samples):\n");
+    printf("by shape (row blocks: shards of the profiler's row blocks):\n");
     if (print_row_blocks(stdout, smp, pred, n, NULL, "all") != 0)
         return ctl_fail(1, "score: out of memory");
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
