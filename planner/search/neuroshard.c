@@ -918,29 +918,52 @@ static int64_t evaluations(const struct ns *s)
     return n;
 }
 
+/*
+ * n states of cap pieces in one block (*block, free() it, and free()
+ * *out): a beam's states are made per search, and one allocation each
+ * showed in the daemon's profile.
+ */
+static int states_alloc(size_t n, size_t cap, struct ns_state **out,
+                        void **block)
+{
+    struct ns_state *st = calloc(n, sizeof(*st));
+    char *b = malloc(n * cap * (sizeof(*st->pc) + sizeof(*st->assign)));
+    size_t i;
+
+    if (!st || !b) {
+        free(st);
+        free(b);
+        return SD_ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        st[i].pc = (struct ns_piece *)(void *)(b + i * cap * sizeof(*st->pc));
+        st[i].cost = INFINITY;
+    }
+    b += n * cap * sizeof(*st->pc);
+    for (i = 0; i < n; i++)
+        st[i].assign = (int32_t *)(void *)(b + i * cap * sizeof(*st->assign));
+    *out = st;
+    *block = b - n * cap * sizeof(*st->pc);
+    return 0;
+}
+
 static int ns_beam(struct ns *s, struct ns_state *best)
 {
     int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
     int64_t budget = s->o->beam_evaluations, spent = 0, before;
     double per_kid; /* placements one child costs: the roots' to start */
-    struct ns_state *beam, *next, *kids, *tmp;
-    bool *pick = NULL;
+    struct ns_state *all = NULL, *beam, *next, *kids, *tmp;
+    void *block = NULL;
+    bool *pick = malloc(s->cap * sizeof(*pick));
     int rv = SD_ENOMEM;
 
-    beam = calloc((size_t)w, sizeof(*beam));
-    next = calloc((size_t)w, sizeof(*next));
-    kids = calloc(maxkids, sizeof(*kids));
-    pick = malloc(s->cap * sizeof(*pick));
-    if (!beam || !next || !kids || !pick)
+    if (!pick ||
+        states_alloc(2 * (size_t)w + maxkids, s->cap, &all, &block) != 0)
         goto out_free;
-    for (b = 0; b < w; b++)
-        if (state_alloc(&beam[b], s->cap) != 0 ||
-            state_alloc(&next[b], s->cap) != 0)
-            goto out_free;
-    for (i = 0; i < maxkids; i++)
-        if (state_alloc(&kids[i], s->cap) != 0)
-            goto out_free;
+    beam = all;
+    next = all + w;
+    kids = all + 2 * w;
 
     per_kid = (double)evaluations(s) /
               (double)(s->work[0].states > 0 ? s->work[0].states : 1);
@@ -991,15 +1014,8 @@ static int ns_beam(struct ns *s, struct ns_state *best)
 
 out_free:
     free(pick);
-    for (i = 0; kids && i < maxkids; i++)
-        state_free(&kids[i]);
-    free(kids);
-    for (b = 0; beam && next && b < w; b++) {
-        state_free(&beam[b]);
-        state_free(&next[b]);
-    }
-    free(beam);
-    free(next);
+    free(block);
+    free(all);
     return rv;
 }
 
