@@ -501,15 +501,16 @@ static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
 {
     const struct ns_devs *d = &w->dv;
     int32_t r, best = -1;
-    double best_raw = INFINITY;
-    uint64_t best_mem = UINT64_MAX;
+    double best_raw = 0;
+    uint64_t best_mem = 0;
 
     for (r = lo; r < hi; r++) {
         double raw = d->raw[r];
         uint64_t mem = d->mem[r];
 
-        if (mem + it->bytes > s->devmem[r] || raw > best_raw ||
-            (raw == best_raw && (best < 0 ? false : mem >= best_mem)))
+        if (mem + it->bytes > s->devmem[r] ||
+            (best >= 0 &&
+             !(raw < best_raw || (raw == best_raw && mem < best_mem))))
             continue;
         if ((int64_t)d->dim[r] + it->cols > dim_lim) {
             refused(s, w, k, (int64_t)d->dim[r] + it->cols, next_cap);
