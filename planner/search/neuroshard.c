@@ -80,11 +80,6 @@ struct ns_level {
     bool ready;
 };
 
-struct ns_table {
-    int32_t nlevels;
-    struct ns_level lv[NS_LEVELS_MAX];
-};
-
 struct ns_piece {
     uint32_t table;
     int32_t level;
@@ -99,11 +94,14 @@ struct ns_state {
     double cost;
 };
 
+/* A piece in greedy order, with what picking its device needs (the
+ * level's bytes and columns here, read in order, not from the level). */
 struct ns_sort {
     double ms;
     uint64_t bytes;
     uint32_t table;
     int32_t level;
+    int32_t cols;
     size_t idx;
 };
 
@@ -142,7 +140,6 @@ struct ns_work {
     struct ns_sort *order;
     struct ns_sort *few; /* a state's split pieces, for ns_order() */
     int32_t *assign;
-    int32_t *sfx_cols;   /* narrowest piece from order[k] on */
     uint64_t *sfx_bytes; /* smallest piece from order[k] on */
     int64_t greedy_runs, states, evaluations;
 };
@@ -160,6 +157,7 @@ struct ns {
      * the compute model alone sees room). */
     bool tiered;
     uint64_t largest_room; /* the most a base device has left */
+    uint64_t *devmem;      /* per device: topology_mem() */
     size_t cap;            /* pieces a state can have */
     double dim_mean;
     int32_t candidates;  /* o->candidates, for this many tables */
@@ -171,8 +169,12 @@ struct ns {
     int32_t *presplit;   /* per table: the level it starts at (>= forced) */
     bool any_presplit;   /* some table starts split beyond memory's needs */
     size_t npinned;
-    struct ns_devs base;        /* the pinned tables placed, nothing else */
-    struct ns_table *tl;        /* levels are filled on the main thread only */
+    struct ns_devs base; /* the pinned tables placed, nothing else */
+    /* [NS_LEVELS_MAX][ntables], level-major: the tables' level-0 pieces,
+     * which every greedy run places, lie together.  Filled on the main
+     * thread only. */
+    struct ns_level *lv;
+    int32_t *nlevels;           /* per table: levels it may be cut to */
     struct ns_sort *root_order; /* the whole tables, in greedy order */
     size_t nroot;
     struct ns_work work[NS_THREADS_MAX];
@@ -220,10 +222,16 @@ static bool device_ok(const struct ns *s, uint32_t table, int32_t r)
            r / s->t->devices_per_host == s->host[table];
 }
 
+static struct ns_level *level_at(const struct ns *s, uint32_t table,
+                                 int32_t level)
+{
+    return &s->lv[(size_t)level * s->ntables + table];
+}
+
 /* The cached level of a piece, made on first use (main thread only). */
 static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 {
-    struct ns_level *lv = &s->tl[table].lv[level];
+    struct ns_level *lv = level_at(s, table, level);
 
     if (!lv->ready) {
         const struct table *tb = &s->tables[table];
@@ -252,7 +260,7 @@ static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 static const struct ns_level *piece_level(const struct ns *s,
                                           const struct ns_piece *p)
 {
-    return &s->tl[p->table].lv[p->level];
+    return level_at(s, p->table, p->level);
 }
 
 /* splitmix64: a well-mixed hash of one piece; a state's key is the sum over
@@ -513,23 +521,33 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
 /*
  * tree_pick() for a few devices (no tree: NS_SCAN_MAX or fewer): one pass
  * over them, each refused one that comes before the chosen one recorded.
+ * The best so far is kept in locals: devices come in id order, so a later
+ * one is less only by (raw, mem), dev_less()'s id tie-break never taken.
  */
 static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
-                         const struct ns_level *lv, double dim_cap,
+                         const struct ns_sort *it, int64_t dim_lim,
                          double *next_cap, int32_t lo, int32_t hi)
 {
     const struct ns_devs *d = &w->dv;
     int32_t r, best = -1;
+    double best_raw = 0;
+    uint64_t best_mem = 0;
 
     for (r = lo; r < hi; r++) {
-        if (d->mem[r] + lv->bytes > topology_mem(s->t, r) ||
-            (best >= 0 && !dev_less(d, r, best)))
+        double raw = d->raw[r];
+        uint64_t mem = d->mem[r];
+
+        if (mem + it->bytes > s->devmem[r] ||
+            (best >= 0 &&
+             !(raw < best_raw || (raw == best_raw && mem < best_mem))))
             continue;
-        if ((double)(d->dim[r] + lv->cols) > dim_cap) {
-            refused(s, w, k, (int64_t)d->dim[r] + lv->cols, next_cap);
+        if ((int64_t)d->dim[r] + it->cols > dim_lim) {
+            refused(s, w, k, (int64_t)d->dim[r] + it->cols, next_cap);
             continue;
         }
         best = r;
+        best_raw = raw;
+        best_mem = mem;
     }
     return best;
 }
@@ -541,23 +559,23 @@ static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
  * found.  -1 when none can take it.
  */
 static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
-                         const struct ns_level *lv, double dim_cap,
+                         const struct ns_sort *it, int64_t dim_lim,
                          double *next_cap)
 {
     struct ns_devs *d = &w->dv;
     int32_t *stack = w->stack, top = 0, best = -1;
 
     if (d->size == 0)
-        return scan_pick(s, w, k, lv, dim_cap, next_cap, 0, s->n);
+        return scan_pick(s, w, k, it, dim_lim, next_cap, 0, s->n);
     stack[top++] = 1;
     while (top > 0) {
         int32_t i = stack[--top], r = d->least[i];
 
         if (r < 0 || (best >= 0 && !dev_less(d, r, best)) ||
-            d->room[i] < lv->bytes)
+            d->room[i] < it->bytes)
             continue;
-        if ((double)d->lowdim[i] + lv->cols > dim_cap) {
-            refused(s, w, k, (int64_t)d->lowdim[i] + lv->cols, next_cap);
+        if ((int64_t)d->lowdim[i] + it->cols > dim_lim) {
+            refused(s, w, k, (int64_t)d->lowdim[i] + it->cols, next_cap);
             continue;
         }
         if (i >= d->size) { /* a leaf: device r itself, and it fits */
@@ -578,6 +596,21 @@ static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
     return best;
 }
 
+/* Asks for the next piece's projection while this one is placed: the
+ * levels of a few thousand tables outgrow the core's cache. */
+static void prefetch_level(const struct ns_level *lv)
+{
+#if defined(__GNUC__)
+    const char *p = (const char *)lv->proj;
+    size_t o;
+
+    for (o = 0; o < sizeof(lv->proj); o += 64)
+        __builtin_prefetch(p + o);
+#else
+    (void)lv;
+#endif
+}
+
 /*
  * One greedy placement of the sorted free pieces under a dim cap of
  * cap_scale x the mean (0: no cap), starting from the base devices: each
@@ -591,7 +624,10 @@ static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
 static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
                         double cap_scale, bool resume, double *next_cap)
 {
-    double dim_cap = cap_scale > 0 ? cap_scale * s->dim_mean : INFINITY;
+    /* The columns a device may hold: cap_scale x the mean, rounded down
+     * (a device's columns are whole), or no limit. */
+    int64_t dim_lim =
+        cap_scale > 0 ? (int64_t)floor(cap_scale * s->dim_mean) : INT64_MAX;
     struct ns_devs *d = &w->dv;
     size_t k = 0;
 
@@ -606,13 +642,16 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
     w->greedy_runs++;
     for (; k < np; k++) {
         const struct ns_sort *it = &w->order[k];
-        const struct ns_level *lv = &s->tl[it->table].lv[it->level];
+        const struct ns_level *lv = level_at(s, it->table, it->level);
         int32_t h = s->host != NULL ? s->host[it->table] : -1,
-                L = s->t->devices_per_host;
+                L = s->t->devices_per_host, best;
+
+        if (k + 1 < np)
+            prefetch_level(level_at(s, it[1].table, it[1].level));
         /* A table held to a host: its few devices, scanned. */
-        int32_t best = h >= 0 ? scan_pick(s, w, k, lv, dim_cap, next_cap, h * L,
-                                          (h + 1) * L)
-                              : tree_pick(s, w, k, lv, dim_cap, next_cap);
+        best = h >= 0 ? scan_pick(s, w, k, it, dim_lim, next_cap, h * L,
+                                  (h + 1) * L)
+                      : tree_pick(s, w, k, it, dim_lim, next_cap);
 
         if (best < 0)
             return INFINITY;
@@ -621,8 +660,7 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
         w->assign[it->idx] = best;
         /* Full for every piece left, under any cap: out of the run, so its
          * low load does not lead the walk to it again and again. */
-        if (k + 1 < np &&
-            d->mem[best] + w->sfx_bytes[k + 1] > topology_mem(s->t, best))
+        if (k + 1 < np && d->mem[best] + w->sfx_bytes[k + 1] > s->devmem[best])
             tree_set(s, d, best, true);
     }
     return devs_plan_ms(s, w);
@@ -633,8 +671,8 @@ static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
 {
     const struct ns_level *lv = piece_level(s, &st->pc[k]);
 
-    return (struct ns_sort){lv->ms, lv->bytes, st->pc[k].table, st->pc[k].level,
-                            k};
+    return (struct ns_sort){lv->ms,          lv->bytes, st->pc[k].table,
+                            st->pc[k].level, lv->cols,  k};
 }
 
 /*
@@ -682,15 +720,10 @@ static void ns_table_wise(const struct ns *s, struct ns_work *w,
     int step;
 
     for (k = nfree; k-- > 0;) {
-        const struct ns_level *lv =
-            &s->tl[w->order[k].table].lv[w->order[k].level];
-        bool last = k + 1 == nfree;
+        uint64_t bytes = w->order[k].bytes;
 
-        w->sfx_cols[k] = last || lv->cols < w->sfx_cols[k + 1]
-                             ? lv->cols
-                             : w->sfx_cols[k + 1];
-        w->sfx_bytes[k] = last || lv->bytes < w->sfx_bytes[k + 1]
-                              ? lv->bytes
+        w->sfx_bytes[k] = k + 1 == nfree || bytes < w->sfx_bytes[k + 1]
+                              ? bytes
                               : w->sfx_bytes[k + 1];
     }
     w->states++;
@@ -803,7 +836,7 @@ static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
                 const struct ns_piece *p = &st->pc[i];
                 const struct ns_level *lv, *bl;
 
-                if (pick[i] || p->level + 1 >= s->tl[p->table].nlevels ||
+                if (pick[i] || p->level + 1 >= s->nlevels[p->table] ||
                     piece_pinned(s, i))
                     continue;
                 if (round == 2 && st->assign[i] != crit)
@@ -915,29 +948,52 @@ static int64_t evaluations(const struct ns *s)
     return n;
 }
 
+/*
+ * n states of cap pieces in one block (*block, free() it, and free()
+ * *out): a beam's states are made per search, and one allocation each
+ * showed in the daemon's profile.
+ */
+static int states_alloc(size_t n, size_t cap, struct ns_state **out,
+                        void **block)
+{
+    struct ns_state *st = calloc(n, sizeof(*st));
+    char *b = malloc(n * cap * (sizeof(*st->pc) + sizeof(*st->assign)));
+    size_t i;
+
+    if (!st || !b) {
+        free(st);
+        free(b);
+        return SD_ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        st[i].pc = (struct ns_piece *)(void *)(b + i * cap * sizeof(*st->pc));
+        st[i].cost = INFINITY;
+    }
+    b += n * cap * sizeof(*st->pc);
+    for (i = 0; i < n; i++)
+        st[i].assign = (int32_t *)(void *)(b + i * cap * sizeof(*st->assign));
+    *out = st;
+    *block = b - n * cap * sizeof(*st->pc);
+    return 0;
+}
+
 static int ns_beam(struct ns *s, struct ns_state *best)
 {
     int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
     int64_t budget = s->o->beam_evaluations, spent = 0, before;
     double per_kid; /* placements one child costs: the roots' to start */
-    struct ns_state *beam, *next, *kids, *tmp;
-    bool *pick = NULL;
+    struct ns_state *all = NULL, *beam, *next, *kids, *tmp;
+    void *block = NULL;
+    bool *pick = malloc(s->cap * sizeof(*pick));
     int rv = SD_ENOMEM;
 
-    beam = calloc((size_t)w, sizeof(*beam));
-    next = calloc((size_t)w, sizeof(*next));
-    kids = calloc(maxkids, sizeof(*kids));
-    pick = malloc(s->cap * sizeof(*pick));
-    if (!beam || !next || !kids || !pick)
+    if (!pick ||
+        states_alloc(2 * (size_t)w + maxkids, s->cap, &all, &block) != 0)
         goto out_free;
-    for (b = 0; b < w; b++)
-        if (state_alloc(&beam[b], s->cap) != 0 ||
-            state_alloc(&next[b], s->cap) != 0)
-            goto out_free;
-    for (i = 0; i < maxkids; i++)
-        if (state_alloc(&kids[i], s->cap) != 0)
-            goto out_free;
+    beam = all;
+    next = all + w;
+    kids = all + 2 * w;
 
     per_kid = (double)evaluations(s) /
               (double)(s->work[0].states > 0 ? s->work[0].states : 1);
@@ -988,15 +1044,8 @@ static int ns_beam(struct ns *s, struct ns_state *best)
 
 out_free:
     free(pick);
-    for (i = 0; kids && i < maxkids; i++)
-        state_free(&kids[i]);
-    free(kids);
-    for (b = 0; beam && next && b < w; b++) {
-        state_free(&beam[b]);
-        state_free(&next[b]);
-    }
-    free(beam);
-    free(next);
+    free(block);
+    free(all);
     return rv;
 }
 
@@ -1247,8 +1296,7 @@ static int cmp_fit_desc(const void *a, const void *b)
 /* The narrowest level table i may take (0: whole). */
 static int32_t narrowest(struct ns *s, size_t i)
 {
-    return piece_pinned(s, i) || !s->o->column_splits ? 0
-                                                      : s->tl[i].nlevels - 1;
+    return piece_pinned(s, i) || !s->o->column_splits ? 0 : s->nlevels[i] - 1;
 }
 
 /*
@@ -1404,10 +1452,9 @@ static int work_alloc(struct ns_work *w, size_t n, size_t cap)
     w->order = malloc(cap * sizeof(*w->order));
     w->few = malloc(cap * sizeof(*w->few));
     w->assign = malloc(cap * sizeof(*w->assign));
-    w->sfx_cols = malloc(cap * sizeof(*w->sfx_cols));
     w->sfx_bytes = malloc(cap * sizeof(*w->sfx_bytes));
     return w->comp && w->fwd && w->bwd && w->stack && w->order && w->assign &&
-                   w->sfx_cols && w->sfx_bytes
+                   w->sfx_bytes
                ? 0
                : SD_ENOMEM;
 }
@@ -1423,7 +1470,6 @@ static void work_free(struct ns_work *w)
     free(w->order);
     free(w->few);
     free(w->assign);
-    free(w->sfx_cols);
     free(w->sfx_bytes);
 }
 
@@ -1440,7 +1486,7 @@ static int32_t forced_level(const struct ns *s, size_t i)
 
     if (piece_pinned(s, i))
         return 0;
-    while (lv + 1 < s->tl[i].nlevels &&
+    while (lv + 1 < s->nlevels[i] &&
            shard_bytes(tb, tb->dim >> lv, s->o->optimizer) > s->largest_room)
         lv++;
     return lv;
@@ -1470,7 +1516,7 @@ static void root_levels(struct ns *s)
     for (i = 0; i < s->ntables; i++) {
         int32_t lv = s->forced[i];
 
-        while (!piece_pinned(s, i) && lv + 1 < s->tl[i].nlevels &&
+        while (!piece_pinned(s, i) && lv + 1 < s->nlevels[i] &&
                ns_level(s, (uint32_t)i, lv)->ms > mean)
             lv++;
         s->presplit[i] = lv;
@@ -1527,7 +1573,7 @@ static int ns_constraints(struct ns *s)
         return SD_ENOMEM;
     for (i = 0; i < s->ntables; i++) {
         if (!constraint_allows(&c[i], SCHEME_CW))
-            s->tl[i].nlevels = 1;
+            s->nlevels[i] = 1;
         host[i] = c[i].host;
     }
     s->host = host;
@@ -1555,13 +1601,18 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->n = t->ndevices;
     s->st = st;
     s->pins = o->pins;
-    s->tl = calloc(ntables ? ntables : 1, sizeof(*s->tl));
-    if (!s->tl || devs_alloc(&s->base, (size_t)s->n) != 0)
+    s->lv = calloc(NS_LEVELS_MAX * (ntables ? ntables : 1), sizeof(*s->lv));
+    s->nlevels = calloc(ntables ? ntables : 1, sizeof(*s->nlevels));
+    s->devmem = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof(*s->devmem));
+    if (!s->lv || !s->nlevels || !s->devmem ||
+        devs_alloc(&s->base, (size_t)s->n) != 0)
         return SD_ENOMEM;
+    for (k = 0; k < s->n; k++)
+        s->devmem[k] = topology_mem(t, k);
     for (i = 0; i < ntables; i++) {
         int32_t lv = table_split_levels(tables[i].dim);
 
-        s->tl[i].nlevels = lv < NS_LEVELS_MAX ? lv : NS_LEVELS_MAX;
+        s->nlevels[i] = lv < NS_LEVELS_MAX ? lv : NS_LEVELS_MAX;
         dims += tables[i].dim;
         s->tiered = s->tiered || tables[i].tier != TIER_HBM;
     }
@@ -1626,7 +1677,9 @@ static void ns_free(struct ns *s)
         work_free(&s->work[k]);
     devs_free(&s->base);
     free((void *)s->host);
-    free(s->tl);
+    free(s->lv);
+    free(s->nlevels);
+    free(s->devmem);
     free(s->forced);
     free(s->presplit);
     free(s->root_order);
@@ -1929,9 +1982,15 @@ out_free:
     return rv;
 }
 
-int plan_neuroshard(const struct table *tables, size_t ntables,
-                    const struct topology *t, const struct plan_options *o,
-                    struct plan *out, struct sd_diag *d)
+/*
+ * The search proper (plan_neuroshard() without its memo): with column
+ * splits, the scheme pass, the search of the tables it left and, unless
+ * memory or a constraint forced its shards, the column search alone; the
+ * cheaper of the two.
+ */
+static int ns_plan(const struct table *tables, size_t ntables,
+                   const struct topology *t, const struct plan_options *o,
+                   struct plan *out, struct sd_diag *d)
 {
     struct scheme_pass sp;
     struct plan_options cwo = *o;
@@ -1939,16 +1998,6 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     struct plan cw;
     int rv;
 
-    if (!o->net)
-        return sd_diag_set(d, SD_EINVAL, "neuroshard: no cost model given");
-    if (o->beam_width < 1 || o->beam_depth < 0 || o->candidates < 1 ||
-        o->threads < 0 || !(o->time_budget_ms >= 0))
-        return sd_diag_set(d, SD_EINVAL,
-                           "neuroshard: beam width and candidates must be "
-                           ">= 1, depth, threads and time budget >= 0");
-    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
-    if (rv != 0)
-        return rv;
     /* Whole tables only: no scheme but table-wise. */
     if (!o->column_splits)
         return ns_search(tables, ntables, t, o, NULL, NULL, out, d);
@@ -1989,5 +2038,43 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
     if (rv == 0 && out->nnotes == 0)
         scheme_pass_note(&sp, ntables, out);
     scheme_pass_free(&sp);
+    return rv;
+}
+
+/*
+ * Latents per (table, width) are asked for by the scheme pass, both
+ * searches and the plans' evaluations: without a memo of the caller's,
+ * one for this call answers them once each (the same values: the memo
+ * keys on the model's input and stores what it computed).  Sized for each
+ * table at a few widths; a set that overflows only recomputes.
+ */
+#define NS_MEMO_PER_TABLE 4
+#define NS_MEMO_MIN       1024
+
+int plan_neuroshard(const struct table *tables, size_t ntables,
+                    const struct topology *t, const struct plan_options *o,
+                    struct plan *out, struct sd_diag *d)
+{
+    struct plan_options mo = *o;
+    struct net_memo *local = NULL;
+    int rv;
+
+    if (!o->net)
+        return sd_diag_set(d, SD_EINVAL, "neuroshard: no cost model given");
+    if (o->beam_width < 1 || o->beam_depth < 0 || o->candidates < 1 ||
+        o->threads < 0 || !(o->time_budget_ms >= 0))
+        return sd_diag_set(d, SD_EINVAL,
+                           "neuroshard: beam width and candidates must be "
+                           ">= 1, depth, threads and time budget >= 0");
+    rv = plan_check_pins(tables, ntables, t, o->pins, o->optimizer, d);
+    if (rv != 0)
+        return rv;
+    if (o->memo == NULL) {
+        /* NULL when memory is short: the search goes on without. */
+        local = net_memo_new(o->net, NS_MEMO_PER_TABLE * ntables + NS_MEMO_MIN);
+        mo.memo = local;
+    }
+    rv = ns_plan(tables, ntables, t, &mo, out, d);
+    net_memo_free(local);
     return rv;
 }
