@@ -155,9 +155,16 @@ static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
             }
         }
     /* A host's blocks that would still outweigh the mean device spread
-     * over every device instead (when allowed and they fit). */
+     * over every device instead (when allowed, they fit, and the blocks'
+     * partial sums reduced over the hosts' link do not cost more than the
+     * lookups spared: behind a slow link they can cost a hundredfold). */
     if (best >= 0 && t->ndevices > L && constraint_allows(c, SCHEME_RW) &&
         (c == NULL || c->host < 0) && block_ms(ps, i, L) > ps->mean_ms &&
+        block_ms(ps, i, t->ndevices) +
+                collective_row_group_ms(t, ps->tables[i].dim, t->ndevices,
+                                        true) <
+            block_ms(ps, i, L) +
+                collective_row_group_ms(t, ps->tables[i].dim, L, false) &&
         blocks_fit(ps, i, 0, t->ndevices))
         return add_blocks(ps, sp, i, 0, t->ndevices, SCHEME_RW);
     if (best >= 0)
@@ -253,6 +260,28 @@ static int pass_init(struct pass *ps, const struct table *tables, size_t n,
     return 0;
 }
 
+/*
+ * Whether table i costs a device less in row blocks over a host (its block,
+ * the group's exchange) than as its narrowest column slice (its lookups,
+ * its columns in the all-to-all): a hot table stays with the column search
+ * where slices are the cheaper cut.
+ */
+static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow)
+{
+    const struct topology *t = ps->t;
+    int32_t L =
+        t->devices_per_host < t->ndevices ? t->devices_per_host : t->ndevices;
+    int32_t n = t->ndevices;
+    double a2a = (double)t->batch_size * narrow * topology_comm_esz(t) *
+                 (double)(n - 1) / (double)n /
+                 (n > L ? t->inter_host_bw : t->intra_host_bw);
+    double slice = alone_ms(ps, &ps->tables[i], narrow) + a2a;
+    double rows = block_ms(ps, i, L) +
+                  collective_row_group_ms(t, ps->tables[i].dim, L, false);
+
+    return rows < slice;
+}
+
 /* The scheme table i leaves the column search for, or SCHEME_TW to stay. */
 static enum plan_scheme choose(struct pass *ps, size_t i,
                                enum scheme_reason *why, double *dp_ms,
@@ -278,7 +307,8 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
         *why = REASON_MEMORY;
         return SCHEME_TWRW;
     }
-    if (rows_ok && alone_ms(ps, tb, narrow) > ps->mean_ms) {
+    if (rows_ok && alone_ms(ps, tb, narrow) > ps->mean_ms &&
+        (!cw_ok || rows_pay(ps, i, narrow))) {
         *why = REASON_HOT;
         return SCHEME_TWRW;
     }

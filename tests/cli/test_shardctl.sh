@@ -74,6 +74,12 @@ plan = json.load(open(sys.argv[2]))
 dims = {t["name"]: t["dim"] for t in task}
 got = {t["name"]: sorted((s["col_offset"], s["col_width"]) for s in t["shards"]) for t in plan["tables"]}
 assert set(got) == set(dims), "tables differ"
+# A replicated table: every device holds all of its columns, once.
+for t in plan["tables"]:
+    if t.get("scheme") == "data_parallel":
+        assert sorted(s["device"] for s in t["shards"]) == list(range(4)), t
+        assert all((s["col_offset"], s["col_width"]) == (0, dims[t["name"]]) for s in t["shards"]), t
+        got[t["name"]] = [(0, dims[t["name"]])]
 for name, spans in got.items():
     pos = 0
     for off, width in spans:

@@ -621,6 +621,25 @@ static void test_schemes(void)
     o.alg = PLAN_ALG_NEUROSHARD;
     CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
     count_schemes(&p, count);
+    /* ... and no worse than the plan that replicates them by constraint
+     * and keeps t0 out of row blocks: a row group of t0 over every device
+     * would reduce its sums over that link (2026-11-25: 344 ms against
+     * this plan's 51). */
+    {
+        struct table_constraint dp[61];
+        struct plan q2;
+
+        for (k = 0; k < 61; k++)
+            dp[k] = (struct table_constraint){
+                .host = -1,
+                .schemes = k ? 1u << SCHEME_DP
+                             : (1u << SCHEME_TW) | (1u << SCHEME_CW)};
+        o.constraints = dp;
+        CHECK(run(tb, 61, &topo, &o, &q2, &d) == 0);
+        CHECK(p.cost_ms <= q2.cost_ms * 1.001);
+        o.constraints = NULL;
+        plan_destroy(&q2);
+    }
     CHECK(count[SCHEME_DP] > 30);
     CHECK(has_note(&p, "replicated (data_parallel)"));
     plan_destroy(&p);
