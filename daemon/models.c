@@ -30,6 +30,25 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
            (unsigned long long)kern_net_bytes(m->resident));
 }
 
+/*
+ * The embedded ensemble beside the model it was trained with (its member 0
+ * has the model's profile: not beside the reference set), each member with
+ * a memo a quarter of the model's: a spread evaluates the plan once per
+ * member, and without them every member recomputes every table's latents.
+ */
+static void ens_attach(struct dmodel *m, const struct models *ms)
+{
+    const struct net_ensemble *e =
+        m->embedded ? net_ensemble_embedded(NULL) : NULL;
+    int32_t i;
+
+    if (e == NULL || e->k < 2 || strcmp(e->m[0]->profile, m->net->profile) != 0)
+        return;
+    m->ens = e;
+    for (i = 0; i < e->k; i++)
+        m->ens_memo[i] = net_memo_new(e->m[i], ms->memo_entries / 4);
+}
+
 static struct dmodel *dmodel_new(const struct models *ms,
                                  const struct cost_net *net, bool embedded,
                                  int64_t id,
@@ -45,6 +64,7 @@ static struct dmodel *dmodel_new(const struct models *ms,
      * answers: every latent is computed. */
     m->memo = net_memo_new(net, ms->memo_entries);
     m->embedded = embedded;
+    ens_attach(m, ms);
     m->id = id;
     if (embedded)
         snprintf(m->version, sizeof(m->version), "%s",
@@ -66,9 +86,13 @@ static struct dmodel *dmodel_ref(struct dmodel *m)
 
 void dmodel_release(struct dmodel *m)
 {
+    int i;
+
     if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
     net_memo_free(m->memo);
+    for (i = 0; i < NET_ENSEMBLE_MAX; i++)
+        net_memo_free(m->ens_memo[i]);
     kern_net_close(m->resident);
     if (!m->embedded)
         free((void *)m->net);

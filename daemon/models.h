@@ -42,6 +42,11 @@ struct dmodel {
     atomic_int refs;
     const struct cost_net *net; /* owned (free()) unless embedded */
     struct net_memo *memo;      /* owned: net's latents; NULL: none */
+    /* The embedded ensemble whose member 0 is net (models.h), for the
+     * spread of every prediction, and its members' latents (owned; NULL
+     * entries: none).  ens NULL: no ensemble of 2 or more members. */
+    const struct net_ensemble *ens;
+    struct net_memo *ens_memo[NET_ENSEMBLE_MAX];
     bool embedded;
     int64_t id;                       /* store model id; 0: the embedded */
     char version[MODELS_VERSION_MAX]; /* "embedded", "reference" or the id */

@@ -75,9 +75,7 @@ static int pick_scorer(struct svc *s, const char *profile, bool need_learned,
         sc->ncm.memo = sc->dm->memo;
         sc->m = &sc->ncm.cm;
         sc->profile = sc->dm->net->profile;
-        sc->ens = sc->dm->embedded ? net_ensemble_embedded(NULL) : NULL;
-        if (sc->ens != NULL && sc->ens->k < 2)
-            sc->ens = NULL;
+        sc->ens = sc->dm->ens;
         return 0;
     }
     if (need_learned || rv != SD_ESTATE)
@@ -537,7 +535,8 @@ static int spread_of(const struct scorer *sc, const struct plan *p,
     memset(out, 0, sizeof(*out));
     if (sc->ens == NULL)
         return 0;
-    return net_ensemble_plan_spread(sc->ens, p, tables, n, t, opt, out) == 0
+    return net_ensemble_plan_spread(sc->ens, sc->dm->ens_memo, p, tables, n, t,
+                                    opt, out) == 0
                ? 0
                : SD_ENOMEM;
 }

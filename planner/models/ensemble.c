@@ -267,10 +267,11 @@ void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,
     ecm->cm.ctx = ecm;
 }
 
-int net_ensemble_plan_spread(const struct net_ensemble *e, const struct plan *p,
-                             const struct table *tables, size_t ntables,
-                             const struct topology *t, enum optimizer opt,
-                             struct plan_spread *out)
+int net_ensemble_plan_spread(const struct net_ensemble *e,
+                             struct net_memo *const *memos,
+                             const struct plan *p, const struct table *tables,
+                             size_t ntables, const struct topology *t,
+                             enum optimizer opt, struct plan_spread *out)
 {
     struct net_cost_model ncm;
     struct plan copy;
@@ -297,6 +298,7 @@ int net_ensemble_plan_spread(const struct net_ensemble *e, const struct plan *p,
     out->members = e->k;
     for (i = 0; i < e->k && rv == 0; i++) {
         net_cost_model_init(&ncm, e->m[i]);
+        ncm.memo = memos != NULL ? memos[i] : NULL;
         rv = plan_evaluate(&copy, tables, ntables, t, opt, &ncm.cm);
         for (r = 0; rv == 0 && r < p->ndevices; r++) {
             double c = copy.devices[r].compute_ms;

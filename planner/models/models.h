@@ -441,12 +441,15 @@ struct plan_spread {
     double *lo, *hi; /* owned, one block: plan_spread_free() */
     double cost_lo, cost_hi;
 };
-/* p evaluated or not (it is not changed).  Returns 0, SD_EINVAL or
- * SD_ENOMEM; *out is filled on success. */
-int net_ensemble_plan_spread(const struct net_ensemble *e, const struct plan *p,
-                             const struct table *tables, size_t ntables,
-                             const struct topology *t, enum optimizer opt,
-                             struct plan_spread *out);
+/* p evaluated or not (it is not changed); memos (NULL: none) holds e->k
+ * memos, memos[i] made for member i (or NULL), so that a daemon scores
+ * resent tables once per member.  Returns 0, SD_EINVAL or SD_ENOMEM; *out
+ * is filled on success. */
+int net_ensemble_plan_spread(const struct net_ensemble *e,
+                             struct net_memo *const *memos,
+                             const struct plan *p, const struct table *tables,
+                             size_t ntables, const struct topology *t,
+                             enum optimizer opt, struct plan_spread *out);
 void plan_spread_free(struct plan_spread *s);
 
 /*

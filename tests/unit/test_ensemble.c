@@ -109,8 +109,8 @@ static void test_spread(void)
     CHECK(plan_init(&p, 2) == 0);
     CHECK(plan_add(&p, 0, 0, 0, 16) == 0 && plan_add(&p, 1, 0, 0, 16) == 0 &&
           plan_add(&p, 2, 1, 0, 16) == 0);
-    CHECK(net_ensemble_plan_spread(e, &p, t, 3, &topo, OPTIMIZER_SGD, &ps) ==
-          0);
+    CHECK(net_ensemble_plan_spread(e, NULL, &p, t, 3, &topo, OPTIMIZER_SGD,
+                                   &ps) == 0);
     CHECK(ps.members == 5 && ps.ndevices == 2);
     if (ps.ndevices == 2) {
         CHECK_NEAR(ps.lo[0], 1, 1e-5);
@@ -119,6 +119,30 @@ static void test_spread(void)
         CHECK_NEAR(ps.hi[1], 5, 1e-5);
         /* Plan cost: the member's compute plus the same comm. */
         CHECK_NEAR(ps.cost_hi - ps.cost_lo, 4, 1e-5);
+    }
+    /* With a memo per member: the same spread, and a second spread of the
+     * plan answers every member's latents from its memo. */
+    {
+        struct net_memo *memos[5];
+        struct net_memo_stats st;
+        struct plan_spread again;
+        int round;
+
+        for (i = 0; i < 5; i++)
+            memos[i] = net_memo_new(e->m[i], 64);
+        for (round = 0; round < 2; round++) {
+            CHECK(net_ensemble_plan_spread(e, memos, &p, t, 3, &topo,
+                                           OPTIMIZER_SGD, &again) == 0);
+            CHECK(again.cost_lo == ps.cost_lo && again.cost_hi == ps.cost_hi);
+            CHECK(again.ndevices == 2 && again.lo[1] == ps.lo[1] &&
+                  again.hi[1] == ps.hi[1]);
+            plan_spread_free(&again);
+        }
+        for (i = 0; i < 5; i++) {
+            net_memo_stats(memos[i], &st);
+            CHECK(st.misses == 3 && st.hits >= 3); /* 3 tables, each once */
+            net_memo_free(memos[i]);
+        }
     }
     plan_spread_free(&ps);
     /* Evaluated under the median, the plan's devices cost 3 ms. */
