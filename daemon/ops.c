@@ -219,6 +219,13 @@ int svc_metrics_text(struct svc *s, char **out, size_t *len, struct sd_diag *d)
           (double)entries);
     gauge(&t, "shardd_plan_cache_bytes", "Bytes of the cached plans.",
           (double)bytes);
+    counter(&t, "shardd_plan_audit_written_total",
+            "Plans recorded in the store's plan audit.",
+            (unsigned long long)atomic_load(&s->audit.written));
+    counter(&t, "shardd_plan_audit_dropped_total",
+            "Plans not recorded: the audit queue was full or the store "
+            "failed.",
+            (unsigned long long)atomic_load(&s->audit.dropped));
     render_models(s, &t);
     render_profiler(s, &t);
     rv = render_store(s, &t, d);

@@ -175,6 +175,7 @@ int svc_plans_json(struct svc *s, size_t limit, char **out, size_t *len,
     size_t i, n = 0;
     int rv, bad = arr == NULL;
 
+    audit_sync(&s->audit); /* a client sees the plan it was just given */
     pthread_mutex_lock(&s->store_mu);
     rv = store_plan_audit_list(s->st, limit, &a, &n, d);
     pthread_mutex_unlock(&s->store_mu);
@@ -256,6 +257,7 @@ int svc_plan_json(struct svc *s, int64_t id, char **out, size_t *len,
     json_error_t err;
     int rv, critical = -1;
 
+    audit_sync(&s->audit);
     pthread_mutex_lock(&s->store_mu);
     rv = store_plan_audit_get(s->st, id, &a, d);
     pthread_mutex_unlock(&s->store_mu);

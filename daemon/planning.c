@@ -271,14 +271,14 @@ static int mark_cache_hit(uint8_t **resp, size_t *len, struct sd_diag *d)
     return 0;
 }
 
-/* Records the plan handed out (best effort: a full disk fails no plan). */
+/* Records the plan handed out (best effort: a full disk fails no plan;
+ * audit.h writes it off the request path). */
 static void audit_plan(struct svc *s, const struct plan *p,
                        const struct table *tables, size_t n,
                        const struct scorer *sc, const char *hash,
                        const char *alg)
 {
     struct store_plan_audit a;
-    struct sd_diag d;
     char *json = json_plan(p, tables);
 
     if (json == NULL)
@@ -291,10 +291,7 @@ static void audit_plan(struct svc *s, const struct plan *p,
     a.ndevices = p->ndevices;
     a.plan_cost_ms = p->cost_ms;
     a.plan_json = json;
-    pthread_mutex_lock(&s->store_mu);
-    if (store_plan_audit_put(s->st, &a, NULL, &d) != 0)
-        sd_log(SD_LOG_WARN, "plan audit not stored: %s", d.msg);
-    pthread_mutex_unlock(&s->store_mu);
+    audit_put(&s->audit, &a);
     free(json);
 }
 

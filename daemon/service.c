@@ -153,6 +153,14 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     s->models.activated_ctx = s;
     profw_init(&s->profw, s->be, s->db_path, s->profile, s->profile_id,
                s->device_name, c->profiler_batch, samples, s->cf);
+    if (audit_init(&s->audit, s->db_path) != 0) {
+        profw_destroy(&s->profw);
+        jobs_destroy(&s->jobs);
+        cache_destroy(&s->cache);
+        reflect_close(s->reflect);
+        models_destroy(&s->models);
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -204,8 +212,10 @@ fail_locks:
 
 int svc_start_workers(struct svc *s, struct sd_diag *d)
 {
-    int rv = jobs_start(&s->jobs, d);
+    int rv = audit_start(&s->audit, d);
 
+    if (rv == 0)
+        rv = jobs_start(&s->jobs, d);
     if (rv == 0)
         rv = profw_start(&s->profw, d);
     return rv;
@@ -217,6 +227,7 @@ void svc_close(struct svc *s)
         return;
     profw_destroy(&s->profw);
     jobs_destroy(&s->jobs);
+    audit_destroy(&s->audit);
     reflect_close(s->reflect);
     cache_destroy(&s->cache);
     models_destroy(&s->models);

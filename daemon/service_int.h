@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "audit.h"
 #include "cache.h"
 #include "config.h"
 #include "fleet_state.h"
@@ -51,6 +52,7 @@ struct svc {
 
     struct jobs jobs;
     struct profw profw;
+    struct audit audit;      /* the plan audit, written off the request path */
     struct reflect *reflect; /* read only */
     atomic_bool draining;    /* SIGTERM: health says NOT_SERVING */
     atomic_int searching;    /* Plan searches running now */

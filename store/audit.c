@@ -53,6 +53,35 @@ int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
     return rv;
 }
 
+int store_plan_audit_put_many(struct store *st,
+                              const struct store_plan_audit *a, size_t n,
+                              struct sd_diag *d)
+{
+    size_t i;
+    int rv;
+
+    if (n == 0)
+        return 0;
+    rv = store__check_no_batch(st, d);
+    if (rv == 0)
+        rv = store__tx_begin(st, d);
+    if (rv != 0)
+        return rv;
+    for (i = 0; i < n && rv == 0; i++) {
+        struct sd_diag why;
+
+        rv = store_plan_audit_put(st, &a[i], NULL, &why);
+        if (rv != 0)
+            sd_diag_set(d, rv, "plan audit record %zu of %zu: %s", i, n,
+                        why.msg);
+    }
+    if (rv != 0) {
+        store__tx_rollback(st);
+        return rv;
+    }
+    return store__tx_commit(st, d);
+}
+
 /*
  * Reads the current row of STORE__SQL_AUDIT_GET into one allocation, the
  * plan text after the struct; row is a struct store_plan_audit **.

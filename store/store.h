@@ -613,6 +613,12 @@ struct store_plan_audit {
 int store_plan_audit_put(struct store *st, const struct store_plan_audit *a,
                          int64_t *id, struct sd_diag *d);
 
+/* Appends n records in one transaction: all of them, or none (a bad
+ * record, named by its index, fails the whole batch). */
+int store_plan_audit_put_many(struct store *st,
+                              const struct store_plan_audit *a, size_t n,
+                              struct sd_diag *d);
+
 /*
  * Loads record `id`: *out is owned by the caller, released with free()
  * (plan_json included).  SD_ENOENT when there is none.

@@ -115,6 +115,7 @@ struct ask {
     bool whole_tables_only;
     const int32_t *pins;
     const char *profile; /* NULL: the server's default */
+    int32_t ndevices;    /* 0: NDEV */
 };
 
 /* The request bytes of a (owned by the caller, free()). */
@@ -127,7 +128,8 @@ static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
     struct topology t;
     int rv;
 
-    topology_default(&t, NDEV, a->mem_bytes ? a->mem_bytes : (8ull << 30));
+    topology_default(&t, a->ndevices ? a->ndevices : NDEV,
+                     a->mem_bytes ? a->mem_bytes : (8ull << 30));
     t.batch_size = 0; /* the model's */
     rq.n_tables = a->ntables;
     rq.tables = wire_tables_out(&arena, pool, a->ntables);
@@ -531,10 +533,12 @@ static void test_cache_policy(void)
     /* A plan cut short by the call's deadline is not the request's answer:
      * not cached.  70 ms leaves 20 ms after the daemon's 50 ms reply
      * margin: time to read the request, too little for a search of 1,000
-     * tables (some 100 ms on one thread)... */
+     * tables on 64 devices (some 300 ms on one thread; on 8 devices, with
+     * their latents in the model's memo, it can finish in 20 ms)... */
     c.plan_cache_entries = 8;
     CHECK(svc_reconfigure(s, &c) == 0);
     big.ntables = POOL;
+    big.ndevices = 64;
     call.deadline_ms = sd_now_ms() + 70;
     rv = plan_bytes(s, &big, &call, &r, &d);
     CHECK(rv == 0);
