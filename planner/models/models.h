@@ -987,8 +987,11 @@ enum trec_sharding {
 };
 
 enum trec_kernel {
-    TREC_KERNEL_FUSED = 0, /* HBM_BW on cuda */
-    TREC_KERNEL_DENSE,     /* 0.5 * HBM_BW on cuda */
+    TREC_KERNEL_FUSED = 0,         /* HBM_BW on cuda */
+    TREC_KERNEL_DENSE,             /* 0.5 * HBM_BW on cuda */
+    TREC_KERNEL_FUSED_UVM,         /* HBM_TO_DDR_BW / 10 */
+    TREC_KERNEL_FUSED_UVM_CACHING, /* (clf HBM_BW + (1 - clf) HBM_TO_DDR_BW)
+                                    * / 10 */
 };
 
 /* TorchRec's Perf: all in ms. */
@@ -1014,6 +1017,8 @@ struct trec_shard_in {
     double hbm_bw;   /* bytes/ms; 0 = TorchRec's 897 GiB/s */
     double intra_bw; /* bytes/ms; 0 = 600 GiB/s */
     double inter_bw; /* bytes/ms; 0 = 12.5 GiB/s */
+    double ddr_bw;   /* HBM<->host, bytes/ms; 0 = 32 GiB/s (the UVM kernels) */
+    double cache_load_factor; /* fused_uvm_caching's clf, in (0, 1] */
 };
 
 /* Perf.total (2.7), summed in TorchRec's order so that totals are the

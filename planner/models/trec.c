@@ -18,6 +18,7 @@
 #define TREC_HBM_BW                (897.0 * GIB / 1000.0)
 #define TREC_INTRA_BW              (600.0 * GIB / 1000.0)
 #define TREC_INTER_BW              (12.5 * GIB / 1000.0)
+#define TREC_HBM_TO_DDR_BW         (32.0 * GIB / 1000.0)
 #define TREC_MIN_CW_DIM            128
 #define TREC_FULL_BLOCK_EMB_DIM    128
 #define TREC_HALF_BLOCK_PENALTY    1.15
@@ -50,11 +51,27 @@ struct perf_env {
 static void perf_env_init(const struct trec_shard_in *in, struct perf_env *e)
 {
     double hbm = in->hbm_bw > 0 ? in->hbm_bw : TREC_HBM_BW;
+    double ddr = in->ddr_bw > 0 ? in->ddr_bw : TREC_HBM_TO_DDR_BW;
+    double clf = in->cache_load_factor;
 
     e->ws = in->world_size > 0 ? in->world_size : 1;
     e->lws = in->local_world_size > 0 ? in->local_world_size : e->ws;
-    /* kernel_bw_lookup on cuda (2.1): fused reads HBM at full speed. */
-    e->device_bw = in->kernel == TREC_KERNEL_DENSE ? 0.5 * hbm : hbm;
+    /* kernel_bw_lookup on cuda (2.1): fused reads HBM at full speed, UVM
+     * the host link at a tenth, a UVM cache the mix of both by its load
+     * factor at a tenth. */
+    switch (in->kernel) {
+    case TREC_KERNEL_DENSE:
+        e->device_bw = 0.5 * hbm;
+        break;
+    case TREC_KERNEL_FUSED_UVM:
+        e->device_bw = ddr / 10;
+        break;
+    case TREC_KERNEL_FUSED_UVM_CACHING:
+        e->device_bw = (clf * hbm + (1 - clf) * ddr) / 10;
+        break;
+    default:
+        e->device_bw = hbm;
+    }
     e->intra_bw = in->intra_bw > 0 ? in->intra_bw : TREC_INTRA_BW;
     e->inter_bw = in->inter_bw > 0 ? in->inter_bw : TREC_INTER_BW;
     e->esz = (double)in->elem_size;

@@ -137,7 +137,15 @@ static void options_init(const struct table *tb, const struct topology *t,
             s.row_count = out[k].block;
         }
         in.sharding = sharding[k];
-        in.kernel = k == OPT_DP ? TREC_KERNEL_DENSE : TREC_KERNEL_FUSED;
+        /* A table the tier pass moved off HBM runs TorchRec's UVM kernels
+         * (replicas stay dense, in HBM), priced at their bandwidth. */
+        in.kernel = k == OPT_DP            ? TREC_KERNEL_DENSE
+                    : tb->tier == TIER_UVM ? TREC_KERNEL_FUSED_UVM
+                    : tb->tier == TIER_UVM_CACHING
+                        ? TREC_KERNEL_FUSED_UVM_CACHING
+                        : TREC_KERNEL_FUSED;
+        in.cache_load_factor = tb->cache_load_factor;
+        in.ddr_bw = topology_host_link_bw(t);
         in.cols = out[k].width;
         trec_shard_perf(&in, &out[k].perf);
         /* Never charge less than plan_validate() will count, so that a

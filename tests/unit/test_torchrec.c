@@ -198,7 +198,8 @@ static void test_16_ranks(void)
     }
 }
 
-/* Zero bandwidths mean TorchRec's constants; dense halves the kernel's. */
+/* Zero bandwidths mean TorchRec's constants; dense halves the kernel's,
+ * the UVM kernels read the host link. */
 static void test_defaults(void)
 {
     struct trec_shard_in in =
@@ -216,6 +217,23 @@ static void test_defaults(void)
     trec_shard_perf(&in, &b);
     CHECK_REL(b.fwd_compute, 2 * a.fwd_compute, 1e-15);
     CHECK(b.fwd_comms == a.fwd_comms);
+
+    /* The UVM kernels (2.1): the host link (32 GiB/s by default) at a
+     * tenth; a cache at load factor 0.2 the mix of HBM and the link at a
+     * tenth.  Only the compute changes. */
+    in.kernel = TREC_KERNEL_FUSED_UVM;
+    trec_shard_perf(&in, &b);
+    CHECK_REL(b.fwd_compute, a.fwd_compute * 897.0 / (32.0 / 10), 1e-12);
+    CHECK(b.fwd_comms == a.fwd_comms);
+    in.ddr_bw = 64.0 * GIB / 1000.0;
+    trec_shard_perf(&in, &b);
+    CHECK_REL(b.fwd_compute, a.fwd_compute * 897.0 / (64.0 / 10), 1e-12);
+    in.kernel = TREC_KERNEL_FUSED_UVM_CACHING;
+    in.cache_load_factor = 0.2;
+    trec_shard_perf(&in, &b);
+    CHECK_REL(b.fwd_compute,
+              a.fwd_compute * 897.0 / ((0.2 * 897.0 + 0.8 * 64.0) / 10), 1e-12);
+    CHECK_REL(b.bwd_compute, 2 * b.fwd_compute, 1e-12);
 
     /* One host: the intra-host link (600 GiB/s). */
     in = shard(TREC_TABLE_WISE, 512, 1.0, 1000, 128, 8, 8);
