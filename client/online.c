@@ -192,8 +192,6 @@ static int reject_offline_only(const struct ctl_opts *o)
         strcat(names, ", --no-local-search");
     if (o->threads != 0)
         strcat(names, ", --threads");
-    if (o->quantile >= 0)
-        strcat(names, ", --quantile");
     if (names[0] == '\0')
         return 0;
     return ctl_fail(CTL_EXIT_USAGE,
@@ -202,8 +200,10 @@ static int reject_offline_only(const struct ctl_opts *o)
                     names + 2);
 }
 
-/* The PlanOptions of the command line; strings borrowed from o. */
-static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
+/* The PlanOptions of the command line; strings borrowed from o, the
+ * quantile (--quantile) in *q. */
+static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m,
+                         Shardd__V1__EnsembleQuantile *q)
 {
     enum optimizer opt = OPTIMIZER_SGD;
 
@@ -224,6 +224,11 @@ static int asked_options(const struct ctl_opts *o, Shardd__V1__PlanOptions *m)
     m->seed = (uint64_t)o->seed;
     m->optimizer = wire_optimizer_out(opt);
     m->profile = mstr(o->profile != NULL ? o->profile : "");
+    if (o->quantile >= 0) {
+        shardd__v1__ensemble_quantile__init(q);
+        q->value = o->quantile;
+        m->quantile = q;
+    }
     return 0;
 }
 
@@ -267,6 +272,7 @@ static int online_plan(struct online *on)
     const struct ctl_opts *o = on->o;
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__PlanOptions pom;
+    Shardd__V1__EnsembleQuantile pq;
     Shardd__V1__PlanResponse *resp = NULL;
     struct wire_arena arena = WIRE_ARENA_INIT;
     struct tables_input in = {0};
@@ -292,7 +298,7 @@ static int online_plan(struct online *on)
     if (o->out != NULL && !o->json && !o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or "
                                         "--torchrec");
-    rv = asked_options(o, &pom);
+    rv = asked_options(o, &pom, &pq);
     if (rv != 0)
         return rv;
     rv = ctl_read_tables(o, "plan", &in);

@@ -47,6 +47,7 @@ void svc_limits(const struct sd_config *c, struct wire_limits *l)
  */
 struct scorer {
     struct net_cost_model ncm;
+    struct net_ensemble_cost_model ecm; /* options.quantile's scorer */
     struct net_comm_model ncomm; /* the learned comm, when comm_learned */
     bool comm_learned;
     const struct cost_model *m;
@@ -179,6 +180,10 @@ static uint64_t request_hash(const struct table *tables, size_t n,
         sd_fnv_u64(&hs, t->host_dram_bytes);
         sd_fnv_real(&hs, t->host_link_bw);
         sd_fnv_u64(&hs, t->comm_dtype);
+    }
+    if (o->ensemble != NULL) { /* options.quantile */
+        sd_fnv_str(&hs, "quantile");
+        sd_fnv_real(&hs, o->quantile);
     }
     if (o->pins != NULL) {
         sd_fnv_str(&hs, "pins");
@@ -439,6 +444,29 @@ static void plan_ask_free(struct plan_ask *a)
         shardd__v1__plan_request__free_unpacked(a->rq, NULL);
 }
 
+/*
+ * options.quantile: the plan for that quantile of the scorer's ensemble,
+ * scored by it (as `shardctl plan --offline --quantile`).  0, or
+ * SD_EINVAL naming the field when the model has no ensemble.
+ */
+static int pick_quantile(const Shardd__V1__PlanOptions *o, struct scorer *sc,
+                         struct plan_options *po, struct sd_diag *d)
+{
+    if (o == NULL || o->quantile == NULL)
+        return 0;
+    if (sc->ens == NULL)
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.quantile: the model answering profile %s "
+                           "has no ensemble (only the embedded model has "
+                           "one); leave quantile unset",
+                           sc->profile);
+    po->ensemble = sc->ens;
+    po->quantile = o->quantile->value;
+    net_ensemble_cost_model_init(&sc->ecm, sc->ens, o->quantile->value);
+    sc->m = &sc->ecm.cm;
+    return 0;
+}
+
 /* Decodes and checks a PlanRequest into *a (plan_ask_free() it). */
 static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
                            const uint8_t *req, size_t len, struct plan_ask *a,
@@ -479,6 +507,9 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
         return rv;
     a->po.net = a->sc.dm != NULL ? a->sc.dm->net : NULL;
     a->po.memo = a->sc.dm != NULL ? a->sc.dm->memo : NULL;
+    rv = pick_quantile(a->rq->options, &a->sc, &a->po, d);
+    if (rv != 0)
+        return rv;
     if (a->po.alg == PLAN_ALG_DREAMSHARD) {
         struct sd_diag why;
 

@@ -720,6 +720,13 @@ int wire_options_in(const struct wire_limits *l,
                            (unsigned)in->time_budget_ms, l->max_budget_ms);
     if (in->time_budget_ms != 0)
         o->time_budget_ms = in->time_budget_ms;
+    if (in->quantile != NULL &&
+        !(in->quantile->value >= 0 && in->quantile->value <= 1))
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.quantile.value: %g is outside [0, 1] "
+                           "(0.5 is the ensemble's median; leave quantile "
+                           "unset for the model's own prediction)",
+                           in->quantile->value);
     o->seed = in->seed;
     rv =
         wire_optimizer_in(in->optimizer, "options.optimizer", &o->optimizer, d);

@@ -133,7 +133,8 @@ for args in "--mem-gb 8" \
     "--mem-gb 24 --batch-size 4096 --alg random --seed 7 --no-splits --optimizer adam --devices-per-host 2" \
     "--mem-gb 8,8,2,4 --pin table_0003=3 --pin table_0000=0" \
     "--mem-gb 8,8,2,4 --pin table_0003=2 --alg torchrec_greedy" \
-    "--mem-gb 16 --batch-size 4096 --alg neuroshard --no-splits --optimizer rowwise_adagrad"; do
+    "--mem-gb 16 --batch-size 4096 --alg neuroshard --no-splits --optimizer rowwise_adagrad" \
+    "--mem-gb 8 --quantile 0.9"; do
     # shellcheck disable=SC2086 # word splitting of the option lists wanted
     if "$CTL" plan --offline $P0 $args --json >"$DIR/off.json" 2>"$DIR/err" &&
         ctl plan $P0 $args --json >"$DIR/on.json" 2>>"$DIR/err"; then
@@ -143,6 +144,11 @@ for args in "--mem-gb 8" \
         bad "plan $args: $(cat "$DIR/err")"
     fi
 done
+# The last case: the daemon planned for the ensemble's 0.9 quantile.
+json_check "$DIR/on.json" "'(q0.90 of 5)' in d['cost_model']"
+ctl plan $P0 --mem-gb 16 --batch-size 4096 --alg neuroshard --no-splits \
+    --optimizer rowwise_adagrad --json >"$DIR/on.json" && ok ||
+    bad "plan --no-splits online"
 json_check "$DIR/on.json" "d['algorithm'] == 'neuroshard' and d['search']['greedy_runs'] >= 1 and d['search']['column_splits'] == 0"
 # The pins and capacities reached the daemon (not only equal to offline).
 ctl plan $P0 --mem-gb 8,8,2,4 --pin table_0003=2 --json >"$DIR/on.json" &&

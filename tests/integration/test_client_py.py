@@ -191,6 +191,15 @@ def inside(shardd_bin, shardctl_bin):
             self.assertIn("10.0 lookups per sample over its 2 features", pf[0].message)
             # fp16: 20000 x 128 x 2 bytes a table.
             self.assertEqual(sum(d.memory_bytes for d in plan.devices), 6 * 20000 * 128 * 2)
+            # A robust plan: the ensemble's 0.9 quantile scored it.
+            robust = self.c.plan(tables, shardd.Topology(num_devices=2, mem_gb=4),
+                                 constraints=cons, quantile=0.9)
+            self.assertIn("(q0.90 of 5)", robust.cost_model)
+            self.assertNotIn("of 5)", plan.cost_model)
+            with self.assertRaises(shardd.ShardError) as e:
+                self.c.plan(tables, shardd.Topology(num_devices=2, mem_gb=4), quantile=2)
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn("options.quantile.value", e.exception.message)
 
         def test_3_to_torchrec_matches_shardctl(self):
             tables, cons = trec_tables(20)

@@ -219,6 +219,22 @@ class ServingTest(Base):
             r.options.algorithm = "quantum_annealing"
         bad(SC.INVALID_ARGUMENT, plan_with(bad_alg), "algorithm", "size_greedy")
 
+        def bad_quantile(r):
+            r.options.quantile.value = 1.5
+        bad(SC.INVALID_ARGUMENT, plan_with(bad_quantile), "options.quantile.value", "[0, 1]")
+
+        # A quantile asks the embedded model's ensemble: the plan is scored
+        # by it and hashed apart from the plain request.
+        req = H.plan_request(list(good), budget_ms=2000)
+        plain = H.call(self.tcp, H.PLAN, req)
+        req.options.quantile.value = 0.9
+        robust = H.call(self.tcp, H.PLAN, req)
+        self.assertIn("(q0.90 of 5)", robust.basis.cost_model)
+        self.assertNotIn("of 5)", plain.basis.cost_model)
+        self.assertNotEqual(robust.request_hash, plain.request_hash)
+        self.assertFalse(robust.cache_hit)
+        self.assertGreaterEqual(robust.plan_cost_ms, plain.plan_cost_ms * 0.5)
+
         # The same errors through Estimate: a placement missing columns.
         req = H.plan_request(good)
         r = H.call(self.tcp, H.PLAN, req)

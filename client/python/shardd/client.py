@@ -177,11 +177,13 @@ class Client:
 
     def plan(self, tables, topology, *, constraints=None, algorithm="",
              whole_tables_only=False, time_budget_ms=0, seed=0, optimizer="",
-             pins=None, profile="", timeout=None):
+             pins=None, profile="", quantile=None, timeout=None):
         """Plans tables on topology (a Topology).  tables: TorchRec's
         EmbeddingBagConfig objects or dicts, with constraints {name:
         ParameterConstraints}, or shardd's table dicts.  pins: {table:
-        device}.  Returns a Plan."""
+        device}.  quantile: plan for that quantile in [0, 1] of the cost
+        model's ensemble (a robust plan); None: the model's own prediction.
+        Returns a Plan."""
         native, trec = _convert.tables_out(tables, constraints)
         req = planner_pb2.PlanRequest(topology=topology.to_proto())
         req.tables.extend(native)
@@ -197,6 +199,8 @@ class Client:
         o.optimizer = _OPTIMIZERS[optimizer]
         for table, device in (pins or {}).items():
             o.constraints.pins.add(table=table, device=device)
+        if quantile is not None:
+            o.quantile.value = float(quantile)
         resp = self._call(_PLAN, req, planner_pb2.PlanResponse, timeout)
         shapes = [_convert.table_shape(t) for t in tables]
         return Plan(
