@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "harness.h"
 #include "service_int.h"
 #include "shardd/log.h"
@@ -498,6 +499,31 @@ static bool plan_hit(struct svc *s, uint64_t seed)
 
     shardd__v1__plan_response__free_unpacked(r, NULL);
     return hit;
+}
+
+/*
+ * A reflection request with an unknown field of the invalid tag 0 (a
+ * non-canonical varint, which protobuf-c keeps as unknown): the answer
+ * echoes the request without it, so it still parses (fuzz_plan_request
+ * found the unreadable answer; the input is in its corpus).
+ */
+static void test_reflection_unknown_field(struct svc *s)
+{
+    static const uint8_t req[] = {0x80, 0x00, 0x00};
+    Grpc__Reflection__V1alpha__ServerReflectionResponse *r;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    struct sd_diag d;
+
+    CHECK(svc_reflect(s, req, sizeof(req), &resp, &len, &d) == 0);
+    r = grpc__reflection__v1alpha__server_reflection_response__unpack(NULL, len,
+                                                                      resp);
+    CHECK(r != NULL && r->original_request != NULL &&
+          r->original_request->base.n_unknown_fields == 0);
+    if (r != NULL)
+        grpc__reflection__v1alpha__server_reflection_response__free_unpacked(
+            r, NULL);
+    free(resp);
 }
 
 static void test_cache_policy(void)
@@ -1351,6 +1377,7 @@ int main(void)
     test_retrain_limits(s, &c);
     test_retrain_families(s);
     test_health(s);
+    test_reflection_unknown_field(s);
     teardown(s, &c);
 
     test_cache_policy();
