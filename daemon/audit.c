@@ -26,12 +26,10 @@ int audit_init(struct audit *au, const char *db_path)
     return 0;
 }
 
-void audit_put(struct audit *au, const struct store_plan_audit *a)
+void audit_put(struct audit *au, const struct store_plan_audit *a, char *json)
 {
-    char *json = strdup(a->plan_json);
-
     pthread_mutex_lock(&au->mu);
-    if (json == NULL || au->n == AUDIT_QUEUE_MAX || au->stopping) {
+    if (au->n == AUDIT_QUEUE_MAX || au->stopping) {
         pthread_mutex_unlock(&au->mu);
         free(json);
         atomic_fetch_add(&au->dropped, 1);

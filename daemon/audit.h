@@ -53,8 +53,11 @@ int audit_init(struct audit *au, const char *db_path);
  * store's error or SD_ENOMEM with d set. */
 int audit_start(struct audit *au, struct sd_diag *d);
 
-/* Queues a copy of *a (plan_json copied too); never blocks on the store. */
-void audit_put(struct audit *au, const struct store_plan_audit *a);
+/* Queues *a with plan_json (malloc()ed; the queue's from here on, freed
+ * when written or dropped: a.plan_json is not read); never blocks on the
+ * store. */
+void audit_put(struct audit *au, const struct store_plan_audit *a,
+               char *plan_json);
 
 /* Waits until every record queued before the call is written (or
  * dropped): for tests and for a reader that must see its own plan. */

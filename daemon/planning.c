@@ -295,9 +295,7 @@ static void audit_plan(struct svc *s, const struct plan *p,
     a.ntables = (int32_t)n;
     a.ndevices = p->ndevices;
     a.plan_cost_ms = p->cost_ms;
-    a.plan_json = json;
-    audit_put(&s->audit, &a);
-    free(json);
+    audit_put(&s->audit, &a, json);
 }
 
 /*

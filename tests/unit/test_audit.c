@@ -66,7 +66,7 @@ static void *put_many(void *arg)
     for (i = 0; i < PER_THREAD; i++) {
         struct store_plan_audit a = record(p->first + i, json, sizeof(json));
 
-        audit_put(p->au, &a);
+        audit_put(p->au, &a, strdup(json));
     }
     return NULL;
 }
@@ -120,7 +120,7 @@ static void test_stop_drains(void)
     for (i = 0; i < 300; i++) {
         struct store_plan_audit a = record(10000 + i, json, sizeof(json));
 
-        audit_put(&au, &a);
+        audit_put(&au, &a, strdup(json));
     }
     audit_destroy(&au);
     CHECK(count_in_file() == before + 300);
@@ -138,7 +138,7 @@ static void test_full_queue(void)
     for (i = 0; i < AUDIT_QUEUE_MAX + 7; i++) {
         struct store_plan_audit a = record(i, json, sizeof(json));
 
-        audit_put(&au, &a);
+        audit_put(&au, &a, strdup(json));
     }
     CHECK(atomic_load(&au.dropped) == 7);
     audit_sync(&au); /* no thread: returns at once */
@@ -159,11 +159,11 @@ static void test_store_refuses(void)
     CHECK(audit_start(&au, &d) == 0);
     a = record(1, json, sizeof(json));
     a.algorithm[0] = '\0';
-    audit_put(&au, &a);
+    audit_put(&au, &a, strdup(json));
     audit_sync(&au);
     CHECK(atomic_load(&au.dropped) == 1 && atomic_load(&au.written) == 0);
     a = record(2, json, sizeof(json));
-    audit_put(&au, &a);
+    audit_put(&au, &a, strdup(json));
     audit_sync(&au);
     CHECK(atomic_load(&au.written) == 1);
     audit_destroy(&au);
