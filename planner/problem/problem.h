@@ -675,6 +675,10 @@ double cost_plan_ms(const struct topology *t, const double *compute_ms,
                     const double *fixed_bwd, double *fwd_scratch,
                     double *bwd_scratch);
 
+/* The link a group of devices talks over (bytes per ms): the inter-host
+ * one as soon as it spans hosts, else the intra-host one. */
+double collective_link_bw(const struct topology *t, bool spans_hosts);
+
 /*
  * Collectives (alpha-beta, ring algorithms): a group of k devices on the
  * intra-host link, or the inter-host one if it spans hosts.  A reduce-scatter

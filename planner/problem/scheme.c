@@ -91,9 +91,7 @@ uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */
 
-/* The link a group of devices talks over: the slow one as soon as it spans
- * hosts. */
-static double group_bw(const struct topology *t, bool spans_hosts)
+double collective_link_bw(const struct topology *t, bool spans_hosts)
 {
     return spans_hosts ? t->inter_host_bw : t->intra_host_bw;
 }
@@ -103,7 +101,8 @@ double collective_ring_ms(const struct topology *t, double bytes, int32_t k,
 {
     if (k <= 1)
         return 0;
-    return bytes * (double)(k - 1) / (double)k / group_bw(t, spans_hosts) +
+    return bytes * (double)(k - 1) / (double)k /
+               collective_link_bw(t, spans_hosts) +
            (double)(k - 1) * t->link_latency_ms;
 }
 
@@ -128,7 +127,7 @@ double collective_row_group_ms(const struct topology *t, int32_t cols,
      * the slow link as soon as there are hosts. */
     if (k < n)
         ms += whole / k * (double)(n - k) / (double)n /
-                  group_bw(t, n > t->devices_per_host) +
+                  collective_link_bw(t, n > t->devices_per_host) +
               t->link_latency_ms;
     return ms;
 }

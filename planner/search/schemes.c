@@ -126,6 +126,23 @@ static bool blocks_fit(const struct pass *ps, size_t i, int32_t first,
 }
 
 /*
+ * Whether table i's blocks over one host would still outweigh the mean
+ * device, and spread over every device cost less, their partial sums
+ * reduced over the hosts' link included.
+ */
+static bool spread_pays(const struct pass *ps, size_t i)
+{
+    const struct topology *t = ps->t;
+    int32_t L = t->devices_per_host, cols = ps->tables[i].dim;
+    double host = block_ms(ps, i, L);
+
+    return host > ps->mean_ms &&
+           block_ms(ps, i, t->ndevices) +
+                   collective_row_group_ms(t, cols, t->ndevices, true) <
+               host + collective_row_group_ms(t, cols, L, false);
+}
+
+/*
  * Table i in row blocks: over the devices of the least loaded host that can
  * hold them (the constraint's host if it names one; min_row_shards at most
  * a host's devices), else over every device.  SD_ENOSPACE when neither is
@@ -159,12 +176,7 @@ static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
      * partial sums reduced over the hosts' link do not cost more than the
      * lookups spared: behind a slow link they can cost a hundredfold). */
     if (best >= 0 && t->ndevices > L && constraint_allows(c, SCHEME_RW) &&
-        (c == NULL || c->host < 0) && block_ms(ps, i, L) > ps->mean_ms &&
-        block_ms(ps, i, t->ndevices) +
-                collective_row_group_ms(t, ps->tables[i].dim, t->ndevices,
-                                        true) <
-            block_ms(ps, i, L) +
-                collective_row_group_ms(t, ps->tables[i].dim, L, false) &&
+        (c == NULL || c->host < 0) && spread_pays(ps, i) &&
         blocks_fit(ps, i, 0, t->ndevices))
         return add_blocks(ps, sp, i, 0, t->ndevices, SCHEME_RW);
     if (best >= 0)
@@ -262,20 +274,20 @@ static int pass_init(struct pass *ps, const struct table *tables, size_t n,
 
 /*
  * Whether table i costs a device less in row blocks over a host (its block,
- * the group's exchange) than as its narrowest column slice (its lookups,
- * its columns in the all-to-all): a hot table stays with the column search
- * where slices are the cheaper cut.
+ * the group's exchange) than as its narrowest column slice of `narrow`
+ * columns (narrow_ms alone, its columns in the all-to-all): a hot table
+ * stays with the column search where slices are the cheaper cut.
  */
-static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow)
+static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow,
+                     double narrow_ms)
 {
     const struct topology *t = ps->t;
     int32_t L =
         t->devices_per_host < t->ndevices ? t->devices_per_host : t->ndevices;
     int32_t n = t->ndevices;
     double a2a = (double)t->batch_size * narrow * topology_comm_esz(t) *
-                 (double)(n - 1) / (double)n /
-                 (n > L ? t->inter_host_bw : t->intra_host_bw);
-    double slice = alone_ms(ps, &ps->tables[i], narrow) + a2a;
+                 (double)(n - 1) / (double)n / collective_link_bw(t, n > L);
+    double slice = narrow_ms + a2a;
     double rows = block_ms(ps, i, L) +
                   collective_row_group_ms(t, ps->tables[i].dim, L, false);
 
@@ -307,10 +319,14 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
         *why = REASON_MEMORY;
         return SCHEME_TWRW;
     }
-    if (rows_ok && alone_ms(ps, tb, narrow) > ps->mean_ms &&
-        (!cw_ok || rows_pay(ps, i, narrow))) {
-        *why = REASON_HOT;
-        return SCHEME_TWRW;
+    if (rows_ok) {
+        double narrow_ms = alone_ms(ps, tb, narrow);
+
+        if (narrow_ms > ps->mean_ms &&
+            (!cw_ok || rows_pay(ps, i, narrow, narrow_ms))) {
+            *why = REASON_HOT;
+            return SCHEME_TWRW;
+        }
     }
     /* A table the tier pass put in host DRAM is never replicated (replicas
      * stay in HBM). */
