@@ -6,7 +6,8 @@ usage: /usr/bin/python3 tests/integration/test_rpc.py PATH/TO/shardd [unittest a
 Starts shardd on a free TCP port and a private unix socket (a fresh data
 directory per class) and checks: health, Planner.Plan/Estimate over TCP and
 unix (placement invariants, the plan cache, Estimate agreeing with Plan),
-input errors naming the field and leaving the store alone, Admin
+input errors naming the field and leaving the store alone, pins and
+capacities, memory tiers a TableConstraint asks for, Admin
 authentication, every Admin method, the retrain path end to end with a hot
 model swap under concurrent plans, the retrain gate both ways on samples
 made so that its answer is known, the profiler stepping aside for a plan

@@ -3,8 +3,9 @@
  * messages.  A Table without bins and a TorchRecTable come in as the
  * planner reads them (pooling factor summed over features, constraints kept,
  * bins left to derive); every bad field is refused naming it as the request
- * spells it; notes and traces convert both ways; and an input sent the way
- * shardctl sends it resolves to the same tables and notes.
+ * spells it; a TableConstraint's memory tiers come in as the planner's and
+ * win over a TorchRecTable's; notes and traces convert both ways; and an
+ * input sent the way shardctl sends it resolves to the same tables and notes.
  */
 #include <stdlib.h>
 #include <string.h>
