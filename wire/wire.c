@@ -605,6 +605,53 @@ out_free:
     return rv;
 }
 
+/*
+ * compute_kernels and cache_load_factor of TableConstraint i into c: the
+ * tiers (1 << enum table_tier each; none: any) and the load factor (0: the
+ * tier pass chooses).
+ */
+static int constraint_tiers_in(const Shardd__V1__TableConstraint *tc, size_t i,
+                               struct table_constraint *c, struct sd_diag *d)
+{
+    double lf = tc->cache_load_factor;
+    float f = (float)lf;
+    size_t j;
+
+    for (j = 0; j < tc->n_compute_kernels; j++) {
+        uint8_t tier = wire_tier_in(tc->compute_kernels[j]);
+
+        if (tc->compute_kernels[j] ==
+                SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_UNSPECIFIED ||
+            tier >= TIER_COUNT)
+            return sd_diag_set(d, SD_EINVAL,
+                               "options.constraints.tables[%zu]."
+                               "compute_kernels[%zu]: %d is not a "
+                               "ComputeKernel (FUSED, FUSED_UVM or "
+                               "FUSED_UVM_CACHING)",
+                               i, j, (int)tc->compute_kernels[j]);
+        c->tiers |= 1u << tier;
+    }
+    if (lf == 0)
+        return 0;
+    /* In (0, 1) as the float it is kept in, too. */
+    if (!(lf > 0 && lf < 1 && f > 0 && f < 1))
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu].cache_load_"
+                           "factor: %g is not in (0, 1) (the share of the "
+                           "table's rows cached in HBM; 0 lets the tier pass "
+                           "choose)",
+                           i, lf);
+    if (c->tiers != 0 && !(c->tiers & (1u << TIER_UVM_CACHING)))
+        return sd_diag_set(d, SD_EINVAL,
+                           "options.constraints.tables[%zu].cache_load_"
+                           "factor: %g, but compute_kernels leave out "
+                           "FUSED_UVM_CACHING: add it, or leave "
+                           "cache_load_factor 0",
+                           i, lf);
+    c->cache_load_factor = f;
+    return 0;
+}
+
 /* One TableConstraint into cons[] (by its table's index). */
 static int constraint_in(const Shardd__V1__TableConstraint *tc, size_t i,
                          const struct name_idx *index, size_t ntables,
@@ -615,6 +662,7 @@ static int constraint_in(const Shardd__V1__TableConstraint *tc, size_t i,
     int64_t k = find_table(index, ntables, name);
     struct table_constraint c = {.host = -1};
     size_t j;
+    int rv;
 
     if (k < 0)
         return sd_diag_set(d, SD_EINVAL,
@@ -637,6 +685,9 @@ static int constraint_in(const Shardd__V1__TableConstraint *tc, size_t i,
                                i, j, (int)tc->schemes[j]);
         c.schemes |= 1u << sc;
     }
+    rv = constraint_tiers_in(tc, i, &c, d);
+    if (rv != 0)
+        return rv;
     c.min_row_shards = tc->min_row_shards;
     c.no_split = tc->no_split;
     if (tc->pin_host)

@@ -6,7 +6,8 @@ usage: /usr/bin/python3 tests/integration/test_rpc.py PATH/TO/shardd [unittest a
 Starts shardd on a free TCP port and a private unix socket (a fresh data
 directory per class) and checks: health, Planner.Plan/Estimate over TCP and
 unix (placement invariants, the plan cache, Estimate agreeing with Plan),
-input errors naming the field and leaving the store alone, Admin
+input errors naming the field and leaving the store alone, pins and
+capacities, memory tiers a TableConstraint asks for, Admin
 authentication, every Admin method, the retrain path end to end with a hot
 model swap under concurrent plans, the retrain gate both ways on samples
 made so that its answer is known, the profiler stepping aside for a plan
@@ -486,6 +487,84 @@ class ServingTest(Base):
             caps[:3] + [r.devices[3].memory_bytes - 1])
         e = H.call(self.tcp, H.ESTIMATE, est)
         self.assertFalse(e.fits_memory)
+
+    def test_8_tier_constraints(self):
+        """TableConstraint.compute_kernels and cache_load_factor: a table
+        held to FUSED_UVM_CACHING at 0.3 is cached at 0.3 though HBM would
+        hold it, one held to FUSED_UVM is in UVM, the rest stay fused; the
+        native constraint wins over a TorchRec table's kernels; without host
+        DRAM the request is refused naming the table and host_dram_bytes."""
+        T = H.types_pb2
+        CACHING, UVM = T.COMPUTE_KERNEL_FUSED_UVM_CACHING, T.COMPUTE_KERNEL_FUSED_UVM
+        fused = (T.COMPUTE_KERNEL_UNSPECIFIED, T.COMPUTE_KERNEL_FUSED)
+        tables = H.make_tables(12, seed=43)
+
+        def request(dram, cons=((3, [CACHING], 0.3), (5, [UVM], 0.0))):
+            req = H.plan_request(tables, mem=16 * H.GIB, budget_ms=1000)
+            req.topology.host_dram_bytes = dram
+            for t, kernels, lf in cons:
+                tc = req.options.constraints.tables.add(table=tables[t].name)
+                tc.compute_kernels.extend(kernels)
+                tc.cache_load_factor = lf
+            return req
+
+        def kernels(r):
+            return {tp.table: {(s.compute_kernel, round(s.cache_load_factor, 6))
+                               for s in tp.shards} for tp in r.tables}
+
+        # HBM holds every table: without constraints all stay fused.
+        plain = request(64 * H.GIB, cons=())
+        r = H.call(self.tcp, H.PLAN, plain)
+        H.check_plan(self, plain, r)
+        self.assertTrue(all(s.compute_kernel in fused for tp in r.tables
+                            for s in tp.shards))
+        req = request(64 * H.GIB)
+        r = H.call(self.tcp, H.PLAN, req)
+        H.check_plan(self, req, r)
+        k = kernels(r)
+        self.assertEqual(k[tables[3].name], {(CACHING, 0.3)})
+        self.assertEqual(k[tables[5].name], {(UVM, 0.0)})
+        self.assertTrue(all(kk in fused and lf == 0 for n, ks in k.items()
+                            if n not in (tables[3].name, tables[5].name)
+                            for kk, lf in ks))
+        self.assertGreater(sum(d.ddr_bytes for d in r.devices), 0)
+        self.assertNotEqual(r.request_hash, H.call(self.tcp, H.PLAN, plain).request_hash)
+        note("native tier constraints: %s cached at 0.3, %s in UVM; plan cost "
+             "%.3f ms", tables[3].name, tables[5].name, r.plan_cost_ms)
+
+        # A TorchRec table asking for fused_uvm, and a native constraint on
+        # it asking for caching: the native one wins.
+        tr = H.planner_pb2.PlanRequest(topology=request(64 * H.GIB).topology)
+        tr.options.time_budget_ms = 1000
+        for t in tables:
+            m = tr.torchrec_tables.add(name=t.name, num_embeddings=t.rows,
+                                       embedding_dim=t.dim)
+            m.bins.extend(t.bins)
+        tr.torchrec_tables[3].constraints.compute_kernels.append("fused_uvm")
+        tr.torchrec_tables[5].constraints.compute_kernels.append("fused_uvm")
+        tc = tr.options.constraints.tables.add(table=tables[3].name)
+        tc.compute_kernels.append(CACHING)
+        tc.cache_load_factor = 0.3
+        k = kernels(H.call(self.tcp, H.PLAN, tr))
+        self.assertEqual(k[tables[3].name], {(CACHING, 0.3)})
+        self.assertEqual(k[tables[5].name], {(UVM, 0.0)})
+
+        def bad(req, *words):
+            e = self.expect(SC.INVALID_ARGUMENT, lambda: H.call(self.tcp, H.PLAN, req),
+                            *words)
+            note("INVALID_ARGUMENT: %s", e.details())
+
+        bad(request(0), '"%s"' % tables[3].name, "host_dram_bytes")
+        req = request(64 * H.GIB)
+        req.options.constraints.tables[0].compute_kernels.append(T.COMPUTE_KERNEL_UNSPECIFIED)
+        bad(req, "options.constraints.tables[0].compute_kernels[1]: 0 is not a ComputeKernel")
+        req = request(64 * H.GIB)
+        req.options.constraints.tables[1].cache_load_factor = 1.5
+        bad(req, "options.constraints.tables[1].cache_load_factor: 1.5 is not in (0, 1)")
+        req = request(64 * H.GIB)
+        req.options.constraints.tables[1].cache_load_factor = 0.3
+        bad(req, "options.constraints.tables[1].cache_load_factor: 0.3, but "
+                 "compute_kernels leave out FUSED_UVM_CACHING")
 
 
 # ---------------------------------------------------------------------------

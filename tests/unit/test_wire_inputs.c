@@ -3,8 +3,9 @@
  * messages.  A Table without bins and a TorchRecTable come in as the
  * planner reads them (pooling factor summed over features, constraints kept,
  * bins left to derive); every bad field is refused naming it as the request
- * spells it; notes and traces convert both ways; and an input sent the way
- * shardctl sends it resolves to the same tables and notes.
+ * spells it; a TableConstraint's memory tiers come in as the planner's and
+ * win over a TorchRecTable's; notes and traces convert both ways; and an
+ * input sent the way shardctl sends it resolves to the same tables and notes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,147 @@ static void test_torchrec_errors(void)
     CHECK(strstr(d.msg, "torchrec_tables: 1 tables") != NULL);
 }
 
+/* PlanOptions with one TableConstraint `tc` for tables a and b on topo. */
+static int options_in(Shardd__V1__TableConstraint *tc,
+                      const struct topology *topo,
+                      struct table_constraint **cons, struct sd_diag *d)
+{
+    Shardd__V1__PlanOptions o = SHARDD__V1__PLAN_OPTIONS__INIT;
+    Shardd__V1__Constraints c = SHARDD__V1__CONSTRAINTS__INIT;
+    struct table tables[2] = {{.name = "a", .rows = 1000, .dim = 8},
+                              {.name = "b", .rows = 1000, .dim = 8}};
+    struct plan_options po;
+    struct wire_limits lim;
+    int32_t *pins = NULL;
+    int rv;
+
+    wire_limits_default(&lim);
+    c.n_tables = 1;
+    c.tables = &tc;
+    o.constraints = &c;
+    rv = wire_options_in(&lim, &o, tables, 2, topo, &po, &pins, cons, d);
+    free(pins);
+    return rv;
+}
+
+/*
+ * TableConstraint.compute_kernels and cache_load_factor become the table's
+ * tiers and load factor; each bad one is refused naming its field; and
+ * they win over the TorchRec form's for the same table.
+ */
+static void test_native_tiers(void)
+{
+    Shardd__V1__TableConstraint tc = SHARDD__V1__TABLE_CONSTRAINT__INIT;
+    Shardd__V1__ComputeKernel ks[2] = {
+        SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM_CACHING,
+        SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED};
+    struct table_constraint *cons = NULL;
+    struct topology topo;
+    struct sd_diag d;
+
+    topology_default(&topo, 2, 1ull << 30);
+    topo.host_dram_bytes = 8ull << 30;
+    tc.table = str("b");
+    tc.n_compute_kernels = 1;
+    tc.compute_kernels = ks;
+    tc.cache_load_factor = 0.3;
+    CHECK(options_in(&tc, &topo, &cons, &d) == 0);
+    CHECK(cons != NULL && cons[1].tiers == 1u << TIER_UVM_CACHING &&
+          cons[1].cache_load_factor == 0.3f && cons[0].tiers == 0 &&
+          cons[0].cache_load_factor == 0);
+    free(cons);
+    /* No kernels: any tier, the load factor when cached. */
+    tc.n_compute_kernels = 0;
+    CHECK(options_in(&tc, &topo, &cons, &d) == 0);
+    CHECK(cons != NULL && cons[1].tiers == 0 &&
+          cons[1].cache_load_factor == 0.3f);
+    free(cons);
+    tc.n_compute_kernels = 1;
+
+#define REFUSED(words)                                                         \
+    do {                                                                       \
+        cons = NULL;                                                           \
+        CHECK(options_in(&tc, &topo, &cons, &d) == SD_EINVAL);                 \
+        if (strstr(d.msg, words) == NULL)                                      \
+            fprintf(stderr, "\"%s\" lacks \"%s\"\n", d.msg, words);            \
+        CHECK(strstr(d.msg, words) != NULL);                                   \
+        free(cons);                                                            \
+    } while (0)
+    tc.n_compute_kernels = 2;
+    ks[1] = SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_UNSPECIFIED;
+    REFUSED("options.constraints.tables[0].compute_kernels[1]: 0 is not a "
+            "ComputeKernel");
+    ks[1] = (Shardd__V1__ComputeKernel)9;
+    REFUSED("options.constraints.tables[0].compute_kernels[1]: 9 is not a "
+            "ComputeKernel");
+    ks[1] = SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED;
+    tc.cache_load_factor = 1;
+    REFUSED("options.constraints.tables[0].cache_load_factor: 1 is not in "
+            "(0, 1)");
+    tc.cache_load_factor = -0.25;
+    REFUSED("cache_load_factor: -0.25 is not in (0, 1)");
+    tc.cache_load_factor = 1e-50; /* 0 as a float: not "the pass chooses" */
+    REFUSED("cache_load_factor: 1e-50 is not in (0, 1)");
+    ks[0] = SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM;
+    tc.cache_load_factor = 0.3;
+    REFUSED("options.constraints.tables[0].cache_load_factor: 0.3, but "
+            "compute_kernels leave out FUSED_UVM_CACHING");
+    /* Off HBM without host DRAM: the table and the fix. */
+    tc.n_compute_kernels = 1;
+    tc.cache_load_factor = 0;
+    topo.host_dram_bytes = 0;
+    REFUSED("\"b\": the table may not be in device memory");
+    REFUSED("give host_dram_bytes");
+#undef REFUSED
+    topo.host_dram_bytes = 8ull << 30;
+
+    /* The TorchRec form's kernels (fused_uvm_caching at 0.25) give way to
+     * the native constraint's for the same table, and stay without one. */
+    {
+        Shardd__V1__TorchRecTable m, *mp = &m;
+        Shardd__V1__TorchRecConstraints c;
+        Shardd__V1__TorchRecCacheParams cp;
+        Shardd__V1__PlanOptions o = SHARDD__V1__PLAN_OPTIONS__INIT;
+        Shardd__V1__Constraints oc = SHARDD__V1__CONSTRAINTS__INIT;
+        Shardd__V1__TableConstraint *tcp = &tc;
+        Shardd__V1__Scheme tw = SHARDD__V1__SCHEME__SCHEME_TABLE_WISE;
+        struct tables_input in;
+        struct plan_options po;
+        struct wire_limits lim;
+        int32_t *pins = NULL;
+
+        wire_limits_default(&lim);
+        make_trec(&m, &c, &cp);
+        CHECK(wire_tables_input_in(&lim, NULL, 0, &mp, 1, &in, &d) == 0);
+        tc.table = str("t0");
+        ks[0] = SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM;
+        oc.n_tables = 1;
+        oc.tables = &tcp;
+        o.constraints = &oc;
+        cons = NULL;
+        CHECK(wire_options_in(&lim, &o, in.tables, in.n, &topo, &po, &pins,
+                              &cons, &d) == 0);
+        CHECK(tables_input_constraints(&in, &cons) == 0);
+        CHECK(cons != NULL && cons[0].tiers == 1u << TIER_UVM &&
+              cons[0].cache_load_factor == 0);
+        free(cons);
+        /* A native constraint on schemes only leaves the tiers to TorchRec's
+         * kernels. */
+        tc.n_compute_kernels = 0;
+        tc.n_schemes = 1;
+        tc.schemes = &tw;
+        cons = NULL;
+        CHECK(wire_options_in(&lim, &o, in.tables, in.n, &topo, &po, &pins,
+                              &cons, &d) == 0);
+        CHECK(tables_input_constraints(&in, &cons) == 0);
+        CHECK(cons != NULL && cons[0].tiers == 1u << TIER_UVM_CACHING &&
+              cons[0].cache_load_factor == 0.25f);
+        free(cons);
+        free(pins);
+        tables_input_destroy(&in);
+    }
+}
+
 /* What shardctl sends is what it would have planned itself. */
 static void test_round_trip(void)
 {
@@ -329,6 +471,7 @@ int main(void)
     test_native_without_bins();
     test_torchrec_in();
     test_torchrec_errors();
+    test_native_tiers();
     test_round_trip();
     test_notes_and_traces();
     return tap_done();
