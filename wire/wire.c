@@ -789,9 +789,11 @@ int wire_options_in(const struct wire_limits *l,
                                 "options.constraints.pins", d);
     if (rv == 0)
         rv = constraints_in(in->constraints, tables, n, cons, d);
+    /* Its messages index the request's tables (a table's constraint may
+     * merge TorchRec's with ours): "options.constraints for tables[3]". */
     if (rv == 0)
         rv = plan_check_constraints(tables, n, t, *pins, *cons,
-                                    "options.constraints.tables", d);
+                                    "options.constraints for tables", d);
     o->pins = *pins;
     o->constraints = *cons;
     return rv;
