@@ -354,6 +354,17 @@ struct ctl_family_row {
 };
 
 /*
+ * The errors of predictions pred[i] of the samples smp[i] (those with
+ * pick[i], or all when pick is NULL) that key() puts in group g: *e and
+ * their count *cnt (0: none, *e untouched).  scratch has room for 2 n
+ * doubles.  Returns 0 or SD_ENOMEM (from net_errors()).
+ */
+int ctl_errors_where(const struct store_sample *smp, const double *pred,
+                     size_t n, const bool *pick,
+                     int (*key)(const struct store_sample *), int g,
+                     double *scratch, struct net_errors *e, size_t *cnt);
+
+/*
  * The errors of predictions pred[i] of samples smp[i] (those with pick[i],
  * or all when pick is NULL), one row per group that has any, in group
  * order, into rows (room for FAMILY_OTHER + 1) and *nrows.  Returns 0 or

@@ -28,36 +28,51 @@ bool ctl_held_out(const char *label, const bool hold[FAMILY_MIX + 1])
     return false;
 }
 
+int ctl_errors_where(const struct store_sample *smp, const double *pred,
+                     size_t n, const bool *pick,
+                     int (*key)(const struct store_sample *), int g,
+                     double *scratch, struct net_errors *e, size_t *cnt)
+{
+    double *p = scratch, *m = scratch + n;
+    size_t i;
+
+    *cnt = 0;
+    for (i = 0; i < n; i++) {
+        if ((pick != NULL && !pick[i]) || key(&smp[i]) != g)
+            continue;
+        p[*cnt] = pred[i];
+        m[*cnt] = smp[i].measured_ms;
+        (*cnt)++;
+    }
+    return *cnt > 0 ? net_errors(p, m, *cnt, e) : 0;
+}
+
+/* A sample's group in the per-family table. */
+static int family_key(const struct store_sample *s)
+{
+    return family_label_group(s->family);
+}
+
 int ctl_family_rows(const struct store_sample *smp, const double *pred,
                     size_t n, const bool *pick, bool held_out,
                     struct ctl_family_row *rows, size_t *nrows)
 {
-    double *p, *m;
-    size_t i, cnt, out = 0;
+    double *scratch = malloc(2 * (n ? n : 1) * sizeof(*scratch));
+    size_t cnt, out = 0;
     int g, rv = 0;
 
-    p = malloc(2 * (n ? n : 1) * sizeof(*p));
-    if (p == NULL)
+    if (scratch == NULL)
         return SD_ENOMEM;
-    m = p + (n ? n : 1);
     for (g = 0; g <= FAMILY_OTHER && rv == 0; g++) {
-        cnt = 0;
-        for (i = 0; i < n; i++) {
-            if ((pick != NULL && !pick[i]) ||
-                family_label_group(smp[i].family) != g)
-                continue;
-            p[cnt] = pred[i];
-            m[cnt] = smp[i].measured_ms;
-            cnt++;
-        }
+        rv = ctl_errors_where(smp, pred, n, pick, family_key, g, scratch,
+                              &rows[out].e, &cnt);
         if (cnt == 0)
             continue;
         rows[out].group = g;
         rows[out].held_out = held_out;
-        rv = net_errors(p, m, cnt, &rows[out].e);
         out++;
     }
-    free(p);
+    free(scratch);
     *nrows = out;
     return rv;
 }

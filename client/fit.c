@@ -302,6 +302,12 @@ out:
     return rv;
 }
 
+/* A sample's shape: 1 for a row block, 0 for whole tables. */
+static int row_block_key(const struct store_sample *s)
+{
+    return strcmp(s->source, PROF_SOURCE_ROWS) == 0;
+}
+
 /*
  * The errors of predictions pred on the picked samples (pick NULL: all)
  * made of row blocks (source PROF_SOURCE_ROWS, profiler.h) and on the
@@ -313,39 +319,27 @@ static int print_row_blocks(FILE *out, const struct store_sample *smp,
                             const char *split)
 {
     static const char *const shape[2] = {"whole tables", "row blocks"};
+    double *scratch = malloc(2 * (n ? n : 1) * sizeof(*scratch));
     struct net_errors e;
-    double *p, *m;
-    size_t i, cnt;
+    size_t cnt;
     bool header = false;
     int rows, rv = 0;
 
-    p = malloc(2 * (n ? n : 1) * sizeof(*p));
-    if (p == NULL)
+    if (scratch == NULL)
         return SD_ENOMEM;
-    m = p + (n ? n : 1);
     for (rows = 0; rows < 2 && rv == 0; rows++) {
-        cnt = 0;
-        for (i = 0; i < n; i++) {
-            if ((pick != NULL && !pick[i]) ||
-                (strcmp(smp[i].source, PROF_SOURCE_ROWS) == 0) != rows)
-                continue;
-            p[cnt] = pred[i];
-            m[cnt] = smp[i].measured_ms;
-            cnt++;
-        }
-        if (cnt == 0)
+        rv = ctl_errors_where(smp, pred, n, pick, row_block_key, rows, scratch,
+                              &e, &cnt);
+        if (rv != 0 || cnt == 0)
             continue;
         if (!header)
             fprintf(out, "%-12s %-9s %7s %8s %8s %14s\n", "shape", "split",
                     "count", "MAPE", "p90", "signed median");
         header = true;
-        rv = net_errors(p, m, cnt, &e);
-        if (rv == 0)
-            fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n",
-                    shape[rows], split, cnt, 100 * e.mape, 100 * e.p90,
-                    100 * e.signed_median);
+        fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n", shape[rows],
+                split, cnt, 100 * e.mape, 100 * e.p90, 100 * e.signed_median);
     }
-    free(p);
+    free(scratch);
     return rv;
 }
 
