@@ -12,49 +12,7 @@ set -u
 CTL=$1
 SHARDD=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-DIR=$(mktemp -d)
-PID=
-cleanup() {
-    if [ -n "$PID" ]; then
-        kill "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# expect_fail CODE WORDS ARGS...: shardctl exits CODE, prints nothing on
-# stdout and one line on stderr that contains WORDS.
-expect_fail() {
-    code=$1 words=$2
-    shift 2
-    "$CTL" "$@" >"$DIR/out" 2>"$DIR/err"
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then
-        bad "exit $rc, want $code: shardctl $* ($(cat "$DIR/err"))"
-    elif [ -s "$DIR/out" ]; then
-        bad "stdout not empty: shardctl $*"
-    elif [ "$(wc -l <"$DIR/err")" -ne 1 ]; then
-        bad "want one message: shardctl $*: $(cat "$DIR/err")"
-    elif ! grep -qF -- "$words" "$DIR/err"; then
-        bad "message lacks '$words': $(cat "$DIR/err")"
-    else
-        ok
-    fi
-}
-
-json_check() { # FILE PYTHON-EXPRESSION (on d)
-    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
-        ok
-    else
-        bad "json check failed on $1: $2"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # A TorchRec-style file: 20 tables without bins (EmbeddingBagConfig as
 # JSON), ParameterConstraints for each; t03 and t11 ask for caching (host
@@ -208,5 +166,4 @@ else
     bad "shardd did not answer: $(cat "$DIR/shardd.log")"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+finish

@@ -10,57 +10,11 @@
 set -u
 CTL=$1
 SHARDD=$2
-DIR=$(mktemp -d)
-PID=
-cleanup() {
-    if [ -n "$PID" ]; then
-        kill "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/lib.sh"
 
 ADDR="unix:$DIR/shardd.sock"
 # Globals go before the command too; SHARDD_ADDR is the fallback.
 ctl() { "$CTL" --addr "$ADDR" "$@"; }
-
-# expect_fail CODE WORDS ARGS...: shardctl exits CODE, prints nothing on
-# stdout and one line on stderr that contains WORDS (never empty).
-expect_fail() {
-    code=$1 words=$2
-    shift 2
-    if [ -z "$words" ]; then
-        bad "expect_fail without the words to look for: shardctl $*"
-        return
-    fi
-    "$CTL" "$@" >"$DIR/out" 2>"$DIR/err"
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then
-        bad "exit $rc, want $code: shardctl $* ($(cat "$DIR/err"))"
-    elif [ -s "$DIR/out" ]; then
-        bad "stdout not empty: shardctl $*"
-    elif [ "$(wc -l <"$DIR/err")" -ne 1 ]; then
-        bad "want one message: shardctl $*: $(cat "$DIR/err")"
-    elif ! grep -qF -- "$words" "$DIR/err"; then
-        bad "message lacks '$words': $(cat "$DIR/err")"
-    else
-        ok
-    fi
-}
-
-json_check() { # FILE PYTHON-EXPRESSION (on d)
-    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
-        ok
-    else
-        bad "json check failed on $1: $2"
-    fi
-}
 
 # --- start the daemon ---------------------------------------------------------
 mkdir -p "$DIR/data"
@@ -316,5 +270,4 @@ ctl models --profile "$PROF" --json >"$DIR/m.json" 2>"$DIR/err" ||
     bad "models --profile: $(cat "$DIR/err")"
 json_check "$DIR/m.json" "[m['version'] for m in d['models'] if m['active']] == ['$VER']"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,43 +5,7 @@
 # usage: test_shardctl.sh PATH/TO/shardctl
 set -u
 CTL=$1
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# expect_fail CODE WORDS ARGS...: the command exits CODE, prints nothing on
-# stdout, and its one stderr line contains WORDS.
-expect_fail() {
-    code=$1 words=$2
-    shift 2
-    "$CTL" "$@" >"$DIR/out" 2>"$DIR/err"
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then
-        bad "exit $rc, want $code: shardctl $* ($(cat "$DIR/err"))"
-    elif [ -s "$DIR/out" ]; then
-        bad "stdout not empty: shardctl $*"
-    elif [ "$(wc -l <"$DIR/err")" -ne 1 ]; then
-        bad "want one message: shardctl $*: $(cat "$DIR/err")"
-    elif ! grep -qF -- "$words" "$DIR/err"; then
-        bad "message lacks '$words': $(cat "$DIR/err")"
-    else
-        ok
-    fi
-}
-
-# json_check FILE PYTHON-EXPRESSION: the file is JSON and the expression on
-# it (bound to d) is true.
-json_check() {
-    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
-        ok
-    else
-        bad "json check failed on $1: $2"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # --- generation -------------------------------------------------------------
 "$CTL" gen-tables --count 120 --seed 3 --batch-size 4096 --out "$DIR/t.json" &&
@@ -511,5 +475,4 @@ expect_fail 2 'unknown command' frobnicate
 expect_fail 2 '--count' gen-tables --count 0
 expect_fail 2 'required' gen-tasks --count 2
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -12,28 +12,7 @@
 set -u
 CTL=$1
 SHARDD=$2
-DIR=$(mktemp -d)
-PID=
-cleanup() {
-    if [ -n "$PID" ]; then
-        kill "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-json_check() { # FILE PYTHON-EXPRESSION (on d)
-    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
-        ok
-    else
-        bad "json check failed on $1: $2"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$CTL" gen-tables --count 40 --seed 3 --out "$DIR/t.json" >/dev/null 2>&1 && ok || bad "gen-tables"
 # The devices' memory: 40 % of the tables' bytes over 8 devices; host DRAM
@@ -194,5 +173,4 @@ else
     bad "shardd did not answer: $(cat "$DIR/shardd.log")"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+finish
