@@ -453,6 +453,16 @@ static int connect(const char *path, unsigned flags, bool create,
     }
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, STORE_BUSY_TIMEOUT_MS);
+    /* What the migrations call (store_int.h). */
+    rc = sqlite3_create_function_v2(st->db, "shardd_fp32_tables", 2,
+                                    SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                                    store__sql_fp32_tables, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        rv = store__err(st->db, rc, path, d);
+        sqlite3_close(st->db);
+        free(st);
+        return rv;
+    }
     *out = st;
     return 0;
 }

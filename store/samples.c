@@ -57,6 +57,37 @@ static void decode_table(const unsigned char *p, size_t i, struct table *t)
         t->bins[k] = sd_f64_of(sd_le_get64(p + 24 + 8 * k));
 }
 
+/*
+ * SQL function shardd_fp32_tables(shard, ntables), for schema 5: the shard
+ * blob with every table's dtype fp32.  Compute samples stored before schema
+ * 5 were measured by kernels that computed every table in fp32 whatever its
+ * dtype (kernels.h since): their tables now say what was measured.  A blob
+ * of another length than ntables records comes back unchanged (the CHECK
+ * refuses such rows anyway).
+ */
+void store__sql_fp32_tables(sqlite3_context *ctx, int argc, sqlite3_value **v)
+{
+    const unsigned char *in = sqlite3_value_blob(v[0]);
+    size_t n = (size_t)sqlite3_value_bytes(v[0]), i;
+    int64_t ntables = sqlite3_value_int64(v[1]);
+    unsigned char *out;
+
+    (void)argc;
+    if (in == NULL || ntables < 1 || n != (size_t)ntables * TABLE_REC) {
+        sqlite3_result_value(ctx, v[0]);
+        return;
+    }
+    out = sqlite3_malloc64(n);
+    if (out == NULL) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    memcpy(out, in, n);
+    for (i = 0; i < (size_t)ntables; i++)
+        sd_le_put32(out + i * TABLE_REC + 12, (uint32_t)TABLE_DTYPE_FP32);
+    sqlite3_result_blob64(ctx, out, n, sqlite3_free);
+}
+
 static void encode_device(unsigned char *p, const struct store_comm_device *c)
 {
     sd_le_put32(p, (uint32_t)c->dim_sum);

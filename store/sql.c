@@ -182,7 +182,12 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     "  mape REAL NOT NULL CHECK (mape >= 0),\n"
     "  signed_median REAL NOT NULL,\n"
     "  PRIMARY KEY (model_id, family)\n"
-    ") WITHOUT ROWID;\n"};
+    ") WITHOUT ROWID;\n",
+    /* 5: the kernels time fp16 and bf16 tables in their type; compute
+     * samples stored before were timed in fp32 whatever their tables said,
+     * and now say fp32 (shardd_fp32_tables(), samples.c). */
+    "UPDATE samples SET shard = shardd_fp32_tables(shard, ntables)\n"
+    "  WHERE kind = 'compute';\n"};
 
 /* ------------------------------------------------------------------------ */
 /* Statements                                                                */

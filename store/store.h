@@ -57,7 +57,7 @@
 #include "shardd/err.h"
 
 /* The newest schema version this build knows (PRAGMA user_version). */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 /* PRAGMA application_id of a shardd database: "SDST". */
 #define STORE_APPLICATION_ID  0x53445354
 #define STORE_BUSY_TIMEOUT_MS 5000

@@ -99,6 +99,10 @@ extern const char *const store__sql_text[STORE__SQL_COUNT];
  */
 extern const char *const store__migrations[STORE_SCHEMA_VERSION];
 
+/* shardd_fp32_tables(shard, ntables): schema 5's rewrite of the compute
+ * samples measured in fp32 (samples.c); registered on every connection. */
+void store__sql_fp32_tables(sqlite3_context *ctx, int argc, sqlite3_value **v);
+
 /*
  * Columns of MODEL_COLS (sql.c), read by position in models.c; the _GET
  * statements add the weights and norm blobs after them.

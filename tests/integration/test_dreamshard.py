@@ -12,8 +12,9 @@ WatchJob (progress per validation, then the gate's verdict), the policy
 serving dreamshard and listed with its model, a policy retrain queued by
 ActivateModel (policy_after_activation), and a restart keeping the policy;
 and a store of schema version 2 (built from the released migrations of
-store/sql.c) migrated through 3 (policies) and 4 (table families) with its
-ids, AUTOINCREMENT marks and foreign keys kept.
+store/sql.c) migrated through 3 (policies), 4 (table families) and 5
+(samples timed in fp32 say so) with its ids, AUTOINCREMENT marks and
+foreign keys kept.
 
 Exits 77 (ctest: skipped) when /usr/bin/python3 lacks grpc or grpc_tools.
 """
@@ -259,7 +260,7 @@ class StoredModelTest(Base):
 
 
 # ---------------------------------------------------------------------------
-# Schema 2 to 3 (and on to 4)
+# Schema 2 to 3 (and on to 5)
 
 def released_migrations(n):
     """The first n migrations of store/sql.c, as SQL text (released steps
@@ -327,7 +328,7 @@ class MigrationTest(Base):
                 d.cleanup()
 
             c = sqlite3.connect(db)
-            self.assertEqual(c.execute("PRAGMA user_version").fetchone()[0], 4)
+            self.assertEqual(c.execute("PRAGMA user_version").fetchone()[0], 5)
             self.assertIn("family", [r[1] for r in c.execute("PRAGMA table_info(samples)")])
             self.assertEqual(c.execute("PRAGMA foreign_key_check").fetchall(), [])
             self.assertEqual(c.execute("PRAGMA integrity_check").fetchone()[0], "ok")

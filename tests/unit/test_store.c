@@ -708,6 +708,71 @@ static void test_migrate_v3(void)
     teardown();
 }
 
+/*
+ * Schema 5 from 4: a store whose compute samples' tables say fp16 and bf16
+ * (a fixture written by the store of schema 4, tests/fixtures/
+ * make_store_v4.c), measured when the kernels computed every table in
+ * fp32, migrates to tables that say fp32, keeping every other field; the
+ * comm sample is untouched.  A sample stored after keeps its dtypes.
+ */
+static void test_migrate_v4(void)
+{
+    struct store *st = NULL;
+    struct store_sample *s = NULL, smp;
+    struct store_profile prof;
+    struct sd_diag d;
+    struct table t;
+    int64_t id;
+    size_t n = 0, i, k;
+
+    setup();
+    copy_fixture("store-v4.sqlite", 4);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
+                             &d) == 0);
+    CHECK(n == 2);
+    for (i = 0; i < n; i++) {
+        CHECK(s[i].ntables == 2 + i && strcmp(s[i].family, "mix") == 0 &&
+              s[i].measured_ms == 1.0 + (double)i);
+        for (k = 0; k < s[i].ntables; k++)
+            CHECK(s[i].tables[k].dtype == TABLE_DTYPE_FP32 &&
+                  s[i].tables[k].dim == 16 * (int32_t)(k + 1) &&
+                  s[i].tables[k].rows == 1000 * (int64_t)(k + 1) &&
+                  s[i].tables[k].bins[1] == 0.5);
+    }
+    store_samples_free(s, n);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMM, 0, 0, &s, &n, &d) ==
+          0);
+    CHECK(n == 1 && s[0].ndevices == 2 && s[0].devices[1].sleep_ms == 2.0);
+    store_samples_free(s, n);
+    /* Stored now: its dtype is what was measured. */
+    memset(&t, 0, sizeof(t));
+    snprintf(t.name, sizeof(t.name), "t0");
+    t.rows = 100;
+    t.dim = 8;
+    t.dtype = TABLE_DTYPE_FP16;
+    t.pooling_factor = 1;
+    t.bins[0] = 1;
+    memset(&smp, 0, sizeof(smp));
+    smp.profile_id = prof.id;
+    smp.kind = STORE_KIND_COMPUTE;
+    smp.ntables = 1;
+    smp.tables = &t;
+    smp.measured_ms = 3;
+    snprintf(smp.device, sizeof(smp.device), "cpu core 1");
+    snprintf(smp.source, sizeof(smp.source), "random");
+    CHECK(store_sample_add(st, &smp, &id, &d) == 0);
+    CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
+                             &d) == 0);
+    CHECK(n == 3 && s[2].tables[0].dtype == TABLE_DTYPE_FP16);
+    store_samples_free(s, n);
+    CHECK(store_integrity_check(st, &d) == 0);
+    store_close(st);
+    teardown();
+}
+
 /* A model's per-family figures round-trip, are checked, and go with it. */
 static void test_model_families(void)
 {
@@ -1891,6 +1956,7 @@ int main(int argc, char **argv)
     test_models();
     test_migrate_v2();
     test_migrate_v3();
+    test_migrate_v4();
     test_model_families();
     test_policies();
     test_jobs();
