@@ -308,36 +308,68 @@ static int row_block_key(const struct store_sample *s)
     return strcmp(s->source, PROF_SOURCE_ROWS) == 0;
 }
 
-/*
- * The errors of predictions pred on the picked samples (pick NULL: all)
- * made of row blocks (source PROF_SOURCE_ROWS, profiler.h) and on the
- * others, whole tables, as two lines labelled `split`; nothing when none
- * is picked.  0 or SD_ENOMEM.
- */
-static int print_row_blocks(FILE *out, const struct store_sample *smp,
-                            const double *pred, size_t n, const bool *pick,
-                            const char *split)
+/* A sample's precision: 1 when some table is not fp32 (its kernel moved
+ * fewer bytes per lookup), 0 when all are. */
+static int precision_key(const struct store_sample *s)
 {
-    static const char *const shape[2] = {"whole tables", "row blocks"};
+    size_t i;
+
+    for (i = 0; i < s->ntables; i++)
+        if (s->tables[i].dtype != TABLE_DTYPE_FP32)
+            return 1;
+    return 0;
+}
+
+/* A second look at the errors: the samples in two groups by a key. */
+struct ctl_split {
+    const char *title;  /* the line above the table */
+    const char *column; /* the group column's name */
+    const char *label[2];
+    int (*key)(const struct store_sample *);
+};
+
+static const struct ctl_split by_shape = {
+    "by shape (row blocks: shards of the profiler's row blocks):",
+    "shape",
+    {"whole tables", "row blocks"},
+    row_block_key};
+static const struct ctl_split by_precision = {
+    "by precision (the model sees an fp16/bf16 row as fp32 columns of as "
+    "many bytes):",
+    "precision",
+    {"fp32", "fp16/bf16"},
+    precision_key};
+
+/*
+ * The errors of predictions pred on the picked samples (pick NULL: all) in
+ * the two groups of `by`, as lines labelled `split`; nothing when neither
+ * has a sample.  0 or SD_ENOMEM.
+ */
+static int print_split(FILE *out, const struct ctl_split *by,
+                       const struct store_sample *smp, const double *pred,
+                       size_t n, const bool *pick, const char *split)
+{
     double *scratch = malloc(2 * (n ? n : 1) * sizeof(*scratch));
     struct net_errors e;
     size_t cnt;
     bool header = false;
-    int rows, rv = 0;
+    int g, rv = 0;
 
     if (scratch == NULL)
         return SD_ENOMEM;
-    for (rows = 0; rows < 2 && rv == 0; rows++) {
-        rv = ctl_errors_where(smp, pred, n, pick, row_block_key, rows, scratch,
-                              &e, &cnt);
+    for (g = 0; g < 2 && rv == 0; g++) {
+        rv =
+            ctl_errors_where(smp, pred, n, pick, by->key, g, scratch, &e, &cnt);
         if (rv != 0 || cnt == 0)
             continue;
         if (!header)
-            fprintf(out, "%-12s %-9s %7s %8s %8s %14s\n", "shape", "split",
-                    "count", "MAPE", "p90", "signed median");
+            fprintf(out, "%s\n%-12s %-9s %7s %8s %8s %14s\n", by->title,
+                    by->column, "split", "count", "MAPE", "p90",
+                    "signed median");
         header = true;
-        fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n", shape[rows],
-                split, cnt, 100 * e.mape, 100 * e.p90, 100 * e.signed_median);
+        fprintf(out, "%-12s %-9s %7zu %7.2f%% %7.2f%% %+13.2f%%\n",
+                by->label[g], split, cnt, 100 * e.mape, 100 * e.p90,
+                100 * e.signed_median);
     }
     free(scratch);
     return rv;
@@ -404,8 +436,10 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
            100 * m->metrics.test_mape, (int)m->metrics.epochs,
            (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
     ctl_print_family_rows(stdout, rows, nrows, "test");
-    printf("by shape (row blocks: shards of the profiler's row blocks):\n");
-    if (print_row_blocks(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
+    if (print_split(stdout, &by_shape, f->smp, f->pred, f->n, f->pick,
+                    "test") != 0 ||
+        print_split(stdout, &by_precision, f->smp, f->pred, f->n, f->pick,
+                    "test") != 0)
         return ctl_fail(1, "train: out of memory");
     if (f->ens.k > 1 && f->nfit < f->n)
         print_ensemble_rows(f, hold);
@@ -578,8 +612,8 @@ static int score_report(const struct ctl_opts *o, const char *profile,
            100 * e.mape, 100 * e.median, 100 * e.p90, 100 * e.signed_median);
     printf("by family (the samples' families; mix: a shard of several):\n");
     ctl_print_family_rows(stdout, rows, nrows, "all");
-    printf("by shape (row blocks: shards of the profiler's row blocks):\n");
-    if (print_row_blocks(stdout, smp, pred, n, NULL, "all") != 0)
+    if (print_split(stdout, &by_shape, smp, pred, n, NULL, "all") != 0 ||
+        print_split(stdout, &by_precision, smp, pred, n, NULL, "all") != 0)
         return ctl_fail(1, "score: out of memory");
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }
@@ -605,6 +639,10 @@ int measure_score(const struct ctl_opts *o)
     if (rv != 0)
         return rv;
     rv = store_open(o->db, STORE_OPEN_READONLY, &st, &d);
+    /* A store of an older schema is migrated first (a read-write open),
+     * as shardd and train would; score itself writes nothing. */
+    if (rv == SD_ESTATE)
+        rv = store_open(o->db, 0, &st, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_model;

@@ -536,7 +536,7 @@ static int check_existing(struct store *st, const char *path, unsigned flags,
     if (!(flags & STORE_OPEN_READONLY))
         return setup_rw(st, flags, version, d);
     if (version != STORE_SCHEMA_VERSION)
-        return sd_diag_set(d, SD_ESTORE,
+        return sd_diag_set(d, SD_ESTATE,
                            "store: %s has schema version %lld, older than "
                            "this shardd's (%d); open it read-write once "
                            "to migrate it",

@@ -114,9 +114,9 @@ enum store_open_flags {
  *    database that is not shardd's (another application_id, or none and no
  *    schema version, even an empty one); d says which;
  *  - SD_ENOENT: STORE_OPEN_READONLY and no database at path;
- *  - SD_ESTORE: cannot open, create or migrate (d has the reason), or a
- *    read-only open of an older schema ("open it read-write once to migrate
- *    it");
+ *  - SD_ESTORE: cannot open, create or migrate (d has the reason);
+ *  - SD_ESTATE: a read-only open of an older schema ("open it read-write
+ *    once to migrate it"): a read-write open migrates it;
  *  - SD_EIO: syncing a new store to disk failed;
  *  - SD_EBUSY: another writer held the database past the busy timeout;
  *  - SD_ENOMEM.

@@ -594,7 +594,7 @@ static void test_migrate_v2(void)
 
     setup();
     copy_fixture("store-v2.sqlite", 2);
-    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTATE &&
           st == NULL);
     CHECK(store_open(path, 0, &st, &d) == 0);
     CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
@@ -654,7 +654,7 @@ static void test_migrate_v3(void)
 
     setup();
     copy_fixture("store-v3.sqlite", 3);
-    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE &&
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTATE &&
           st == NULL);
     CHECK(store_open(path, 0, &st, &d) == 0);
     CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
@@ -727,7 +727,7 @@ static void test_migrate_v4(void)
 
     setup();
     copy_fixture("store-v4.sqlite", 4);
-    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTORE);
+    CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ESTATE);
     CHECK(store_open(path, 0, &st, &d) == 0);
     CHECK(store_profile_get(st, "cpu/fixture/4096", &prof, &d) == 0);
     CHECK(store_samples_load(st, prof.id, STORE_KIND_COMPUTE, 0, 0, &s, &n,
@@ -1679,7 +1679,7 @@ static void test_older_readonly(void)
         CHECK(rv == SD_EFORMAT && strstr(d.msg, "no schema version") != NULL);
         CHECK(store_open(path, 0, &st, &d) == SD_EFORMAT && st == NULL);
     } else {
-        CHECK(rv == SD_ESTORE && strstr(d.msg, "older than") != NULL &&
+        CHECK(rv == SD_ESTATE && strstr(d.msg, "older than") != NULL &&
               strstr(d.msg, "open it read-write once") != NULL);
     }
     CHECK(file_size("-wal") <= 0);
