@@ -489,10 +489,6 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     if (rv == 0)
         rv = wire_options_in(&lim, a->rq->options, a->tables, a->n, &a->topo,
                              &a->po, &a->pins, &a->cons, d);
-    if (rv == 0 && tables_input_constraints(&a->in, &a->cons) != 0)
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-    if (rv == 0)
-        a->po.constraints = a->cons;
     a->po.beam_evaluations = cfg->beam_evaluations;
     if (rv != 0)
         return rv;
@@ -519,8 +515,13 @@ static int plan_ask_decode(struct svc *s, const struct sd_config *cfg,
     rv = resolve_batch(&a->topo, &a->sc, d);
     if (rv == 0)
         rv = tables_input_resolve(&a->in, a->topo.batch_size, d);
+    /* After resolve: where a constraint of the request wins over a TorchRec
+     * one, the note resolve wrote for it is corrected. */
+    if (rv == 0 && tables_input_constraints(&a->in, &a->cons) != 0)
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
     if (rv != 0)
         return rv;
+    a->po.constraints = a->cons;
     if (a->in.whole_tables)
         a->po.column_splits = false;
     attach_comm(&a->sc, &a->topo);

@@ -629,10 +629,11 @@ void tables_input_destroy(struct tables_input *in);
  * sharding types as schemes (table_column_wise counts as column_wise), the
  * compute kernels as tiers (trec_kernel_tiers()) and cache_params'
  * load_factor as the cache load factor where caching is allowed (one
- * outside (0, 1) is left out here; tables_input_resolve() refuses it).  0
- * or SD_ENOMEM.
+ * outside (0, 1) is left out here; tables_input_resolve() refuses it).
+ * Where a constraint in *cons wins, the notes that said the TorchRec one
+ * was applied say it was not, and why.  0 or SD_ENOMEM.
  */
-int tables_input_constraints(const struct tables_input *in,
+int tables_input_constraints(struct tables_input *in,
                              struct table_constraint **cons);
 
 /*

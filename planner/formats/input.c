@@ -627,13 +627,35 @@ static uint32_t schemes_of(uint32_t st)
     return out;
 }
 
-int tables_input_constraints(const struct tables_input *in,
+/* The APPLIED notes on `field` of table `name` now say a constraint of
+ * the request won over it. */
+static void note_overridden(struct tables_input *in, const char *name,
+                            const char *field, const char *what)
+{
+    size_t k;
+
+    for (k = 0; k < in->notes.n; k++) {
+        struct input_note *nt = &in->notes.v[k];
+
+        if (nt->kind != NOTE_APPLIED || strcmp(nt->table, name) != 0 ||
+            strcmp(nt->field, field) != 0)
+            continue;
+        nt->kind = NOTE_NOT_APPLIED;
+        snprintf(nt->text, sizeof(nt->text),
+                 "%s of %s not applied: options.constraints.tables gives it "
+                 "its own %s, which win",
+                 field + strlen("constraints."), name, what);
+    }
+}
+
+int tables_input_constraints(struct tables_input *in,
                              struct table_constraint **cons)
 {
     size_t i;
 
     for (i = 0; i < in->n; i++) {
         const struct trec_constraints *tc = &in->specs[i].c;
+        const char *name = in->tables[i].name;
         uint32_t tiers = trec_kernel_tiers(tc->compute_kernels);
         bool lf = tc->cache_params && tc->cache_load_factor > 0 &&
                   tc->cache_load_factor < 1 && may_cache(tc);
@@ -655,9 +677,14 @@ int tables_input_constraints(const struct tables_input *in,
         if (c->schemes == 0 && !c->no_split && c->min_row_shards == 0 &&
             c->host == -1)
             c->schemes = schemes_of(tc->sharding_types);
+        else if (tc->sharding_types != 0)
+            note_overridden(in, name, "constraints.sharding_types", "schemes");
         if (c->tiers == 0 && c->cache_load_factor == 0) {
             c->tiers = tiers;
             c->cache_load_factor = lf ? (float)tc->cache_load_factor : 0;
+        } else {
+            note_overridden(in, name, "constraints.compute_kernels", "tiers");
+            note_overridden(in, name, "constraints.cache_params", "tiers");
         }
     }
     return 0;

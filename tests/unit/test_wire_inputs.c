@@ -343,6 +343,7 @@ static void test_native_tiers(void)
         wire_limits_default(&lim);
         make_trec(&m, &c, &cp);
         CHECK(wire_tables_input_in(&lim, NULL, 0, &mp, 1, &in, &d) == 0);
+        CHECK(tables_input_resolve(&in, 4096, &d) == 0);
         tc.table = str("t0");
         ks[0] = SHARDD__V1__COMPUTE_KERNEL__COMPUTE_KERNEL_FUSED_UVM;
         oc.n_tables = 1;
@@ -355,6 +356,26 @@ static void test_native_tiers(void)
         CHECK(cons != NULL && cons[0].tiers == 1u << TIER_UVM &&
               cons[0].cache_load_factor == 0);
         free(cons);
+        /* The notes say so: TorchRec's kernels and cache_params were not
+         * applied, the request's tiers won; its sharding types were. */
+        {
+            size_t k, overridden = 0, applied = 0;
+
+            for (k = 0; k < in.notes.n; k++) {
+                const struct input_note *nt = &in.notes.v[k];
+
+                if ((strcmp(nt->field, "constraints.compute_kernels") == 0 ||
+                     strcmp(nt->field, "constraints.cache_params") == 0) &&
+                    nt->kind == NOTE_NOT_APPLIED &&
+                    strstr(nt->text, "its own tiers, which win") != NULL)
+                    overridden++;
+                if (nt->kind == NOTE_APPLIED &&
+                    (strcmp(nt->field, "constraints.compute_kernels") == 0 ||
+                     strcmp(nt->field, "constraints.cache_params") == 0))
+                    applied++;
+            }
+            CHECK(overridden == 2 && applied == 0);
+        }
         /* A native constraint on schemes only leaves the tiers to TorchRec's
          * kernels. */
         tc.n_compute_kernels = 0;
