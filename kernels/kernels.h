@@ -255,7 +255,9 @@ struct kern_backend {
      * (same shape) and the SGD update. */
     int (*shard_step)(struct kern_shard *s, float *pooled,
                       const float *grad_pooled);
-    /* Copies table t's current weights (rows x dim) to out. */
+    /* Copies table t's current weights (rows x dim) to out, converted to
+     * fp32 from the table's dtype (exactly: every fp16 and bf16 value is
+     * an fp32 value). */
     int (*shard_read_weights)(struct kern_shard *s, size_t t, float *out);
     /* Times forward + backward + SGD steps (gradients fixed, seeded). */
     int (*shard_time)(struct kern_shard *s, const struct kern_timing_opts *o,
