@@ -4,6 +4,9 @@
  * its spread ((p90 - p10) / median over the timed repeats) and
  * training samples per second (batch / median).  Lookups are synthetic and
  * Zipf-like: log-uniform ranks (Zipf with exponent 1) hashed onto rows.
+ * Two shapes run again with fp16 weights, right after their fp32 row, with
+ * the ratio of the medians: a large table that misses the caches (half the
+ * bytes to move) and a small one that stays in L2 (the conversions' cost).
  *
  * usage: bench_kernels [cpu|cuda|all] [repeats] [noflush]
  *        (defaults: all, 10 repeats, cache flushed before each timed step)
@@ -26,18 +29,25 @@ struct bench_shape {
     int pool;      /* mean bag length; lengths uniform in [0, 2 pool] */
     int64_t batch; /* bags per table */
     bool gpu_only; /* too slow for a 2-core cpu run */
+    /* Every table's dtype; a non-fp32 shape follows its fp32 twin, and the
+     * ratio of their medians is printed. */
+    enum kern_dtype dtype;
 };
 
 static const struct bench_shape shapes[] = {
-    {"1 x d16", 1, {16}, {100000}, 20, 4096, false},
-    {"1 x d128", 1, {128}, {1000000}, 20, 4096, false},
+    {"1 x d16", 1, {16}, {100000}, 20, 4096, false, KERN_DTYPE_FP32},
+    {"1 x d64 small", 1, {64}, {2000}, 20, 4096, false, KERN_DTYPE_FP32},
+    {"1 x d64 small", 1, {64}, {2000}, 20, 4096, false, KERN_DTYPE_FP16},
+    {"1 x d128", 1, {128}, {1000000}, 20, 4096, false, KERN_DTYPE_FP32},
+    {"1 x d128", 1, {128}, {1000000}, 20, 4096, false, KERN_DTYPE_FP16},
     {"4 mixed",
      4,
      {16, 64, 128, 64},
      {100000, 4000000, 500000, 1000000},
      15,
      4096,
-     false},
+     false,
+     KERN_DTYPE_FP32},
     {"15 mixed",
      15,
      {16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128},
@@ -45,14 +55,16 @@ static const struct bench_shape shapes[] = {
       2000000, 100000, 100000, 400000, 800000, 100000},
      10,
      4096,
-     false},
+     false,
+     KERN_DTYPE_FP32},
     {"4 mixed b64k",
      4,
      {16, 64, 128, 64},
      {100000, 4000000, 500000, 1000000},
      15,
      65536,
-     false},
+     false,
+     KERN_DTYPE_FP32},
     {"15 mixed b64k",
      15,
      {16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128, 16, 64, 128},
@@ -60,7 +72,8 @@ static const struct bench_shape shapes[] = {
       2000000, 100000, 100000, 400000, 800000, 100000},
      10,
      65536,
-     true},
+     true,
+     KERN_DTYPE_FP32},
 };
 
 static uint64_t rng_state = 12345;
@@ -105,8 +118,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void run_shape(const struct kern_backend *be,
-                      const struct bench_shape *sh, int repeats, bool flush)
+/* Times one shape; returns its median in ms, or -1 when it failed. */
+static double run_shape(const struct kern_backend *be,
+                        const struct bench_shape *sh, int repeats, bool flush)
 {
     struct kern_table_desc tables[MAX_TABLES];
     struct kern_shard_desc desc;
@@ -115,7 +129,7 @@ static void run_shape(const struct kern_backend *be,
     struct kern_shard *s = NULL;
     struct sd_diag d = {{0}};
     int64_t b, i, len, *off, *idx, lookups = 0;
-    double t0, t_open;
+    double t0, t_open, median = -1.0;
     int t, rv;
 
     memset(tables, 0, sizeof(tables));
@@ -137,6 +151,7 @@ static void run_shape(const struct kern_backend *be,
         tables[t].nindices = off[sh->batch];
         tables[t].offsets = off;
         tables[t].indices = idx;
+        tables[t].dtype = sh->dtype;
         lookups += off[sh->batch];
     }
     memset(&desc, 0, sizeof(desc));
@@ -150,8 +165,8 @@ static void run_shape(const struct kern_backend *be,
     rv = be->shard_open(0, &desc, &s, &d);
     t_open = now_s() - t0;
     if (rv != 0) {
-        printf("%-5s %-14s open failed: %s (%s)\n", be->name, sh->name,
-               sd_err_name(rv), d.msg);
+        printf("%-5s %-14s %-4s open failed: %s (%s)\n", be->name, sh->name,
+               kern_dtype_name(sh->dtype), sd_err_name(rv), d.msg);
         goto out;
     }
     kern_timing_opts_default(&o);
@@ -160,15 +175,16 @@ static void run_shape(const struct kern_backend *be,
     o.repeats = repeats;
     rv = be->shard_time(s, &o, &tm);
     if (rv != 0) {
-        printf("%-5s %-14s time failed: %s\n", be->name, sh->name,
-               sd_err_name(rv));
+        printf("%-5s %-14s %-4s time failed: %s\n", be->name, sh->name,
+               kern_dtype_name(sh->dtype), sd_err_name(rv));
     } else {
-        printf("%-5s %-14s %6lld %9lld %9.3f %9.3f %9.3f %7.3f %11.0f "
+        printf("%-5s %-14s %-4s %6lld %9lld %9.3f %9.3f %9.3f %7.3f %11.0f "
                "%6.1f\n",
-               be->name, sh->name, (long long)sh->batch, (long long)lookups,
-               tm.median_ms, tm.p10_ms, tm.p90_ms,
-               (tm.p90_ms - tm.p10_ms) / tm.median_ms,
+               be->name, sh->name, kern_dtype_name(sh->dtype),
+               (long long)sh->batch, (long long)lookups, tm.median_ms,
+               tm.p10_ms, tm.p90_ms, (tm.p90_ms - tm.p10_ms) / tm.median_ms,
                (double)sh->batch / (tm.median_ms * 1e-3), t_open);
+        median = tm.median_ms;
     }
     be->shard_close(s);
 out:
@@ -176,6 +192,7 @@ out:
         free((void *)tables[t].offsets);
         free((void *)tables[t].indices);
     }
+    return median;
 }
 
 int main(int argc, char **argv)
@@ -184,6 +201,8 @@ int main(int argc, char **argv)
     const struct kern_backend *bes[2];
     struct kern_device_info info;
     int nbe = 0, i, repeats = argc > 2 ? atoi(argv[2]) : 10;
+    double ms, fp32_ms = -1.0;
+    uint64_t fp32_rng = 0;
     bool flush = !(argc > 3 && strcmp(argv[3], "noflush") == 0);
     size_t k;
 
@@ -204,14 +223,25 @@ int main(int argc, char **argv)
                "cache flush %s\n",
                bes[i]->name, info.name, repeats, flush ? "on" : "off");
     }
-    printf("%-5s %-14s %6s %9s %9s %9s %9s %7s %11s %6s\n", "be", "shape",
-           "batch", "lookups", "med_ms", "p10_ms", "p90_ms", "spread",
+    printf("%-5s %-14s %-4s %6s %9s %9s %9s %9s %7s %11s %6s\n", "be", "shape",
+           "type", "batch", "lookups", "med_ms", "p10_ms", "p90_ms", "spread",
            "samples/s", "open_s");
     for (i = 0; i < nbe; i++) {
         for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
             if (shapes[k].gpu_only && strcmp(bes[i]->name, "cpu") == 0)
                 continue;
-            run_shape(bes[i], &shapes[k], repeats, flush);
+            /* A twin draws the same lookups as its fp32 row. */
+            if (shapes[k].dtype == KERN_DTYPE_FP32)
+                fp32_rng = rng_state;
+            else
+                rng_state = fp32_rng;
+            ms = run_shape(bes[i], &shapes[k], repeats, flush);
+            if (shapes[k].dtype == KERN_DTYPE_FP32)
+                fp32_ms = ms;
+            else if (ms > 0.0 && fp32_ms > 0.0)
+                printf("%-5s %-14s %s/fp32 median ratio %.3f\n", bes[i]->name,
+                       shapes[k].name, kern_dtype_name(shapes[k].dtype),
+                       ms / fp32_ms);
         }
     }
     return 0;

@@ -112,6 +112,33 @@ const struct kern_backend *kern_backend_get(const char *name, struct sd_diag *d)
     return cuda_devices > 0 ? backend_named("cuda", d) : &kern_backend_cpu;
 }
 
+const char *kern_dtype_name(enum kern_dtype dtype)
+{
+    switch (dtype) {
+    case KERN_DTYPE_FP32:
+        return "fp32";
+    case KERN_DTYPE_FP16:
+        return "fp16";
+    case KERN_DTYPE_BF16:
+        return "bf16";
+    default:
+        return "?";
+    }
+}
+
+size_t kern_dtype_size(enum kern_dtype dtype)
+{
+    switch (dtype) {
+    case KERN_DTYPE_FP32:
+        return sizeof(float);
+    case KERN_DTYPE_FP16:
+    case KERN_DTYPE_BF16:
+        return sizeof(uint16_t);
+    default:
+        return 0;
+    }
+}
+
 void kern_timing_opts_default(struct kern_timing_opts *o)
 {
     o->warmup = 5;
@@ -221,9 +248,14 @@ int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d)
         if (tb->nindices < 0)
             return sd_diag_set(d, SD_EINVAL, "tables[%zu]: nindices %lld < 0",
                                t, (long long)tb->nindices);
+        if (kern_dtype_size(tb->dtype) == 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables[%zu]: dtype %d is not fp32, fp16 or "
+                               "bf16",
+                               t, (int)tb->dtype);
         width += (uint64_t)tb->dim;
         if (!add_product(&bytes, (uint64_t)tb->rows,
-                         (uint64_t)tb->dim * sizeof(float)) ||
+                         (uint64_t)tb->dim * kern_dtype_size(tb->dtype)) ||
             !add_product(&bytes, (uint64_t)tb->nindices, sizeof(int64_t)) ||
             !add_product(&bytes, (uint64_t)desc->nbags + 1, sizeof(int64_t)))
             return sd_diag_set(d, SD_EINVAL, "tables[%zu]: too large", t);
@@ -255,7 +287,8 @@ uint64_t kern__shard_bytes(const struct kern_shard_desc *desc)
 
     for (t = 0; t < desc->ntables; t++) {
         tb = &desc->tables[t];
-        bytes += (uint64_t)tb->rows * (uint64_t)tb->dim * sizeof(float);
+        bytes +=
+            (uint64_t)tb->rows * (uint64_t)tb->dim * kern_dtype_size(tb->dtype);
         bytes += (uint64_t)tb->nindices * sizeof(int64_t);
         bytes += ((uint64_t)desc->nbags + 1) * sizeof(int64_t);
     }

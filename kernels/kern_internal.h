@@ -70,10 +70,10 @@ static inline KERN_HOSTDEV float kern__value(uint64_t key, uint64_t e,
 
 /*
  * Checks a shard description: at least one table and one bag, rows >= 1,
- * dim a positive multiple of 4, offsets starting at 0, non-decreasing and
- * ending at nindices, every index in [0, rows), a finite learning rate, and
- * sizes that do not overflow.  Returns 0 or SD_EINVAL with d naming the
- * table and field.
+ * dim a positive multiple of 4, a known dtype (which a backend may still
+ * refuse), offsets starting at 0, non-decreasing and ending at nindices,
+ * every index in [0, rows), a finite learning rate, and sizes that do not
+ * overflow.  Returns 0 or SD_EINVAL with d naming the table and field.
  */
 int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d);
 
@@ -82,9 +82,10 @@ int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d);
 int32_t kern__shard_width(const struct kern_shard_desc *desc);
 
 /*
- * Bytes a shard takes on a device: weights, indices, offsets and two
- * nbags x width buffers (pooled output, timing gradient).  desc must have
- * passed kern__shard_check(), which guarantees this does not overflow.
+ * Bytes a shard takes on a device: weights (kern_dtype_size() each),
+ * indices, offsets and two nbags x width buffers (pooled output, timing
+ * gradient).  desc must have passed kern__shard_check(), which guarantees
+ * this does not overflow.
  */
 uint64_t kern__shard_bytes(const struct kern_shard_desc *desc);
 

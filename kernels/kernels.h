@@ -4,7 +4,11 @@
  * `cuda` (built when nvcc exists; a device is one GPU).  The op is the fused
  * table-batched embedding bag of one device's shard: forward (sum pooling
  * per bag), backward (pooled-output gradients scattered to the rows) and an
- * exact SGD update, fp32, over every table of the shard in one pass.
+ * exact SGD update over every table of the shard in one pass.  Each table's
+ * weights are stored in its dtype (fp32, fp16 or bf16, as TorchRec's TBE
+ * keeps them); pooling and the SGD update are computed in fp32, and an
+ * updated row is rounded back to its dtype (to nearest, ties to even), so
+ * a shard of half-precision tables moves half the weight bytes.
  * Beside it: the compute cost model resident on a device and scored in
  * batches, sgemm for training it, collectives timed across devices, and
  * the idle gate's readings (docs/gpu.md); each has a cpu implementation
@@ -37,6 +41,21 @@ struct kern_device_info {
     int32_t index;             /* backend-local device index */
 };
 
+/* How a table's weights are stored.  Zero is fp32: a zero-initialised
+ * table description, as every caller from before dtypes makes, is fp32. */
+enum kern_dtype {
+    KERN_DTYPE_FP32 = 0,
+    KERN_DTYPE_FP16, /* IEEE binary16: 5 exponent bits, 10 mantissa bits */
+    KERN_DTYPE_BF16, /* the upper 16 bits of an fp32: 8 and 7 */
+    KERN_DTYPE_COUNT
+};
+
+/* "fp32", "fp16", "bf16" ("?" for another value). */
+const char *kern_dtype_name(enum kern_dtype dtype);
+
+/* Bytes of one weight of dtype: 4, 2, 2 (0 for another value). */
+size_t kern_dtype_size(enum kern_dtype dtype);
+
 /*
  * One table of a shard: its geometry and one batch of lookups (CSR: bag b
  * of the batch reads indices[offsets[b] .. offsets[b+1])).  Every table of
@@ -50,6 +69,12 @@ struct kern_table_desc {
     int64_t nindices;
     const int64_t *offsets; /* nbags + 1 entries */
     const int64_t *indices; /* nindices entries in [0, rows) */
+    /* The weights are stored in this type and the shard's footprint counts
+     * its size; pooling and the SGD update are computed in fp32, and each
+     * updated row is rounded back to it (to nearest, ties to even; NaN stays
+     * NaN).  shard_read_weights returns them converted to fp32.  The cuda
+     * backend takes fp32 only (SD_EUNSUPPORTED otherwise). */
+    enum kern_dtype dtype;
 };
 
 struct kern_shard_desc {
@@ -57,16 +82,19 @@ struct kern_shard_desc {
     const struct kern_table_desc *tables;
     int64_t nbags;       /* batch size */
     float learning_rate; /* SGD step */
-    uint64_t seed;       /* initial weights, uniform in [-0.01, 0.01) */
+    uint64_t seed;       /* initial weights, uniform in [-0.01, 0.01) and
+                          * rounded to each table's dtype */
     /*
      * Profiling: take the weights from the device's arena instead of a
      * fresh allocation.  The arena is allocated and filled once per device
      * and process, grows when a shard needs more, and is reused by every
      * later shard, so a multi-gigabyte table is not re-faulted per sample;
-     * its values are then not `seed`'s.  One arena shard per device at a
-     * time (SD_EBUSY otherwise).  Parity tests leave this false.  The cuda
-     * backend does not have an arena yet and allocates per shard (a
-     * cudaMalloc and an on-device fill, milliseconds even for gigabytes).
+     * its values are then not `seed`'s, and tables of every dtype read the
+     * same bytes (the cpu arena is filled so that they are finite in each).
+     * One arena shard per device at a time (SD_EBUSY otherwise).  Parity tests
+     * leave this false.  The cuda backend does not have an arena yet and
+     * allocates per shard (a cudaMalloc and an on-device fill, milliseconds
+     * even for gigabytes).
      */
     bool reuse_weights;
     /* reuse_weights: the arena never grows past this many bytes, so what
@@ -227,7 +255,9 @@ struct kern_backend {
      * (same shape) and the SGD update. */
     int (*shard_step)(struct kern_shard *s, float *pooled,
                       const float *grad_pooled);
-    /* Copies table t's current weights (rows x dim) to out. */
+    /* Copies table t's current weights (rows x dim) to out, converted to
+     * fp32 from the table's dtype (exactly: every fp16 and bf16 value is
+     * an fp32 value). */
     int (*shard_read_weights)(struct kern_shard *s, size_t t, float *out);
     /* Times forward + backward + SGD steps (gradients fixed, seeded). */
     int (*shard_time)(struct kern_shard *s, const struct kern_timing_opts *o,

@@ -1,8 +1,15 @@
 /*
  * The cpu backend: the fused table-batched embedding bag (sum pooling,
- * backward, exact SGD, fp32) on one CPU core per device.  It is the
- * reference the cuda backend is tested against, and a device of its own
- * for hosts without a GPU.
+ * backward, exact SGD) on one CPU core per device.  It is the reference the
+ * cuda backend is tested against, and a device of its own for hosts without
+ * a GPU.
+ *
+ * Weights are stored in each table's dtype (kernels.h): a forward converts
+ * each row to fp32 as it adds it into the pooled sums, an SGD update reads
+ * a row, updates it in fp32 and rounds it back (to nearest, ties to even).
+ * fp16 goes through the CPU's F16C instructions where it has them (x86
+ * since 2012; chosen once at run time), else through portable code; bf16
+ * is the upper half of an fp32, so plain integer code.
  *
  * Device i is the i-th CPU of the process's affinity mask at the first
  * call (all online cores unless a cpuset restricts the process); its memory
@@ -22,7 +29,21 @@
 
 #include "cpu_internal.h"
 
+/* x86: the F16C code is compiled for AVX and F16C whatever the build's
+ * target, and runs only where the CPU has both (topo_probe). */
+#if defined(__x86_64__) || defined(__i386__)
+#    include <cpuid.h>
+#    include <immintrin.h>
+#    define CPU_X86  1
+#    define CPU_F16C __attribute__((target("avx,f16c")))
+#else
+#    define CPU_X86 0
+#endif /* __x86_64__ || __i386__ */
+
 #define CPU_ALIGN 64 /* bytes: a cache line, and any SIMD width */
+
+/* Seeded weights rounded per conversion call when filling a 16-bit table. */
+#define CPU_CHUNK 1024
 
 /* Flush buffer bounds (bytes): used when the LLC size is unknown, and the
  * most one shard allocates whatever the LLC claims. */
@@ -33,16 +54,27 @@
  * and the next rows' addresses are known, so their loads can overlap. */
 #define CPU_PREFETCH 8
 
+struct cpu_shard;
+
 /* One table of a shard, as the cpu backend holds it. */
 struct cpu_table {
-    float *w;         /* rows x dim weights, CPU_ALIGN-aligned */
+    void *w;          /* rows x dim weights of dtype, CPU_ALIGN-aligned */
     bool w_owned;     /* false: w points into the device's arena */
     int64_t *offsets; /* nbags + 1 */
     int64_t *indices; /* nindices, in [0, rows) */
     int64_t rows;
     int64_t nindices;
+    int64_t row_bytes; /* dim weights of dtype */
     int32_t dim;
     int32_t col; /* first column of this table in a pooled row */
+    enum kern_dtype dtype;
+    /* The table's forward and backward + SGD, for its dtype (table_open):
+     * each pass over the tables calls one per table, and each lookup's row
+     * kernel is inlined in it. */
+    void (*forward)(const struct cpu_shard *s, const struct cpu_table *tb,
+                    float *pooled);
+    void (*backward)(const struct cpu_shard *s, const struct cpu_table *tb,
+                     const float *grad);
 };
 
 /* What a struct kern_shard * points to on this backend. */
@@ -76,21 +108,23 @@ static bool shard_aborted(const struct cpu_shard *s)
  */
 struct cpu_devmem {
     pthread_mutex_t mu;
-    bool busy; /* an arena shard is open */
-    float *arena;
-    uint64_t arena_floats;
+    bool busy;            /* an arena shard is open */
+    unsigned char *arena; /* arena_fill()'s words */
+    uint64_t arena_bytes;
     uint64_t *flush;
     size_t flush_words;
 };
 static struct cpu_devmem devmem[CPU_SETSIZE];
 
-/* The devices, found once: CPU ids, RAM per core, flush size. */
+/* The devices, found once: CPU ids, RAM per core, flush size, F16C. */
 static struct {
     pthread_once_t once;
     int ncores;
     int cores[CPU_SETSIZE];
     uint64_t mem_per_core;
     uint64_t flush_bytes;
+    bool f16c;     /* the CPU has F16C and AVX (and the OS saves AVX state) */
+    bool use_f16c; /* fp16 tables opened now use it (kern_cpu_use_f16c()) */
 } topo = {.once = PTHREAD_ONCE_INIT};
 
 static struct cpu_shard *to_cpu(struct kern_shard *s)
@@ -120,6 +154,25 @@ static uint64_t llc_bytes(void)
     }
     v = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return v > 0 ? (uint64_t)v : 0;
+}
+
+/*
+ * Whether the CPU has F16C and the OS saves the AVX registers its code
+ * uses.  The "avx" of __builtin_cpu_supports() includes the OS check (in
+ * libgcc and compiler-rt alike); F16C is CPUID leaf 1, ECX bit 29, asked
+ * directly because clang 14, which the fuzz builds use, does not know
+ * __builtin_cpu_supports("f16c").
+ */
+static bool cpu_has_f16c(void)
+{
+#if CPU_X86
+    unsigned int eax, ebx, ecx, edx;
+
+    return __builtin_cpu_supports("avx") &&
+           __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+    return false;
+#endif /* CPU_X86 */
 }
 
 static void topo_probe(void)
@@ -154,6 +207,8 @@ static void topo_probe(void)
     topo.flush_bytes = llc > 0 ? 2 * llc : CPU_FLUSH_DEFAULT;
     if (topo.flush_bytes > CPU_FLUSH_MAX)
         topo.flush_bytes = CPU_FLUSH_MAX;
+    topo.f16c = cpu_has_f16c();
+    topo.use_f16c = topo.f16c;
 }
 
 static int cpu_device_count(void)
@@ -209,6 +264,493 @@ static void *alloc_aligned(uint64_t n)
     return aligned_alloc(CPU_ALIGN, (size_t)sz);
 }
 
+/* ------------------------------------------------------------------------ */
+/* fp16 and bf16 <-> fp32                                                    */
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* fp16 to fp32, exact: rebias the exponent (15 to 127), widen the mantissa
+ * (10 to 23 bits); a subnormal is its mantissa times 2^-24. */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (uint32_t)(h >> 10) & 0x1f, man = h & 0x3ffu;
+    float sub;
+
+    if (exp == 0x1f) /* Inf, or NaN made quiet as F16C does */
+        return bits_f32(sign | 0x7f800000u | man << 13 |
+                        (man != 0 ? 0x400000u : 0));
+    if (exp != 0)
+        return bits_f32(sign | (exp + 112) << 23 | man << 13);
+    sub = (float)man * 0x1p-24f;
+    return sign != 0 ? -sub : sub;
+}
+
+/*
+ * fp32 to fp16, to nearest, ties to even, in integers (independent of the
+ * FPU's rounding mode): at least 65520 (half-way past the largest fp16,
+ * 65504) becomes Inf; a normal fp16 rounds the fp32 mantissa at bit 13
+ * and rebiases, letting a carry step the exponent; below 2^-14 the result
+ * is the subnormal count of 2^-24 units, rounded likewise.
+ */
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f), abs = u & 0x7fffffffu;
+    uint32_t sign = (u >> 16) & 0x8000, m, r, rem, half;
+    int shift;
+
+    if (abs > 0x7f800000u) /* NaN: quiet, the payload's top bits kept */
+        return (uint16_t)(sign | 0x7e00 | (abs >> 13 & 0x3ff));
+    if (abs >= 0x477ff000u)
+        return (uint16_t)(sign | 0x7c00);
+    if (abs >= 0x38800000u)
+        return (uint16_t)(sign |
+                          (abs + 0xfff + (abs >> 13 & 1) - 0x38000000u) >> 13);
+    shift = 126 - (int)(abs >> 23); /* m >> shift counts 2^-24 units */
+    if (shift > 24)
+        return (uint16_t)sign; /* below 2^-25: rounds to zero */
+    m = (abs & 0x7fffffu) | 0x800000u;
+    r = m >> shift;
+    rem = m & ((UINT32_C(1) << shift) - 1);
+    half = UINT32_C(1) << (shift - 1);
+    if (rem > half || (rem == half && (r & 1) != 0))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+/* fp32 to bf16, to nearest, ties to even: add just under half a unit of
+ * the kept bits, plus one when the kept part is odd, and truncate.  A NaN
+ * is truncated with its quiet bit set, as its payload may lie only in the
+ * dropped half (which would make it Inf). */
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(u >> 16 | 0x40);
+    return (uint16_t)((u + 0x7fff + (u >> 16 & 1)) >> 16);
+}
+
+#if CPU_X86
+CPU_F16C static void f16_to_f32_f16c(float *out, const uint16_t *in, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      (const __m128i *)(in + i))));
+    for (; i < n; i++)
+        out[i] = _cvtsh_ss(in[i]);
+}
+
+CPU_F16C static void f32_to_f16_f16c(uint16_t *out, const float *in, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                         _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+#endif /* CPU_X86 */
+
+bool kern_cpu_has_f16c(void)
+{
+    pthread_once(&topo.once, topo_probe);
+    return topo.f16c;
+}
+
+bool kern_cpu_use_f16c(bool on)
+{
+    pthread_once(&topo.once, topo_probe);
+    topo.use_f16c = on && topo.f16c;
+    return topo.use_f16c;
+}
+
+void kern_cpu_f16_to_f32(float *out, const uint16_t *in, size_t n, bool f16c)
+{
+    size_t i;
+
+#if CPU_X86
+    if (f16c && kern_cpu_has_f16c()) {
+        f16_to_f32_f16c(out, in, n);
+        return;
+    }
+#endif /* CPU_X86 */
+    for (i = 0; i < n; i++)
+        out[i] = f16_to_f32(in[i]);
+}
+
+void kern_cpu_f32_to_f16(uint16_t *out, const float *in, size_t n, bool f16c)
+{
+    size_t i;
+
+#if CPU_X86
+    if (f16c && kern_cpu_has_f16c()) {
+        f32_to_f16_f16c(out, in, n);
+        return;
+    }
+#endif /* CPU_X86 */
+    for (i = 0; i < n; i++)
+        out[i] = f32_to_f16(in[i]);
+}
+
+void kern_cpu_bf16_to_f32(float *out, const uint16_t *in, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        out[i] = bf16_to_f32(in[i]);
+}
+
+void kern_cpu_f32_to_bf16(uint16_t *out, const float *in, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        out[i] = f32_to_bf16(in[i]);
+}
+
+/* n weights of dtype at w, converted to fp32 into out. */
+static void weights_to_f32(enum kern_dtype dtype, float *out, const void *w,
+                           size_t n)
+{
+    if (dtype == KERN_DTYPE_FP16)
+        kern_cpu_f16_to_f32(out, w, n, topo.use_f16c);
+    else if (dtype == KERN_DTYPE_BF16)
+        kern_cpu_bf16_to_f32(out, w, n);
+    else
+        memcpy(out, w, n * sizeof(float));
+}
+
+/* n fp32 values rounded to dtype into w. */
+static void weights_from_f32(enum kern_dtype dtype, void *w, const float *in,
+                             size_t n)
+{
+    if (dtype == KERN_DTYPE_FP16)
+        kern_cpu_f32_to_f16(w, in, n, topo.use_f16c);
+    else if (dtype == KERN_DTYPE_BF16)
+        kern_cpu_f32_to_bf16(w, in, n);
+    else
+        memcpy(w, in, n * sizeof(float));
+}
+
+/* ------------------------------------------------------------------------ */
+/* The table passes                                                          */
+
+/*
+ * The row kernels, one per storage type: out += row (forward) and row -=
+ * lr * g (one lookup's share of the SGD update), in fp32.  The loops run
+ * over a row's columns four at a time: dims are multiples of 4, so the
+ * unrolled body covers every column, and with restrict pointers gcc turns
+ * each body into 128-bit vector operations (SLP vectorization, on at -O2)
+ * without a scalar remainder loop.  The F16C kernels use the same width,
+ * so fp16 and fp32 differ in the bytes they move and the conversions, not
+ * in the vector width.
+ */
+static void row_add(float *restrict out, const float *restrict row, int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        out[c] += row[c];
+        out[c + 1] += row[c + 1];
+        out[c + 2] += row[c + 2];
+        out[c + 3] += row[c + 3];
+    }
+}
+
+static void row_sgd(float *restrict row, const float *restrict g, float lr,
+                    int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        row[c] -= lr * g[c];
+        row[c + 1] -= lr * g[c + 1];
+        row[c + 2] -= lr * g[c + 2];
+        row[c + 3] -= lr * g[c + 3];
+    }
+}
+
+/* fp16 without F16C: the portable conversions, per weight. */
+static void row_add_f16(float *restrict out, const uint16_t *restrict row,
+                        int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        out[c] += f16_to_f32(row[c]);
+        out[c + 1] += f16_to_f32(row[c + 1]);
+        out[c + 2] += f16_to_f32(row[c + 2]);
+        out[c + 3] += f16_to_f32(row[c + 3]);
+    }
+}
+
+static void row_sgd_f16(uint16_t *restrict row, const float *restrict g,
+                        float lr, int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        row[c] = f32_to_f16(f16_to_f32(row[c]) - lr * g[c]);
+        row[c + 1] = f32_to_f16(f16_to_f32(row[c + 1]) - lr * g[c + 1]);
+        row[c + 2] = f32_to_f16(f16_to_f32(row[c + 2]) - lr * g[c + 2]);
+        row[c + 3] = f32_to_f16(f16_to_f32(row[c + 3]) - lr * g[c + 3]);
+    }
+}
+
+static void row_add_bf16(float *restrict out, const uint16_t *restrict row,
+                         int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        out[c] += bf16_to_f32(row[c]);
+        out[c + 1] += bf16_to_f32(row[c + 1]);
+        out[c + 2] += bf16_to_f32(row[c + 2]);
+        out[c + 3] += bf16_to_f32(row[c + 3]);
+    }
+}
+
+static void row_sgd_bf16(uint16_t *restrict row, const float *restrict g,
+                         float lr, int32_t dim)
+{
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        row[c] = f32_to_bf16(bf16_to_f32(row[c]) - lr * g[c]);
+        row[c + 1] = f32_to_bf16(bf16_to_f32(row[c + 1]) - lr * g[c + 1]);
+        row[c + 2] = f32_to_bf16(bf16_to_f32(row[c + 2]) - lr * g[c + 2]);
+        row[c + 3] = f32_to_bf16(bf16_to_f32(row[c + 3]) - lr * g[c + 3]);
+    }
+}
+
+#if CPU_X86
+/* fp16 with F16C: four weights widened (vcvtph2ps) or rounded to nearest
+ * even (vcvtps2ph, whatever the MXCSR says) per instruction. */
+CPU_F16C static void row_add_f16c(float *restrict out,
+                                  const uint16_t *restrict row, int32_t dim)
+{
+    __m128 w;
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        w = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(row + c)));
+        _mm_storeu_ps(out + c, _mm_add_ps(_mm_loadu_ps(out + c), w));
+    }
+}
+
+CPU_F16C static void row_sgd_f16c(uint16_t *restrict row,
+                                  const float *restrict g, float lr,
+                                  int32_t dim)
+{
+    __m128 w, vlr = _mm_set1_ps(lr);
+    int32_t c;
+
+    for (c = 0; c < dim; c += 4) {
+        w = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(row + c)));
+        w = _mm_sub_ps(w, _mm_mul_ps(vlr, _mm_loadu_ps(g + c)));
+        _mm_storel_epi64((__m128i *)(row + c),
+                         _mm_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+#endif /* CPU_X86 */
+
+/* Which row kernels a table pass inlines. */
+enum row_kind {
+    ROW_F32,
+    ROW_F16,
+    ROW_BF16,
+#if CPU_X86
+    ROW_F16C,
+#endif /* CPU_X86 */
+};
+
+/* Prefetches every cache line of lookup i's row, for reading or writing. */
+static void prefetch_row(const struct cpu_table *tb, int64_t i, int rw)
+{
+    const char *p = (const char *)tb->w + tb->indices[i] * tb->row_bytes;
+    int64_t off;
+
+    for (off = 0; off < tb->row_bytes; off += CPU_ALIGN) {
+        if (rw)
+            __builtin_prefetch(p + off, 1);
+        else
+            __builtin_prefetch(p + off, 0);
+    }
+}
+
+/*
+ * The table passes below are written once, for every row kind, and
+ * always inlined into one function per kind (forward_f32() ...): with k a
+ * constant there, the switch folds away and the row kernel is inlined into
+ * the lookup loop, as it was before tables had dtypes; a call through a
+ * pointer per lookup would cost the small, cache-resident tables a good
+ * part of their time.  The F16C functions are compiled for AVX and F16C,
+ * so their row kernels inline too.
+ */
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+/* Sum pooling of table tb: pooled[b][col .. col + dim) = sum of the bag's
+ * rows, each bag's rows added in index order. */
+CPU_INLINE void forward_rows(const struct cpu_shard *s,
+                             const struct cpu_table *tb, float *pooled,
+                             enum row_kind k)
+{
+    const unsigned char *w = tb->w;
+    const void *row;
+    int64_t b, i, end;
+    float *out;
+
+    for (b = 0; b < s->nbags; b++) {
+        out = pooled + b * s->width + tb->col;
+        memset(out, 0, (size_t)tb->dim * sizeof(float));
+        end = tb->offsets[b + 1];
+        for (i = tb->offsets[b]; i < end; i++) {
+            if (i + CPU_PREFETCH < tb->nindices)
+                prefetch_row(tb, i + CPU_PREFETCH, 0);
+            row = w + tb->indices[i] * tb->row_bytes;
+            switch (k) {
+            case ROW_F32:
+                row_add(out, row, tb->dim);
+                break;
+            case ROW_F16:
+                row_add_f16(out, row, tb->dim);
+                break;
+            case ROW_BF16:
+                row_add_bf16(out, row, tb->dim);
+                break;
+#if CPU_X86
+            case ROW_F16C:
+                row_add_f16c(out, row, tb->dim);
+                break;
+#endif /* CPU_X86 */
+            }
+        }
+    }
+}
+
+/*
+ * Backward and exact SGD of table tb in one pass: the gradient of a row is
+ * the sum of the pooled-output gradients of the bags that read it, once per
+ * read, so w[i] -= lr * sum_b g[b] over the lookups (b, i).  SGD is linear
+ * in the gradient, so applying each lookup's term as it comes gives the
+ * same update as summing per row first (up to rounding order; a 16-bit row
+ * is rounded back after each lookup): duplicates, within a bag or across
+ * bags, accumulate.  FBGEMM sorts the indices and reduces per row instead;
+ * both are exact SGD.
+ */
+CPU_INLINE void backward_rows(const struct cpu_shard *s,
+                              const struct cpu_table *tb, const float *grad,
+                              enum row_kind k)
+{
+    unsigned char *w = tb->w;
+    const float *g;
+    void *row;
+    int64_t b, i, end;
+
+    for (b = 0; b < s->nbags; b++) {
+        g = grad + b * s->width + tb->col;
+        end = tb->offsets[b + 1];
+        for (i = tb->offsets[b]; i < end; i++) {
+            if (i + CPU_PREFETCH < tb->nindices)
+                prefetch_row(tb, i + CPU_PREFETCH, 1);
+            row = w + tb->indices[i] * tb->row_bytes;
+            switch (k) {
+            case ROW_F32:
+                row_sgd(row, g, s->lr, tb->dim);
+                break;
+            case ROW_F16:
+                row_sgd_f16(row, g, s->lr, tb->dim);
+                break;
+            case ROW_BF16:
+                row_sgd_bf16(row, g, s->lr, tb->dim);
+                break;
+#if CPU_X86
+            case ROW_F16C:
+                row_sgd_f16c(row, g, s->lr, tb->dim);
+                break;
+#endif /* CPU_X86 */
+            }
+        }
+    }
+}
+
+static void forward_f32(const struct cpu_shard *s, const struct cpu_table *tb,
+                        float *pooled)
+{
+    forward_rows(s, tb, pooled, ROW_F32);
+}
+
+static void forward_f16(const struct cpu_shard *s, const struct cpu_table *tb,
+                        float *pooled)
+{
+    forward_rows(s, tb, pooled, ROW_F16);
+}
+
+static void forward_bf16(const struct cpu_shard *s, const struct cpu_table *tb,
+                         float *pooled)
+{
+    forward_rows(s, tb, pooled, ROW_BF16);
+}
+
+static void backward_f32(const struct cpu_shard *s, const struct cpu_table *tb,
+                         const float *grad)
+{
+    backward_rows(s, tb, grad, ROW_F32);
+}
+
+static void backward_f16(const struct cpu_shard *s, const struct cpu_table *tb,
+                         const float *grad)
+{
+    backward_rows(s, tb, grad, ROW_F16);
+}
+
+static void backward_bf16(const struct cpu_shard *s, const struct cpu_table *tb,
+                          const float *grad)
+{
+    backward_rows(s, tb, grad, ROW_BF16);
+}
+
+#if CPU_X86
+CPU_F16C static void forward_f16c(const struct cpu_shard *s,
+                                  const struct cpu_table *tb, float *pooled)
+{
+    forward_rows(s, tb, pooled, ROW_F16C);
+}
+
+CPU_F16C static void backward_f16c(const struct cpu_shard *s,
+                                   const struct cpu_table *tb,
+                                   const float *grad)
+{
+    backward_rows(s, tb, grad, ROW_F16C);
+}
+#endif /* CPU_X86 */
+
+/* ------------------------------------------------------------------------ */
+
 static void cpu_shard_close(struct kern_shard *ks)
 {
     struct cpu_shard *s = to_cpu(ks);
@@ -245,26 +787,77 @@ static void fill_seeded(float *p, uint64_t n, uint64_t seed, uint64_t stream,
         p[e] = kern__value(key, e, scale);
 }
 
+/* Fills n weights of dtype with stream `stream` of the seed, each rounded
+ * to the dtype. */
+static void fill_weights(void *w, enum kern_dtype dtype, uint64_t n,
+                         uint64_t seed, uint64_t stream)
+{
+    uint64_t key = kern__stream_key(seed, stream), e, j, m;
+    size_t size = kern_dtype_size(dtype);
+    float chunk[CPU_CHUNK];
+
+    if (dtype == KERN_DTYPE_FP32) {
+        fill_seeded(w, n, seed, stream, KERN_WEIGHT_SCALE);
+        return;
+    }
+    for (e = 0; e < n; e += m) {
+        m = n - e < CPU_CHUNK ? n - e : CPU_CHUNK;
+        for (j = 0; j < m; j++)
+            chunk[j] = kern__value(key, e + j, KERN_WEIGHT_SCALE);
+        weights_from_f32(dtype, (unsigned char *)w + e * size, chunk,
+                         (size_t)m);
+    }
+}
+
+/* Sets tb's forward and backward for its dtype and the CPU. */
+static void table_kernels(struct cpu_table *tb)
+{
+    switch (tb->dtype) {
+    case KERN_DTYPE_FP16:
+        tb->forward = forward_f16;
+        tb->backward = backward_f16;
+#if CPU_X86
+        if (topo.use_f16c) {
+            tb->forward = forward_f16c;
+            tb->backward = backward_f16c;
+        }
+#endif /* CPU_X86 */
+        break;
+    case KERN_DTYPE_BF16:
+        tb->forward = forward_bf16;
+        tb->backward = backward_bf16;
+        break;
+    default:
+        tb->forward = forward_f32;
+        tb->backward = backward_f32;
+        break;
+    }
+}
+
 /* Allocates and fills table t of s from its description. */
 static int table_open(struct cpu_shard *s, size_t t,
                       const struct kern_table_desc *td, uint64_t seed,
-                      float *arena_w)
+                      unsigned char *arena_w)
 {
     struct cpu_table *tb = &s->tables[t];
     uint64_t nw = (uint64_t)td->rows * (uint64_t)td->dim;
     uint64_t noff = (uint64_t)s->nbags + 1;
+    size_t size = kern_dtype_size(td->dtype);
 
     tb->rows = td->rows;
     tb->dim = td->dim;
+    tb->dtype = td->dtype;
+    tb->row_bytes = (int64_t)td->dim * (int64_t)size;
     tb->nindices = td->nindices;
+    table_kernels(tb);
     tb->w_owned = arena_w == NULL;
-    tb->w = arena_w ? arena_w : alloc_aligned(nw * sizeof(float));
+    tb->w = arena_w ? (void *)arena_w : alloc_aligned(nw * size);
     tb->offsets = alloc_aligned(noff * sizeof(int64_t));
     tb->indices = alloc_aligned((uint64_t)td->nindices * sizeof(int64_t));
     if (tb->w == NULL || tb->offsets == NULL || tb->indices == NULL)
         return SD_ENOMEM;
     if (tb->w_owned)
-        fill_seeded(tb->w, nw, seed, t, KERN_WEIGHT_SCALE);
+        fill_weights(tb->w, tb->dtype, nw, seed, t);
     memcpy(tb->offsets, td->offsets, (size_t)noff * sizeof(int64_t));
     if (td->nindices > 0)
         memcpy(tb->indices, td->indices,
@@ -272,19 +865,45 @@ static int table_open(struct cpu_shard *s, size_t t,
     return 0;
 }
 
-/* Floats table t takes in an arena: its weights, rounded up to a line. */
+/* Bytes table t takes in an arena: its weights, rounded up to a line. */
 static uint64_t arena_span(const struct kern_table_desc *td)
 {
-    uint64_t per_line = CPU_ALIGN / sizeof(float);
-    uint64_t n = (uint64_t)td->rows * (uint64_t)td->dim;
+    uint64_t n =
+        (uint64_t)td->rows * (uint64_t)td->dim * kern_dtype_size(td->dtype);
 
-    return (n + per_line - 1) / per_line * per_line;
+    return (n + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+}
+
+/*
+ * Fills an arena of n words: small values like fresh weights, read as
+ * fp32, fp16 or bf16 by the tables of later shards, wherever a table
+ * starts.  Word e is the high half of seeded value e (uniform in [-0.01,
+ * 0.01)) twice, so every 16-bit half is a finite, normal (or zero) value
+ * in both 16-bit formats: as bf16 it is the value truncated; as fp16 its
+ * exponent field is the top five bits of the fp32's, 12 to 15 for
+ * magnitudes from 2^-30 to 0.01, a normal fp16 of magnitude 2^-3 to 2.
+ * Filled with plain fp32 values, the low halves would be arbitrary bits:
+ * a NaN, an Inf or a subnormal one time in sixteen as fp16, an fp32
+ * subnormal one time in 256 as bf16 (on which x86 arithmetic can take a
+ * slow microcode path), and a timing must not depend on such values.  As
+ * fp32 the words differ from the seeded values only in the low 16 mantissa
+ * bits, which no timing depends on.
+ */
+static void arena_fill(float *p, uint64_t n)
+{
+    uint64_t key = kern__stream_key(1, 0), e;
+    uint32_t hi;
+
+    for (e = 0; e < n; e++) {
+        hi = f32_bits(kern__value(key, e, KERN_WEIGHT_SCALE)) >> 16;
+        p[e] = bits_f32(hi << 16 | hi);
+    }
 }
 
 /*
  * Takes device's arena for a shard, growing it to hold every table; a grown
- * arena is filled once (uniform small values, like fresh weights).
- * Returns 0, SD_EBUSY (another arena shard is open) or SD_ENOMEM.
+ * arena is filled once (arena_fill()).  Returns 0, SD_EBUSY (another arena
+ * shard is open) or SD_ENOMEM.
  */
 static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
 {
@@ -297,28 +916,28 @@ static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
         cap = desc->arena_max_bytes;
     for (t = 0; t < desc->ntables; t++)
         need += arena_span(&desc->tables[t]);
-    if (cap > 0 && need * sizeof(float) > cap)
+    if (cap > 0 && need > cap)
         return SD_ENOMEM;
     pthread_mutex_lock(&m->mu);
     if (m->busy) {
         rv = SD_EBUSY;
-    } else if (need > m->arena_floats) {
-        float *w;
+    } else if (need > m->arena_bytes) {
+        unsigned char *w;
 
         /* Grow at least twofold so that a run of ever larger shards
          * refills the arena only a few times, within the cap. */
-        if (need < 2 * m->arena_floats &&
-            (cap == 0 || 2 * m->arena_floats * sizeof(float) <= cap))
-            need = 2 * m->arena_floats;
-        w = alloc_aligned(need * sizeof(float));
+        if (need < 2 * m->arena_bytes &&
+            (cap == 0 || 2 * m->arena_bytes <= cap))
+            need = 2 * m->arena_bytes;
+        w = alloc_aligned(need);
 
         if (w == NULL) {
             rv = SD_ENOMEM;
         } else {
             free(m->arena);
             m->arena = w;
-            m->arena_floats = need;
-            fill_seeded(w, need, 1, 0, KERN_WEIGHT_SCALE);
+            m->arena_bytes = need;
+            arena_fill((float *)(void *)w, need / sizeof(float));
         }
     }
     if (rv == 0)
@@ -338,7 +957,7 @@ static void cpu_release(int32_t device)
     if (!m->busy) {
         free(m->arena);
         m->arena = NULL;
-        m->arena_floats = 0;
+        m->arena_bytes = 0;
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -352,7 +971,7 @@ static uint64_t cpu_kept_bytes(int32_t device)
         return 0;
     m = &devmem[device];
     pthread_mutex_lock(&m->mu);
-    n = m->arena_floats * sizeof(float) + m->flush_words * sizeof(uint64_t);
+    n = m->arena_bytes + m->flush_words * sizeof(uint64_t);
     pthread_mutex_unlock(&m->mu);
     return n;
 }
@@ -360,7 +979,7 @@ static uint64_t cpu_kept_bytes(int32_t device)
 static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
                           struct kern_shard **out, struct sd_diag *d)
 {
-    float *arena_w = NULL;
+    unsigned char *arena_w = NULL;
     struct cpu_shard *s = NULL;
     uint64_t need, npooled;
     int32_t col = 0;
@@ -431,104 +1050,22 @@ fail_close_shard:
                        (unsigned long long)(need >> 20));
 }
 
-/*
- * The inner loops run over a row's columns, four at a time: dims are
- * multiples of 4, so the unrolled body covers every column, and with
- * restrict pointers gcc turns each body into one 128-bit vector operation
- * (SLP vectorization, on at -O2) without a scalar remainder loop.
- */
-static void row_add(float *restrict out, const float *restrict row, int32_t dim)
-{
-    int32_t c;
-
-    for (c = 0; c < dim; c += 4) {
-        out[c] += row[c];
-        out[c + 1] += row[c + 1];
-        out[c + 2] += row[c + 2];
-        out[c + 3] += row[c + 3];
-    }
-}
-
-/* row -= lr * g: one lookup's share of the SGD update. */
-static void row_sgd(float *restrict row, const float *restrict g, float lr,
-                    int32_t dim)
-{
-    int32_t c;
-
-    for (c = 0; c < dim; c += 4) {
-        row[c] -= lr * g[c];
-        row[c + 1] -= lr * g[c + 1];
-        row[c + 2] -= lr * g[c + 2];
-        row[c + 3] -= lr * g[c + 3];
-    }
-}
-
-/* Prefetches every cache line of lookup i's row, for reading or writing. */
-static void prefetch_row(const struct cpu_table *tb, int64_t i, int rw)
-{
-    const char *p = (const char *)(tb->w + tb->indices[i] * tb->dim);
-    size_t off, bytes = (size_t)tb->dim * sizeof(float);
-
-    for (off = 0; off < bytes; off += CPU_ALIGN) {
-        if (rw)
-            __builtin_prefetch(p + off, 1);
-        else
-            __builtin_prefetch(p + off, 0);
-    }
-}
-
-/* Sum pooling: pooled[b][col .. col + dim) = sum of the bag's rows, each
- * bag's rows added in index order. */
+/* The forward of every table, into pooled (nbags x width). */
 static void forward(const struct cpu_shard *s, float *pooled)
 {
-    const struct cpu_table *tb;
-    int64_t b, i, end;
     size_t t;
-    float *out;
 
-    for (t = 0; t < s->ntables && !shard_aborted(s); t++) {
-        tb = &s->tables[t];
-        for (b = 0; b < s->nbags; b++) {
-            out = pooled + b * s->width + tb->col;
-            memset(out, 0, (size_t)tb->dim * sizeof(float));
-            end = tb->offsets[b + 1];
-            for (i = tb->offsets[b]; i < end; i++) {
-                if (i + CPU_PREFETCH < tb->nindices)
-                    prefetch_row(tb, i + CPU_PREFETCH, 0);
-                row_add(out, tb->w + tb->indices[i] * tb->dim, tb->dim);
-            }
-        }
-    }
+    for (t = 0; t < s->ntables && !shard_aborted(s); t++)
+        s->tables[t].forward(s, &s->tables[t], pooled);
 }
 
-/*
- * Backward and exact SGD in one pass: the gradient of a row is the sum of
- * the pooled-output gradients of the bags that read it, once per read, so
- * w[i] -= lr * sum_b g[b] over the lookups (b, i).  SGD is linear in the
- * gradient, so applying each lookup's term as it comes gives the same
- * update as summing per row first (up to fp32 rounding order): duplicates,
- * within a bag or across bags, accumulate.  FBGEMM sorts the indices and
- * reduces per row instead; both are exact SGD.
- */
+/* Backward and SGD of every table, with grad (nbags x width). */
 static void backward_sgd(const struct cpu_shard *s, const float *grad)
 {
-    const struct cpu_table *tb;
-    const float *g;
-    int64_t b, i, end;
     size_t t;
 
-    for (t = 0; t < s->ntables && !shard_aborted(s); t++) {
-        tb = &s->tables[t];
-        for (b = 0; b < s->nbags; b++) {
-            g = grad + b * s->width + tb->col;
-            end = tb->offsets[b + 1];
-            for (i = tb->offsets[b]; i < end; i++) {
-                if (i + CPU_PREFETCH < tb->nindices)
-                    prefetch_row(tb, i + CPU_PREFETCH, 1);
-                row_sgd(tb->w + tb->indices[i] * tb->dim, g, s->lr, tb->dim);
-            }
-        }
-    }
+    for (t = 0; t < s->ntables && !shard_aborted(s); t++)
+        s->tables[t].backward(s, &s->tables[t], grad);
 }
 
 /* A NULL pooled skips nothing (the forward still runs, into scratch); a
@@ -546,12 +1083,12 @@ static int cpu_shard_step(struct kern_shard *ks, float *pooled,
 static int cpu_shard_read_weights(struct kern_shard *ks, size_t t, float *out)
 {
     struct cpu_shard *s = to_cpu(ks);
+    const struct cpu_table *tb;
 
     if (t >= s->ntables)
         return SD_EINVAL;
-    memcpy(out, s->tables[t].w,
-           (size_t)s->tables[t].rows * (size_t)s->tables[t].dim *
-               sizeof(float));
+    tb = &s->tables[t];
+    weights_to_f32(tb->dtype, out, tb->w, (size_t)tb->rows * (size_t)tb->dim);
     return 0;
 }
 

@@ -6,11 +6,12 @@
  * A shard holds, in plain cudaMalloc memory allocated once at open, all its
  * tables' weights back to back, the lookups of all tables concatenated with
  * offsets rebased onto them (FBGEMM's layout), the pooled output and a
- * seeded timing gradient.  Every call selects the shard's device first, as
- * calls come from worker threads.  CUDA errors become SD_ENOMEM (failed
- * allocations) or SD_EDEVICE here and nowhere else, with the error's name
- * and file:line in the sd_diag (the shard keeps the last one); nothing here
- * prints or exits.  After a sticky error (a faulting kernel) the CUDA
+ * seeded timing gradient.  Weights are fp32: a table of another dtype is
+ * refused until tbe.cu learns it.  Every call selects the shard's device
+ * first, as calls come from worker threads.  CUDA errors become SD_ENOMEM
+ * (failed allocations) or SD_EDEVICE here and nowhere else, with the error's
+ * name and file:line in the sd_diag (the shard keeps the last one); nothing
+ * here prints or exits.  After a sticky error (a faulting kernel) the CUDA
  * context is unusable until the process restarts, so the backend then
  * reports no devices and refuses new shards.
  */
@@ -285,6 +286,25 @@ static int shard_upload(struct cuda_shard *s,
     return KERN_CUDA_STATUS(d, cudaStreamSynchronize(s->stream));
 }
 
+/*
+ * The TBE kernels (tbe.cu) read and write fp32 weights; until they learn
+ * fp16 and bf16, such a table is refused rather than timed as fp32, which
+ * would move twice its bytes.
+ */
+static int fp32_only(const struct kern_shard_desc *desc, struct sd_diag *d)
+{
+    size_t t;
+
+    for (t = 0; t < desc->ntables; t++) {
+        if (desc->tables[t].dtype != KERN_DTYPE_FP32)
+            return sd_diag_set(d, SD_EUNSUPPORTED,
+                               "tables[%zu]: %s: the cuda backend times "
+                               "fp32 weights only",
+                               t, kern_dtype_name(desc->tables[t].dtype));
+    }
+    return 0;
+}
+
 static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
                            struct kern_shard **out, struct sd_diag *d)
 {
@@ -301,6 +321,9 @@ static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
     if (device < 0 || device >= cuda_device_count())
         return sd_diag_set(d, SD_EINVAL, "cuda: no device %d", (int)device);
     rv = kern__shard_check(desc, d);
+    if (rv != 0)
+        return rv;
+    rv = fp32_only(desc, d);
     if (rv != 0)
         return rv;
     rv = KERN_CUDA_STATUS(d, cudaSetDevice(device));

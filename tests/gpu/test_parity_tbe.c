@@ -3,9 +3,10 @@
  * embedding bag: initial weights bit for bit, then pooled outputs and the
  * weights after two exact-SGD steps within 1e-4 relative (atomics and the
  * grouped reduction of narrow tables change the fp32 rounding order), on a
- * few shard shapes with empty bags and hot, duplicated rows; and a timed
- * run.  Exits 77 (skipped) where the cuda backend is not built or no GPU
- * answers.  Randomised: prints its seed; `-s SEED` replays one.
+ * few shard shapes with empty bags and hot, duplicated rows; a timed run;
+ * fp16 and bf16 tables refused.  Exits 77 (skipped) where the cuda backend
+ * is not built or no GPU answers.  Randomised: prints its seed; `-s SEED`
+ * replays one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -197,6 +198,27 @@ out:
     lookups_free(&l);
 }
 
+/* fp16 and bf16 tables are refused (tbe.cu times fp32 only), rather than
+ * timed as fp32 with twice their bytes. */
+static void test_refuses_half(const struct kern_backend *cuda, uint64_t seed)
+{
+    static const enum kern_dtype half[] = {KERN_DTYPE_FP16, KERN_DTYPE_BF16};
+    struct kern_shard *s = NULL;
+    struct sd_diag d;
+    struct lookups l;
+    size_t i;
+
+    lookups_init(&l, &shapes[1], seed);
+    for (i = 0; i < sizeof(half) / sizeof(half[0]); i++) {
+        l.tables[1].dtype = half[i];
+        d.msg[0] = '\0';
+        CHECK(cuda->shard_open(0, &l.desc, &s, &d) == SD_EUNSUPPORTED);
+        CHECK(s == NULL);
+        CHECK(strstr(d.msg, "fp32 weights only") != NULL);
+    }
+    lookups_free(&l);
+}
+
 int main(int argc, char **argv)
 {
     const struct kern_backend *cuda;
@@ -221,5 +243,6 @@ int main(int argc, char **argv)
            (unsigned long long)(info.mem_bytes >> 20));
     for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         test_shape(cuda, &shapes[i], seed + i);
+    test_refuses_half(cuda, seed);
     return tap_done();
 }

@@ -1,13 +1,19 @@
 /*
  * The cpu backend against a naive reference written here: pooled outputs
  * and the weights after one exact-SGD step, on small shards with empty
- * bags and duplicate indices; shard validation; timing; backend selection.
- * Randomised: prints its seed, and `-s SEED` replays one.
+ * bags and duplicate indices, with fp32, fp16 and bf16 weights (fp16 both
+ * through F16C and through the portable code); the fp16 and bf16
+ * conversions against rounding written here; the profiling arena read as
+ * each dtype; shard validation; timing; backend selection.  Randomised:
+ * prints its seed, and `-s SEED` replays one.  Needs GCC's _Float16
+ * (GCC 12 on x86-64) for the independent fp16 rounding.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_internal.h"
 #include "harness.h"
 #include "kernels.h"
 
@@ -264,6 +270,9 @@ static void test_bad_descriptions(const struct kern_backend *be, uint64_t seed)
     f.offsets[1][NBAGS / 2] = f.offsets[1][NBAGS] + 1;
     expect_open_fails(be, 0, &f.desc, SD_EINVAL);
     f.offsets[1][NBAGS / 2] = saved;
+    f.tables[2].dtype = KERN_DTYPE_COUNT;
+    expect_open_fails(be, 0, &f.desc, SD_EINVAL);
+    f.tables[2].dtype = KERN_DTYPE_FP32;
 
     /* Far more memory than a core has: refused before allocating. */
     f.tables[0].rows = INT64_C(1) << 40;
@@ -306,6 +315,400 @@ static void test_time(const struct kern_backend *be, uint64_t seed)
     o.repeats = 0;
     CHECK(be->shard_time(s, &o, &tm) == SD_EINVAL);
     be->shard_close(s);
+    fixture_free(&f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fp16 and bf16 weights                                                     */
+
+static float bits_float(uint32_t u)
+{
+    float f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* The value of fp16 bits h, by GCC's _Float16 (libgcc's conversions). */
+static float f16_value(uint16_t h)
+{
+    _Float16 v;
+
+    memcpy(&v, &h, sizeof(v));
+    return (float)v;
+}
+
+/* x rounded to fp16, to nearest even, by GCC's _Float16. */
+static float round_f16(float x)
+{
+    return (float)(_Float16)x;
+}
+
+/* The fp16 bits of x (finite or Inf), by GCC's _Float16. */
+static uint16_t f16_bits(float x)
+{
+    _Float16 v = (_Float16)x;
+    uint16_t h;
+
+    memcpy(&h, &v, sizeof(h));
+    return h;
+}
+
+/* x (finite) rounded to bf16: the nearer of the two bf16 values around
+ * it, the one with an even last bit on a tie; past the largest bf16 the
+ * next value up is 2^128, which rounds to Inf. */
+static float round_bf16(float x)
+{
+    uint32_t lo = float_bits(x) & 0xffff0000u;
+    double down = (double)bits_float(lo), up;
+
+    if ((lo & 0x7fffffffu) == 0x7f7f0000u)
+        up = copysign(0x1p128, (double)x);
+    else
+        up = (double)bits_float(lo + 0x10000u);
+    if (fabs((double)x - down) < fabs(up - (double)x) ||
+        (fabs((double)x - down) == fabs(up - (double)x) &&
+         (lo & 0x10000u) == 0))
+        return bits_float(lo);
+    return bits_float(lo + 0x10000u);
+}
+
+static float round_to(enum kern_dtype dtype, float x)
+{
+    if (dtype == KERN_DTYPE_FP16)
+        return round_f16(x);
+    if (dtype == KERN_DTYPE_BF16)
+        return round_bf16(x);
+    return x;
+}
+
+/* Elements where got and want differ as floats (not as bits: -0 == 0);
+ * prints the first. */
+static int64_t count_unequal(const char *what, const float *got,
+                             const float *want, int64_t n)
+{
+    int64_t e, bad = 0;
+
+    for (e = 0; e < n; e++) {
+        if (got[e] == want[e])
+            continue;
+        if (bad++ == 0)
+            fprintf(stderr, "%s[%lld]: %.9g, want %.9g\n", what, (long long)e,
+                    (double)got[e], (double)want[e]);
+    }
+    return bad;
+}
+
+#define HALF_BAGS 4
+
+/*
+ * A small shard of 16-bit tables against the reference, to the float:
+ * weights are the fp32 shard's seeded weights rounded to the dtype; the
+ * pooled sums are those of the weights read back, added in index order in
+ * fp32; after one SGD step each lookup's update, w - lr * g in fp32, has
+ * been rounded to the dtype in order (table 0 reads row 2 once in bag 0
+ * and twice in bag 1, table 1 row 4 in three bags; bag 2 of table 0 and
+ * bag 1 of table 1 are empty).
+ */
+static void test_half_step(const struct kern_backend *be, enum kern_dtype dtype,
+                           uint64_t seed)
+{
+    static const int64_t off0[HALF_BAGS + 1] = {0, 3, 6, 6, 8};
+    static const int64_t idx0[] = {2, 0, 5, 2, 2, 1, 5, 3};
+    static const int64_t off1[HALF_BAGS + 1] = {0, 1, 1, 4, 6};
+    static const int64_t idx1[] = {4, 0, 4, 3, 1, 4};
+    struct kern_table_desc td[2] = {
+        {.rows = 6, .dim = 4, .nindices = 8, .offsets = off0, .indices = idx0},
+        {.rows = 5, .dim = 8, .nindices = 6, .offsets = off1, .indices = idx1},
+    };
+    struct kern_shard_desc desc = {.ntables = 2,
+                                   .tables = td,
+                                   .nbags = HALF_BAGS,
+                                   .learning_rate = 0.05f,
+                                   .seed = seed};
+    enum { WIDTH = 12, NPOOLED = HALF_BAGS * WIDTH };
+    struct kern_shard *s32 = NULL, *s = NULL;
+    struct sd_diag d = {{0}};
+    float w32[2][48], w[2][48], got[48], pooled[NPOOLED], want[NPOOLED];
+    float grad[NPOOLED], sum, r;
+    int64_t n, e, b, i, changed = 0;
+    int32_t c, col;
+    int t;
+
+    for (e = 0; e < NPOOLED; e++)
+        grad[e] = (float)(below(2001) - 1000) / 1000.0f;
+    CHECK(be->shard_open(0, &desc, &s32, &d) == 0);
+    td[0].dtype = dtype;
+    td[1].dtype = dtype;
+    CHECK(be->shard_open(0, &desc, &s, &d) == 0);
+    if (s32 == NULL || s == NULL) {
+        fprintf(stderr, "%s: shard_open: %s\n", kern_dtype_name(dtype), d.msg);
+        goto out;
+    }
+    for (t = 0; t < 2; t++) {
+        n = td[t].rows * td[t].dim;
+        CHECK(be->shard_read_weights(s32, (size_t)t, w32[t]) == 0);
+        CHECK(be->shard_read_weights(s, (size_t)t, w[t]) == 0);
+        for (e = 0; e < n; e++) {
+            r = round_to(dtype, w32[t][e]);
+            changed += r != w32[t][e];
+            w32[t][e] = r;
+        }
+        CHECK(count_unequal("weights", w[t], w32[t], n) == 0);
+    }
+    CHECK(changed > 0); /* else fp32 weights would pass as rounded */
+
+    /* The reference: the forward first, then the per-lookup updates. */
+    for (t = 0, col = 0; t < 2; col += td[t].dim, t++) {
+        for (b = 0; b < HALF_BAGS; b++) {
+            for (c = 0; c < td[t].dim; c++) {
+                sum = 0.0f;
+                for (i = td[t].offsets[b]; i < td[t].offsets[b + 1]; i++)
+                    sum += w[t][td[t].indices[i] * td[t].dim + c];
+                want[b * WIDTH + col + c] = sum;
+            }
+        }
+    }
+    for (t = 0, col = 0; t < 2; col += td[t].dim, t++) {
+        for (b = 0; b < HALF_BAGS; b++) {
+            for (i = td[t].offsets[b]; i < td[t].offsets[b + 1]; i++) {
+                float *row = &w[t][td[t].indices[i] * td[t].dim];
+
+                for (c = 0; c < td[t].dim; c++)
+                    row[c] =
+                        round_to(dtype, row[c] - desc.learning_rate *
+                                                     grad[b * WIDTH + col + c]);
+            }
+        }
+    }
+    CHECK(be->shard_step(s, pooled, grad) == 0);
+    CHECK(count_unequal("pooled", pooled, want, NPOOLED) == 0);
+    for (t = 0; t < 2; t++) {
+        n = td[t].rows * td[t].dim;
+        CHECK(be->shard_read_weights(s, (size_t)t, got) == 0);
+        CHECK(count_unequal("updated", got, w[t], n) == 0);
+    }
+out:
+    be->shard_close(s32);
+    be->shard_close(s);
+}
+
+/* Whether fp16 bits h are a NaN or an Inf (exponent all ones). */
+static bool f16_special(uint16_t h)
+{
+    return (h & 0x7c00) == 0x7c00;
+}
+
+/*
+ * fp16 <-> fp32 through one path (F16C or portable): every finite fp16
+ * widens to GCC's value and comes back to its bits; NaN stays NaN; fp32
+ * values between two fp16 neighbours (their midpoint, which ties to the
+ * even one, and the floats either side of it), around the overflow
+ * threshold and at random round as GCC's _Float16 does.
+ */
+static void check_f16_path(bool f16c)
+{
+    enum { N = 65536, NHALF = 3 * 0x7bff + 16 + (1 << 15), NR = 2 * NHALF };
+    static const float edge[] = {
+        65504.0f, 65519.996f, 65520.0f, 1e10f,     0x1p-25f, 0x1.000002p-25f,
+        0x1p-24f, 0x1.8p-24f, 0x1p-26f, 0x1p-149f, 0.0f};
+    uint16_t *h = calloc(N, sizeof(*h)), *back = calloc(NR, sizeof(*back));
+    float *f = calloc(NR, sizeof(*f));
+    int64_t bad = 0, badnan = 0, n = 0, i;
+    float lo, hi, mid;
+
+    for (i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    kern_cpu_f16_to_f32(f, h, N, f16c);
+    kern_cpu_f32_to_f16(back, f, N, f16c);
+    for (i = 0; i < N; i++) {
+        if (f16_special(h[i])) {
+            badnan += (h[i] & 0x3ff) != 0
+                          ? !isnan(f[i]) || !isnan(f16_value(back[i]))
+                          : !isinf(f[i]) || back[i] != h[i];
+            continue;
+        }
+        bad +=
+            float_bits(f[i]) != float_bits(f16_value(h[i])) || back[i] != h[i];
+    }
+    CHECK(bad == 0);
+    CHECK(badnan == 0);
+
+    /* Rounding: both signs of the values between neighbours, the edges
+     * and random fp32 bit patterns. */
+    for (i = 0; i < 0x7bff; i++) {
+        lo = f16_value((uint16_t)i);
+        hi = f16_value((uint16_t)(i + 1));
+        mid = lo + (hi - lo) / 2;
+        f[n++] = mid;
+        f[n++] = nextafterf(mid, 0.0f);
+        f[n++] = nextafterf(mid, INFINITY);
+    }
+    for (i = 0; i < (int64_t)(sizeof(edge) / sizeof(edge[0])); i++)
+        f[n++] = edge[i];
+    while (n < NHALF)
+        f[n++] = bits_float((uint32_t)next());
+    for (i = 0; i < NHALF; i++)
+        f[n++] = -f[i];
+    kern_cpu_f32_to_f16(back, f, NR, f16c);
+    bad = 0;
+    for (i = 0; i < NR; i++) {
+        if (isnan(f[i]))
+            bad += !f16_special(back[i]) || (back[i] & 0x3ff) == 0;
+        else if (back[i] != f16_bits(f[i]) && bad++ == 0)
+            fprintf(stderr, "fp16 %s: %a rounds to 0x%04x, want 0x%04x\n",
+                    f16c ? "f16c" : "portable", (double)f[i], back[i],
+                    f16_bits(f[i]));
+    }
+    CHECK(bad == 0);
+    free(h);
+    free(back);
+    free(f);
+}
+
+static void test_f16_conversions(void)
+{
+    check_f16_path(false);
+    if (kern_cpu_has_f16c())
+        check_f16_path(true);
+    else
+        tap_skip("this CPU has no F16C: only the portable fp16 code checked");
+}
+
+/*
+ * bf16 <-> fp32: every bf16 widens to its bits in the upper half and
+ * comes back to them (NaN stays NaN); random fp32 values round as
+ * round_bf16() does; a NaN whose payload lies in the dropped half stays
+ * NaN, not Inf.
+ */
+static void test_bf16_conversions(void)
+{
+    enum { N = 65536, NR = 1 << 17 };
+    uint16_t *h = calloc(N, sizeof(*h)), *back = calloc(NR, sizeof(*back));
+    float *f = calloc(NR, sizeof(*f)), nan_low = bits_float(0x7f800001u);
+    int64_t bad = 0, i;
+    uint16_t one;
+
+    for (i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    kern_cpu_bf16_to_f32(f, h, N);
+    kern_cpu_f32_to_bf16(back, f, N);
+    for (i = 0; i < N; i++) {
+        bad += float_bits(f[i]) != (uint32_t)h[i] << 16;
+        if (isnan(f[i]))
+            bad += !isnan(bits_float((uint32_t)back[i] << 16));
+        else
+            bad += back[i] != h[i];
+    }
+    CHECK(bad == 0);
+
+    for (i = 0; i < NR; i++)
+        f[i] = bits_float((uint32_t)next());
+    kern_cpu_f32_to_bf16(back, f, NR);
+    bad = 0;
+    for (i = 0; i < NR; i++) {
+        float got = bits_float((uint32_t)back[i] << 16);
+
+        if (isnan(f[i]))
+            bad += !isnan(got);
+        else if (isinf(f[i]))
+            bad += got != f[i];
+        else if (got != round_bf16(f[i]) && bad++ == 0)
+            fprintf(stderr, "bf16: %a rounds to %a, want %a\n", (double)f[i],
+                    (double)got, (double)round_bf16(f[i]));
+    }
+    CHECK(bad == 0);
+    kern_cpu_f32_to_bf16(&one, &nan_low, 1);
+    CHECK(isnan(bits_float((uint32_t)one << 16)));
+    free(h);
+    free(back);
+    free(f);
+}
+
+/* Bytes the cpu arena gives a table: its weights, rounded up to a line. */
+static uint64_t arena_bytes_of(const struct kern_table_desc *td)
+{
+    uint64_t n =
+        (uint64_t)td->rows * (uint64_t)td->dim * kern_dtype_size(td->dtype);
+
+    return (n + 63) / 64 * 64;
+}
+
+/*
+ * Profiling shards of fp16, bf16 and fp32 tables in the arena: the arena
+ * grows by the dtypes' sizes (kept_bytes) and a cap that fits the 16-bit
+ * tables, not fp32 ones, admits them; every weight reads as a finite
+ * normal value or zero in its dtype (so the timing adds no NaN, Inf or
+ * subnormal); the shard times.
+ */
+static void test_arena_half(const struct kern_backend *be, uint64_t seed)
+{
+    static const enum kern_dtype dtypes[NTABLES] = {
+        KERN_DTYPE_FP16, KERN_DTYPE_BF16, KERN_DTYPE_FP32};
+    struct fixture f;
+    struct kern_shard *s = NULL;
+    struct kern_timing_opts o;
+    struct kern_timing tm;
+    struct sd_diag d = {{0}};
+    uint64_t kept0, need = 0;
+    float *w, min_normal;
+    int64_t n, e, bad = 0;
+    int t;
+
+    fixture_init(&f, seed);
+    for (t = 0; t < NTABLES; t++) {
+        f.tables[t].rows *= 1000;
+        f.tables[t].dtype = dtypes[t];
+        need += arena_bytes_of(&f.tables[t]);
+    }
+    f.desc.reuse_weights = true;
+    be->release(0);
+    kept0 = be->kept_bytes(0); /* the flush buffer, if made */
+    CHECK(be->shard_open(0, &f.desc, &s, &d) == 0);
+    if (s == NULL) {
+        fprintf(stderr, "arena shard_open: %s\n", d.msg);
+        fixture_free(&f);
+        return;
+    }
+    CHECK(be->kept_bytes(0) == kept0 + need);
+    for (t = 0; t < NTABLES; t++) {
+        n = f.tables[t].rows * f.tables[t].dim;
+        min_normal = dtypes[t] == KERN_DTYPE_FP16 ? 0x1p-14f : 0x1p-126f;
+        w = calloc((size_t)n, sizeof(float));
+        CHECK(be->shard_read_weights(s, (size_t)t, w) == 0);
+        for (e = 0; e < n; e++)
+            bad +=
+                !isfinite(w[e]) || (w[e] != 0.0f && fabsf(w[e]) < min_normal);
+        free(w);
+    }
+    CHECK(bad == 0);
+    kern_timing_opts_default(&o);
+    o.flush = false;
+    o.warmup = 1;
+    o.repeats = 3;
+    CHECK(be->shard_time(s, &o, &tm) == 0);
+    CHECK(tm.repeats == 3 && tm.median_ms > 0.0);
+    be->shard_close(s);
+
+    /* A cap of these tables' bytes admits them, not all of them as fp32. */
+    be->release(0);
+    f.desc.arena_max_bytes = need;
+    s = NULL;
+    CHECK(be->shard_open(0, &f.desc, &s, &d) == 0);
+    be->shard_close(s);
+    be->release(0);
+    for (t = 0; t < NTABLES; t++)
+        f.tables[t].dtype = KERN_DTYPE_FP32;
+    expect_open_fails(be, 0, &f.desc, SD_ENOMEM);
+    be->release(0);
     fixture_free(&f);
 }
 
@@ -404,5 +807,14 @@ int main(int argc, char **argv)
     test_seeding(be, seed);
     test_bad_descriptions(be, seed);
     test_time(be, seed);
+
+    test_f16_conversions();
+    test_bf16_conversions();
+    test_half_step(be, KERN_DTYPE_BF16, seed);
+    test_half_step(be, KERN_DTYPE_FP16, seed); /* F16C, where the CPU has it */
+    CHECK(!kern_cpu_use_f16c(false)); /* fp16 again, the portable code */
+    test_half_step(be, KERN_DTYPE_FP16, seed + 1);
+    kern_cpu_use_f16c(true);
+    test_arena_half(be, seed);
     return tap_done();
 }
