@@ -267,6 +267,9 @@ static int measure_proposal(struct profw *p, struct store *st,
         rv = trace_from_table(&pr->tables[i], p->batch, i, &traces[i]);
         items[i].trace = &traces[i];
         items[i].cols = pr->tables[i].dim;
+        /* The sample says what is timed (int8 in fp32, for one). */
+        pr->tables[i].dtype = prof_timed_dtype(p->be, pr->tables[i].dtype);
+        items[i].dtype = pr->tables[i].dtype;
     }
     if (rv != 0) {
         made--;

@@ -240,6 +240,9 @@ bool kern_busy_decide(const struct kern_device_load *l,
  */
 struct kern_backend {
     const char *name;
+    /* The weight types its kernels time, bit 1 << enum kern_dtype each
+     * (fp32 always): a shard with another is refused SD_EUNSUPPORTED. */
+    uint32_t dtypes;
     /* Devices usable now (0 when, e.g., no GPU or no driver). */
     int (*device_count)(void);
     int (*device_info)(int32_t device, struct kern_device_info *out);

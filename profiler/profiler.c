@@ -46,6 +46,23 @@ bool prof_fits(const struct prof_footprint *f, uint64_t budget)
            (f->weight_bytes <= budget / 2 && f->lookup_bytes <= budget / 2);
 }
 
+/* The kernels' type of a table dtype (only fp16 and bf16 have one). */
+static enum kern_dtype kern_dtype_of(enum table_dtype dt)
+{
+    return dt == TABLE_DTYPE_FP16   ? KERN_DTYPE_FP16
+           : dt == TABLE_DTYPE_BF16 ? KERN_DTYPE_BF16
+                                    : KERN_DTYPE_FP32;
+}
+
+enum table_dtype prof_timed_dtype(const struct kern_backend *be,
+                                  enum table_dtype dt)
+{
+    enum kern_dtype k = kern_dtype_of(dt);
+
+    return k != KERN_DTYPE_FP32 && (be->dtypes & (1u << k)) ? dt
+                                                            : TABLE_DTYPE_FP32;
+}
+
 int prof_measure_shard(const struct kern_backend *be, int32_t device,
                        const struct prof_item *items, size_t n,
                        const struct kern_timing_opts *o,
@@ -86,6 +103,7 @@ int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
         }
         td[i].rows = tr->rows;
         td[i].dim = items[i].cols;
+        td[i].dtype = kern_dtype_of(prof_timed_dtype(be, items[i].dtype));
         td[i].nindices = tr->nindices;
         td[i].offsets = tr->offsets;
         td[i].indices = tr->indices;
@@ -313,7 +331,9 @@ static int measure_sample(const struct prof_run_params *p,
         /* Features of the lookups timed, at the profile's batch. */
         rv = trace_to_table(&traces[j], &s->tables[j]);
         s->tables[j].dim = dims[j];
-        s->tables[j].dtype = pool[idx[j]].dtype;
+        /* What is timed: the pool's dtype where the kernels have it. */
+        s->tables[j].dtype = prof_timed_dtype(p->be, pool[idx[j]].dtype);
+        items[j].dtype = s->tables[j].dtype;
     }
     if (rv != 0 && rv != SD_ECANCELED)
         sd_diag_set(d, rv, "generating a trace: %s", sd_strerror(rv));
@@ -516,6 +536,7 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
             pi[i].trace = &own[i];
         }
         pi[i].cols = items[i].cols;
+        pi[i].dtype = tb->dtype;
     }
     if (rv != 0)
         sd_diag_set(c->d, rv, "making lookups for the plan: %s",

@@ -24,7 +24,19 @@
 struct prof_item {
     const struct trace *trace;
     int32_t cols;
+    /* The table's weight type; timed as prof_timed_dtype() says (zero:
+     * fp32). */
+    enum table_dtype dtype;
 };
+
+/*
+ * The type backend be's kernels time a table of dtype dt in: fp16 and bf16
+ * as themselves where be times them, anything else (int8, or a type be
+ * cannot time) in fp32.  A sample records this, what was measured, as its
+ * table's dtype.
+ */
+enum table_dtype prof_timed_dtype(const struct kern_backend *be,
+                                  enum table_dtype dt);
 
 /*
  * Times forward + backward + SGD of the fused op over all items on one

@@ -1215,6 +1215,8 @@ static int cpu_shard_time(struct kern_shard *ks,
 
 const struct kern_backend kern_backend_cpu = {
     .name = "cpu",
+    .dtypes =
+        1u << KERN_DTYPE_FP32 | 1u << KERN_DTYPE_FP16 | 1u << KERN_DTYPE_BF16,
     .device_count = cpu_device_count,
     .device_info = cpu_device_info,
     .shard_open = cpu_shard_open,

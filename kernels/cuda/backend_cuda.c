@@ -538,6 +538,7 @@ static int cuda_shard_time(struct kern_shard *ks,
 
 const struct kern_backend kern_backend_cuda = {
     .name = "cuda",
+    .dtypes = 1u << KERN_DTYPE_FP32, /* tbe.cu: fp32 weights only */
     .device_count = cuda_device_count,
     .device_info = cuda_device_info,
     .shard_open = cuda_shard_open,

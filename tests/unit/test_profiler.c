@@ -139,6 +139,43 @@ static void test_row_blocks(void)
     store_close(b);
 }
 
+/*
+ * Half-precision tables are timed in their type: the cpu kernels time fp16
+ * and bf16 weights, so a sample keeps its table's fp16 (the default pool,
+ * every family mixed, makes 30 % of its tables fp16), while a backend that
+ * times fp32 only, and int8 anywhere, record fp32: what was measured.
+ */
+static void test_dtypes(void)
+{
+    struct kern_backend fp32_only = *kern_backend_get("cpu", NULL);
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *a = open_db("dtypes.db");
+    struct store_sample *sa = NULL;
+    size_t na = 0, i, t, fp16 = 0, fp32 = 0;
+    struct sd_diag d;
+
+    CHECK(prof_timed_dtype(&fp32_only, TABLE_DTYPE_FP16) == TABLE_DTYPE_FP16);
+    CHECK(prof_timed_dtype(&fp32_only, TABLE_DTYPE_BF16) == TABLE_DTYPE_BF16);
+    CHECK(prof_timed_dtype(&fp32_only, TABLE_DTYPE_INT8) == TABLE_DTYPE_FP32);
+    fp32_only.dtypes = 1u << KERN_DTYPE_FP32;
+    CHECK(prof_timed_dtype(&fp32_only, TABLE_DTYPE_FP16) == TABLE_DTYPE_FP32);
+    CHECK(a != NULL);
+    if (a == NULL)
+        return;
+    params(&p, 8); /* the default pool: every family, mixed */
+    CHECK(prof_run(a, &p, &r, &d) == 0 && r.added == 8);
+    load(a, r.profile_id, &sa, &na);
+    for (i = 0; i < na; i++)
+        for (t = 0; t < sa[i].ntables; t++) {
+            fp16 += sa[i].tables[t].dtype == TABLE_DTYPE_FP16;
+            fp32 += sa[i].tables[t].dtype == TABLE_DTYPE_FP32;
+        }
+    CHECK(fp16 > 0 && fp32 > 0);
+    store_samples_free(sa, na);
+    store_close(a);
+}
+
 static void test_stop(void)
 {
     volatile sig_atomic_t stop = 1;
@@ -210,6 +247,7 @@ int main(void)
         return 1;
     test_run_and_resume();
     test_row_blocks();
+    test_dtypes();
     test_stop();
     test_eval_plan();
     rv = tap_done();
