@@ -88,8 +88,6 @@ const char *table_dtype_name(enum table_dtype dtype);
 /* Weight bytes of `cols` columns of t: rows * cols * element size (int8:
  * plus TABLE_INT8_ROW_EXTRA per row). */
 uint64_t table_bytes(const struct table *t, int32_t cols);
-/* The bytes of one row of `cols` columns of t (table_bytes() of one row). */
-uint64_t table_row_bytes(const struct table *t, int32_t cols);
 
 /* TorchRec's kernel names: "fused", "fused_uvm", "fused_uvm_caching". */
 const char *tier_name(enum table_tier tier);
@@ -139,11 +137,7 @@ int table_validate_all(const struct table *tables, size_t n, struct sd_diag *d);
 /*
  * The 20 cost-model features of t with its dim replaced by `dim`, in the
  * order of the released NeuroShard weights: bin_0, bin_1, bin_10 .. bin_16,
- * bin_2 .. bin_9, dim, pooling_factor, rows.  The dim feature is the fp32
- * width of a row of as many bytes (`dim` itself for fp32, half of it for
- * fp16 and bf16): the compute models are measured with fp32 weights, and a
- * lookup's bytes are what the kernels are bound by (docs/models.md,
- * "Precisions").
+ * bin_2 .. bin_9, dim, pooling_factor, rows.
  */
 void table_features(const struct table *t, int32_t dim,
                     float out[TABLE_NFEATURES]);

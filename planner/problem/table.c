@@ -44,18 +44,13 @@ const char *table_dtype_name(enum table_dtype dtype)
     return (unsigned)dtype < TABLE_DTYPE_COUNT ? dtype_names[dtype] : "fp32";
 }
 
-uint64_t table_row_bytes(const struct table *t, int32_t cols)
+uint64_t table_bytes(const struct table *t, int32_t cols)
 {
     uint64_t row = (uint64_t)cols * table_dtype_size(t->dtype);
 
     if (t->dtype == TABLE_DTYPE_INT8)
         row += TABLE_INT8_ROW_EXTRA;
-    return row;
-}
-
-uint64_t table_bytes(const struct table *t, int32_t cols)
-{
-    return (uint64_t)t->rows * table_row_bytes(t, cols);
+    return (uint64_t)t->rows * row;
 }
 
 int32_t table_split_levels(int32_t dim)
@@ -209,9 +204,7 @@ void table_features(const struct table *t, int32_t dim,
 
     for (k = 0; k < TABLE_NBINS; k++)
         out[k] = (float)t->bins[bin_order[k]];
-    out[17] = t->dtype == TABLE_DTYPE_FP32
-                  ? (float)dim
-                  : (float)((double)table_row_bytes(t, dim) / 4.0);
+    out[17] = (float)dim;
     out[18] = (float)t->pooling_factor;
     out[19] = (float)t->rows;
 }

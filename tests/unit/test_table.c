@@ -114,16 +114,6 @@ static void test_features(void)
     CHECK(f[17] == 32.0f);          /* the dim asked for, not t.dim */
     CHECK(f[18] == 7.5f);
     CHECK(f[19] == 123456.0f);
-    /* Other precisions: the fp32 width of a row of as many bytes. */
-    t.dtype = TABLE_DTYPE_FP16;
-    table_features(&t, 32, f);
-    CHECK(f[17] == 16.0f && f[19] == 123456.0f);
-    t.dtype = TABLE_DTYPE_BF16;
-    table_features(&t, 64, f);
-    CHECK(f[17] == 32.0f);
-    t.dtype = TABLE_DTYPE_INT8; /* 64 bytes and the row's scale and bias */
-    table_features(&t, 64, f);
-    CHECK(f[17] == (float)(64 + TABLE_INT8_ROW_EXTRA) / 4.0f);
 }
 
 static void test_dtype(void)
