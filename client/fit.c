@@ -334,8 +334,8 @@ static const struct ctl_split by_shape = {
     {"whole tables", "row blocks"},
     row_block_key};
 static const struct ctl_split by_precision = {
-    "by precision (the model sees an fp16/bf16 row as fp32 columns of as "
-    "many bytes):",
+    "by precision (the cpu kernels time fp16/bf16 weights in their type; "
+    "the model sees the same features for every type):",
     "precision",
     {"fp32", "fp16/bf16"},
     precision_key};
