@@ -11,8 +11,8 @@
  *    core still holds a shard of 15 of them;
  *  - dims: half from NeuroShard's {4, 8, .., 128}, half log-uniform over
  *    every multiple of 4 in [4, 1024] (a user's table is any of them);
- *  - dtype fp16 for 30 % of the tables (memory figures; the cpu kernel
- *    computes in fp32 whatever the dtype, kernels.h).
+ *  - dtype fp16 for 30 % of the tables (the cpu kernels time them in fp16,
+ *    kernels.h).
  *
  * The families, with what a test checks of each (test_families.c):
  *  - dlrm: synth.c's tables, NeuroShard's benchmark statistics; the base of
