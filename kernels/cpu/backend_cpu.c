@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cpu_internal.h"
+#include "shardd/le.h"
 
 /* x86: the F16C code is compiled for AVX and F16C whatever the build's
  * target, and runs only where the CPU has both (topo_probe). */
@@ -267,22 +268,6 @@ static void *alloc_aligned(uint64_t n)
 /* ------------------------------------------------------------------------ */
 /* fp16 and bf16 <-> fp32                                                    */
 
-static float bits_f32(uint32_t u)
-{
-    float f;
-
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
 /* fp16 to fp32, exact: rebias the exponent (15 to 127), widen the mantissa
  * (10 to 23 bits); a subnormal is its mantissa times 2^-24. */
 static inline float f16_to_f32(uint16_t h)
@@ -292,10 +277,10 @@ static inline float f16_to_f32(uint16_t h)
     float sub;
 
     if (exp == 0x1f) /* Inf, or NaN made quiet as F16C does */
-        return bits_f32(sign | 0x7f800000u | man << 13 |
-                        (man != 0 ? 0x400000u : 0));
+        return sd_f32_of(sign | 0x7f800000u | man << 13 |
+                         (man != 0 ? 0x400000u : 0));
     if (exp != 0)
-        return bits_f32(sign | (exp + 112) << 23 | man << 13);
+        return sd_f32_of(sign | (exp + 112) << 23 | man << 13);
     sub = (float)man * 0x1p-24f;
     return sign != 0 ? -sub : sub;
 }
@@ -309,7 +294,7 @@ static inline float f16_to_f32(uint16_t h)
  */
 static inline uint16_t f32_to_f16(float f)
 {
-    uint32_t u = f32_bits(f), abs = u & 0x7fffffffu;
+    uint32_t u = sd_f32_bits(f), abs = u & 0x7fffffffu;
     uint32_t sign = (u >> 16) & 0x8000, m, r, rem, half;
     int shift;
 
@@ -334,7 +319,7 @@ static inline uint16_t f32_to_f16(float f)
 
 static inline float bf16_to_f32(uint16_t h)
 {
-    return bits_f32((uint32_t)h << 16);
+    return sd_f32_of((uint32_t)h << 16);
 }
 
 /* fp32 to bf16, to nearest, ties to even: add just under half a unit of
@@ -343,7 +328,7 @@ static inline float bf16_to_f32(uint16_t h)
  * dropped half (which would make it Inf). */
 static inline uint16_t f32_to_bf16(float f)
 {
-    uint32_t u = f32_bits(f);
+    uint32_t u = sd_f32_bits(f);
 
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)(u >> 16 | 0x40);
@@ -895,8 +880,8 @@ static void arena_fill(float *p, uint64_t n)
     uint32_t hi;
 
     for (e = 0; e < n; e++) {
-        hi = f32_bits(kern__value(key, e, KERN_WEIGHT_SCALE)) >> 16;
-        p[e] = bits_f32(hi << 16 | hi);
+        hi = sd_f32_bits(kern__value(key, e, KERN_WEIGHT_SCALE)) >> 16;
+        p[e] = sd_f32_of(hi << 16 | hi);
     }
 }
 

@@ -16,6 +16,7 @@
 #include "cpu/cpu_internal.h"
 #include "harness.h"
 #include "kernels.h"
+#include "shardd/le.h"
 
 #define NTABLES 3
 #define NBAGS   64
@@ -321,22 +322,6 @@ static void test_time(const struct kern_backend *be, uint64_t seed)
 /* ------------------------------------------------------------------------ */
 /* fp16 and bf16 weights                                                     */
 
-static float bits_float(uint32_t u)
-{
-    float f;
-
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
 /* The value of fp16 bits h, by GCC's _Float16 (libgcc's conversions). */
 static float f16_value(uint16_t h)
 {
@@ -367,18 +352,18 @@ static uint16_t f16_bits(float x)
  * next value up is 2^128, which rounds to Inf. */
 static float round_bf16(float x)
 {
-    uint32_t lo = float_bits(x) & 0xffff0000u;
-    double down = (double)bits_float(lo), up;
+    uint32_t lo = sd_f32_bits(x) & 0xffff0000u;
+    double down = (double)sd_f32_of(lo), up;
 
     if ((lo & 0x7fffffffu) == 0x7f7f0000u)
         up = copysign(0x1p128, (double)x);
     else
-        up = (double)bits_float(lo + 0x10000u);
+        up = (double)sd_f32_of(lo + 0x10000u);
     if (fabs((double)x - down) < fabs(up - (double)x) ||
         (fabs((double)x - down) == fabs(up - (double)x) &&
          (lo & 0x10000u) == 0))
-        return bits_float(lo);
-    return bits_float(lo + 0x10000u);
+        return sd_f32_of(lo);
+    return sd_f32_of(lo + 0x10000u);
 }
 
 static float round_to(enum kern_dtype dtype, float x)
@@ -536,8 +521,8 @@ static void check_f16_path(bool f16c)
                           : !isinf(f[i]) || back[i] != h[i];
             continue;
         }
-        bad +=
-            float_bits(f[i]) != float_bits(f16_value(h[i])) || back[i] != h[i];
+        bad += sd_f32_bits(f[i]) != sd_f32_bits(f16_value(h[i])) ||
+               back[i] != h[i];
     }
     CHECK(bad == 0);
     CHECK(badnan == 0);
@@ -555,7 +540,7 @@ static void check_f16_path(bool f16c)
     for (i = 0; i < (int64_t)(sizeof(edge) / sizeof(edge[0])); i++)
         f[n++] = edge[i];
     while (n < NHALF)
-        f[n++] = bits_float((uint32_t)next());
+        f[n++] = sd_f32_of((uint32_t)next());
     for (i = 0; i < NHALF; i++)
         f[n++] = -f[i];
     kern_cpu_f32_to_f16(back, f, NR, f16c);
@@ -593,7 +578,7 @@ static void test_bf16_conversions(void)
 {
     enum { N = 65536, NR = 1 << 17 };
     uint16_t *h = calloc(N, sizeof(*h)), *back = calloc(NR, sizeof(*back));
-    float *f = calloc(NR, sizeof(*f)), nan_low = bits_float(0x7f800001u);
+    float *f = calloc(NR, sizeof(*f)), nan_low = sd_f32_of(0x7f800001u);
     int64_t bad = 0, i;
     uint16_t one;
 
@@ -602,20 +587,20 @@ static void test_bf16_conversions(void)
     kern_cpu_bf16_to_f32(f, h, N);
     kern_cpu_f32_to_bf16(back, f, N);
     for (i = 0; i < N; i++) {
-        bad += float_bits(f[i]) != (uint32_t)h[i] << 16;
+        bad += sd_f32_bits(f[i]) != (uint32_t)h[i] << 16;
         if (isnan(f[i]))
-            bad += !isnan(bits_float((uint32_t)back[i] << 16));
+            bad += !isnan(sd_f32_of((uint32_t)back[i] << 16));
         else
             bad += back[i] != h[i];
     }
     CHECK(bad == 0);
 
     for (i = 0; i < NR; i++)
-        f[i] = bits_float((uint32_t)next());
+        f[i] = sd_f32_of((uint32_t)next());
     kern_cpu_f32_to_bf16(back, f, NR);
     bad = 0;
     for (i = 0; i < NR; i++) {
-        float got = bits_float((uint32_t)back[i] << 16);
+        float got = sd_f32_of((uint32_t)back[i] << 16);
 
         if (isnan(f[i]))
             bad += !isnan(got);
@@ -627,7 +612,7 @@ static void test_bf16_conversions(void)
     }
     CHECK(bad == 0);
     kern_cpu_f32_to_bf16(&one, &nan_low, 1);
-    CHECK(isnan(bits_float((uint32_t)one << 16)));
+    CHECK(isnan(sd_f32_of((uint32_t)one << 16)));
     free(h);
     free(back);
     free(f);
