@@ -23,11 +23,12 @@ _Static_assert(FLEET_PUSH_MAX == SVC_FLEET_PUSH_MAX,
 /* Trainer: PushSamples                                                    */
 
 /* One pushed sample into a store sample of profile_id (tables, when
- * any, in *tables: the caller frees it). */
+ * any, in *tables: the caller frees it); with !timed (a node from before
+ * store schema 5) its tables' dtypes say fp32, the type it timed. */
 static int sample_in(const Shardd__V1__FleetSample *in, int64_t profile_id,
-                     struct store_sample *out, struct table **tables,
-                     struct store_comm_device **devs, size_t i,
-                     struct sd_diag *d)
+                     bool timed, struct store_sample *out,
+                     struct table **tables, struct store_comm_device **devs,
+                     size_t i, struct sd_diag *d)
 {
     size_t k, b;
 
@@ -58,7 +59,7 @@ static int sample_in(const Shardd__V1__FleetSample *in, int64_t profile_id,
             snprintf(o->name, sizeof(o->name), "t%zu", k);
             o->rows = t->rows;
             o->dim = t->dim;
-            o->dtype = (enum table_dtype)t->dtype;
+            o->dtype = timed ? (enum table_dtype)t->dtype : TABLE_DTYPE_FP32;
             o->pooling_factor = t->pooling_factor;
             for (b = 0; b < t->n_bins; b++)
                 o->bins[b] = t->bins[b];
@@ -121,8 +122,8 @@ static int push_store(struct svc *s, const Shardd__V1__PushSamplesRequest *rq,
         rv = profile_in(s, rq->profile, &profile_id, d);
     for (i = 0; rv == 0 && i < n; i++) {
         ids[i] = rq->samples[i]->origin_id;
-        rv = sample_in(rq->samples[i], profile_id, &smp[i], &tabs[i], &devs[i],
-                       i, d);
+        rv = sample_in(rq->samples[i], profile_id, rq->dtypes_timed, &smp[i],
+                       &tabs[i], &devs[i], i, d);
     }
     if (rv == 0)
         rv = store_sample_add_from(s->st, rq->origin, ids, smp, n, &stored,

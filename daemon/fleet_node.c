@@ -168,6 +168,7 @@ int svc_fleet_push_next(struct svc *s, int64_t after, uint8_t **req,
     prof.batch_size = sp.batch_size;
     rq.origin = origin;
     rq.profile = &prof;
+    rq.dtypes_timed = true; /* this store is at schema 5 or later */
     rq.samples = wire_alloc(&a, FLEET_PUSH_MAX, sizeof(*rq.samples));
     if (rq.samples == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");

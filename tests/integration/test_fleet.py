@@ -18,6 +18,8 @@ Exits 77 (ctest: skipped) when /usr/bin/python3 lacks grpc or grpc_tools.
 """
 import os
 import signal
+import sqlite3
+import struct
 import sys
 import time
 import unittest
@@ -234,6 +236,44 @@ class Fleet(unittest.TestCase):
         self.assertEqual((third.stored, third.duplicates, third.last_id), (1, 1, 8))
         self.assertEqual((other.stored, other.last_id), (1, 7),
                          "ids are per origin node")
+
+        # A node from before store schema 5 (no dtypes_timed) timed its
+        # fp16 tables in fp32: the trainer stores what was measured.  A
+        # node since then keeps its dtype; an unknown dtype is refused.
+        def half(origin_id):
+            s = one(origin_id)
+            s.tables[0].dtype = 1  # the planner's table_dtype: fp16
+            return s
+        with grpc.insecure_channel(tr.unix) as ch:
+            fn = ch.unary_unary("/shardd.v1.Fleet/PushSamples",
+                                request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=fleet_pb2.PushSamplesResponse.FromString)
+            fn(fleet_pb2.PushSamplesRequest(origin="schema4", profile=profile,
+                                            samples=[half(1)]), timeout=10)
+            fn(fleet_pb2.PushSamplesRequest(origin="schema5", profile=profile,
+                                            samples=[half(1)], dtypes_timed=True),
+               timeout=10)
+            bad = half(2)
+            bad.tables[0].dtype = 9
+            with self.assertRaises(grpc.RpcError) as e:
+                fn(fleet_pb2.PushSamplesRequest(origin="schema5", profile=profile,
+                                                samples=[bad], dtypes_timed=True),
+                   timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("dtype 9 unknown", e.exception.details())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(tr.data_dir, "shardd.db"),
+                             uri=True)
+        try:
+            got = dict(db.execute(
+                "SELECT o.origin, s.shard FROM samples s JOIN sample_origins o "
+                "ON o.sample_id = s.id "
+                "WHERE o.origin IN ('schema4', 'schema5')").fetchall())
+        finally:
+            db.close()
+        # A table record: int64 rows, int32 dim, int32 dtype, ...
+        self.assertEqual({k: struct.unpack_from("<i", v, 12)[0]
+                          for k, v in got.items()},
+                         {"schema4": 0, "schema5": 1})
 
         # Fleet calls over TCP need the token.
         with grpc.insecure_channel(tr.tcp) as ch:
