@@ -30,1259 +30,23 @@
  * Pinned tables (plan_options.pins) are pieces at level 0 that every greedy
  * run finds already on their devices (the base devices), that are never
  * split and that the local search never moves.
+ *
+ * The files: neuroshard.c sets up a search, runs it and makes its plan;
+ * ns_beam.c is the beam, ns_local.c the final local search, ns_greedy.c
+ * the devices and the greedy grid search that scores every state, and
+ * ns_pieces.c the pieces' cached levels and the states (calls go that way,
+ * down; neuroshard_int.h holds what they share).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "models/models.h"
-#include "problem/problem.h"
-#include "search/search.h"
-#include "search/search_int.h"
+#include "search/neuroshard_int.h"
 
-/* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
-#define NS_LEVELS_MAX 9
-#define NS_GRID_STEPS 11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
-/*
- * Above this many devices the grid is one uncapped run.  With ten or so
- * tables a device, a cap of 1.0-1.5 x the mean columns binds on most of
- * them and forces worse compute balance: on bench_search's cases of 128 to
- * 2,048 devices the uncapped run found plans as good or better (at 10,000
- * tables on 1,024 devices a gap of 0.57 % against 1.10 %) in a tenth of the
- * time.  At 64 devices the grid still paid (0.36 % against 0.67 %).
- */
-#define NS_GRID_DEVICES 64
-#define NS_THREADS_MAX  16
-/* Devices a local-search move may target: the least ready ones. */
-#define NS_TARGETS 4
-/* The most steps (moves and swaps) an all-pairs local-search round may try;
- * more pieces than that get the critical-device rounds (ns_local()). */
-#define NS_WIDE_STEPS (1 << 14)
-/* Up to this many devices a greedy run scans them; more get a tree.  One
- * pass over 64 devices beat the tree's walk and path updates 1.5 x on
- * 856 tables / 64 devices, and was even at 128 (bench_search). */
-#define NS_SCAN_MAX 64
-/* The beam stops after this many levels in a row that did not lower the
- * best cost by NS_GAIN of it: on the benchmark tasks the best is found by
- * the third level, and later ones cost as much and find nothing. */
-#define NS_PATIENCE       2
+/* The fewest candidates a beam state offers (ns_init()). */
 #define NS_CANDIDATES_MIN 5
-#define NS_GAIN           1e-4
-
-struct ns_level {
-    float proj[NET_H2]; /* W3 * latent of the table at this width */
-    double ms;          /* its cost alone, at the topology's batch (its
-                         * host-link time included) */
-    double tier_ms;     /* its modelled host-link time (tier_shard_ms()) */
-    uint64_t bytes;     /* on a device, optimizer state included */
-    int32_t cols;
-    bool ready;
-};
-
-struct ns_piece {
-    uint32_t table;
-    int32_t level;
-};
-
-/* A scored state: its pieces, where the best greedy put them, its cost. */
-struct ns_state {
-    struct ns_piece *pc;
-    int32_t *assign;
-    size_t np;
-    uint64_t key;
-    double cost;
-};
-
-/* A piece in greedy order, with what picking its device needs (the
- * level's bytes and columns here, read in order, not from the level). */
-struct ns_sort {
-    double ms;
-    uint64_t bytes;
-    uint32_t table;
-    int32_t level;
-    int32_t cols;
-    size_t idx;
-};
-
-/*
- * Devices under construction, and a copy of them for resuming.  The tree is
- * a complete binary tree over `size` leaves (a power of two >= n; leaf r at
- * size + r): per node, its subtree's least device by (raw, mem, id) (-1:
- * none left), the most free memory and the fewest columns of its devices.
- * A device whose memory can take none of the pieces left in a greedy run
- * leaves the tree for that run (its leaf is emptied).
- */
-struct ns_devs {
-    float *z; /* [n][NET_H2] head pre-activations */
-    /* The devices' order key, -inf when empty: the head before its
-     * activation or, when some table is off HBM (ns.tiered), the compute ms
-     * with the host-link time of the device's pieces. */
-    double *raw;
-    double *tier; /* the host-link ms of the device's pieces */
-    uint64_t *mem;
-    int32_t *dim;
-    int32_t *count;
-    int32_t size;    /* leaves */
-    int32_t *least;  /* [2 size] */
-    uint64_t *room;  /* [2 size] */
-    int32_t *lowdim; /* [2 size] */
-};
-
-/* One thread's scratch, on cache lines of its own: its counters are
- * written per evaluation, and sharing a line with the next thread's
- * pointers cost the second thread more than half its speed. */
-struct ns_work {
-    _Alignas(64) struct ns_devs dv, snap;
-    size_t snap_k; /* the piece the snapshot was taken before */
-    bool snap_taken;
-    double *comp; /* compute ms, from raw by devices_cost() */
-    double *fwd, *bwd;
-    int32_t *stack; /* tree_pick()'s */
-    struct ns_sort *order;
-    struct ns_sort *few; /* a state's split pieces, for ns_order() */
-    int32_t *assign;
-    uint64_t *sfx_bytes; /* smallest piece from order[k] on */
-    int64_t greedy_runs, states, evaluations;
-};
-
-struct ns {
-    const struct table *tables;
-    size_t ntables;
-    const struct topology *t;
-    const struct plan_options *o;
-    const struct cost_net *net;
-    double scale; /* topology batch / the model's batch */
-    int32_t n;
-    /* Some table is off HBM: devices are ordered and scored by compute plus
-     * host-link time (a tier-blind order would stack cached tables where
-     * the compute model alone sees room). */
-    bool tiered;
-    uint64_t largest_room; /* the most a base device has left */
-    uint64_t *devmem;      /* per device: topology_mem() */
-    size_t cap;            /* pieces a state can have */
-    double dim_mean;
-    int32_t candidates;  /* o->candidates, for this many tables */
-    const int32_t *pins; /* per table: its device or -1; NULL: none */
-    /* The exchanges of row-split and replicated tables (NULL: none). */
-    const double *fixed_fwd, *fixed_bwd;
-    const int32_t *host; /* per table: the host it must go to, or -1 */
-    int32_t *forced;     /* per table: the level memory forces (0: whole) */
-    int32_t *presplit;   /* per table: the level it starts at (>= forced) */
-    bool any_presplit;   /* some table starts split beyond memory's needs */
-    size_t npinned;
-    struct ns_devs base; /* the pinned tables placed, nothing else */
-    /* [NS_LEVELS_MAX][ntables], level-major: the tables' level-0 pieces,
-     * which every greedy run places, lie together.  Filled on the main
-     * thread only. */
-    struct ns_level *lv;
-    int32_t *nlevels;           /* per table: levels it may be cut to */
-    struct ns_sort *root_order; /* the whole tables, in greedy order */
-    size_t nroot;
-    struct ns_work work[NS_THREADS_MAX];
-    int nthreads;
-    /* seen state keys: open addressing, 0 = empty */
-    uint64_t *seen;
-    size_t seen_cap, seen_n;
-    struct plan_search_stats *st;
-    struct timespec t0;
-};
-
-static double elapsed_ms(const struct timespec *t0)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
-           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
-/* The caller no longer wants the plan. */
-static bool cancelled(const struct ns *s)
-{
-    return s->o->cancel != NULL && atomic_load(s->o->cancel);
-}
-
-/* The budget ran out, or the search was cancelled. */
-static bool out_of_time(struct ns *s)
-{
-    return cancelled(s) || (s->o->time_budget_ms > 0 &&
-                            elapsed_ms(&s->t0) > s->o->time_budget_ms);
-}
-
-/* Piece i of a state is a pinned table: pieces [0, ntables) are the
- * tables, and a pinned one is never split, so it stays at its index. */
-static bool piece_pinned(const struct ns *s, size_t i)
-{
-    return s->pins != NULL && i < s->ntables && s->pins[i] >= 0;
-}
-
-/* Table `table` may go to device r (its constraint's host, if any). */
-static bool device_ok(const struct ns *s, uint32_t table, int32_t r)
-{
-    return s->host == NULL || s->host[table] < 0 ||
-           r / s->t->devices_per_host == s->host[table];
-}
-
-static struct ns_level *level_at(const struct ns *s, uint32_t table,
-                                 int32_t level)
-{
-    return &s->lv[(size_t)level * s->ntables + table];
-}
-
-/* The cached level of a piece, made on first use (main thread only). */
-static struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
-{
-    struct ns_level *lv = level_at(s, table, level);
-
-    if (!lv->ready) {
-        const struct table *tb = &s->tables[table];
-        float z[NET_H2];
-        int o;
-
-        lv->cols = tb->dim >> level;
-        net_projected(s->net, s->o->memo, tb, lv->cols, lv->proj);
-        net_head_init(s->net, z);
-        for (o = 0; o < NET_H2; o++)
-            z[o] += lv->proj[o];
-        lv->tier_ms = tier_shard_ms(
-            tb,
-            &(struct shard){.col_width = lv->cols,
-                            .scheme = SCHEME_TW,
-                            .tier = tb->tier,
-                            .cache_load_factor = tb->cache_load_factor},
-            s->t);
-        lv->ms = net_head_z(s->net, z) * s->scale + lv->tier_ms;
-        lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
-        lv->ready = true;
-    }
-    return lv;
-}
-
-static const struct ns_level *piece_level(const struct ns *s,
-                                          const struct ns_piece *p)
-{
-    return level_at(s, p->table, p->level);
-}
-
-/* splitmix64: a well-mixed hash of one piece; a state's key is the sum over
- * its pieces, which does not depend on their order. */
-static uint64_t piece_hash(uint32_t table, int32_t level)
-{
-    uint64_t x = ((uint64_t)table << 8 | (uint64_t)level) + 0x9E3779B97F4A7C15u;
-
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
-    return x ^ (x >> 31);
-}
-
-/* Inserts key; false when it was already there. */
-static bool seen_insert(struct ns *s, uint64_t key)
-{
-    size_t i;
-
-    if (key == 0)
-        key = 1;
-    if (2 * (s->seen_n + 1) > s->seen_cap) {
-        size_t ncap = s->seen_cap ? 2 * s->seen_cap : 1024, k;
-        uint64_t *nk = calloc(ncap, sizeof(*nk));
-
-        if (!nk)
-            return true; /* no memory for dedup: score it again */
-        for (k = 0; k < s->seen_cap; k++) {
-            if (s->seen[k] == 0)
-                continue;
-            for (i = s->seen[k] & (ncap - 1); nk[i]; i = (i + 1) & (ncap - 1))
-                ;
-            nk[i] = s->seen[k];
-        }
-        free(s->seen);
-        s->seen = nk;
-        s->seen_cap = ncap;
-    }
-    for (i = key & (s->seen_cap - 1); s->seen[i];
-         i = (i + 1) & (s->seen_cap - 1))
-        if (s->seen[i] == key)
-            return false;
-    s->seen[i] = key;
-    s->seen_n++;
-    return true;
-}
-
-/* Greedy order: costliest first, then larger, then table and level. */
-static int sort_cmp(const void *a, const void *b)
-{
-    const struct ns_sort *x = a, *y = b;
-
-    if (x->ms != y->ms)
-        return x->ms > y->ms ? -1 : 1;
-    if (x->bytes != y->bytes)
-        return x->bytes > y->bytes ? -1 : 1;
-    if (x->table != y->table)
-        return x->table < y->table ? -1 : 1;
-    if (x->level != y->level)
-        return x->level < y->level ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Devices                                                                   */
-
-/* z += p and z -= p over the head's NET_H2 pre-activations (what placing
- * and removing a piece costs): in vectors of four floats where the
- * compiler has them, with the same results as the scalar loop. */
-#if defined(__GNUC__)
-typedef float ns_v4 __attribute__((vector_size(16)));
-
-static void vec_add(float *restrict z, const float *restrict p)
-{
-    int o;
-
-    for (o = 0; o < NET_H2; o += 4) {
-        ns_v4 a, b;
-
-        memcpy(&a, z + o, sizeof(a));
-        memcpy(&b, p + o, sizeof(b));
-        a += b;
-        memcpy(z + o, &a, sizeof(a));
-    }
-}
-
-static void vec_sub(float *restrict z, const float *restrict p)
-{
-    int o;
-
-    for (o = 0; o < NET_H2; o += 4) {
-        ns_v4 a, b;
-
-        memcpy(&a, z + o, sizeof(a));
-        memcpy(&b, p + o, sizeof(b));
-        a -= b;
-        memcpy(z + o, &a, sizeof(a));
-    }
-}
-#else
-static void vec_add(float *restrict z, const float *restrict p)
-{
-    int o;
-
-    for (o = 0; o < NET_H2; o++)
-        z[o] += p[o];
-}
-
-static void vec_sub(float *restrict z, const float *restrict p)
-{
-    int o;
-
-    for (o = 0; o < NET_H2; o++)
-        z[o] -= p[o];
-}
-#endif
-
-/* Heap order of devices: least compute, then least memory, then lower id
- * (the original's tie-breaks). */
-static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
-{
-    if (d->raw[a] != d->raw[b])
-        return d->raw[a] < d->raw[b];
-    if (d->mem[a] != d->mem[b])
-        return d->mem[a] < d->mem[b];
-    return a < b;
-}
-
-/* Node i from its two children. */
-static void tree_pull(struct ns_devs *d, int32_t i)
-{
-    int32_t l = 2 * i, r = l + 1, a = d->least[l], b = d->least[r];
-
-    d->least[i] = a < 0 ? b : b < 0 ? a : dev_less(d, b, a) ? b : a;
-    d->room[i] = d->room[l] > d->room[r] ? d->room[l] : d->room[r];
-    d->lowdim[i] = d->lowdim[l] < d->lowdim[r] ? d->lowdim[l] : d->lowdim[r];
-}
-
-/* Device r's leaf from its figures (or emptied: out of this run), then
- * the path to the root.  Nothing without a tree. */
-static inline void tree_set(const struct ns *s, struct ns_devs *d, int32_t r,
-                            bool out)
-{
-    int32_t i = d->size + r;
-    uint64_t cap;
-
-    if (d->size == 0)
-        return;
-    cap = s->devmem[r];
-    d->least[i] = out ? -1 : r;
-    d->room[i] = out || d->mem[r] > cap ? 0 : cap - d->mem[r];
-    d->lowdim[i] = out ? INT32_MAX : d->dim[r];
-    for (i /= 2; i > 0; i /= 2)
-        tree_pull(d, i);
-}
-
-static void devs_reset(const struct ns *s, struct ns_devs *d)
-{
-    int32_t r, i;
-
-    for (r = 0; r < s->n; r++) {
-        net_head_init(s->net, d->z + (size_t)r * NET_H2);
-        d->raw[r] = -INFINITY;
-    }
-    memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
-    memset(d->tier, 0, (size_t)s->n * sizeof(*d->tier));
-    memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
-    memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
-    for (i = 0; i < d->size; i++) {
-        bool real = i < s->n;
-
-        d->least[d->size + i] = real ? i : -1;
-        d->room[d->size + i] = real ? topology_mem(s->t, i) : 0;
-        d->lowdim[d->size + i] = real ? 0 : INT32_MAX;
-    }
-    for (i = d->size - 1; i > 0; i--)
-        tree_pull(d, i);
-}
-
-static void devs_copy(const struct ns *s, struct ns_devs *dst,
-                      const struct ns_devs *src)
-{
-    size_t n = (size_t)s->n, t = 2 * (size_t)src->size;
-
-    memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
-    memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
-    memcpy(dst->tier, src->tier, n * sizeof(*dst->tier));
-    memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
-    memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
-    memcpy(dst->count, src->count, n * sizeof(*dst->count));
-    memcpy(dst->least, src->least, t * sizeof(*dst->least));
-    memcpy(dst->room, src->room, t * sizeof(*dst->room));
-    memcpy(dst->lowdim, src->lowdim, t * sizeof(*dst->lowdim));
-}
-
-/* Adds (sign +1) or removes (-1) a piece's load on device r. */
-static void devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
-                       const struct ns_level *lv, int sign)
-{
-    float *z = d->z + (size_t)r * NET_H2;
-
-    if (sign > 0)
-        vec_add(z, lv->proj);
-    else
-        vec_sub(z, lv->proj);
-    d->count[r] += sign;
-    d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
-    d->dim[r] += sign * lv->cols;
-    d->tier[r] += sign * lv->tier_ms;
-    /* The raw head orders devices as their costs do (the activation and
-     * the batch scale are monotone); costs are made from it when scored.
-     * The host-link time adds to the cost: then the cost is the key. */
-    if (d->count[r] == 0)
-        d->raw[r] = -INFINITY;
-    else if (s->tiered)
-        d->raw[r] = net_activate(s->net, net_head_raw(s->net, z)) * s->scale +
-                    d->tier[r];
-    else
-        d->raw[r] = net_head_raw(s->net, z);
-    tree_set(s, d, r, false);
-}
-
-/* The plan cost of w's devices; leaves compute and comm in w. */
-static double devs_plan_ms(const struct ns *s, struct ns_work *w)
-{
-    int32_t r;
-
-    for (r = 0; r < s->n; r++)
-        w->comp[r] = w->dv.count[r] == 0 ? 0
-                     : s->tiered
-                         ? w->dv.raw[r]
-                         : net_activate(s->net, w->dv.raw[r]) * s->scale;
-    return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
-                        w->fwd, w->bwd);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Table-wise greedy grid search                                             */
-
-/*
- * The cap refused a device (or a subtree of them) that would take the
- * piece at a cap of `dims`: lowers *next_cap, and on the run's first
- * refusal snapshots the devices as they are before piece k.  Recorded for
- * every refused subtree whose least device could come before the one
- * chosen: at most as large a next cap, at most as late a snapshot as the
- * devices one by one would give (both are conservative: a looser cap then
- * runs again, or resumes earlier, but never differs from a full run).
- */
-static void refused(const struct ns *s, struct ns_work *w, size_t k,
-                    int64_t dims, double *next_cap)
-{
-    if ((double)dims < *next_cap)
-        *next_cap = (double)dims;
-    if (w->snap_taken)
-        return;
-    devs_copy(s, &w->snap, &w->dv);
-    w->snap_k = k;
-    w->snap_taken = true;
-}
-
-/*
- * tree_pick() for a few devices (no tree: NS_SCAN_MAX or fewer): one pass
- * over them, each refused one that comes before the chosen one recorded.
- * The best so far is kept in locals: devices come in id order, so a later
- * one is less only by (raw, mem), dev_less()'s id tie-break never taken.
- */
-static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
-                         const struct ns_sort *it, int64_t dim_lim,
-                         double *next_cap, int32_t lo, int32_t hi)
-{
-    const struct ns_devs *d = &w->dv;
-    int32_t r, best = -1;
-    /* Beaten by any device (raw is finite or -inf when empty). */
-    double best_raw = INFINITY;
-    uint64_t best_mem = UINT64_MAX;
-
-    for (r = lo; r < hi; r++) {
-        double raw = d->raw[r];
-        uint64_t mem = d->mem[r];
-
-        if (raw > best_raw || (raw == best_raw && mem >= best_mem) ||
-            mem + it->bytes > s->devmem[r])
-            continue;
-        if ((int64_t)d->dim[r] + it->cols > dim_lim) {
-            refused(s, w, k, (int64_t)d->dim[r] + it->cols, next_cap);
-            continue;
-        }
-        best = r;
-        best_raw = raw;
-        best_mem = mem;
-    }
-    return best;
-}
-
-/*
- * The device piece k goes to: the least (raw, mem, id) of the devices with
- * room for its bytes and its columns under dim_cap, found in the tree
- * best-first, pruning subtrees that cannot hold it or cannot beat the best
- * found.  -1 when none can take it.
- */
-static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
-                         const struct ns_sort *it, int64_t dim_lim,
-                         double *next_cap)
-{
-    struct ns_devs *d = &w->dv;
-    int32_t *stack = w->stack, top = 0, best = -1;
-
-    if (d->size == 0)
-        return scan_pick(s, w, k, it, dim_lim, next_cap, 0, s->n);
-    stack[top++] = 1;
-    while (top > 0) {
-        int32_t i = stack[--top], r = d->least[i];
-
-        if (r < 0 || (best >= 0 && !dev_less(d, r, best)) ||
-            d->room[i] < it->bytes)
-            continue;
-        if ((int64_t)d->lowdim[i] + it->cols > dim_lim) {
-            refused(s, w, k, (int64_t)d->lowdim[i] + it->cols, next_cap);
-            continue;
-        }
-        if (i >= d->size) { /* a leaf: device r itself, and it fits */
-            best = r;
-            continue;
-        }
-        /* The child with the lesser device last, so it is looked at
-         * first; the other only if it may still beat what that gives. */
-        if (d->least[2 * i] >= 0 && d->least[2 * i + 1] >= 0 &&
-            dev_less(d, d->least[2 * i + 1], d->least[2 * i])) {
-            stack[top++] = 2 * i;
-            stack[top++] = 2 * i + 1;
-        } else {
-            stack[top++] = 2 * i + 1;
-            stack[top++] = 2 * i;
-        }
-    }
-    return best;
-}
-
-/* Asks for the next piece's projection while this one is placed: the
- * levels of a few thousand tables outgrow the core's cache. */
-static void prefetch_level(const struct ns_level *lv)
-{
-#if defined(__GNUC__)
-    const char *p = (const char *)lv->proj;
-    size_t o;
-
-    for (o = 0; o < sizeof(lv->proj); o += 64)
-        __builtin_prefetch(p + o);
-#else
-    (void)lv;
-#endif
-}
-
-/*
- * One greedy placement of the sorted free pieces under a dim cap of
- * cap_scale x the mean (0: no cap), starting from the base devices: each
- * piece goes to the least loaded device with room (neuroshard.md 6.3).  With
- * `resume`, starts from the snapshot the previous (tighter) run took at its
- * first refusal: up to there this run is the same. Writes w->assign; returns
- * the plan cost or INFINITY.  *next_cap is the smallest dim cap at which any
- * refused device would have been accepted (INFINITY: the cap refused none);
- * every cap below it replays this run.
- */
-static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
-                        double cap_scale, bool resume, double *next_cap)
-{
-    /* The columns a device may hold: cap_scale x the mean, rounded down
-     * (a device's columns are whole), or no limit. */
-    int64_t dim_lim =
-        cap_scale > 0 ? (int64_t)floor(cap_scale * s->dim_mean) : INT64_MAX;
-    struct ns_devs *d = &w->dv;
-    size_t k = 0;
-
-    *next_cap = INFINITY;
-    if (resume && w->snap_taken) {
-        devs_copy(s, d, &w->snap);
-        k = w->snap_k;
-    } else {
-        devs_copy(s, d, &s->base);
-    }
-    w->snap_taken = false;
-    w->greedy_runs++;
-    for (; k < np; k++) {
-        const struct ns_sort *it = &w->order[k];
-        const struct ns_level *lv = level_at(s, it->table, it->level);
-        int32_t h = s->host != NULL ? s->host[it->table] : -1,
-                L = s->t->devices_per_host, best;
-
-        if (k + 1 < np)
-            prefetch_level(level_at(s, it[1].table, it[1].level));
-        /* A table held to a host: its few devices, scanned. */
-        best = h >= 0 ? scan_pick(s, w, k, it, dim_lim, next_cap, h * L,
-                                  (h + 1) * L)
-                      : tree_pick(s, w, k, it, dim_lim, next_cap);
-
-        if (best < 0)
-            return INFINITY;
-        w->evaluations++;
-        devs_apply(s, d, best, lv, +1);
-        w->assign[it->idx] = best;
-        /* Full for every piece left, under any cap: out of the run, so its
-         * low load does not lead the walk to it again and again. */
-        if (k + 1 < np && d->mem[best] + w->sfx_bytes[k + 1] > s->devmem[best])
-            tree_set(s, d, best, true);
-    }
-    return devs_plan_ms(s, w);
-}
-
-static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
-                               size_t k)
-{
-    const struct ns_level *lv = piece_level(s, &st->pc[k]);
-
-    return (struct ns_sort){lv->ms,          lv->bytes, st->pc[k].table,
-                            st->pc[k].level, lv->cols,  k};
-}
-
-/*
- * w->order: st's free (not pinned) pieces in greedy order; returns their
- * count.  Pieces [0, ntables) are the tables, at level 0 unless split; the
- * root order (all at level 0) is sorted once, and a state merges its unsplit
- * tables, in that order, with its few split pieces, sorted: O(pieces)
- * instead of a sort.
- */
-static size_t ns_order(const struct ns *s, struct ns_work *w,
-                       const struct ns_state *st)
-{
-    struct ns_sort *few = w->few;
-    size_t nfew = 0, nfree = st->np - s->npinned, k, i = 0, j = 0;
-
-    if (!s->root_order) {
-        for (k = 0, j = 0; k < st->np; k++)
-            if (!piece_pinned(s, k))
-                w->order[j++] = sort_key(s, st, k);
-        qsort(w->order, nfree, sizeof(*w->order), sort_cmp);
-        return nfree;
-    }
-    for (k = 0; k < st->np; k++)
-        if (k >= s->ntables || st->pc[k].level != 0)
-            few[nfew++] = sort_key(s, st, k);
-    qsort(few, nfew, sizeof(*few), sort_cmp);
-    for (k = 0; k < nfree; k++) {
-        while (i < s->nroot && st->pc[s->root_order[i].idx].level != 0)
-            i++;
-        if (i < s->nroot &&
-            (j == nfew || sort_cmp(&s->root_order[i], &few[j]) < 0))
-            w->order[k] = s->root_order[i++];
-        else
-            w->order[k] = few[j++];
-    }
-    return nfree;
-}
-
-/* Table-wise greedy grid search of one state: st->cost and st->assign. */
-static void ns_table_wise(const struct ns *s, struct ns_work *w,
-                          struct ns_state *st)
-{
-    double next_cap = INFINITY;
-    size_t nfree = ns_order(s, w, st), k;
-    int step;
-
-    for (k = nfree; k-- > 0;) {
-        uint64_t bytes = w->order[k].bytes;
-
-        w->sfx_bytes[k] = k + 1 == nfree || bytes < w->sfx_bytes[k + 1]
-                              ? bytes
-                              : w->sfx_bytes[k + 1];
-    }
-    w->states++;
-    st->cost = INFINITY;
-    if (s->n > NS_GRID_DEVICES) {
-        st->cost = ns_greedy(s, w, nfree, 0, false, &next_cap);
-        memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
-        return;
-    }
-    for (step = 0; step < NS_GRID_STEPS;) {
-        double c =
-            ns_greedy(s, w, nfree, 1.0 + 0.05 * step, step > 0, &next_cap);
-
-        if (c < st->cost) {
-            st->cost = c;
-            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
-        }
-        /* Skip the caps that refuse the same devices: they replay it. */
-        for (step++; step < NS_GRID_STEPS &&
-                     (1.0 + 0.05 * step) * s->dim_mean < next_cap;
-             step++)
-            ;
-    }
-    /* Where every capped run failed, the uncapped greedy may still fit. */
-    if (st->cost == INFINITY && next_cap < INFINITY) {
-        double c = ns_greedy(s, w, nfree, 0, true, &next_cap);
-
-        if (c < INFINITY) {
-            st->cost = c;
-            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* States and the beam                                                       */
-
-static int state_alloc(struct ns_state *st, size_t cap)
-{
-    st->pc = malloc(cap * sizeof(*st->pc));
-    st->assign = malloc(cap * sizeof(*st->assign));
-    st->np = 0;
-    st->cost = INFINITY;
-    st->key = 0;
-    return st->pc && st->assign ? 0 : SD_ENOMEM;
-}
-
-static void state_free(struct ns_state *st)
-{
-    free(st->pc);
-    free(st->assign);
-}
-
-static void state_copy(struct ns_state *dst, const struct ns_state *src)
-{
-    memcpy(dst->pc, src->pc, src->np * sizeof(*src->pc));
-    memcpy(dst->assign, src->assign, src->np * sizeof(*src->assign));
-    dst->np = src->np;
-    dst->key = src->key;
-    dst->cost = src->cost;
-}
-
-/* Loads a state's placement into w's devices. */
-static void devs_load(const struct ns *s, struct ns_work *w,
-                      const struct ns_state *st)
-{
-    size_t k;
-
-    /* The base holds the pinned tables and the scheme pass's shards. */
-    devs_copy(s, &w->dv, &s->base);
-    for (k = 0; k < st->np; k++)
-        if (!piece_pinned(s, k))
-            devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
-                       +1);
-}
-
-/* The device the others wait for: max compute + backward comm. */
-static int32_t critical_device(const struct ns *s, struct ns_work *w)
-{
-    int32_t r, c = 0;
-
-    devs_plan_ms(s, w);
-    for (r = 1; r < s->n; r++)
-        if (w->comp[r] + w->bwd[r] > w->comp[c] + w->bwd[c])
-            c = r;
-    return c;
-}
-
-/*
- * Marks in `pick` the pieces of st worth splitting: the k largest and the k
- * costliest splittable pieces (the original's candidates), and the k
- * costliest on the critical device of its best placement.
- */
-static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
-{
-    int32_t k = s->candidates, crit = -1, round, taken;
-    size_t i;
-
-    memset(pick, 0, st->np * sizeof(*pick));
-    if (st->cost < INFINITY) {
-        devs_load(s, &s->work[0], st);
-        crit = critical_device(s, &s->work[0]);
-    }
-    for (round = 0; round < (crit < 0 ? 2 : 3); round++) {
-        /* k passes of a linear scan for the best unpicked: k is small. */
-        for (taken = 0; taken < k; taken++) {
-            size_t best = st->np;
-
-            for (i = 0; i < st->np; i++) {
-                const struct ns_piece *p = &st->pc[i];
-                const struct ns_level *lv, *bl;
-
-                if (pick[i] || p->level + 1 >= s->nlevels[p->table] ||
-                    piece_pinned(s, i))
-                    continue;
-                if (round == 2 && st->assign[i] != crit)
-                    continue;
-                lv = piece_level(s, p);
-                if (best == st->np) {
-                    best = i;
-                    continue;
-                }
-                bl = piece_level(s, &st->pc[best]);
-                if (round == 0 ? lv->bytes > bl->bytes : lv->ms > bl->ms)
-                    best = i;
-            }
-            if (best == st->np)
-                break;
-            pick[best] = true;
-        }
-    }
-}
-
-/* Keeps the w best children in `beam`, sorted by cost; on ties the earlier
- * stays ahead. */
-static void beam_offer(struct ns_state *beam, int32_t *nbeam, int32_t w,
-                       const struct ns_state *child)
-{
-    int32_t pos = *nbeam, j, last = *nbeam < w ? *nbeam : w - 1;
-    struct ns_state spare;
-
-    while (pos > 0 && child->cost < beam[pos - 1].cost)
-        pos--;
-    if (pos >= w)
-        return;
-    /* Shift down, recycling the buffers of the one that falls off. */
-    spare = beam[last];
-    for (j = last; j > pos; j--)
-        beam[j] = beam[j - 1];
-    beam[pos] = spare;
-    state_copy(&beam[pos], child);
-    if (*nbeam < w)
-        (*nbeam)++;
-}
-
-/* Splits piece i of parent into child; makes the new level's cache. */
-static void make_child(struct ns *s, const struct ns_state *parent, size_t i,
-                       struct ns_state *child)
-{
-    struct ns_piece p = parent->pc[i];
-
-    memcpy(child->pc, parent->pc, parent->np * sizeof(*parent->pc));
-    child->pc[i].level = p.level + 1;
-    child->pc[parent->np] = (struct ns_piece){p.table, p.level + 1};
-    child->np = parent->np + 1;
-    child->key = parent->key - piece_hash(p.table, p.level) +
-                 2 * piece_hash(p.table, p.level + 1);
-    child->cost = INFINITY;
-    ns_level(s, p.table, p.level + 1);
-}
-
-/* The children of one level, scored by thread `id` of `nthreads`. */
-struct ns_batch {
-    struct ns *s;
-    struct ns_state *kids;
-    size_t nkids;
-    int id;
-};
-
-static void *score_kids(void *arg)
-{
-    struct ns_batch *b = arg;
-    size_t i;
-
-    for (i = (size_t)b->id; i < b->nkids; i += (size_t)b->s->nthreads) {
-        if (out_of_time(b->s))
-            break; /* unscored children keep cost INFINITY */
-        ns_table_wise(b->s, &b->s->work[b->id], &b->kids[i]);
-    }
-    return NULL;
-}
-
-/* Scores kids[0..n) on the worker threads (this one included). */
-static void score_all(struct ns *s, struct ns_state *kids, size_t n)
-{
-    struct ns_batch b[NS_THREADS_MAX];
-    pthread_t th[NS_THREADS_MAX];
-    bool started[NS_THREADS_MAX] = {false};
-    int t;
-
-    for (t = 0; t < s->nthreads; t++)
-        b[t] = (struct ns_batch){s, kids, n, t};
-    for (t = 1; t < s->nthreads && (size_t)t < n; t++)
-        started[t] = pthread_create(&th[t], NULL, score_kids, &b[t]) == 0;
-    score_kids(&b[0]);
-    for (t = 1; t < s->nthreads && (size_t)t < n; t++) {
-        if (started[t])
-            pthread_join(th[t], NULL);
-        else
-            score_kids(&b[t]); /* no thread: do its share here */
-    }
-}
-
-/* Piece placements scored so far, on all threads. */
-static int64_t evaluations(const struct ns *s)
-{
-    int64_t n = 0;
-    int k;
-
-    for (k = 0; k < s->nthreads; k++)
-        n += s->work[k].evaluations;
-    return n;
-}
-
-/*
- * n states of cap pieces in one block (*block, free() it, and free()
- * *out): a beam's states are made per search, and one allocation each
- * showed in the daemon's profile.
- */
-static int states_alloc(size_t n, size_t cap, struct ns_state **out,
-                        void **block)
-{
-    struct ns_state *st = calloc(n, sizeof(*st));
-    char *b = malloc(n * cap * (sizeof(*st->pc) + sizeof(*st->assign)));
-    size_t i;
-
-    if (!st || !b) {
-        free(st);
-        free(b);
-        return SD_ENOMEM;
-    }
-    for (i = 0; i < n; i++) {
-        st[i].pc = (struct ns_piece *)(void *)(b + i * cap * sizeof(*st->pc));
-        st[i].cost = INFINITY;
-    }
-    b += n * cap * sizeof(*st->pc);
-    for (i = 0; i < n; i++)
-        st[i].assign = (int32_t *)(void *)(b + i * cap * sizeof(*st->assign));
-    *out = st;
-    *block = b - n * cap * sizeof(*st->pc);
-    return 0;
-}
-
-static int ns_beam(struct ns *s, struct ns_state *best)
-{
-    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
-    size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
-    int64_t budget = s->o->beam_evaluations, spent = 0, before;
-    double per_kid; /* placements one child costs: the roots' to start */
-    struct ns_state *all = NULL, *beam, *next, *kids, *tmp;
-    void *block = NULL;
-    bool *pick = malloc(s->cap * sizeof(*pick));
-    int rv = SD_ENOMEM;
-
-    if (!pick ||
-        states_alloc(2 * (size_t)w + maxkids, s->cap, &all, &block) != 0)
-        goto out_free;
-    beam = all;
-    next = all + w;
-    kids = all + 2 * w;
-
-    per_kid = (double)evaluations(s) /
-              (double)(s->work[0].states > 0 ? s->work[0].states : 1);
-    state_copy(&beam[0], best);
-    for (level = 0; level < s->o->beam_depth; level++) {
-        double was = best->cost;
-
-        nkids = 0;
-        for (b = 0; b < nbeam; b++) {
-            pick_candidates(s, &beam[b], pick);
-            for (i = 0; i < beam[b].np; i++) {
-                if (!pick[i])
-                    continue;
-                make_child(s, &beam[b], i, &kids[nkids]);
-                if (seen_insert(s, kids[nkids].key))
-                    nkids++;
-            }
-        }
-        /* Placements are counted, not timed: the same plan on any
-         * machine.  A level's cost is estimated from the last one's. */
-        if (budget > 0 && spent + per_kid * (double)nkids > (double)budget)
-            break;
-        before = evaluations(s);
-        score_all(s, kids, nkids);
-        spent += evaluations(s) - before;
-        if (nkids > 0)
-            per_kid = (double)(evaluations(s) - before) / (double)nkids;
-        nnext = 0;
-        for (i = 0; i < nkids; i++) {
-            beam_offer(next, &nnext, w, &kids[i]);
-            if (kids[i].cost < best->cost)
-                state_copy(best, &kids[i]);
-        }
-        s->st->levels = level + 1;
-        if (out_of_time(s)) {
-            s->st->budget_exhausted = true;
-            break;
-        }
-        idle = best->cost < was * (1 - NS_GAIN) ? 0 : idle + 1;
-        if (nnext == 0 || idle >= NS_PATIENCE)
-            break;
-        tmp = beam;
-        beam = next;
-        next = tmp;
-        nbeam = nnext;
-    }
-    rv = 0;
-
-out_free:
-    free(pick);
-    free(block);
-    free(all);
-    return rv;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Local search                                                              */
-
-/* One device's compute ms (host-link time included) with a added and b
- * taken away (either NULL). */
-static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
-                        const struct ns_level *a, const struct ns_level *b)
-{
-    const float *z = w->dv.z + (size_t)r * NET_H2;
-    float t[NET_H2];
-    int o, count = w->dv.count[r] + (a != NULL) - (b != NULL);
-
-    if (count == 0)
-        return 0;
-    for (o = 0; o < NET_H2; o++)
-        t[o] = z[o] + (a ? a->proj[o] : 0) - (b ? b->proj[o] : 0);
-    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale +
-           w->dv.tier[r] + (a ? a->tier_ms : 0) - (b ? b->tier_ms : 0);
-}
-
-/*
- * The plan cost after moving piece a from device x to y and, if b is not
- * NULL, piece b from y to x.  Needs w->comp current; only the two devices
- * are re-scored, and nothing is changed.
- */
-static double try_step(const struct ns *s, struct ns_work *w,
-                       const struct ns_level *a, int32_t x, int32_t y,
-                       const struct ns_level *b)
-{
-    double cx = w->comp[x], cy = w->comp[y], c;
-    int32_t dx = w->dv.dim[x], dy = w->dv.dim[y];
-    int32_t moved = a->cols - (b ? b->cols : 0);
-
-    w->comp[x] = comp_with(s, w, x, b, a);
-    w->comp[y] = comp_with(s, w, y, a, b);
-    w->dv.dim[x] -= moved;
-    w->dv.dim[y] += moved;
-    c = cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
-                     w->fwd, w->bwd);
-    w->comp[x] = cx;
-    w->comp[y] = cy;
-    w->dv.dim[x] = dx;
-    w->dv.dim[y] = dy;
-    return c;
-}
-
-/* The best step of a local-search round: piece i to device `to` and, if j
- * is not SIZE_MAX, piece j to i's device; the plan cost after it. */
-struct ns_step {
-    size_t i, j;
-    int32_t to;
-    double cost;
-};
-
-/*
- * One round of the critical-device neighbourhood: moves of pieces off the
- * critical device to one of the NS_TARGETS least ready devices, and swaps
- * with pieces of the least ready one.  Improves *b.
- */
-static void round_critical(const struct ns *s, struct ns_work *w,
-                           const struct ns_state *st, struct ns_step *b)
-{
-    const struct ns_devs *d = &w->dv;
-    const struct topology *t = s->t;
-    int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
-    double ready[NS_TARGETS];
-    size_t i, j;
-
-    crit = critical_device(s, w);
-    /* The least ready devices, least first (insertion: NS_TARGETS is
-     * tiny); critical_device() left this state's comm in w->bwd. */
-    for (r = 0; r < s->n; r++) {
-        double rd = w->comp[r] + w->bwd[r];
-
-        if (r == crit)
-            continue;
-        for (q = ntg; q > 0 && rd < ready[q - 1]; q--)
-            if (q < NS_TARGETS) {
-                tg[q] = tg[q - 1];
-                ready[q] = ready[q - 1];
-            }
-        if (q < NS_TARGETS) {
-            tg[q] = r;
-            ready[q] = rd;
-            if (ntg < NS_TARGETS)
-                ntg++;
-        }
-    }
-    if (ntg == 0)
-        return;
-    for (i = 0; i < st->np; i++) {
-        const struct ns_level *li = piece_level(s, &st->pc[i]);
-
-        if (st->assign[i] != crit || piece_pinned(s, i))
-            continue;
-        for (q = 0; q < ntg; q++) {
-            double c;
-
-            if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]) ||
-                !device_ok(s, st->pc[i].table, tg[q]))
-                continue;
-            c = try_step(s, w, li, crit, tg[q], NULL);
-            if (c < b->cost)
-                *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
-        }
-        for (j = 0; j < st->np; j++) {
-            const struct ns_level *lj = piece_level(s, &st->pc[j]);
-            double c;
-
-            if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
-                !device_ok(s, st->pc[i].table, tg[0]) ||
-                !device_ok(s, st->pc[j].table, crit) ||
-                d->mem[tg[0]] - lj->bytes + li->bytes >
-                    topology_mem(t, tg[0]) ||
-                d->mem[crit] - li->bytes + lj->bytes > topology_mem(t, crit))
-                continue;
-            c = try_step(s, w, li, crit, tg[0], lj);
-            if (c < b->cost)
-                *b = (struct ns_step){i, j, tg[0], c};
-        }
-    }
-}
-
-/*
- * One round of the all-pairs neighbourhood: every move of a piece to any
- * other device with room, every swap of two pieces of different devices.
- * Under a learned exchange the all-to-all depends on every device's columns
- * and the forward wait on every device's readiness, so a step between two
- * devices neither of which is critical can lower the plan cost (widths
- * evened out, a late device made earlier).  Improves *b.
- */
-static void round_all_pairs(const struct ns *s, struct ns_work *w,
-                            const struct ns_state *st, struct ns_step *b)
-{
-    const struct ns_devs *d = &w->dv;
-    const struct topology *t = s->t;
-    size_t i, j;
-    int32_t y;
-
-    devs_plan_ms(s, w); /* w->comp current for try_step() */
-    for (i = 0; i < st->np; i++) {
-        const struct ns_level *li = piece_level(s, &st->pc[i]);
-        int32_t x = st->assign[i];
-
-        if (piece_pinned(s, i))
-            continue;
-        for (y = 0; y < s->n; y++) {
-            double c;
-
-            if (y == x || d->mem[y] + li->bytes > topology_mem(t, y) ||
-                !device_ok(s, st->pc[i].table, y))
-                continue;
-            c = try_step(s, w, li, x, y, NULL);
-            if (c < b->cost)
-                *b = (struct ns_step){i, SIZE_MAX, y, c};
-        }
-        for (j = i + 1; j < st->np; j++) {
-            const struct ns_level *lj = piece_level(s, &st->pc[j]);
-            int32_t yj = st->assign[j];
-            double c;
-
-            if (yj == x || piece_pinned(s, j) ||
-                !device_ok(s, st->pc[i].table, yj) ||
-                !device_ok(s, st->pc[j].table, x) ||
-                d->mem[yj] - lj->bytes + li->bytes > topology_mem(t, yj) ||
-                d->mem[x] - li->bytes + lj->bytes > topology_mem(t, x))
-                continue;
-            c = try_step(s, w, li, x, yj, lj);
-            if (c < b->cost)
-                *b = (struct ns_step){i, j, yj, c};
-        }
-    }
-}
-
-/*
- * The final local search: the best step of a round while it lowers the
- * plan cost by 0.01 %.  The neighbourhood is all pairs (round_all_pairs())
- * when the topology's exchange is a learned comm model and a round is at
- * most NS_WIDE_STEPS steps; else moves off the critical device
- * (round_critical()), which is what an alpha-beta exchange, almost flat in
- * the widths on a fast link, needs, and what scales to thousands of pieces.
- */
-static void ns_local(struct ns *s, struct ns_state *st)
-{
-    struct ns_work *w = &s->work[0];
-    struct ns_devs *d = &w->dv;
-    bool wide = s->t->comm != NULL &&
-                st->np * (st->np / 2 + (size_t)s->n) <= NS_WIDE_STEPS;
-    int iter;
-
-    if (st->cost == INFINITY)
-        return;
-    devs_load(s, w, st);
-    for (iter = 0; iter < 256; iter++) {
-        /* Steps must gain 0.01 %: a long tail of tinier ones costs more
-         * search time than it saves training time. */
-        struct ns_step b = {SIZE_MAX, SIZE_MAX, -1,
-                            devs_plan_ms(s, w) * (1 - 1e-4)};
-        int32_t from;
-
-        if (out_of_time(s)) { /* the time budget holds here too */
-            s->st->budget_exhausted = true;
-            break;
-        }
-        if (wide)
-            round_all_pairs(s, w, st, &b);
-        else
-            round_critical(s, w, st, &b);
-        if (b.i == SIZE_MAX)
-            break;
-        from = st->assign[b.i];
-        devs_apply(s, d, from, piece_level(s, &st->pc[b.i]), -1);
-        devs_apply(s, d, b.to, piece_level(s, &st->pc[b.i]), +1);
-        st->assign[b.i] = b.to;
-        if (b.j != SIZE_MAX) {
-            devs_apply(s, d, b.to, piece_level(s, &st->pc[b.j]), -1);
-            devs_apply(s, d, from, piece_level(s, &st->pc[b.j]), +1);
-            st->assign[b.j] = from;
-        }
-        s->st->moves++;
-    }
-    /* Re-derive the cost from scratch, free of incremental float drift. */
-    devs_load(s, w, st);
-    st->cost = devs_plan_ms(s, w);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Set-up and the entry point                                                */
 
 /* A piece of the no-fit diagnosis: one narrowest slice of a table. */
 struct ns_fit {
@@ -1398,96 +162,6 @@ out_free:
     return rv;
 }
 
-/* Leaves of a device tree for n devices: a power of two >= n (>= 2, so
- * the root is an inner node); 0 (no tree: a scan) for NS_SCAN_MAX or
- * fewer. */
-static int32_t tree_size(size_t n)
-{
-    int32_t size = 2;
-
-    if (n <= NS_SCAN_MAX)
-        return 0;
-    while ((size_t)size < n)
-        size *= 2;
-    return size;
-}
-
-/*
- * size bytes on cache lines of their own (free() them): the threads'
- * scratch arrays are small, and two threads writing one line slowed both.
- */
-static void *line_alloc(size_t size)
-{
-    return aligned_alloc(64, (size + 63) / 64 * 64);
-}
-
-static int devs_alloc(struct ns_devs *d, size_t n)
-{
-    size_t t;
-
-    d->size = tree_size(n);
-    t = 2 * (size_t)d->size;
-    d->z = line_alloc(n * NET_H2 * sizeof(*d->z));
-    d->raw = line_alloc(n * sizeof(*d->raw));
-    d->tier = line_alloc(n * sizeof(*d->tier));
-    d->mem = line_alloc(n * sizeof(*d->mem));
-    d->dim = line_alloc(n * sizeof(*d->dim));
-    d->count = line_alloc(n * sizeof(*d->count));
-    d->least = line_alloc((t ? t : 1) * sizeof(*d->least));
-    d->room = line_alloc((t ? t : 1) * sizeof(*d->room));
-    d->lowdim = line_alloc((t ? t : 1) * sizeof(*d->lowdim));
-    return d->z && d->raw && d->tier && d->mem && d->dim && d->count &&
-                   d->least && d->room && d->lowdim
-               ? 0
-               : SD_ENOMEM;
-}
-
-static void devs_free(struct ns_devs *d)
-{
-    free(d->z);
-    free(d->raw);
-    free(d->tier);
-    free(d->mem);
-    free(d->dim);
-    free(d->count);
-    free(d->least);
-    free(d->room);
-    free(d->lowdim);
-}
-
-static int work_alloc(struct ns_work *w, size_t n, size_t cap)
-{
-    if (devs_alloc(&w->dv, n) != 0 || devs_alloc(&w->snap, n) != 0)
-        return SD_ENOMEM;
-    w->comp = line_alloc(n * sizeof(*w->comp));
-    w->fwd = line_alloc(n * sizeof(*w->fwd));
-    w->bwd = line_alloc(n * sizeof(*w->bwd));
-    /* A best-first walk holds at most two nodes a level. */
-    w->stack = line_alloc(2 * 64 * sizeof(*w->stack));
-    w->order = line_alloc(cap * sizeof(*w->order));
-    w->few = line_alloc(cap * sizeof(*w->few));
-    w->assign = line_alloc(cap * sizeof(*w->assign));
-    w->sfx_bytes = line_alloc(cap * sizeof(*w->sfx_bytes));
-    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->assign &&
-                   w->sfx_bytes
-               ? 0
-               : SD_ENOMEM;
-}
-
-static void work_free(struct ns_work *w)
-{
-    devs_free(&w->dv);
-    devs_free(&w->snap);
-    free(w->comp);
-    free(w->fwd);
-    free(w->bwd);
-    free(w->stack);
-    free(w->order);
-    free(w->few);
-    free(w->assign);
-    free(w->sfx_bytes);
-}
-
 /*
  * The level table i must be cut to before any search for its pieces to fit
  * on a device at all (0: it fits whole), as far as the split rule allows.
@@ -1569,7 +243,7 @@ static void base_fixed(struct ns *s, const struct scheme_pass *sp,
             tiered.cache_load_factor = tb->cache_load_factor;
         }
         lv.tier_ms = tier_shard_ms(tb, &tiered, s->t);
-        devs_apply(s, &s->base, sh->device, &lv, +1);
+        ns_devs_apply(s, &s->base, sh->device, &lv, +1);
     }
 }
 
@@ -1620,7 +294,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->nlevels = calloc(ntables ? ntables : 1, sizeof(*s->nlevels));
     s->devmem = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof(*s->devmem));
     if (!s->lv || !s->nlevels || !s->devmem ||
-        devs_alloc(&s->base, (size_t)s->n) != 0)
+        ns_devs_alloc(&s->base, (size_t)s->n) != 0)
         return SD_ENOMEM;
     for (k = 0; k < s->n; k++)
         s->devmem[k] = topology_mem(t, k);
@@ -1653,13 +327,13 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         return SD_ENOMEM;
     /* The base devices: the pass's shards and the pinned tables placed
      * (plan_check_pins() has checked that those fit). */
-    devs_reset(s, &s->base);
+    ns_devs_reset(s, &s->base);
     if (sp != NULL)
         base_fixed(s, sp, all);
     for (i = 0; i < ntables; i++) {
         if (!piece_pinned(s, i))
             continue;
-        devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
+        ns_devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
         s->npinned++;
     }
     for (k = 0; k < s->n; k++)
@@ -1676,7 +350,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;
     for (k = 0; k < s->nthreads; k++)
-        if (work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
+        if (ns_work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
             return SD_ENOMEM;
     for (i = 0; i < ntables; i++)
         for (k = 0; piece_pinned(s, i) && k < s->nthreads; k++)
@@ -1689,8 +363,8 @@ static void ns_free(struct ns *s)
     int k;
 
     for (k = 0; k < NS_THREADS_MAX; k++)
-        work_free(&s->work[k]);
-    devs_free(&s->base);
+        ns_work_free(&s->work[k]);
+    ns_devs_free(&s->base);
     free((void *)s->host);
     free(s->lv);
     free(s->nlevels);
@@ -1712,15 +386,15 @@ static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
     st->cost = INFINITY;
     for (i = 0; i < s->ntables; i++) {
         st->pc[i] = (struct ns_piece){(uint32_t)i, lv[i]};
-        st->key += piece_hash((uint32_t)i, lv[i]);
+        st->key += ns_piece_hash((uint32_t)i, lv[i]);
         ns_level(s, (uint32_t)i, lv[i]);
     }
     for (i = 0; i < s->ntables; i++)
         for (c = 1; c < (size_t)1 << lv[i]; c++) {
             st->pc[st->np++] = (struct ns_piece){(uint32_t)i, lv[i]};
-            st->key += piece_hash((uint32_t)i, lv[i]);
+            st->key += ns_piece_hash((uint32_t)i, lv[i]);
         }
-    seen_insert(s, st->key);
+    ns_seen_insert(s, st->key);
 }
 
 static int piece_cmp(const void *a, const void *b)
@@ -1742,7 +416,7 @@ static int piece_cmp(const void *a, const void *b)
  * column half a table of its own (neuroshard.md 6.2): they are folded only
  * when the plan costs no more with them as one slice than as the pieces
  * the search summed, else kept as slices side by side, as the original
- * keeps them.  s->work[0]'s devices are the state's (devs_load()), r's
+ * keeps them.  s->work[0]'s devices are the state's (ns_devs_load()), r's
  * updated when they fold.
  */
 static bool merge_pieces(struct ns *s, int32_t (*pc)[4], size_t a, size_t b,
@@ -1771,9 +445,9 @@ static bool merge_pieces(struct ns *s, int32_t (*pc)[4], size_t a, size_t b,
         zm[o] += proj[o];
     /* the plan cost both ways: a learned exchange's wait is not monotone
      * in one device's compute */
-    apart = devs_plan_ms(s, w);
+    apart = ns_devs_plan_ms(s, w);
     w->dv.raw[r] = net_head_raw(s->net, zm);
-    if (devs_plan_ms(s, w) > apart) {
+    if (ns_devs_plan_ms(s, w) > apart) {
         w->dv.raw[r] = raw;
         return false;
     }
@@ -1803,7 +477,7 @@ static int state_to_plan(struct ns *s, const struct ns_state *st,
         pc[k][3] = st->pc[k].level;
     }
     qsort(pc, st->np, sizeof(*pc), piece_cmp);
-    devs_load(s, &s->work[0], st); /* the devices' pre-activations */
+    ns_devs_load(s, &s->work[0], st); /* the devices' pre-activations */
     *merged = 0;
     rv = plan_init(out, s->n);
     for (k = 0; rv == 0 && k < st->np; k = j) {
@@ -1847,7 +521,7 @@ static int ns_search(const struct table *tables, size_t ntables,
     int rv, k;
 
     rv = ns_init(&s, tables, ntables, t, o, &st, sp, all);
-    if (rv != 0 || (rv = state_alloc(&best, s.cap)) != 0)
+    if (rv != 0 || (rv = ns_state_alloc(&best, s.cap)) != 0)
         goto out_free;
 
     /* The whole-table root: every table whole, or in as many pieces as it
@@ -1872,14 +546,14 @@ static int ns_search(const struct table *tables, size_t ntables,
     if (s.any_presplit) {
         struct ns_state pre = {0};
 
-        rv = state_alloc(&pre, s.cap);
+        rv = ns_state_alloc(&pre, s.cap);
         if (rv != 0)
             goto out_free;
         root_state(&s, s.presplit, &pre);
         ns_table_wise(&s, &s.work[0], &pre);
         if (pre.cost < best.cost)
-            state_copy(&best, &pre);
-        state_free(&pre);
+            ns_state_copy(&best, &pre);
+        ns_state_free(&pre);
     }
     if (o->column_splits && o->beam_depth > 0) {
         rv = ns_beam(&s, &best);
@@ -1914,14 +588,14 @@ static int ns_search(const struct table *tables, size_t ntables,
         st.states += s.work[k].states;
     }
     st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */
-    st.search_ms = elapsed_ms(&s.t0);
+    st.search_ms = ns_elapsed_ms(&s.t0);
     out->stats = st;
     out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */
 
 out_free:
     if (rv == SD_ENOMEM)
         sd_diag_set(d, rv, "neuroshard: out of memory");
-    state_free(&best);
+    ns_state_free(&best);
     ns_free(&s);
     return rv;
 }
@@ -2033,7 +707,7 @@ static int ns_plan(const struct table *tables, size_t ntables,
      * searches share the time budget: the second gets what is left, and
      * none when nothing is. */
     if (o->time_budget_ms > 0)
-        cwo.time_budget_ms = o->time_budget_ms - elapsed_ms(&t0);
+        cwo.time_budget_ms = o->time_budget_ms - ns_elapsed_ms(&t0);
     if (rv == 0 && !sp.forced && !out->stats.budget_exhausted &&
         !(o->time_budget_ms > 0 && cwo.time_budget_ms <= 0) &&
         ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) == 0) {

@@ -2,8 +2,9 @@
  * The algorithms, above the problem and the models (problem.h has the
  * conventions): their names and options and plan_run(), the dispatch
  * (run.c); the non-learned baselines (baseline.c), TorchRec's greedy
- * partitioner (torchrec.c), NeuroShard's search (neuroshard.c) and
- * DreamShard's learned policy (dreamshard.c).  The
+ * partitioner (torchrec.c), NeuroShard's search (neuroshard.c, over the
+ * ns_*.c files of neuroshard_int.h) and DreamShard's learned policy
+ * (dreamshard.c).  The
  * algorithms are built from the problem's building blocks and never call
  * plan_run(); no other room includes this one.
  */

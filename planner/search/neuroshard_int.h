@@ -1,0 +1,218 @@
+/*
+ * Private to the neuroshard search (neuroshard.c and the ns_*.c files it
+ * calls down into; see neuroshard.c for the method and the file layout):
+ * its pieces, states, devices and per-thread scratch, the small helpers
+ * every file uses, and the functions one file gives the files above it.
+ * Nothing outside the search room includes this.
+ */
+#ifndef SHARDD_PLANNER_SEARCH_NEUROSHARD_INT_H
+#define SHARDD_PLANNER_SEARCH_NEUROSHARD_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "models/models.h"
+#include "problem/problem.h"
+#include "search/search.h"
+#include "search/search_int.h"
+
+/* 1024 columns halve to 4 in 8 steps: 9 levels at most. */
+#define NS_LEVELS_MAX  9
+#define NS_THREADS_MAX 16
+
+struct ns_level {
+    float proj[NET_H2]; /* W3 * latent of the table at this width */
+    double ms;          /* its cost alone, at the topology's batch (its
+                         * host-link time included) */
+    double tier_ms;     /* its modelled host-link time (tier_shard_ms()) */
+    uint64_t bytes;     /* on a device, optimizer state included */
+    int32_t cols;
+    bool ready;
+};
+
+struct ns_piece {
+    uint32_t table;
+    int32_t level;
+};
+
+/* A scored state: its pieces, where the best greedy put them, its cost. */
+struct ns_state {
+    struct ns_piece *pc;
+    int32_t *assign;
+    size_t np;
+    uint64_t key;
+    double cost;
+};
+
+/* A piece in greedy order, with what picking its device needs (the
+ * level's bytes and columns here, read in order, not from the level). */
+struct ns_sort {
+    double ms;
+    uint64_t bytes;
+    uint32_t table;
+    int32_t level;
+    int32_t cols;
+    size_t idx;
+};
+
+/*
+ * Devices under construction, and a copy of them for resuming.  The tree is
+ * a complete binary tree over `size` leaves (a power of two >= n; leaf r at
+ * size + r): per node, its subtree's least device by (raw, mem, id) (-1:
+ * none left), the most free memory and the fewest columns of its devices.
+ * A device whose memory can take none of the pieces left in a greedy run
+ * leaves the tree for that run (its leaf is emptied).
+ */
+struct ns_devs {
+    float *z; /* [n][NET_H2] head pre-activations */
+    /* The devices' order key, -inf when empty: the head before its
+     * activation or, when some table is off HBM (ns.tiered), the compute ms
+     * with the host-link time of the device's pieces. */
+    double *raw;
+    double *tier; /* the host-link ms of the device's pieces */
+    uint64_t *mem;
+    int32_t *dim;
+    int32_t *count;
+    int32_t size;    /* leaves */
+    int32_t *least;  /* [2 size] */
+    uint64_t *room;  /* [2 size] */
+    int32_t *lowdim; /* [2 size] */
+};
+
+/* One thread's scratch, on cache lines of its own: its counters are
+ * written per evaluation, and sharing a line with the next thread's
+ * pointers cost the second thread more than half its speed. */
+struct ns_work {
+    _Alignas(64) struct ns_devs dv, snap;
+    size_t snap_k; /* the piece the snapshot was taken before */
+    bool snap_taken;
+    double *comp; /* compute ms, from raw by devices_cost() */
+    double *fwd, *bwd;
+    int32_t *stack; /* tree_pick()'s */
+    struct ns_sort *order;
+    struct ns_sort *few; /* a state's split pieces, for ns_order() */
+    int32_t *assign;
+    uint64_t *sfx_bytes; /* smallest piece from order[k] on */
+    int64_t greedy_runs, states, evaluations;
+};
+
+struct ns {
+    const struct table *tables;
+    size_t ntables;
+    const struct topology *t;
+    const struct plan_options *o;
+    const struct cost_net *net;
+    double scale; /* topology batch / the model's batch */
+    int32_t n;
+    /* Some table is off HBM: devices are ordered and scored by compute plus
+     * host-link time (a tier-blind order would stack cached tables where
+     * the compute model alone sees room). */
+    bool tiered;
+    uint64_t largest_room; /* the most a base device has left */
+    uint64_t *devmem;      /* per device: topology_mem() */
+    size_t cap;            /* pieces a state can have */
+    double dim_mean;
+    int32_t candidates;  /* o->candidates, for this many tables */
+    const int32_t *pins; /* per table: its device or -1; NULL: none */
+    /* The exchanges of row-split and replicated tables (NULL: none). */
+    const double *fixed_fwd, *fixed_bwd;
+    const int32_t *host; /* per table: the host it must go to, or -1 */
+    int32_t *forced;     /* per table: the level memory forces (0: whole) */
+    int32_t *presplit;   /* per table: the level it starts at (>= forced) */
+    bool any_presplit;   /* some table starts split beyond memory's needs */
+    size_t npinned;
+    struct ns_devs base; /* the pinned tables placed, nothing else */
+    /* [NS_LEVELS_MAX][ntables], level-major: the tables' level-0 pieces,
+     * which every greedy run places, lie together.  Filled on the main
+     * thread only. */
+    struct ns_level *lv;
+    int32_t *nlevels;           /* per table: levels it may be cut to */
+    struct ns_sort *root_order; /* the whole tables, in greedy order */
+    size_t nroot;
+    struct ns_work work[NS_THREADS_MAX];
+    int nthreads;
+    /* seen state keys: open addressing, 0 = empty */
+    uint64_t *seen;
+    size_t seen_cap, seen_n;
+    struct plan_search_stats *st;
+    struct timespec t0;
+};
+
+static inline double ns_elapsed_ms(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
+           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* The caller no longer wants the plan. */
+static inline bool ns_cancelled(const struct ns *s)
+{
+    return s->o->cancel != NULL && atomic_load(s->o->cancel);
+}
+
+/* The budget ran out, or the search was ns_cancelled. */
+static inline bool ns_out_of_time(struct ns *s)
+{
+    return ns_cancelled(s) || (s->o->time_budget_ms > 0 &&
+                               ns_elapsed_ms(&s->t0) > s->o->time_budget_ms);
+}
+
+/* Piece i of a state is a pinned table: pieces [0, ntables) are the
+ * tables, and a pinned one is never split, so it stays at its index. */
+static inline bool piece_pinned(const struct ns *s, size_t i)
+{
+    return s->pins != NULL && i < s->ntables && s->pins[i] >= 0;
+}
+
+/* Table `table` may go to device r (its constraint's host, if any). */
+static inline bool device_ok(const struct ns *s, uint32_t table, int32_t r)
+{
+    return s->host == NULL || s->host[table] < 0 ||
+           r / s->t->devices_per_host == s->host[table];
+}
+
+static inline struct ns_level *level_at(const struct ns *s, uint32_t table,
+                                        int32_t level)
+{
+    return &s->lv[(size_t)level * s->ntables + table];
+}
+
+static inline const struct ns_level *piece_level(const struct ns *s,
+                                                 const struct ns_piece *p)
+{
+    return level_at(s, p->table, p->level);
+}
+
+/* ns_pieces.c: levels, state keys, states */
+struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level);
+uint64_t ns_piece_hash(uint32_t table, int32_t level);
+bool ns_seen_insert(struct ns *s, uint64_t key);
+int ns_state_alloc(struct ns_state *st, size_t cap);
+void ns_state_free(struct ns_state *st);
+void ns_state_copy(struct ns_state *dst, const struct ns_state *src);
+
+/* ns_greedy.c: devices and the greedy grid search */
+void ns_devs_reset(const struct ns *s, struct ns_devs *d);
+void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
+                   const struct ns_level *lv, int sign);
+double ns_devs_plan_ms(const struct ns *s, struct ns_work *w);
+int ns_devs_alloc(struct ns_devs *d, size_t n);
+void ns_devs_free(struct ns_devs *d);
+int ns_work_alloc(struct ns_work *w, size_t n, size_t cap);
+void ns_work_free(struct ns_work *w);
+void ns_devs_load(const struct ns *s, struct ns_work *w,
+                  const struct ns_state *st);
+int32_t ns_critical_device(const struct ns *s, struct ns_work *w);
+void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st);
+
+/* ns_beam.c */
+int ns_beam(struct ns *s, struct ns_state *best);
+
+/* ns_local.c */
+void ns_local(struct ns *s, struct ns_state *st);
+
+#endif

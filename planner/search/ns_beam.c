@@ -1,0 +1,255 @@
+/*
+ * The neuroshard search's beam (neuroshard.md 6.4; neuroshard_int.h): per
+ * level, the children of the beam's states, each with one candidate piece
+ * split in two, scored on the worker threads by the greedy grid search
+ * (ns_greedy.c); the best `beam_width` go on.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search/neuroshard_int.h"
+
+/* The beam stops after this many levels in a row that did not lower the
+ * best cost by NS_GAIN of it: on the benchmark tasks the best is found by
+ * the third level, and later ones cost as much and find nothing. */
+#define NS_PATIENCE 2
+#define NS_GAIN     1e-4
+
+/*
+ * Marks in `pick` the pieces of st worth splitting: the k largest and the k
+ * costliest splittable pieces (the original's candidates), and the k
+ * costliest on the critical device of its best placement.
+ */
+static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
+{
+    int32_t k = s->candidates, crit = -1, round, taken;
+    size_t i;
+
+    memset(pick, 0, st->np * sizeof(*pick));
+    if (st->cost < INFINITY) {
+        ns_devs_load(s, &s->work[0], st);
+        crit = ns_critical_device(s, &s->work[0]);
+    }
+    for (round = 0; round < (crit < 0 ? 2 : 3); round++) {
+        /* k passes of a linear scan for the best unpicked: k is small. */
+        for (taken = 0; taken < k; taken++) {
+            size_t best = st->np;
+
+            for (i = 0; i < st->np; i++) {
+                const struct ns_piece *p = &st->pc[i];
+                const struct ns_level *lv, *bl;
+
+                if (pick[i] || p->level + 1 >= s->nlevels[p->table] ||
+                    piece_pinned(s, i))
+                    continue;
+                if (round == 2 && st->assign[i] != crit)
+                    continue;
+                lv = piece_level(s, p);
+                if (best == st->np) {
+                    best = i;
+                    continue;
+                }
+                bl = piece_level(s, &st->pc[best]);
+                if (round == 0 ? lv->bytes > bl->bytes : lv->ms > bl->ms)
+                    best = i;
+            }
+            if (best == st->np)
+                break;
+            pick[best] = true;
+        }
+    }
+}
+
+/* Keeps the w best children in `beam`, sorted by cost; on ties the earlier
+ * stays ahead. */
+static void beam_offer(struct ns_state *beam, int32_t *nbeam, int32_t w,
+                       const struct ns_state *child)
+{
+    int32_t pos = *nbeam, j, last = *nbeam < w ? *nbeam : w - 1;
+    struct ns_state spare;
+
+    while (pos > 0 && child->cost < beam[pos - 1].cost)
+        pos--;
+    if (pos >= w)
+        return;
+    /* Shift down, recycling the buffers of the one that falls off. */
+    spare = beam[last];
+    for (j = last; j > pos; j--)
+        beam[j] = beam[j - 1];
+    beam[pos] = spare;
+    ns_state_copy(&beam[pos], child);
+    if (*nbeam < w)
+        (*nbeam)++;
+}
+
+/* Splits piece i of parent into child; makes the new level's cache. */
+static void make_child(struct ns *s, const struct ns_state *parent, size_t i,
+                       struct ns_state *child)
+{
+    struct ns_piece p = parent->pc[i];
+
+    memcpy(child->pc, parent->pc, parent->np * sizeof(*parent->pc));
+    child->pc[i].level = p.level + 1;
+    child->pc[parent->np] = (struct ns_piece){p.table, p.level + 1};
+    child->np = parent->np + 1;
+    child->key = parent->key - ns_piece_hash(p.table, p.level) +
+                 2 * ns_piece_hash(p.table, p.level + 1);
+    child->cost = INFINITY;
+    ns_level(s, p.table, p.level + 1);
+}
+
+/* The children of one level, scored by thread `id` of `nthreads`. */
+struct ns_batch {
+    struct ns *s;
+    struct ns_state *kids;
+    size_t nkids;
+    int id;
+};
+
+static void *score_kids(void *arg)
+{
+    struct ns_batch *b = arg;
+    size_t i;
+
+    for (i = (size_t)b->id; i < b->nkids; i += (size_t)b->s->nthreads) {
+        if (ns_out_of_time(b->s))
+            break; /* unscored children keep cost INFINITY */
+        ns_table_wise(b->s, &b->s->work[b->id], &b->kids[i]);
+    }
+    return NULL;
+}
+
+/* Scores kids[0..n) on the worker threads (this one included). */
+static void score_all(struct ns *s, struct ns_state *kids, size_t n)
+{
+    struct ns_batch b[NS_THREADS_MAX];
+    pthread_t th[NS_THREADS_MAX];
+    bool started[NS_THREADS_MAX] = {false};
+    int t;
+
+    for (t = 0; t < s->nthreads; t++)
+        b[t] = (struct ns_batch){s, kids, n, t};
+    for (t = 1; t < s->nthreads && (size_t)t < n; t++)
+        started[t] = pthread_create(&th[t], NULL, score_kids, &b[t]) == 0;
+    score_kids(&b[0]);
+    for (t = 1; t < s->nthreads && (size_t)t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            score_kids(&b[t]); /* no thread: do its share here */
+    }
+}
+
+/* Piece placements scored so far, on all threads. */
+static int64_t evaluations(const struct ns *s)
+{
+    int64_t n = 0;
+    int k;
+
+    for (k = 0; k < s->nthreads; k++)
+        n += s->work[k].evaluations;
+    return n;
+}
+
+/*
+ * n states of cap pieces in one block (*block, free() it, and free()
+ * *out): a beam's states are made per search, and one allocation each
+ * showed in the daemon's profile.
+ */
+static int states_alloc(size_t n, size_t cap, struct ns_state **out,
+                        void **block)
+{
+    struct ns_state *st = calloc(n, sizeof(*st));
+    char *b = malloc(n * cap * (sizeof(*st->pc) + sizeof(*st->assign)));
+    size_t i;
+
+    if (!st || !b) {
+        free(st);
+        free(b);
+        return SD_ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        st[i].pc = (struct ns_piece *)(void *)(b + i * cap * sizeof(*st->pc));
+        st[i].cost = INFINITY;
+    }
+    b += n * cap * sizeof(*st->pc);
+    for (i = 0; i < n; i++)
+        st[i].assign = (int32_t *)(void *)(b + i * cap * sizeof(*st->assign));
+    *out = st;
+    *block = b - n * cap * sizeof(*st->pc);
+    return 0;
+}
+
+int ns_beam(struct ns *s, struct ns_state *best)
+{
+    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
+    size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
+    int64_t budget = s->o->beam_evaluations, spent = 0, before;
+    double per_kid; /* placements one child costs: the roots' to start */
+    struct ns_state *all = NULL, *beam, *next, *kids, *tmp;
+    void *block = NULL;
+    bool *pick = malloc(s->cap * sizeof(*pick));
+    int rv = SD_ENOMEM;
+
+    if (!pick ||
+        states_alloc(2 * (size_t)w + maxkids, s->cap, &all, &block) != 0)
+        goto out_free;
+    beam = all;
+    next = all + w;
+    kids = all + 2 * w;
+
+    per_kid = (double)evaluations(s) /
+              (double)(s->work[0].states > 0 ? s->work[0].states : 1);
+    ns_state_copy(&beam[0], best);
+    for (level = 0; level < s->o->beam_depth; level++) {
+        double was = best->cost;
+
+        nkids = 0;
+        for (b = 0; b < nbeam; b++) {
+            pick_candidates(s, &beam[b], pick);
+            for (i = 0; i < beam[b].np; i++) {
+                if (!pick[i])
+                    continue;
+                make_child(s, &beam[b], i, &kids[nkids]);
+                if (ns_seen_insert(s, kids[nkids].key))
+                    nkids++;
+            }
+        }
+        /* Placements are counted, not timed: the same plan on any
+         * machine.  A level's cost is estimated from the last one's. */
+        if (budget > 0 && spent + per_kid * (double)nkids > (double)budget)
+            break;
+        before = evaluations(s);
+        score_all(s, kids, nkids);
+        spent += evaluations(s) - before;
+        if (nkids > 0)
+            per_kid = (double)(evaluations(s) - before) / (double)nkids;
+        nnext = 0;
+        for (i = 0; i < nkids; i++) {
+            beam_offer(next, &nnext, w, &kids[i]);
+            if (kids[i].cost < best->cost)
+                ns_state_copy(best, &kids[i]);
+        }
+        s->st->levels = level + 1;
+        if (ns_out_of_time(s)) {
+            s->st->budget_exhausted = true;
+            break;
+        }
+        idle = best->cost < was * (1 - NS_GAIN) ? 0 : idle + 1;
+        if (nnext == 0 || idle >= NS_PATIENCE)
+            break;
+        tmp = beam;
+        beam = next;
+        next = tmp;
+        nbeam = nnext;
+    }
+    rv = 0;
+
+out_free:
+    free(pick);
+    free(block);
+    free(all);
+    return rv;
+}

@@ -1,0 +1,592 @@
+/*
+ * The neuroshard search's devices and its table-wise greedy grid search
+ * (neuroshard.md 6.3; neuroshard_int.h): the devices a greedy run fills,
+ * with the tree that finds the least loaded device with room, and the
+ * greedy runs under the grid of dim caps that score one state.  The hot
+ * loop of the whole search: ns_greedy() places every piece of every state.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search/neuroshard_int.h"
+
+#define NS_GRID_STEPS 11 /* dim caps 1.00, 1.05, ..., 1.50 x the mean */
+/*
+ * Above this many devices the grid is one uncapped run.  With ten or so
+ * tables a device, a cap of 1.0-1.5 x the mean columns binds on most of
+ * them and forces worse compute balance: on bench_search's cases of 128 to
+ * 2,048 devices the uncapped run found plans as good or better (at 10,000
+ * tables on 1,024 devices a gap of 0.57 % against 1.10 %) in a tenth of the
+ * time.  At 64 devices the grid still paid (0.36 % against 0.67 %).
+ */
+#define NS_GRID_DEVICES 64
+/* Up to this many devices a greedy run scans them; more get a tree.  One
+ * pass over 64 devices beat the tree's walk and path updates 1.5 x on
+ * 856 tables / 64 devices, and was even at 128 (bench_search). */
+#define NS_SCAN_MAX 64
+
+/* z += p and z -= p over the head's NET_H2 pre-activations (what placing
+ * and removing a piece costs): in vectors of four floats where the
+ * compiler has them, with the same results as the scalar loop. */
+#if defined(__GNUC__)
+typedef float ns_v4 __attribute__((vector_size(16)));
+
+static void vec_add(float *restrict z, const float *restrict p)
+{
+    int o;
+
+    for (o = 0; o < NET_H2; o += 4) {
+        ns_v4 a, b;
+
+        memcpy(&a, z + o, sizeof(a));
+        memcpy(&b, p + o, sizeof(b));
+        a += b;
+        memcpy(z + o, &a, sizeof(a));
+    }
+}
+
+static void vec_sub(float *restrict z, const float *restrict p)
+{
+    int o;
+
+    for (o = 0; o < NET_H2; o += 4) {
+        ns_v4 a, b;
+
+        memcpy(&a, z + o, sizeof(a));
+        memcpy(&b, p + o, sizeof(b));
+        a -= b;
+        memcpy(z + o, &a, sizeof(a));
+    }
+}
+#else
+static void vec_add(float *restrict z, const float *restrict p)
+{
+    int o;
+
+    for (o = 0; o < NET_H2; o++)
+        z[o] += p[o];
+}
+
+static void vec_sub(float *restrict z, const float *restrict p)
+{
+    int o;
+
+    for (o = 0; o < NET_H2; o++)
+        z[o] -= p[o];
+}
+#endif
+
+/* Heap order of devices: least compute, then least memory, then lower id
+ * (the original's tie-breaks). */
+static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
+{
+    if (d->raw[a] != d->raw[b])
+        return d->raw[a] < d->raw[b];
+    if (d->mem[a] != d->mem[b])
+        return d->mem[a] < d->mem[b];
+    return a < b;
+}
+
+/* Node i from its two children. */
+static void tree_pull(struct ns_devs *d, int32_t i)
+{
+    int32_t l = 2 * i, r = l + 1, a = d->least[l], b = d->least[r];
+
+    d->least[i] = a < 0 ? b : b < 0 ? a : dev_less(d, b, a) ? b : a;
+    d->room[i] = d->room[l] > d->room[r] ? d->room[l] : d->room[r];
+    d->lowdim[i] = d->lowdim[l] < d->lowdim[r] ? d->lowdim[l] : d->lowdim[r];
+}
+
+/* Device r's leaf from its figures (or emptied: out of this run), then
+ * the path to the root.  Nothing without a tree. */
+static inline void tree_set(const struct ns *s, struct ns_devs *d, int32_t r,
+                            bool out)
+{
+    int32_t i = d->size + r;
+    uint64_t cap;
+
+    if (d->size == 0)
+        return;
+    cap = s->devmem[r];
+    d->least[i] = out ? -1 : r;
+    d->room[i] = out || d->mem[r] > cap ? 0 : cap - d->mem[r];
+    d->lowdim[i] = out ? INT32_MAX : d->dim[r];
+    for (i /= 2; i > 0; i /= 2)
+        tree_pull(d, i);
+}
+
+void ns_devs_reset(const struct ns *s, struct ns_devs *d)
+{
+    int32_t r, i;
+
+    for (r = 0; r < s->n; r++) {
+        net_head_init(s->net, d->z + (size_t)r * NET_H2);
+        d->raw[r] = -INFINITY;
+    }
+    memset(d->mem, 0, (size_t)s->n * sizeof(*d->mem));
+    memset(d->tier, 0, (size_t)s->n * sizeof(*d->tier));
+    memset(d->dim, 0, (size_t)s->n * sizeof(*d->dim));
+    memset(d->count, 0, (size_t)s->n * sizeof(*d->count));
+    for (i = 0; i < d->size; i++) {
+        bool real = i < s->n;
+
+        d->least[d->size + i] = real ? i : -1;
+        d->room[d->size + i] = real ? topology_mem(s->t, i) : 0;
+        d->lowdim[d->size + i] = real ? 0 : INT32_MAX;
+    }
+    for (i = d->size - 1; i > 0; i--)
+        tree_pull(d, i);
+}
+
+static void devs_copy(const struct ns *s, struct ns_devs *dst,
+                      const struct ns_devs *src)
+{
+    size_t n = (size_t)s->n, t = 2 * (size_t)src->size;
+
+    memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
+    memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
+    memcpy(dst->tier, src->tier, n * sizeof(*dst->tier));
+    memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
+    memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
+    memcpy(dst->count, src->count, n * sizeof(*dst->count));
+    memcpy(dst->least, src->least, t * sizeof(*dst->least));
+    memcpy(dst->room, src->room, t * sizeof(*dst->room));
+    memcpy(dst->lowdim, src->lowdim, t * sizeof(*dst->lowdim));
+}
+
+/* Adds (sign +1) or removes (-1) a piece's load on device r. */
+void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
+                   const struct ns_level *lv, int sign)
+{
+    float *z = d->z + (size_t)r * NET_H2;
+
+    if (sign > 0)
+        vec_add(z, lv->proj);
+    else
+        vec_sub(z, lv->proj);
+    d->count[r] += sign;
+    d->mem[r] = sign > 0 ? d->mem[r] + lv->bytes : d->mem[r] - lv->bytes;
+    d->dim[r] += sign * lv->cols;
+    d->tier[r] += sign * lv->tier_ms;
+    /* The raw head orders devices as their costs do (the activation and
+     * the batch scale are monotone); costs are made from it when scored.
+     * The host-link time adds to the cost: then the cost is the key. */
+    if (d->count[r] == 0)
+        d->raw[r] = -INFINITY;
+    else if (s->tiered)
+        d->raw[r] = net_activate(s->net, net_head_raw(s->net, z)) * s->scale +
+                    d->tier[r];
+    else
+        d->raw[r] = net_head_raw(s->net, z);
+    tree_set(s, d, r, false);
+}
+
+/* The plan cost of w's devices; leaves compute and comm in w. */
+double ns_devs_plan_ms(const struct ns *s, struct ns_work *w)
+{
+    int32_t r;
+
+    for (r = 0; r < s->n; r++)
+        w->comp[r] = w->dv.count[r] == 0 ? 0
+                     : s->tiered
+                         ? w->dv.raw[r]
+                         : net_activate(s->net, w->dv.raw[r]) * s->scale;
+    return cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
+                        w->fwd, w->bwd);
+}
+
+/* Leaves of a device tree for n devices: a power of two >= n (>= 2, so
+ * the root is an inner node); 0 (no tree: a scan) for NS_SCAN_MAX or
+ * fewer. */
+static int32_t tree_size(size_t n)
+{
+    int32_t size = 2;
+
+    if (n <= NS_SCAN_MAX)
+        return 0;
+    while ((size_t)size < n)
+        size *= 2;
+    return size;
+}
+
+/*
+ * size bytes on cache lines of their own (free() them): the threads'
+ * scratch arrays are small, and two threads writing one line slowed both.
+ */
+static void *line_alloc(size_t size)
+{
+    return aligned_alloc(64, (size + 63) / 64 * 64);
+}
+
+int ns_devs_alloc(struct ns_devs *d, size_t n)
+{
+    size_t t;
+
+    d->size = tree_size(n);
+    t = 2 * (size_t)d->size;
+    d->z = line_alloc(n * NET_H2 * sizeof(*d->z));
+    d->raw = line_alloc(n * sizeof(*d->raw));
+    d->tier = line_alloc(n * sizeof(*d->tier));
+    d->mem = line_alloc(n * sizeof(*d->mem));
+    d->dim = line_alloc(n * sizeof(*d->dim));
+    d->count = line_alloc(n * sizeof(*d->count));
+    d->least = line_alloc((t ? t : 1) * sizeof(*d->least));
+    d->room = line_alloc((t ? t : 1) * sizeof(*d->room));
+    d->lowdim = line_alloc((t ? t : 1) * sizeof(*d->lowdim));
+    return d->z && d->raw && d->tier && d->mem && d->dim && d->count &&
+                   d->least && d->room && d->lowdim
+               ? 0
+               : SD_ENOMEM;
+}
+
+void ns_devs_free(struct ns_devs *d)
+{
+    free(d->z);
+    free(d->raw);
+    free(d->tier);
+    free(d->mem);
+    free(d->dim);
+    free(d->count);
+    free(d->least);
+    free(d->room);
+    free(d->lowdim);
+}
+
+int ns_work_alloc(struct ns_work *w, size_t n, size_t cap)
+{
+    if (ns_devs_alloc(&w->dv, n) != 0 || ns_devs_alloc(&w->snap, n) != 0)
+        return SD_ENOMEM;
+    w->comp = line_alloc(n * sizeof(*w->comp));
+    w->fwd = line_alloc(n * sizeof(*w->fwd));
+    w->bwd = line_alloc(n * sizeof(*w->bwd));
+    /* A best-first walk holds at most two nodes a level. */
+    w->stack = line_alloc(2 * 64 * sizeof(*w->stack));
+    w->order = line_alloc(cap * sizeof(*w->order));
+    w->few = line_alloc(cap * sizeof(*w->few));
+    w->assign = line_alloc(cap * sizeof(*w->assign));
+    w->sfx_bytes = line_alloc(cap * sizeof(*w->sfx_bytes));
+    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->assign &&
+                   w->sfx_bytes
+               ? 0
+               : SD_ENOMEM;
+}
+
+void ns_work_free(struct ns_work *w)
+{
+    ns_devs_free(&w->dv);
+    ns_devs_free(&w->snap);
+    free(w->comp);
+    free(w->fwd);
+    free(w->bwd);
+    free(w->stack);
+    free(w->order);
+    free(w->few);
+    free(w->assign);
+    free(w->sfx_bytes);
+}
+
+/* Loads a state's placement into w's devices. */
+void ns_devs_load(const struct ns *s, struct ns_work *w,
+                  const struct ns_state *st)
+{
+    size_t k;
+
+    /* The base holds the pinned tables and the scheme pass's shards. */
+    devs_copy(s, &w->dv, &s->base);
+    for (k = 0; k < st->np; k++)
+        if (!piece_pinned(s, k))
+            ns_devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
+                          +1);
+}
+
+/* The device the others wait for: max compute + backward comm. */
+int32_t ns_critical_device(const struct ns *s, struct ns_work *w)
+{
+    int32_t r, c = 0;
+
+    ns_devs_plan_ms(s, w);
+    for (r = 1; r < s->n; r++)
+        if (w->comp[r] + w->bwd[r] > w->comp[c] + w->bwd[c])
+            c = r;
+    return c;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Table-wise greedy grid search                                             */
+
+/*
+ * The cap refused a device (or a subtree of them) that would take the
+ * piece at a cap of `dims`: lowers *next_cap, and on the run's first
+ * refusal snapshots the devices as they are before piece k.  Recorded for
+ * every refused subtree whose least device could come before the one
+ * chosen: at most as large a next cap, at most as late a snapshot as the
+ * devices one by one would give (both are conservative: a looser cap then
+ * runs again, or resumes earlier, but never differs from a full run).
+ */
+static void refused(const struct ns *s, struct ns_work *w, size_t k,
+                    int64_t dims, double *next_cap)
+{
+    if ((double)dims < *next_cap)
+        *next_cap = (double)dims;
+    if (w->snap_taken)
+        return;
+    devs_copy(s, &w->snap, &w->dv);
+    w->snap_k = k;
+    w->snap_taken = true;
+}
+
+/*
+ * tree_pick() for a few devices (no tree: NS_SCAN_MAX or fewer): one pass
+ * over them, each refused one that comes before the chosen one recorded.
+ * The best so far is kept in locals: devices come in id order, so a later
+ * one is less only by (raw, mem), dev_less()'s id tie-break never taken.
+ */
+static int32_t scan_pick(const struct ns *s, struct ns_work *w, size_t k,
+                         const struct ns_sort *it, int64_t dim_lim,
+                         double *next_cap, int32_t lo, int32_t hi)
+{
+    const struct ns_devs *d = &w->dv;
+    int32_t r, best = -1;
+    /* Beaten by any device (raw is finite or -inf when empty). */
+    double best_raw = INFINITY;
+    uint64_t best_mem = UINT64_MAX;
+
+    for (r = lo; r < hi; r++) {
+        double raw = d->raw[r];
+        uint64_t mem = d->mem[r];
+
+        if (raw > best_raw || (raw == best_raw && mem >= best_mem) ||
+            mem + it->bytes > s->devmem[r])
+            continue;
+        if ((int64_t)d->dim[r] + it->cols > dim_lim) {
+            refused(s, w, k, (int64_t)d->dim[r] + it->cols, next_cap);
+            continue;
+        }
+        best = r;
+        best_raw = raw;
+        best_mem = mem;
+    }
+    return best;
+}
+
+/*
+ * The device piece k goes to: the least (raw, mem, id) of the devices with
+ * room for its bytes and its columns under dim_cap, found in the tree
+ * best-first, pruning subtrees that cannot hold it or cannot beat the best
+ * found.  -1 when none can take it.
+ */
+static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
+                         const struct ns_sort *it, int64_t dim_lim,
+                         double *next_cap)
+{
+    struct ns_devs *d = &w->dv;
+    int32_t *stack = w->stack, top = 0, best = -1;
+
+    if (d->size == 0)
+        return scan_pick(s, w, k, it, dim_lim, next_cap, 0, s->n);
+    stack[top++] = 1;
+    while (top > 0) {
+        int32_t i = stack[--top], r = d->least[i];
+
+        if (r < 0 || (best >= 0 && !dev_less(d, r, best)) ||
+            d->room[i] < it->bytes)
+            continue;
+        if ((int64_t)d->lowdim[i] + it->cols > dim_lim) {
+            refused(s, w, k, (int64_t)d->lowdim[i] + it->cols, next_cap);
+            continue;
+        }
+        if (i >= d->size) { /* a leaf: device r itself, and it fits */
+            best = r;
+            continue;
+        }
+        /* The child with the lesser device last, so it is looked at
+         * first; the other only if it may still beat what that gives. */
+        if (d->least[2 * i] >= 0 && d->least[2 * i + 1] >= 0 &&
+            dev_less(d, d->least[2 * i + 1], d->least[2 * i])) {
+            stack[top++] = 2 * i;
+            stack[top++] = 2 * i + 1;
+        } else {
+            stack[top++] = 2 * i + 1;
+            stack[top++] = 2 * i;
+        }
+    }
+    return best;
+}
+
+/* Asks for the next piece's projection while this one is placed: the
+ * levels of a few thousand tables outgrow the core's cache. */
+static void prefetch_level(const struct ns_level *lv)
+{
+#if defined(__GNUC__)
+    const char *p = (const char *)lv->proj;
+    size_t o;
+
+    for (o = 0; o < sizeof(lv->proj); o += 64)
+        __builtin_prefetch(p + o);
+#else
+    (void)lv;
+#endif
+}
+
+/*
+ * One greedy placement of the sorted free pieces under a dim cap of
+ * cap_scale x the mean (0: no cap), starting from the base devices: each
+ * piece goes to the least loaded device with room (neuroshard.md 6.3).  With
+ * `resume`, starts from the snapshot the previous (tighter) run took at its
+ * first refusal: up to there this run is the same. Writes w->assign; returns
+ * the plan cost or INFINITY.  *next_cap is the smallest dim cap at which any
+ * refused device would have been accepted (INFINITY: the cap refused none);
+ * every cap below it replays this run.
+ */
+static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
+                        double cap_scale, bool resume, double *next_cap)
+{
+    /* The columns a device may hold: cap_scale x the mean, rounded down
+     * (a device's columns are whole), or no limit. */
+    int64_t dim_lim =
+        cap_scale > 0 ? (int64_t)floor(cap_scale * s->dim_mean) : INT64_MAX;
+    struct ns_devs *d = &w->dv;
+    size_t k = 0;
+
+    *next_cap = INFINITY;
+    if (resume && w->snap_taken) {
+        devs_copy(s, d, &w->snap);
+        k = w->snap_k;
+    } else {
+        devs_copy(s, d, &s->base);
+    }
+    w->snap_taken = false;
+    w->greedy_runs++;
+    for (; k < np; k++) {
+        const struct ns_sort *it = &w->order[k];
+        const struct ns_level *lv = level_at(s, it->table, it->level);
+        int32_t h = s->host != NULL ? s->host[it->table] : -1,
+                L = s->t->devices_per_host, best;
+
+        if (k + 1 < np)
+            prefetch_level(level_at(s, it[1].table, it[1].level));
+        /* A table held to a host: its few devices, scanned. */
+        best = h >= 0 ? scan_pick(s, w, k, it, dim_lim, next_cap, h * L,
+                                  (h + 1) * L)
+                      : tree_pick(s, w, k, it, dim_lim, next_cap);
+
+        if (best < 0)
+            return INFINITY;
+        w->evaluations++;
+        ns_devs_apply(s, d, best, lv, +1);
+        w->assign[it->idx] = best;
+        /* Full for every piece left, under any cap: out of the run, so its
+         * low load does not lead the walk to it again and again. */
+        if (k + 1 < np && d->mem[best] + w->sfx_bytes[k + 1] > s->devmem[best])
+            tree_set(s, d, best, true);
+    }
+    return ns_devs_plan_ms(s, w);
+}
+
+/* Greedy order: costliest first, then larger, then table and level. */
+static int sort_cmp(const void *a, const void *b)
+{
+    const struct ns_sort *x = a, *y = b;
+
+    if (x->ms != y->ms)
+        return x->ms > y->ms ? -1 : 1;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    if (x->table != y->table)
+        return x->table < y->table ? -1 : 1;
+    if (x->level != y->level)
+        return x->level < y->level ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
+                               size_t k)
+{
+    const struct ns_level *lv = piece_level(s, &st->pc[k]);
+
+    return (struct ns_sort){lv->ms,          lv->bytes, st->pc[k].table,
+                            st->pc[k].level, lv->cols,  k};
+}
+
+/*
+ * w->order: st's free (not pinned) pieces in greedy order; returns their
+ * count.  Pieces [0, ntables) are the tables, at level 0 unless split; the
+ * root order (all at level 0) is sorted once, and a state merges its unsplit
+ * tables, in that order, with its few split pieces, sorted: O(pieces)
+ * instead of a sort.
+ */
+static size_t ns_order(const struct ns *s, struct ns_work *w,
+                       const struct ns_state *st)
+{
+    struct ns_sort *few = w->few;
+    size_t nfew = 0, nfree = st->np - s->npinned, k, i = 0, j = 0;
+
+    if (!s->root_order) {
+        for (k = 0, j = 0; k < st->np; k++)
+            if (!piece_pinned(s, k))
+                w->order[j++] = sort_key(s, st, k);
+        qsort(w->order, nfree, sizeof(*w->order), sort_cmp);
+        return nfree;
+    }
+    for (k = 0; k < st->np; k++)
+        if (k >= s->ntables || st->pc[k].level != 0)
+            few[nfew++] = sort_key(s, st, k);
+    qsort(few, nfew, sizeof(*few), sort_cmp);
+    for (k = 0; k < nfree; k++) {
+        while (i < s->nroot && st->pc[s->root_order[i].idx].level != 0)
+            i++;
+        if (i < s->nroot &&
+            (j == nfew || sort_cmp(&s->root_order[i], &few[j]) < 0))
+            w->order[k] = s->root_order[i++];
+        else
+            w->order[k] = few[j++];
+    }
+    return nfree;
+}
+
+/* Table-wise greedy grid search of one state: st->cost and st->assign. */
+void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st)
+{
+    double next_cap = INFINITY;
+    size_t nfree = ns_order(s, w, st), k;
+    int step;
+
+    for (k = nfree; k-- > 0;) {
+        uint64_t bytes = w->order[k].bytes;
+
+        w->sfx_bytes[k] = k + 1 == nfree || bytes < w->sfx_bytes[k + 1]
+                              ? bytes
+                              : w->sfx_bytes[k + 1];
+    }
+    w->states++;
+    st->cost = INFINITY;
+    if (s->n > NS_GRID_DEVICES) {
+        st->cost = ns_greedy(s, w, nfree, 0, false, &next_cap);
+        memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        return;
+    }
+    for (step = 0; step < NS_GRID_STEPS;) {
+        double c =
+            ns_greedy(s, w, nfree, 1.0 + 0.05 * step, step > 0, &next_cap);
+
+        if (c < st->cost) {
+            st->cost = c;
+            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        }
+        /* Skip the caps that refuse the same devices: they replay it. */
+        for (step++; step < NS_GRID_STEPS &&
+                     (1.0 + 0.05 * step) * s->dim_mean < next_cap;
+             step++)
+            ;
+    }
+    /* Where every capped run failed, the uncapped greedy may still fit. */
+    if (st->cost == INFINITY && next_cap < INFINITY) {
+        double c = ns_greedy(s, w, nfree, 0, true, &next_cap);
+
+        if (c < INFINITY) {
+            st->cost = c;
+            memcpy(st->assign, w->assign, st->np * sizeof(*st->assign));
+        }
+    }
+}
