@@ -90,7 +90,9 @@ struct kern_shard_desc {
      * and process, grows when a shard needs more, and is reused by every
      * later shard, so a multi-gigabyte table is not re-faulted per sample;
      * its values are then not `seed`'s, and tables of every dtype read the
-     * same bytes (the cpu arena is filled so that they are finite in each).
+     * same bytes (the cpu arena is filled so that they are finite and
+     * normal in each, and rows that a shard of another dtype updated are
+     * filled again before a shard reads them).
      * One arena shard per device at a time (SD_EBUSY otherwise).  Parity tests
      * leave this false.  The cuda backend does not have an arena yet and
      * allocates per shard (a cudaMalloc and an on-device fill, milliseconds

@@ -51,6 +51,12 @@
 #define CPU_FLUSH_DEFAULT (UINT64_C(64) << 20)
 #define CPU_FLUSH_MAX     (UINT64_C(1) << 30)
 
+/* Bytes of the arena per entry of its writers map (cpu_devmem), so the map
+ * is a 1,024th of the arena, and what the sanitiser rewrites at once
+ * (arena_sanitise()); the period of what it writes (arena_tile). */
+#define CPU_ARENA_BLOCK 1024
+#define CPU_ARENA_TILE  (16 * CPU_ARENA_BLOCK)
+
 /* Lookups to prefetch ahead in a bag: rows of big tables miss the caches,
  * and the next rows' addresses are known, so their loads can overlap. */
 #define CPU_PREFETCH 8
@@ -112,6 +118,11 @@ struct cpu_devmem {
     bool busy;            /* an arena shard is open */
     unsigned char *arena; /* arena_fill()'s words */
     uint64_t arena_bytes;
+    /* Per CPU_ARENA_BLOCK bytes of the arena: bit 1 << dtype for each
+     * dtype of an arena shard that has held the block since the arena was
+     * filled (0: its words are the fill's).  Read and written by the
+     * shard that holds the arena (busy), else under mu. */
+    uint8_t *writers;
     uint64_t *flush;
     size_t flush_words;
 };
@@ -860,11 +871,11 @@ static uint64_t arena_span(const struct kern_table_desc *td)
 }
 
 /*
- * Fills an arena of n words: small values like fresh weights, read as
- * fp32, fp16 or bf16 by the tables of later shards, wherever a table
- * starts.  Word e is the high half of seeded value e (uniform in [-0.01,
- * 0.01)) twice, so every 16-bit half is a finite, normal (or zero) value
- * in both 16-bit formats: as bf16 it is the value truncated; as fp16 its
+ * Fills words first .. end - 1 of an arena: small values like fresh
+ * weights, read as fp32, fp16 or bf16 by the tables of later shards,
+ * wherever a table starts.  Word e is the high half of seeded value e (uniform
+ * in [-0.01, 0.01)) twice, so every 16-bit half is a finite, normal (or zero)
+ * value in both 16-bit formats: as bf16 it is the value truncated; as fp16 its
  * exponent field is the top five bits of the fp32's, 12 to 15 for
  * magnitudes from 2^-30 to 0.01, a normal fp16 of magnitude 2^-3 to 2.
  * Filled with plain fp32 values, the low halves would be arbitrary bits:
@@ -874,14 +885,14 @@ static uint64_t arena_span(const struct kern_table_desc *td)
  * fp32 the words differ from the seeded values only in the low 16 mantissa
  * bits, which no timing depends on.
  */
-static void arena_fill(float *p, uint64_t n)
+static void arena_fill(float *arena, uint64_t first, uint64_t end)
 {
     uint64_t key = kern__stream_key(1, 0), e;
     uint32_t hi;
 
-    for (e = 0; e < n; e++) {
+    for (e = first; e < end; e++) {
         hi = sd_f32_bits(kern__value(key, e, KERN_WEIGHT_SCALE)) >> 16;
-        p[e] = sd_f32_of(hi << 16 | hi);
+        arena[e] = sd_f32_of(hi << 16 | hi);
     }
 }
 
@@ -908,6 +919,7 @@ static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
         rv = SD_EBUSY;
     } else if (need > m->arena_bytes) {
         unsigned char *w;
+        uint8_t *writers;
 
         /* Grow at least twofold so that a run of ever larger shards
          * refills the arena only a few times, within the cap. */
@@ -915,20 +927,166 @@ static int arena_acquire(int32_t device, const struct kern_shard_desc *desc)
             (cap == 0 || 2 * m->arena_bytes <= cap))
             need = 2 * m->arena_bytes;
         w = alloc_aligned(need);
-
-        if (w == NULL) {
+        writers =
+            calloc((size_t)((need + CPU_ARENA_BLOCK - 1) / CPU_ARENA_BLOCK), 1);
+        if (w == NULL || writers == NULL) {
+            free(w);
+            free(writers);
             rv = SD_ENOMEM;
         } else {
             free(m->arena);
+            free(m->writers);
             m->arena = w;
+            m->writers = writers;
             m->arena_bytes = need;
-            arena_fill((float *)(void *)w, need / sizeof(float));
+            arena_fill((float *)(void *)w, 0, need / sizeof(float));
         }
     }
     if (rv == 0)
         m->busy = true;
     pthread_mutex_unlock(&m->mu);
     return rv;
+}
+
+/*
+ * The fill's words of an arena's first CPU_ARENA_TILE bytes, made once:
+ * what the sanitiser writes (byte o of the arena gets the tile's byte o
+ * modulo its size), a copy from the caches instead of the fill's hash per
+ * word.
+ */
+static float arena_tile[CPU_ARENA_TILE / sizeof(float)];
+static pthread_once_t arena_tile_once = PTHREAD_ONCE_INIT;
+
+static void arena_tile_fill(void)
+{
+    arena_fill(arena_tile, 0, CPU_ARENA_TILE / sizeof(float));
+}
+
+/* Writes the tile's words over bytes [off, off + n) of m's arena: the
+ * tile's bytes at off modulo its size, and on. */
+static void arena_tile_copy(struct cpu_devmem *m, uint64_t off, uint64_t n)
+{
+    uint64_t at, k;
+
+    while (n > 0) {
+        at = off % CPU_ARENA_TILE;
+        k = CPU_ARENA_TILE - at < n ? CPU_ARENA_TILE - at : n;
+        memcpy(m->arena + off, (const unsigned char *)arena_tile + at,
+               (size_t)k);
+        off += k;
+        n -= k;
+    }
+}
+
+/* Whether a shard of dtype bit `own` may read bytes [off, off + n) of m's
+ * arena as they are: no shard of another dtype has held them since the
+ * fill. */
+static bool arena_clean_for(const struct cpu_devmem *m, uint64_t off,
+                            uint64_t n, unsigned own)
+{
+    uint64_t b, last = (off + n - 1) / CPU_ARENA_BLOCK;
+
+    for (b = off / CPU_ARENA_BLOCK; b <= last; b++)
+        if ((m->writers[b] & ~own) != 0)
+            return false;
+    return true;
+}
+
+/* The lookups of table tb read rows in blocks that a shard of another
+ * dtype has held: rewrites those blocks whole, which then count as filled
+ * (each is rewritten once however many lookups it has). */
+static void sanitise_blocks(struct cpu_devmem *m, const struct cpu_table *tb,
+                            uint64_t base, unsigned own)
+{
+    uint64_t off, b, last, n;
+    int64_t i;
+
+    for (i = 0; i < tb->nindices; i++) {
+        off = base + (uint64_t)(tb->indices[i] * tb->row_bytes);
+        last = (off + (uint64_t)tb->row_bytes - 1) / CPU_ARENA_BLOCK;
+        for (b = off / CPU_ARENA_BLOCK; b <= last; b++) {
+            if ((m->writers[b] & ~own) == 0)
+                continue;
+            n = m->arena_bytes - b * CPU_ARENA_BLOCK;
+            arena_tile_copy(m, b * CPU_ARENA_BLOCK,
+                            n < CPU_ARENA_BLOCK ? n : CPU_ARENA_BLOCK);
+            m->writers[b] = 0;
+        }
+    }
+}
+
+/* The same, for lookups sparse in a large table: rewrites only the rows
+ * (a row once per lookup), and the blocks keep their writers. */
+static void sanitise_rows(struct cpu_devmem *m, const struct cpu_table *tb,
+                          uint64_t base, unsigned own)
+{
+    uint64_t off, n = (uint64_t)tb->row_bytes;
+    int64_t i;
+
+    for (i = 0; i < tb->nindices; i++) {
+        if (i + CPU_PREFETCH < tb->nindices)
+            prefetch_row(tb, i + CPU_PREFETCH, 1);
+        off = base + (uint64_t)(tb->indices[i] * tb->row_bytes);
+        if (!arena_clean_for(m, off, n, own))
+            arena_tile_copy(m, off, n);
+    }
+}
+
+/*
+ * Before an arena shard runs: every row it reads holds values that are
+ * finite and normal (or zero) in its table's dtype, whatever shards of
+ * other dtypes did to those bytes.  The fill (arena_fill()) is normal as
+ * fp32, fp16 and bf16, but an SGD update rewrites a row in its own dtype
+ * only: after an fp32 update the low halves are arbitrary bits (as fp16 a
+ * NaN, Inf or subnormal one time in sixteen, as bf16 one in 128), after an
+ * fp16 update the values near zero are fp16 subnormals (bf16 and fp32
+ * subnormals when read as those).  The NaNs spread through the pooled sums
+ * into every row they update, a subnormal can take x86's slow path, and
+ * the fp16 and bf16 code branches on such values.  So the rows the
+ * shard's lookups read, where a shard of another dtype has held their
+ * block (CPU_ARENA_BLOCK bytes), get the fill's words again (the tile):
+ * whole blocks, which then count as filled, where the lookups' bytes
+ * cover the table's (a small or hot table); the rows alone where they are
+ * sparse in a large table.  Then the shard's tables mark their blocks
+ * with their dtypes.  Either way the pass writes no more than the smaller
+ * of the table and one step's lookups, and nothing while shards keep to
+ * one dtype.
+ *
+ * Why not DAZ/FTZ in the MXCSR around the timed steps instead: a set and
+ * a restore cost about 12 ns per timing, well below this pass (figures in
+ * docs/models.md, "Precisions"), but they only make subnormal inputs and
+ * results zero: the NaNs and Infs that an fp32 update leaves in fp16 and
+ * bf16 rows stay and spread, the bits are x86's alone, and the timed
+ * steps would compute other values than shard_step does.  Rewriting the
+ * rows gives a timing the values a fresh arena has.
+ */
+static void arena_sanitise(struct cpu_shard *s)
+{
+    struct cpu_devmem *m = &devmem[s->device];
+    const struct cpu_table *tb;
+    uint64_t base, span, b, last;
+    size_t t;
+
+    pthread_once(&arena_tile_once, arena_tile_fill);
+    for (t = 0; t < s->ntables; t++) {
+        tb = &s->tables[t];
+        base = (uint64_t)((const unsigned char *)tb->w - m->arena);
+        span = (uint64_t)(tb->rows * tb->row_bytes);
+        if ((uint64_t)tb->nindices * (uint64_t)tb->row_bytes >= span)
+            sanitise_blocks(m, tb, base, 1u << tb->dtype);
+        else
+            sanitise_rows(m, tb, base, 1u << tb->dtype);
+    }
+    /* Marked after every table is checked, so that two tables of this
+     * shard that share a block do not make each other rewrite it. */
+    for (t = 0; t < s->ntables; t++) {
+        tb = &s->tables[t];
+        base = (uint64_t)((const unsigned char *)tb->w - m->arena);
+        last =
+            (base + (uint64_t)(tb->rows * tb->row_bytes) - 1) / CPU_ARENA_BLOCK;
+        for (b = base / CPU_ARENA_BLOCK; b <= last; b++)
+            m->writers[b] |= (uint8_t)(1u << tb->dtype);
+    }
 }
 
 static void cpu_release(int32_t device)
@@ -941,7 +1099,9 @@ static void cpu_release(int32_t device)
     pthread_mutex_lock(&m->mu);
     if (!m->busy) {
         free(m->arena);
+        free(m->writers);
         m->arena = NULL;
+        m->writers = NULL;
         m->arena_bytes = 0;
     }
     pthread_mutex_unlock(&m->mu);
@@ -1019,6 +1179,8 @@ static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
         if (arena_w != NULL)
             arena_w += arena_span(&desc->tables[t]);
     }
+    if (s->arena)
+        arena_sanitise(s);
     npooled = (uint64_t)s->nbags * (uint64_t)s->width;
     s->pooled = alloc_aligned(npooled * sizeof(float));
     s->grad = alloc_aligned(npooled * sizeof(float));

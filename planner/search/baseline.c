@@ -1,6 +1,7 @@
 /*
  * The non-learned baselines (neuroshard.md 7): random and four LPT greedy
- * placements that differ only in the per-table cost they balance.
+ * placements that differ only in the per-table cost they balance; the two
+ * that balance lookups count a tiered table's host-link time too.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -232,6 +233,67 @@ static double greedy_cost(enum plan_alg alg, const struct table *t)
     }
 }
 
+/*
+ * The modelled host-link time (tier_shard_ms()) of table tb whole on one
+ * device at the tier the tier pass gave it: 0 in HBM.
+ */
+static double whole_tier_ms(const struct table *tb, const struct topology *t)
+{
+    struct shard s = {.col_width = tb->dim,
+                      .scheme = SCHEME_TW,
+                      .tier = tb->tier,
+                      .cache_load_factor = tb->cache_load_factor};
+
+    return tier_shard_ms(tb, &s, t);
+}
+
+/*
+ * lookup_greedy and size_lookup_greedy balance lookups, a proxy for a
+ * device's compute.  A table the tier pass moved off HBM (plan_run() runs
+ * it before the algorithm, which gets the tables with their tiers) also
+ * costs its device the host-link time of its misses, which the proxy does
+ * not see: blind to it, the LPT can stack the cold, cheap-looking UVM
+ * tables on the device the hot ones leave light.  So each table's cost
+ * gains its host-link ms in the proxy's units, at one rate for the task:
+ * the tables' summed cost over their summed compute ms, each table alone,
+ * by the compute model the caller plans with (o->net) or, without one,
+ * the analytic model.  The rate must come from the model that prices the
+ * plan: the analytic model's ms are a bandwidth bound well below the
+ * learned model's, and at its rate a plan that the learned model prices
+ * overweighs the host link (docs/models.md, "Memory tiers in the
+ * search").  With every table in HBM the costs stay as they were.
+ * size_greedy and dim_greedy balance bytes and columns, not time, and are
+ * left as they are.
+ */
+static void add_tier_time(const struct table *tables, size_t n,
+                          const struct topology *t,
+                          const struct plan_options *o, double *cost)
+{
+    double sum_cost = 0, sum_ms = 0, rate;
+    struct net_cost_model ncm;
+    const struct cost_model *m = &cost_model_analytic;
+    struct shard_item it;
+    size_t i;
+
+    for (i = 0; i < n && tables[i].tier == TIER_HBM; i++)
+        ;
+    if (i == n)
+        return;
+    if (o->net != NULL) {
+        net_cost_model_init(&ncm, o->net);
+        m = &ncm.cm;
+    }
+    for (i = 0; i < n; i++) {
+        it.table = &tables[i];
+        it.cols = tables[i].dim;
+        sum_cost += cost[i];
+        sum_ms += m->shard_ms(m->ctx, t, &it, 1);
+    }
+    rate = sum_ms > 0 ? sum_cost / sum_ms : 0;
+    for (i = 0; i < n; i++)
+        cost[i] += rate * whole_tier_ms(&tables[i], t);
+}
+
 int plan_baseline(const struct table *tables, size_t ntables,
                   const struct topology *t, const struct plan_options *o,
                   struct plan *out, struct sd_diag *d)
@@ -247,6 +309,9 @@ int plan_baseline(const struct table *tables, size_t ntables,
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     for (i = 0; i < ntables; i++)
         cost[i] = greedy_cost(o->alg, &tables[i]);
+    if (o->alg == PLAN_ALG_LOOKUP_GREEDY ||
+        o->alg == PLAN_ALG_SIZE_LOOKUP_GREEDY)
+        add_tier_time(tables, ntables, t, o, cost);
     rv = plan_greedy_lpt(tables, ntables, cost, o->pins, t, o->optimizer, out,
                          d);
     free(cost);

@@ -123,7 +123,8 @@ int plan_run(const struct table *tables, size_t ntables,
 /*
  * The non-learned baselines of neuroshard.md 7, table-wise only: random
  * (uniform over the devices with room) and LPT greedy by dim, size,
- * dim * pooling factor, or dim * pooling factor * log10(rows).  Unlike the
+ * dim * pooling factor, or dim * pooling factor * log10(rows), the last
+ * two plus a tiered table's host-link time (baseline.c).  Unlike the
  * original, a table that fits nowhere is an error, never an overflow onto
  * the last device.  *out is initialised here; same returns as plan_run().
  */

@@ -697,6 +697,140 @@ static void test_arena_half(const struct kern_backend *be, uint64_t seed)
     fixture_free(&f);
 }
 
+/* Of the rows table 0 of s reads (its desc td), the weights that are NaN,
+ * Inf or subnormal in its dtype (zero is fine): what the timed steps would
+ * read. */
+static int64_t abnormal_weights(const struct kern_backend *be,
+                                struct kern_shard *s,
+                                const struct kern_table_desc *td)
+{
+    int64_t n = td->rows * td->dim, i, c, bad = 0;
+    float *w = calloc((size_t)n, sizeof(float)), v;
+    float min_normal = td->dtype == KERN_DTYPE_FP16 ? 0x1p-14f : 0x1p-126f;
+
+    CHECK(be->shard_read_weights(s, 0, w) == 0);
+    for (i = 0; i < td->nindices; i++) {
+        for (c = 0; c < td->dim; c++) {
+            v = w[td->indices[i] * td->dim + c];
+            bad += !isfinite(v) || (v != 0.0f && fabsf(v) < min_normal);
+        }
+    }
+    free(w);
+    return bad;
+}
+
+/* One arena shard of one table of dtype dt over `span` bytes whose lookups
+ * read every stride-th row once per step, in row order: desc filled,
+ * offsets and indices in off and idx (big enough). */
+static void arena_table(struct kern_table_desc *td, struct kern_shard_desc *sd,
+                        enum kern_dtype dt, int64_t span, int64_t stride,
+                        int64_t *off, int64_t *idx, uint64_t seed)
+{
+    enum { DIM = 16, BAGS = 64 };
+    int64_t b, e;
+
+    memset(td, 0, sizeof(*td));
+    memset(sd, 0, sizeof(*sd));
+    td->dim = DIM;
+    td->dtype = dt;
+    td->rows = span / DIM / (int64_t)kern_dtype_size(dt);
+    td->nindices = (td->rows + stride - 1) / stride;
+    for (b = 0; b <= BAGS; b++)
+        off[b] = b * td->nindices / BAGS;
+    for (e = 0; e < td->nindices; e++)
+        idx[e] = e * stride;
+    td->offsets = off;
+    td->indices = idx;
+    sd->ntables = 1;
+    sd->tables = td;
+    sd->nbags = BAGS;
+    sd->learning_rate = 0.01f; /* as the profiler's */
+    sd->seed = seed;
+    sd->reuse_weights = true;
+}
+
+/*
+ * A profiling shard of one dtype over arena bytes that a shard of another
+ * dtype has just updated (every row, five SGD steps), as the profiler and
+ * shardctl eval time shards of mixed dtypes in one process: every weight
+ * the second shard's lookups read is finite and normal (or zero) in its
+ * own dtype, and its pooled outputs are finite.  The reader's lookups read
+ * every row (its lookups cover the table: the cpu backend rewrites whole
+ * blocks) or every fifth (sparse: it rewrites the rows).  Both shards take
+ * the same arena bytes, so the arena does not grow, and refill, between
+ * them.  An fp32 update leaves arbitrary low halves (a NaN, Inf or
+ * subnormal one time in sixteen as fp16, one in 128 as bf16); an fp16
+ * update leaves fp16 subnormals near zero, bf16 and fp32 subnormals when
+ * read as those.
+ */
+static void test_arena_mixed(const struct kern_backend *be, uint64_t seed)
+{
+    enum { SPAN = 1 << 20 /* bytes */, DIM = 16, BAGS = 64 };
+    static const enum kern_dtype all[] = {KERN_DTYPE_FP32, KERN_DTYPE_FP16,
+                                          KERN_DTYPE_BF16};
+    struct kern_timing_opts o;
+    struct kern_timing tm;
+    struct sd_diag d = {{0}};
+    int64_t *off = calloc(BAGS + 1, sizeof(int64_t));
+    int64_t *idx = calloc(SPAN / DIM / 2, sizeof(int64_t));
+    float *pooled = calloc((size_t)BAGS * DIM, sizeof(float));
+    size_t wi, ri;
+    int64_t e, stride;
+
+    kern_timing_opts_default(&o);
+    o.flush = false;
+    o.warmup = 2;
+    o.repeats = 3;
+    for (wi = 0; wi < 3; wi++) {
+        for (ri = 0; ri < 3; ri++) {
+            for (stride = 1; stride <= 5 && ri != wi; stride += 4) {
+                struct kern_table_desc td;
+                struct kern_shard_desc sd;
+                struct kern_shard *s = NULL;
+                int64_t bad, nonfinite = 0;
+
+                be->release(0);
+                arena_table(&td, &sd, all[wi], SPAN, 1, off, idx, seed);
+                CHECK(be->shard_open(0, &sd, &s, &d) == 0);
+                if (s == NULL) {
+                    fprintf(stderr, "arena shard_open: %s\n", d.msg);
+                    continue;
+                }
+                CHECK(be->shard_time(s, &o, &tm) == 0);
+                be->shard_close(s);
+
+                arena_table(&td, &sd, all[ri], SPAN, stride, off, idx, seed);
+                s = NULL;
+                CHECK(be->shard_open(0, &sd, &s, &d) == 0);
+                if (s == NULL) {
+                    fprintf(stderr, "arena shard_open: %s\n", d.msg);
+                    continue;
+                }
+                bad = abnormal_weights(be, s, &td);
+                CHECK(be->shard_step(s, pooled, NULL) == 0);
+                for (e = 0; e < (int64_t)BAGS * DIM; e++)
+                    nonfinite += !isfinite(pooled[e]);
+                if (bad != 0 || nonfinite != 0)
+                    fprintf(stderr,
+                            "arena: %s read (every %lld. row) after %s "
+                            "updates: %lld of %lld weights NaN, Inf or "
+                            "subnormal, %lld pooled outputs not finite\n",
+                            kern_dtype_name(all[ri]), (long long)stride,
+                            kern_dtype_name(all[wi]), (long long)bad,
+                            (long long)(td.nindices * DIM),
+                            (long long)nonfinite);
+                CHECK(bad == 0);
+                CHECK(nonfinite == 0);
+                be->shard_close(s);
+            }
+        }
+    }
+    be->release(0);
+    free(off);
+    free(idx);
+    free(pooled);
+}
+
 static void test_summarize(void)
 {
     double one[] = {4.0};
@@ -801,5 +935,6 @@ int main(int argc, char **argv)
     test_half_step(be, KERN_DTYPE_FP16, seed + 1);
     kern_cpu_use_f16c(true);
     test_arena_half(be, seed);
+    test_arena_mixed(be, seed);
     return tap_done();
 }

@@ -441,6 +441,92 @@ static void test_search_weighs_tiers(void)
     plan_destroy(&p);
 }
 
+/*
+ * The greedy baselines that balance lookups weigh the host-link time: on 2
+ * devices one hot table in HBM (pooling factor 64), a small one, and four
+ * cold ones (pooling factor 4) that their constraints hold in fused_uvm.
+ * With no compute net given, the planner converts the host-link time at
+ * the analytic model's rate, and the analytic model prices the plan: the
+ * four UVM tables' misses (1.46 ms each) then outweigh the hot table's
+ * compute (0.25 ms).  Balancing lookups alone, lookup_greedy and
+ * size_lookup_greedy put the hot table on one device and stack all four
+ * UVM tables on the other (5.98 ms); with their host-link time counted
+ * each device gets two, and the plan costs within 1 % of the best
+ * whole-table placement (all 64 tried).  With the embedded compute net
+ * given and pricing the plan, the hot table's compute is the larger cost
+ * and the UVM tables belong together: at the net's rate size_lookup_greedy
+ * puts the small table with the hot one and lands within 1 % of the best
+ * (10.77 ms), where blind to the tiers it adds it to the UVM tables (11.67
+ * ms) and at the analytic model's rate it would split them (14.01 ms).
+ */
+static void test_baselines_weigh_tiers(enum plan_alg alg, bool with_net)
+{
+    const size_t n = 6;
+    struct table ts[6], held[6];
+    struct table_constraint cons[6];
+    struct net_cost_model ncm;
+    const struct cost_model *m = &cost_model_analytic;
+    struct plan_options o;
+    struct topology topo;
+    struct sd_diag d = {{0}};
+    struct plan p;
+    int uvm_on[2] = {0, 0};
+    double best;
+    size_t i;
+
+    memset(ts, 0, sizeof(ts));
+    for (i = 0; i < n; i++) {
+        bool uvm = i >= 2;
+
+        snprintf(ts[i].name, sizeof(ts[i].name), "%s%zu", uvm ? "u" : "h", i);
+        ts[i].rows = uvm ? 1000000 : 100000;
+        ts[i].dim = 64;
+        ts[i].pooling_factor = uvm ? 4.0 : i == 0 ? 64.0 : 2.0;
+        ts[i].bins[0] = 0.6;
+        ts[i].bins[2] = 0.4;
+        cons[i] = (struct table_constraint){.host = -1,
+                                            .tiers = uvm ? 1u << TIER_UVM : 0};
+        held[i] = ts[i];
+        held[i].tier = uvm ? TIER_UVM : TIER_HBM;
+    }
+    topology_default(&topo, 2, 1ull << 30);
+    topo.batch_size = 4096;
+    topo.host_dram_bytes = 1ull << 34;
+    topo.host_link_bw = 8.0 * (double)(1ull << 30) / 1000.0;
+    plan_options_default(&o);
+    o.alg = alg;
+    o.constraints = cons;
+    if (with_net) {
+        o.net = net_embedded(&d);
+        if (o.net == NULL) {
+            CHECK(!"the embedded model loads");
+            return;
+        }
+        net_cost_model_init(&ncm, o.net);
+        m = &ncm.cm;
+    }
+    if (plan_run(ts, n, &topo, &o, m, &p, &d) != 0) {
+        CHECK(!"planned");
+        fprintf(stderr, "%s: %s\n", plan_alg_name(alg), d.msg);
+        return;
+    }
+    for (i = 0; i < p.nshards; i++) {
+        CHECK((p.shards[i].tier == TIER_UVM) == (p.shards[i].table >= 2));
+        if (p.shards[i].tier == TIER_UVM)
+            uvm_on[p.shards[i].device]++;
+    }
+    best = best_whole(held, n, &topo, m);
+    fprintf(stderr,
+            "# %s weighs tiers (%s): UVM tables %d and %d, plan %.4f ms, "
+            "best %.4f ms\n",
+            plan_alg_name(alg), with_net ? "net" : "analytic", uvm_on[0],
+            uvm_on[1], p.cost_ms, best);
+    if (!with_net)
+        CHECK(uvm_on[0] == 2 && uvm_on[1] == 2);
+    CHECK(p.cost_ms <= best * 1.01);
+    plan_destroy(&p);
+}
+
 int main(void)
 {
     test_miss_curve();
@@ -453,5 +539,8 @@ int main(void)
     test_comm_precision();
     test_json_tiers();
     test_search_weighs_tiers();
+    test_baselines_weigh_tiers(PLAN_ALG_LOOKUP_GREEDY, false);
+    test_baselines_weigh_tiers(PLAN_ALG_SIZE_LOOKUP_GREEDY, false);
+    test_baselines_weigh_tiers(PLAN_ALG_SIZE_LOOKUP_GREEDY, true);
     return tap_done();
 }
