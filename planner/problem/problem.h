@@ -417,6 +417,10 @@ uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
 double tier_shard_ms(const struct table *t, const struct shard *s,
                      const struct topology *topo);
 
+/* tier_shard_ms() of table t whole (table-wise) on one device, at the tier
+ * and load factor t carries. */
+double tier_table_ms(const struct table *t, const struct topology *topo);
+
 /* Shard s's cache load factor for outputs: the float it is kept in, to its
  * 6 significant digits (0.2, not 0.200000003). */
 double tier_load_factor(const struct shard *s);

@@ -104,3 +104,13 @@ double tier_shard_ms(const struct table *t, const struct shard *s,
     /* Forward: read the row; backward: read and write back its update. */
     return 3.0 * miss * lookups * row_bytes / topology_host_link_bw(topo);
 }
+
+double tier_table_ms(const struct table *t, const struct topology *topo)
+{
+    struct shard s = {.col_width = t->dim,
+                      .scheme = SCHEME_TW,
+                      .tier = t->tier,
+                      .cache_load_factor = t->cache_load_factor};
+
+    return tier_shard_ms(t, &s, topo);
+}

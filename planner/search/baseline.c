@@ -234,20 +234,6 @@ static double greedy_cost(enum plan_alg alg, const struct table *t)
 }
 
 /*
- * The modelled host-link time (tier_shard_ms()) of table tb whole on one
- * device at the tier the tier pass gave it: 0 in HBM.
- */
-static double whole_tier_ms(const struct table *tb, const struct topology *t)
-{
-    struct shard s = {.col_width = tb->dim,
-                      .scheme = SCHEME_TW,
-                      .tier = tb->tier,
-                      .cache_load_factor = tb->cache_load_factor};
-
-    return tier_shard_ms(tb, &s, t);
-}
-
-/*
  * lookup_greedy and size_lookup_greedy balance lookups, a proxy for a
  * device's compute.  A table the tier pass moved off HBM (plan_run() runs
  * it before the algorithm, which gets the tables with their tiers) also
@@ -291,7 +277,7 @@ static void add_tier_time(const struct table *tables, size_t n,
     }
     rate = sum_ms > 0 ? sum_cost / sum_ms : 0;
     for (i = 0; i < n; i++)
-        cost[i] += rate * whole_tier_ms(&tables[i], t);
+        cost[i] += rate * tier_table_ms(&tables[i], t);
 }
 
 int plan_baseline(const struct table *tables, size_t ntables,

@@ -54,17 +54,6 @@ static void set_level(struct table *tb, const struct table_constraint *c, int l)
     tb->cache_load_factor = (float)level_factor(c, l);
 }
 
-/* The modelled host-link time of tb whole on one device at its tier. */
-static double whole_ms(const struct table *tb, const struct topology *t)
-{
-    struct shard s = {.col_width = tb->dim,
-                      .scheme = SCHEME_TW,
-                      .tier = tb->tier,
-                      .cache_load_factor = tb->cache_load_factor};
-
-    return tier_shard_ms(tb, &s, t);
-}
-
 static const struct table_constraint *cons_of(const struct plan_options *o,
                                               size_t i)
 {
@@ -104,10 +93,10 @@ int tier_pass(struct table *tables, size_t n, const struct topology *t,
             if (l >= NLEVELS)
                 continue;
             before = shard_bytes(tb, tb->dim, o->optimizer);
-            ms0 = whole_ms(tb, t);
+            ms0 = tier_table_ms(tb, t);
             set_level(tb, c, l);
             after = shard_bytes(tb, tb->dim, o->optimizer);
-            ms1 = whole_ms(tb, t);
+            ms1 = tier_table_ms(tb, t);
             set_level(tb, c, at[i]);
             if (after >= before)
                 continue;
