@@ -139,6 +139,38 @@ size_t kern_dtype_size(enum kern_dtype dtype)
     }
 }
 
+const char *kern_tier_name(enum kern_tier tier)
+{
+    switch (tier) {
+    case KERN_TIER_HBM:
+        return "fused";
+    case KERN_TIER_UVM:
+        return "fused_uvm";
+    case KERN_TIER_UVM_CACHING:
+        return "fused_uvm_caching";
+    default:
+        return "?";
+    }
+}
+
+int kern__tiers_check(const struct kern_backend *be,
+                      const struct kern_shard_desc *desc, struct sd_diag *d)
+{
+    size_t t;
+
+    for (t = 0; t < desc->ntables; t++) {
+        if ((be->tiers & (1u << desc->tables[t].tier)) == 0)
+            return sd_diag_set(d, SD_EUNSUPPORTED,
+                               "tables[%zu]: %s is not timed on the %s "
+                               "backend, which times tables in device "
+                               "memory only: there its host-link time is "
+                               "modelled",
+                               t, kern_tier_name(desc->tables[t].tier),
+                               be->name);
+    }
+    return 0;
+}
+
 void kern_timing_opts_default(struct kern_timing_opts *o)
 {
     o->warmup = 5;
@@ -220,6 +252,29 @@ static int check_lookups(const struct kern_table_desc *tb, size_t t,
     return 0;
 }
 
+/* Checks table t's tier and cache rows. */
+static int check_tier(const struct kern_table_desc *tb, size_t t,
+                      struct sd_diag *d)
+{
+    if ((unsigned)tb->tier >= KERN_TIER_COUNT)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu]: tier %d is not fused, fused_uvm or "
+                           "fused_uvm_caching",
+                           t, (int)tb->tier);
+    if (tb->tier != KERN_TIER_UVM_CACHING && tb->cache_rows != 0)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu]: cache_rows %lld on a %s table (only "
+                           "fused_uvm_caching has a cache)",
+                           t, (long long)tb->cache_rows,
+                           kern_tier_name(tb->tier));
+    if (tb->cache_rows < 0 || tb->cache_rows > tb->rows)
+        return sd_diag_set(d, SD_EINVAL,
+                           "tables[%zu]: cache_rows %lld is not in [0, rows "
+                           "%lld]",
+                           t, (long long)tb->cache_rows, (long long)tb->rows);
+    return 0;
+}
+
 int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d)
 {
     const struct kern_table_desc *tb;
@@ -253,6 +308,9 @@ int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d)
                                "tables[%zu]: dtype %d is not fp32, fp16 or "
                                "bf16",
                                t, (int)tb->dtype);
+        rv = check_tier(tb, t, d);
+        if (rv != 0)
+            return rv;
         width += (uint64_t)tb->dim;
         if (!add_product(&bytes, (uint64_t)tb->rows,
                          (uint64_t)tb->dim * kern_dtype_size(tb->dtype)) ||
@@ -279,6 +337,33 @@ int32_t kern__shard_width(const struct kern_shard_desc *desc)
     return width;
 }
 
+uint64_t kern__device_rows(const struct kern_table_desc *tb)
+{
+    switch (tb->tier) {
+    case KERN_TIER_UVM:
+        return 0;
+    case KERN_TIER_UVM_CACHING:
+        return (uint64_t)tb->cache_rows;
+    default:
+        return (uint64_t)tb->rows;
+    }
+}
+
+uint64_t kern__shard_host_bytes(const struct kern_shard_desc *desc)
+{
+    const struct kern_table_desc *tb;
+    uint64_t bytes = 0;
+    size_t t;
+
+    for (t = 0; t < desc->ntables; t++) {
+        tb = &desc->tables[t];
+        if (tb->tier != KERN_TIER_HBM)
+            bytes += (uint64_t)tb->rows * (uint64_t)tb->dim *
+                     kern_dtype_size(tb->dtype);
+    }
+    return bytes;
+}
+
 uint64_t kern__shard_bytes(const struct kern_shard_desc *desc)
 {
     const struct kern_table_desc *tb;
@@ -287,8 +372,8 @@ uint64_t kern__shard_bytes(const struct kern_shard_desc *desc)
 
     for (t = 0; t < desc->ntables; t++) {
         tb = &desc->tables[t];
-        bytes +=
-            (uint64_t)tb->rows * (uint64_t)tb->dim * kern_dtype_size(tb->dtype);
+        bytes += kern__device_rows(tb) * (uint64_t)tb->dim *
+                 kern_dtype_size(tb->dtype);
         bytes += (uint64_t)tb->nindices * sizeof(int64_t);
         bytes += ((uint64_t)desc->nbags + 1) * sizeof(int64_t);
     }

@@ -70,8 +70,9 @@ static inline KERN_HOSTDEV float kern__value(uint64_t key, uint64_t e,
 
 /*
  * Checks a shard description: at least one table and one bag, rows >= 1,
- * dim a positive multiple of 4, a known dtype (which a backend may still
- * refuse), offsets starting at 0, non-decreasing and ending at nindices,
+ * dim a positive multiple of 4, a known dtype and tier (which a backend
+ * may still refuse), cache_rows in [0, rows] for a cache and 0 otherwise,
+ * offsets starting at 0, non-decreasing and ending at nindices,
  * every index in [0, rows), a finite learning rate, and sizes that do not
  * overflow.  Returns 0 or SD_EINVAL with d naming the table and field.
  */
@@ -82,12 +83,26 @@ int kern__shard_check(const struct kern_shard_desc *desc, struct sd_diag *d);
 int32_t kern__shard_width(const struct kern_shard_desc *desc);
 
 /*
- * Bytes a shard takes on a device: weights (kern_dtype_size() each),
- * indices, offsets and two nbags x width buffers (pooled output, timing
- * gradient).  desc must have passed kern__shard_check(), which guarantees
- * this does not overflow.
+ * Bytes a shard takes on a device: the weights its tables keep in device
+ * memory (kern_dtype_size() each: every row in HBM, a cache's rows, none
+ * for UVM), indices, offsets and two nbags x width buffers (pooled
+ * output, timing gradient).  desc must have passed kern__shard_check(),
+ * which guarantees this does not overflow.
  */
 uint64_t kern__shard_bytes(const struct kern_shard_desc *desc);
+
+/* Rows of a table in device memory: all of them in HBM, its cache for
+ * UVM caching, none for UVM. */
+uint64_t kern__device_rows(const struct kern_table_desc *tb);
+
+/* Bytes of weights a shard keeps in host memory: every row of its tables
+ * off HBM (a cache is a copy). */
+uint64_t kern__shard_host_bytes(const struct kern_shard_desc *desc);
+
+/* SD_EUNSUPPORTED, d naming the table and saying that its tier is
+ * modelled, for a table whose tier is not in be->tiers; else 0. */
+int kern__tiers_check(const struct kern_backend *be,
+                      const struct kern_shard_desc *desc, struct sd_diag *d);
 
 /* Where each layer's parameters start in a net's array (kernels.h). */
 struct kern__net_offsets {

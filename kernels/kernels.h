@@ -8,7 +8,10 @@
  * weights are stored in its dtype (fp32, fp16 or bf16, as TorchRec's TBE
  * keeps them); pooling and the SGD update are computed in fp32, and an
  * updated row is rounded back to its dtype (to nearest, ties to even), so
- * a shard of half-precision tables moves half the weight bytes.
+ * a shard of half-precision tables moves half the weight bytes.  A table
+ * may live in host memory instead of the device's (enum kern_tier: UVM,
+ * or UVM with a cache of its hottest rows in device memory), where a
+ * backend can time that; the cpu backend times device memory only.
  * Beside it: the compute cost model resident on a device and scored in
  * batches, sgemm for training it, collectives timed across devices, and
  * the idle gate's readings (docs/gpu.md); each has a cpu implementation
@@ -57,6 +60,25 @@ const char *kern_dtype_name(enum kern_dtype dtype);
 size_t kern_dtype_size(enum kern_dtype dtype);
 
 /*
+ * Where a table's weights live while it is timed (TorchRec's compute
+ * kernels; docs/api.md, "Memory tiers").  Zero is device memory: a
+ * zero-initialised table description, as every caller from before tiers
+ * makes, is in HBM.
+ */
+enum kern_tier {
+    KERN_TIER_HBM = 0,     /* device memory ("fused") */
+    KERN_TIER_UVM,         /* host memory the device reads and writes over its
+                            * link ("fused_uvm") */
+    KERN_TIER_UVM_CACHING, /* host memory, with cache_rows of its rows in
+                            * device memory ("fused_uvm_caching") */
+    KERN_TIER_COUNT
+};
+
+/* TorchRec's kernel names: "fused", "fused_uvm", "fused_uvm_caching" ("?"
+ * for another value). */
+const char *kern_tier_name(enum kern_tier tier);
+
+/*
  * One table of a shard: its geometry and one batch of lookups (CSR: bag b
  * of the batch reads indices[offsets[b] .. offsets[b+1])).  Every table of
  * a shard has the same number of bags (the batch size).  The arrays are
@@ -75,7 +97,36 @@ struct kern_table_desc {
      * NaN).  shard_read_weights returns them converted to fp32.  The cuda
      * backend takes fp32 only (SD_EUNSUPPORTED otherwise). */
     enum kern_dtype dtype;
+    /* Where the weights live.  A backend times the tiers in its `tiers`
+     * mask and refuses a table in another with SD_EUNSUPPORTED naming it
+     * (the cpu backend times HBM only: there the host tiers are modelled,
+     * planner/problem/tiers.c).  SGD keeps no optimizer state, so the
+     * weights are all a tier holds. */
+    enum kern_tier tier;
+    /* KERN_TIER_UVM_CACHING: rows held in device memory, in [0, rows]; the
+     * rest are read from host memory (kern_cache_layout() says which).  0
+     * for the other tiers. */
+    int64_t cache_rows;
 };
+
+/*
+ * The cache of a KERN_TIER_UVM_CACHING table t over its batch, as an ideal
+ * LFU whose contents do not change during the step (the assumptions of the
+ * planner's miss-rate curve, tier_miss_rate()): the rows the batch reads
+ * more than once fill it first, most-read first (ties: the lower row);
+ * the room left holds the other rows in order from row 0, which the
+ * batch's single reads hit only by chance (traces made from features
+ * spread their rows over the table by a random affine map).  FBGEMM's
+ * cache also admits missed rows, evicting others, which this does not:
+ * every miss reads host memory directly.
+ * cached (t->cache_rows entries, may be NULL) receives the cached rows,
+ * slot s holding row cached[s]; loc (t->nindices entries, may be NULL)
+ * each lookup's slot, or -1 where it misses; *nmiss (may be NULL) the
+ * lookups that miss.  t must have passed shard_open's checks.  Returns 0
+ * or SD_ENOMEM.  Pure; any thread.
+ */
+int kern_cache_layout(const struct kern_table_desc *t, int64_t *cached,
+                      int64_t *loc, int64_t *nmiss);
 
 struct kern_shard_desc {
     size_t ntables;
@@ -245,12 +296,17 @@ struct kern_backend {
     /* The weight types its kernels time, bit 1 << enum kern_dtype each
      * (fp32 always): a shard with another is refused SD_EUNSUPPORTED. */
     uint32_t dtypes;
+    /* The memory tiers its kernels time, bit 1 << enum kern_tier each (HBM
+     * always): a shard with a table in another is refused SD_EUNSUPPORTED
+     * naming the table. */
+    uint32_t tiers;
     /* Devices usable now (0 when, e.g., no GPU or no driver). */
     int (*device_count)(void);
     int (*device_info)(int32_t device, struct kern_device_info *out);
     /* Allocates weights (seeded) and copies inputs onto the device.  *out
      * owned by the caller, released with shard_close.  SD_ENOMEM when the
-     * shard does not fit, SD_EINVAL for a bad description. */
+     * shard does not fit, SD_EINVAL for a bad description, SD_EUNSUPPORTED
+     * for a dtype or tier outside dtypes and tiers. */
     int (*shard_open)(int32_t device, const struct kern_shard_desc *desc,
                       struct kern_shard **out, struct sd_diag *d);
     void (*shard_close)(struct kern_shard *s);

@@ -1135,6 +1135,8 @@ static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
         return sd_diag_set(d, SD_EINVAL, "cpu: no device %d (%d cores)",
                            (int)device, topo.ncores);
     rv = kern__shard_check(desc, d);
+    if (rv == 0)
+        rv = kern__tiers_check(&kern_backend_cpu, desc, d);
     if (rv != 0)
         return rv;
     need = kern__shard_bytes(desc);
@@ -1364,6 +1366,9 @@ const struct kern_backend kern_backend_cpu = {
     .name = "cpu",
     .dtypes =
         1u << KERN_DTYPE_FP32 | 1u << KERN_DTYPE_FP16 | 1u << KERN_DTYPE_BF16,
+    /* A core's tables are in its own memory: host-memory tiers are
+     * modelled on this backend (planner/problem/tiers.c), not timed. */
+    .tiers = 1u << KERN_TIER_HBM,
     .device_count = cpu_device_count,
     .device_info = cpu_device_info,
     .shard_open = cpu_shard_open,

@@ -7,7 +7,9 @@
  * tables' weights back to back, the lookups of all tables concatenated with
  * offsets rebased onto them (FBGEMM's layout), the pooled output and a
  * seeded timing gradient.  Weights are fp32: a table of another dtype is
- * refused until tbe.cu learns it.  Every call selects the shard's device
+ * refused until tbe.cu learns it.  A table off HBM (enum kern_tier) keeps
+ * its rows in pinned, mapped host memory instead, and a cache's rows in
+ * the shard's weights (tier_cuda.c).  Every call selects the shard's device
  * first, as calls come from worker threads.  CUDA errors become SD_ENOMEM
  * (failed allocations) or SD_EDEVICE here and nowhere else, with the error's
  * name and file:line in the sd_diag (the shard keeps the last one); nothing
@@ -33,10 +35,11 @@ struct cuda_shard {
     float lr;
     cudaStream_t stream;
     cudaEvent_t start, stop;
-    float *pooled;    /* device, nbags x width */
-    float *grad;      /* device, fixed timing gradient */
-    float *grad_step; /* device, shard_step's gradient */
-    void *flush;      /* device, 2 x L2, at first use */
+    float *pooled;                /* device, nbags x width */
+    float *grad;                  /* device, fixed timing gradient */
+    float *grad_step;             /* device, shard_step's gradient */
+    struct kern_cuda_tiers tiers; /* tables off HBM (zeroed: none) */
+    void *flush;                  /* device, 2 x L2, at first use */
     size_t flush_bytes;
     uint32_t flush_value;
     struct sd_diag diag; /* the last error's detail */
@@ -161,6 +164,7 @@ static void cuda_shard_close(struct kern_shard *ks)
     (void)cudaFree(s->grad);
     (void)cudaFree(s->grad_step);
     (void)cudaFree(s->flush);
+    kern_cuda__tiers_close(&s->tiers);
     if (s->start != NULL)
         (void)cudaEventDestroy(s->start);
     if (s->stop != NULL)
@@ -203,12 +207,14 @@ static int shard_layout(struct cuda_shard *s,
         s->tables[t].w_off = (int64_t)nw;
         s->tables[t].dim = desc->tables[t].dim;
         s->tables[t].col = col;
+        s->tables[t].tier = (int32_t)desc->tables[t].tier;
         s->rows[t] = desc->tables[t].rows;
         for (b = 0; b < desc->nbags; b++)
             off[t * (size_t)desc->nbags + (size_t)b] =
                 (int64_t)ni + desc->tables[t].offsets[b];
         col += desc->tables[t].dim;
-        nw += (uint64_t)desc->tables[t].rows * (uint64_t)desc->tables[t].dim;
+        nw +=
+            kern__device_rows(&desc->tables[t]) * (uint64_t)desc->tables[t].dim;
         ni += (uint64_t)desc->tables[t].nindices;
     }
     off[desc->ntables * (size_t)desc->nbags] = (int64_t)ni;
@@ -218,7 +224,8 @@ static int shard_layout(struct cuda_shard *s,
     return 0;
 }
 
-/* Allocates the device arrays of s and uploads and fills them. */
+/* Allocates the device arrays of s and uploads and fills them; the tables
+ * off HBM are kern_cuda__tiers_open()'s. */
 static int shard_upload(struct cuda_shard *s,
                         const struct kern_shard_desc *desc,
                         const int64_t *offsets, uint64_t nw, uint64_t ni,
@@ -250,9 +257,13 @@ static int shard_upload(struct cuda_shard *s,
     indices = (int64_t *)s->tbe.indices;
     for (t = 0; t < desc->ntables; t++) {
         td = &desc->tables[t];
+        base += (uint64_t)td->nindices;
+        if (td->tier != KERN_TIER_HBM)
+            continue;
         if (td->nindices > 0)
             rv = KERN_CUDA_STATUS(
-                d, cudaMemcpyAsync(indices + base, td->indices,
+                d, cudaMemcpyAsync(indices + base - (uint64_t)td->nindices,
+                                   td->indices,
                                    (size_t)td->nindices * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, s->stream));
         if (rv == 0)
@@ -263,12 +274,16 @@ static int shard_upload(struct cuda_shard *s,
                                   KERN_WEIGHT_SCALE, s->stream));
         if (rv != 0)
             return rv;
-        base += (uint64_t)td->nindices;
     }
-    rv =
-        KERN_CUDA_STATUS(d, cudaMemcpyAsync((void *)s->tbe.offsets, offsets,
-                                            noff * sizeof(int64_t),
-                                            cudaMemcpyHostToDevice, s->stream));
+    s->tbe.tiered = kern_cuda__tiered(desc);
+    if (s->tbe.tiered)
+        rv = kern_cuda__tiers_open(&s->tiers, desc, s->tables, s->tbe.weights,
+                                   indices, s->stream, d);
+    if (rv == 0)
+        rv = KERN_CUDA_STATUS(
+            d, cudaMemcpyAsync((void *)s->tbe.offsets, offsets,
+                               noff * sizeof(int64_t), cudaMemcpyHostToDevice,
+                               s->stream));
     if (rv == 0)
         rv = KERN_CUDA_STATUS(
             d, cudaMemcpyAsync((void *)s->tbe.tables, s->tables,
@@ -324,6 +339,8 @@ static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
     if (rv != 0)
         return rv;
     rv = fp32_only(desc, d);
+    if (rv == 0)
+        rv = kern__tiers_check(&kern_backend_cuda, desc, d);
     if (rv != 0)
         return rv;
     rv = KERN_CUDA_STATUS(d, cudaSetDevice(device));
@@ -332,13 +349,15 @@ static int cuda_shard_open(int32_t device, const struct kern_shard_desc *desc,
         rv = KERN_CUDA_STATUS(d, cudaMemGetInfo(&free_b, &total_b));
     if (rv != 0)
         return rv;
-    need = kern__shard_bytes(desc);
+    need = kern__shard_bytes(desc); /* in device memory: the tiers' share */
     if (need > free_b)
-        return sd_diag_set(d, SD_ENOMEM,
-                           "cuda device %d: shard needs %llu MiB, "
-                           "%llu MiB free",
-                           (int)device, (unsigned long long)(need >> 20),
-                           (unsigned long long)(free_b >> 20));
+        return sd_diag_set(
+            d, SD_ENOMEM,
+            "cuda device %d: shard needs %llu MiB, "
+            "%llu MiB free (and %llu MiB of host memory)",
+            (int)device, (unsigned long long)(need >> 20),
+            (unsigned long long)(free_b >> 20),
+            (unsigned long long)(kern__shard_host_bytes(desc) >> 20));
 
     s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -413,6 +432,9 @@ static int cuda_shard_step(struct kern_shard *ks, float *pooled,
     if (rv == 0)
         rv = KERN_CUDA_STATUS(
             d, kern_cuda_tbe_backward_sgd(&s->tbe, g, s->lr, s->stream));
+    if (rv == 0)
+        rv = KERN_CUDA_STATUS(d, kern_cuda_tbe_host_sgd(&s->tbe, &s->tiers.rows,
+                                                        g, s->lr, s->stream));
     if (rv == 0 && pooled != NULL)
         rv = KERN_CUDA_STATUS(d, cudaMemcpyAsync(pooled, s->pooled, bytes,
                                                  cudaMemcpyDeviceToHost,
@@ -431,6 +453,9 @@ static int cuda_shard_read_weights(struct kern_shard *ks, size_t t, float *out)
     if (t >= s->ntables)
         return SD_EINVAL;
     rv = KERN_CUDA_STATUS(d, cudaSetDevice(s->device));
+    if (rv == 0 && s->tables[t].tier != KERN_TIER_HBM)
+        return kern_cuda__tiers_read(&s->tiers, t, &s->tables[t], s->rows[t],
+                                     s->tbe.weights, out, s->stream, d);
     if (rv == 0)
         rv = KERN_CUDA_STATUS(
             d, cudaMemcpyAsync(out, s->tbe.weights + s->tables[t].w_off,
@@ -469,6 +494,10 @@ static int enqueue_step(struct cuda_shard *s)
         rv = KERN_CUDA_STATUS(
             &s->diag,
             kern_cuda_tbe_backward_sgd(&s->tbe, s->grad, s->lr, s->stream));
+    if (rv == 0) /* the rows in host memory: nothing for an all-HBM shard */
+        rv = KERN_CUDA_STATUS(
+            &s->diag, kern_cuda_tbe_host_sgd(&s->tbe, &s->tiers.rows, s->grad,
+                                             s->lr, s->stream));
     return rv;
 }
 
@@ -539,6 +568,10 @@ static int cuda_shard_time(struct kern_shard *ks,
 const struct kern_backend kern_backend_cuda = {
     .name = "cuda",
     .dtypes = 1u << KERN_DTYPE_FP32, /* tbe.cu: fp32 weights only */
+    /* Host memory pinned and mapped, a cache's rows in device memory
+     * (tier_cuda.c): compiled, not yet run on a GPU (docs/gpu.md). */
+    .tiers =
+        1u << KERN_TIER_HBM | 1u << KERN_TIER_UVM | 1u << KERN_TIER_UVM_CACHING,
     .device_count = cuda_device_count,
     .device_info = cuda_device_info,
     .shard_open = cuda_shard_open,

@@ -24,9 +24,14 @@ extern "C" {
 
 /* One table of a shard on the device. */
 struct kern_cuda_table {
-    int64_t w_off; /* first weight of the table in the shard's weights */
+    int64_t w_off; /* first weight of the table's rows in device memory in
+                    * the shard's weights: all of them (HBM), its cache (UVM
+                    * caching), none (UVM) */
+    float *host;   /* UVM tiers: all its rows in mapped host memory, at the
+                    * address the device reads them by; NULL in HBM */
     int32_t dim;   /* columns, a multiple of 4 */
     int32_t col;   /* first column of the table in a pooled row */
+    int32_t tier;  /* enum kern_tier */
 };
 
 /*
@@ -34,26 +39,64 @@ struct kern_cuda_table {
  * Bag w = t * nbags + b (table t, bag b) reads
  * indices[offsets[w] .. offsets[w + 1]): every table has nbags bags, so
  * the flattened bag index is its own per-table prefix and a warp finds its
- * table by one division.
+ * table by one division.  A table in HBM has its lookups' rows there; a
+ * table off HBM has each lookup's location instead: a row of its device
+ * memory (its cache slot, >= 0) or -(row + 1) for a row read from host
+ * memory (every lookup of a UVM table), so the kernels pick the pointer
+ * by the sign.
  */
 struct kern_cuda_tbe {
-    float *weights;                       /* all tables, back to back */
+    float *weights;                       /* device rows, back to back */
     const int64_t *indices;               /* all tables' lookups */
     const int64_t *offsets;               /* ntables * nbags + 1 */
     const struct kern_cuda_table *tables; /* ntables, on the device */
     int64_t nbags;
     int32_t ntables;
-    int32_t width; /* columns of a pooled row: sum of dims */
+    int32_t width;  /* columns of a pooled row: sum of dims */
+    int32_t tiered; /* some table is off HBM: the kernels that read host
+                     * memory (otherwise those of an all-HBM shard, as
+                     * before tiers) */
+};
+
+/*
+ * The lookups that read host memory, grouped by row for the backward:
+ * unique host row u is row row[u] of table table[u], read by the lookups
+ * of bags bag[seg[u] .. seg[u + 1]) (in bag order).  A warp adds all of a
+ * row's updates and writes it once, so nothing crosses the link
+ * atomically and each row read is read and written once a step (FBGEMM's
+ * backward, sorted by row, does the same).
+ */
+struct kern_cuda_host_rows {
+    const int64_t *seg;   /* nrows + 1 */
+    const int64_t *row;   /* nrows */
+    const int32_t *table; /* nrows */
+    const int64_t *bag;   /* seg[nrows] */
+    int64_t nrows;
 };
 
 /* Forward: pooled (nbags x width) = per-bag sums of rows. */
 cudaError_t kern_cuda_tbe_forward(const struct kern_cuda_tbe *a, float *pooled,
                                   cudaStream_t stream);
 
-/* Backward + exact SGD: each lookup (b, i) adds -lr * grad[b] to row i. */
+/* Backward + exact SGD: each lookup (b, i) adds -lr * grad[b] to row i;
+ * in a tiered shard only the rows in device memory (the host rows are
+ * kern_cuda_tbe_host_sgd()'s). */
 cudaError_t kern_cuda_tbe_backward_sgd(const struct kern_cuda_tbe *a,
                                        const float *grad, float lr,
                                        cudaStream_t stream);
+
+/* Backward + exact SGD of the rows read from host memory (none: nothing
+ * launched). */
+cudaError_t kern_cuda_tbe_host_sgd(const struct kern_cuda_tbe *a,
+                                   const struct kern_cuda_host_rows *h,
+                                   const float *grad, float lr,
+                                   cudaStream_t stream);
+
+/* p[s * dim + c] = kern__value(key, rows[s] * dim + c, scale) for s <
+ * nrows, c < dim: a cache's slots filled with its rows' initial values. */
+cudaError_t kern_cuda_fill_rows(float *p, const int64_t *rows, uint64_t nrows,
+                                int32_t dim, uint64_t key, float scale,
+                                cudaStream_t stream);
 
 /* p[e] = kern__value(key, e, scale) for e < n (kern_internal.h). */
 cudaError_t kern_cuda_fill(float *p, uint64_t n, uint64_t key, float scale,
@@ -121,6 +164,52 @@ int64_t kern_cuda__idle_ms(int32_t device);
 enum kern_cuda_lib { KERN_LIB_CUBLAS, KERN_LIB_NCCL, KERN_LIB_NVML };
 int kern_cuda__lib(enum kern_cuda_lib lib, void *const **syms,
                    struct sd_diag *d);
+
+/*
+ * What a shard keeps for its tables off HBM (tier_cuda.c): their rows in
+ * pinned, mapped host memory, each cache's rows, and the host reads
+ * grouped by row for the backward.
+ */
+struct kern_cuda_tiers {
+    float *host;      /* every tiered table's rows, back to back */
+    float *host_dev;  /* the same, as the device addresses it */
+    int64_t *h_off;   /* per table: its first weight in host */
+    int64_t **cached; /* per table: the row in each cache slot (UVM caching;
+                       * else NULL) */
+    int64_t *ncached; /* per table: its cache's slots */
+    size_t ntables;
+    struct kern_cuda_host_rows rows; /* device arrays */
+};
+
+/* Whether some table of desc is off HBM. */
+bool kern_cuda__tiered(const struct kern_shard_desc *desc);
+
+/*
+ * Sets up desc's tables off HBM on the current device: pins and maps their
+ * host memory (tables[t].host, the host copy of the shard's table array,
+ * which the caller uploads afterwards), writes each one's lookup locations
+ * into its part of the device's indices (the tables' lookups back to back)
+ * and fills its host rows and its cache's slots in weights (at
+ * tables[t].w_off) with the seeded initial values.  Synchronises stream.
+ * On failure the caller still kern_cuda__tiers_close()s tr.  Returns 0,
+ * SD_ENOMEM or SD_EDEVICE with d set.
+ */
+int kern_cuda__tiers_open(struct kern_cuda_tiers *tr,
+                          const struct kern_shard_desc *desc,
+                          struct kern_cuda_table *tables, float *weights,
+                          int64_t *indices, cudaStream_t stream,
+                          struct sd_diag *d);
+
+/* Table t's rows (rows x tb->dim) into out: its host rows with its
+ * cache's slots over them.  Synchronises stream. */
+int kern_cuda__tiers_read(const struct kern_cuda_tiers *tr, size_t t,
+                          const struct kern_cuda_table *tb, int64_t rows,
+                          const float *weights, float *out, cudaStream_t stream,
+                          struct sd_diag *d);
+
+/* Frees what kern_cuda__tiers_open() allocated; zeroes tr.  Safe on a
+ * zeroed tr. */
+void kern_cuda__tiers_close(struct kern_cuda_tiers *tr);
 
 /* The backend's ops beyond the embedding bag (kernels.h's vtable). */
 int kern_cuda_net_open(int32_t device, const struct kern_net_dims *dims,

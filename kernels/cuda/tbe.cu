@@ -14,6 +14,12 @@
  * Above 64 columns (one group) a bag's rows are added in index order,
  * exactly as the cpu backend adds them; narrower tables differ from it by
  * fp32 rounding order only.
+ *
+ * A shard with a table off HBM runs the kernels' TIERED instances: a
+ * negative location reads the row from mapped host memory (plain loads,
+ * not the read-only path), and the backward leaves such rows to
+ * tbe_host_sgd_kernel, which writes each once.  An all-HBM shard runs the
+ * other instances, the code from before tiers.
  */
 #include "cuda_internal.h"
 #include "kern_internal.h"
@@ -98,11 +104,13 @@ warp_job_get(const struct kern_cuda_tbe &a)
     return j;
 }
 
+template <bool TIERED>
 __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
     tbe_forward_kernel(struct kern_cuda_tbe a, float *__restrict__ pooled)
 {
     struct warp_job j = warp_job_get(a);
     const float4 *__restrict__ w;
+    const float4 *h; /* the table's rows in host memory (TIERED) */
     float4 *out;
     int64_t start, end, l0, mine, idx;
     int32_t c0, v;
@@ -112,6 +120,7 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
     if (!j.valid) /* uniform across the warp */
         return;
     w = (const float4 *)(a.weights + j.tb.w_off);
+    h = (const float4 *)j.tb.host;
     out = (float4 *)(pooled + j.b * a.width + j.tb.col);
     start = a.offsets[j.bag];
     end = a.offsets[j.bag + 1];
@@ -129,6 +138,15 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
                 idx = __shfl_sync(FULL_MASK, mine, jj);
                 if (jj >= n)
                     continue;
+                if (TIERED && idx < 0) { /* over the link */
+#pragma unroll
+                    for (k = 0; k < VEC; k++) {
+                        v = c0 + j.sub + k * j.g;
+                        if (v < j.nvec)
+                            add4(acc[k], h[(-idx - 1) * j.nvec + v]);
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (k = 0; k < VEC; k++) {
                     v = c0 + j.sub + k * j.g;
@@ -161,8 +179,11 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
  * row's gradient first and stepping once.  FBGEMM sorts the indices and
  * reduces per row segment instead, which is deterministic and avoids
  * contention on hot rows; atomics are simpler, exact up to fp32 rounding
- * order, and fine for measuring a shard's cost.
+ * order, and fine for measuring a shard's cost.  TIERED: the rows read
+ * from host memory are skipped (every lookup of a UVM table: its warps
+ * return at once), tbe_host_sgd_kernel's.
  */
+template <bool TIERED>
 __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
     tbe_backward_sgd_kernel(struct kern_cuda_tbe a,
                             const float *__restrict__ grad, float lr)
@@ -174,8 +195,8 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
     int32_t c0, v;
     int n, j0, jj, k, lane = (int)threadIdx.x;
 
-    if (!j.valid)
-        return;
+    if (!j.valid || (TIERED && j.tb.tier == KERN_TIER_UVM))
+        return; /* uniform across the warp */
     w = (float4 *)(a.weights + j.tb.w_off);
     g = (const float4 *)(grad + j.b * a.width + j.tb.col);
     start = a.offsets[j.bag];
@@ -199,7 +220,7 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
             for (j0 = 0; j0 < n; j0 += j.ngroups) {
                 jj = j0 + j.group;
                 idx = __shfl_sync(FULL_MASK, mine, jj);
-                if (jj >= n)
+                if (jj >= n || (TIERED && idx < 0))
                     continue;
 #pragma unroll
                 for (k = 0; k < VEC; k++) {
@@ -212,6 +233,42 @@ __global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
     }
 }
 
+/*
+ * Backward + exact SGD of the rows in host memory: one warp a unique row,
+ * its lanes over the row's float4s; each reads its part of the row once
+ * over the link, adds -lr * grad of every bag that read the row, in bag
+ * order (as the cpu backend steps a row, lookup by lookup), and writes it
+ * back once.  Rows are unique, so no two warps write the same one.
+ */
+__global__ void __launch_bounds__(WARP *WARPS_PER_BLOCK)
+    tbe_host_sgd_kernel(struct kern_cuda_tbe a, struct kern_cuda_host_rows h,
+                        const float *__restrict__ grad, float lr)
+{
+    int64_t u = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.y, l;
+    struct kern_cuda_table tb;
+    const float4 *g;
+    float4 *row, acc, x;
+    int32_t nvec, v;
+
+    if (u >= h.nrows)
+        return;
+    tb = a.tables[h.table[u]];
+    nvec = tb.dim / 4;
+    row = (float4 *)tb.host + h.row[u] * nvec;
+    for (v = (int32_t)threadIdx.x; v < nvec; v += WARP) {
+        acc = row[v];
+        for (l = h.seg[u]; l < h.seg[u + 1]; l++) {
+            g = (const float4 *)(grad + h.bag[l] * a.width + tb.col);
+            x = g[v];
+            acc.x += -lr * x.x;
+            acc.y += -lr * x.y;
+            acc.z += -lr * x.z;
+            acc.w += -lr * x.w;
+        }
+        row[v] = acc;
+    }
+}
+
 __global__ void fill_kernel(float *p, uint64_t n, uint64_t key, float scale)
 {
     uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -219,6 +276,19 @@ __global__ void fill_kernel(float *p, uint64_t n, uint64_t key, float scale)
 
     for (; e < n; e += stride)
         p[e] = kern__value(key, e, scale);
+}
+
+__global__ void fill_rows_kernel(float *p, const int64_t *rows, uint64_t n,
+                                 int32_t dim, uint64_t key, float scale)
+{
+    uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x, s, c;
+
+    for (; e < n * (uint64_t)dim; e += stride) {
+        s = e / (uint64_t)dim;
+        c = e - s * (uint64_t)dim;
+        p[e] = kern__value(key, (uint64_t)rows[s] * (uint64_t)dim + c, scale);
+    }
 }
 
 __global__ void flush_kernel(uint4 *p, size_t n, uint32_t value)
@@ -253,7 +323,12 @@ extern "C" cudaError_t kern_cuda_tbe_forward(const struct kern_cuda_tbe *a,
 {
     dim3 block(WARP, WARPS_PER_BLOCK);
 
-    tbe_forward_kernel<<<tbe_blocks(a), block, 0, stream>>>(*a, pooled);
+    if (a->tiered)
+        tbe_forward_kernel<true>
+            <<<tbe_blocks(a), block, 0, stream>>>(*a, pooled);
+    else
+        tbe_forward_kernel<false>
+            <<<tbe_blocks(a), block, 0, stream>>>(*a, pooled);
     return cudaGetLastError();
 }
 
@@ -263,7 +338,42 @@ extern "C" cudaError_t kern_cuda_tbe_backward_sgd(const struct kern_cuda_tbe *a,
 {
     dim3 block(WARP, WARPS_PER_BLOCK);
 
-    tbe_backward_sgd_kernel<<<tbe_blocks(a), block, 0, stream>>>(*a, grad, lr);
+    if (a->tiered)
+        tbe_backward_sgd_kernel<true>
+            <<<tbe_blocks(a), block, 0, stream>>>(*a, grad, lr);
+    else
+        tbe_backward_sgd_kernel<false>
+            <<<tbe_blocks(a), block, 0, stream>>>(*a, grad, lr);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t
+kern_cuda_tbe_host_sgd(const struct kern_cuda_tbe *a,
+                       const struct kern_cuda_host_rows *h, const float *grad,
+                       float lr, cudaStream_t stream)
+{
+    dim3 block(WARP, WARPS_PER_BLOCK);
+    uint64_t blocks =
+        ((uint64_t)h->nrows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+
+    if (h->nrows == 0)
+        return cudaSuccess;
+    tbe_host_sgd_kernel<<<(unsigned int)blocks, block, 0, stream>>>(*a, *h,
+                                                                    grad, lr);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t kern_cuda_fill_rows(float *p, const int64_t *rows,
+                                           uint64_t nrows, int32_t dim,
+                                           uint64_t key, float scale,
+                                           cudaStream_t stream)
+{
+    uint64_t n = nrows * (uint64_t)dim;
+
+    if (n == 0)
+        return cudaSuccess;
+    fill_rows_kernel<<<stride_blocks(n), 256, 0, stream>>>(p, rows, nrows, dim,
+                                                           key, scale);
     return cudaGetLastError();
 }
 

@@ -4,9 +4,12 @@
  * weights after two exact-SGD steps within 1e-4 relative (atomics and the
  * grouped reduction of narrow tables change the fp32 rounding order), on a
  * few shard shapes with empty bags and hot, duplicated rows; a timed run;
- * fp16 and bf16 tables refused.  Exits 77 (skipped) where the cuda backend
- * is not built or no GPU answers.  Randomised: prints its seed; `-s SEED`
- * replays one.
+ * fp16 and bf16 tables refused.  The same with the tables spread over the
+ * memory tiers (HBM, fused_uvm in mapped host memory, fused_uvm_caching
+ * with a quarter of the rows cached): the same values as the cpu backend
+ * computes with every table in HBM, as tiers move bytes, not results.  Exits 77
+ * (skipped) where the cuda backend is not built or no GPU answers.  Randomised:
+ * prints its seed; `-s SEED` replays one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -145,8 +148,22 @@ static void compare_weights(const struct kern_backend *cuda,
     }
 }
 
+/* Table t of the tiered run: HBM, fused_uvm, fused_uvm_caching in turn. */
+static void spread_tiers(struct lookups *l)
+{
+    size_t t;
+
+    for (t = 0; t < l->desc.ntables; t++) {
+        l->tables[t].tier = (enum kern_tier)(t % 3);
+        if (l->tables[t].tier == KERN_TIER_UVM_CACHING)
+            l->tables[t].cache_rows = l->tables[t].rows / 4;
+    }
+}
+
+/* cuda with the tables in `tiered` (spread over the tiers or not) against
+ * cpu with them in HBM. */
 static void test_shape(const struct kern_backend *cuda, const struct shape *sh,
-                       uint64_t seed)
+                       uint64_t seed, bool tiered)
 {
     const struct kern_backend *cpu = &kern_backend_cpu;
     struct kern_shard *gs = NULL, *cs = NULL;
@@ -163,10 +180,12 @@ static void test_shape(const struct kern_backend *cuda, const struct shape *sh,
     grad = calloc((size_t)n, sizeof(float));
     gp = calloc((size_t)n, sizeof(float));
     cp = calloc((size_t)n, sizeof(float));
+    CHECK(cpu->shard_open(0, &l.desc, &cs, &d) == 0);
+    if (tiered)
+        spread_tiers(&l);
     CHECK(cuda->shard_open(0, &l.desc, &gs, &d) == 0);
     if (gs == NULL)
         fprintf(stderr, "cuda shard_open: %s\n", d.msg);
-    CHECK(cpu->shard_open(0, &l.desc, &cs, &d) == 0);
     if (gs == NULL || cs == NULL)
         goto out;
 
@@ -185,8 +204,8 @@ static void test_shape(const struct kern_backend *cuda, const struct shape *sh,
     CHECK(cuda->shard_time(gs, &o, &tm) == 0);
     CHECK(tm.repeats == 5 && tm.median_ms > 0.0);
     CHECK(tm.min_ms <= tm.median_ms && tm.median_ms <= tm.max_ms);
-    printf("shape %d tables, %lld bags: cuda median %.4f ms\n", sh->ntables,
-           (long long)sh->nbags, tm.median_ms);
+    printf("shape %d tables, %lld bags%s: cuda median %.4f ms\n", sh->ntables,
+           (long long)sh->nbags, tiered ? " (tiers spread)" : "", tm.median_ms);
 out:
     if (gs != NULL)
         cuda->shard_close(gs);
@@ -242,7 +261,9 @@ int main(int argc, char **argv)
     printf("device 0: %s, %llu MiB\n", info.name,
            (unsigned long long)(info.mem_bytes >> 20));
     for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-        test_shape(cuda, &shapes[i], seed + i);
+        test_shape(cuda, &shapes[i], seed + i, false);
+    for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        test_shape(cuda, &shapes[i], seed + i, true);
     test_refuses_half(cuda, seed);
     return tap_done();
 }
