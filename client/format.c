@@ -114,10 +114,11 @@ void format_plan_spread(FILE *out, const struct plan *p,
     format_explain(out, p, tables);
 }
 
-/* x of cap as "G.GGG (P.P%)". */
+/* x of cap as "G.GGG (P.P%)"; no share of no cap, or of an unbounded one
+ * (eval without capacities). */
 static void gib_pct(char *buf, size_t len, uint64_t x, uint64_t cap)
 {
-    if (cap == 0)
+    if (cap == 0 || cap >= UINT64_MAX / 4)
         snprintf(buf, len, "%.3f", (double)x / GIB);
     else
         snprintf(buf, len, "%.3f (%.1f%%)", (double)x / GIB,
@@ -150,21 +151,41 @@ static void format_tiered_tables(FILE *out, const struct plan *p,
     }
 }
 
+/* How the host-link time was costed: "modelled", "measured, in compute"
+ * (a measured plan on a backend that times the tiers) or both. */
+static const char *tier_basis(const struct plan *p)
+{
+    bool modelled = false, measured = false;
+    int32_t r;
+
+    for (r = 0; r < p->ndevices; r++) {
+        modelled = modelled || p->devices[r].tier_ms > 0;
+        measured = measured || p->devices[r].tier_measured;
+    }
+    return measured && modelled ? "modelled, and measured in compute"
+           : measured           ? "measured, in compute"
+                                : "modelled";
+}
+
 void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
                   const struct topology *t)
 {
     int32_t r, h, per = t->devices_per_host > 0 ? t->devices_per_host : 1;
     bool any = t->host_dram_bytes > 0;
-    char hbm[40], ddr[40];
+    char hbm[40], ddr[40], dram[40];
 
     for (r = 0; r < p->ndevices; r++)
         any = any || p->devices[r].ddr_bytes > 0;
     if (!any)
         return;
-    fprintf(out,
-            "\nmemory tiers (host DRAM %.3f GiB per host; host-link "
-            "time modelled):\n",
-            (double)t->host_dram_bytes / GIB);
+    /* eval without --mem-gb or --host-dram-gb: as much as the plan needs */
+    if (t->host_dram_bytes >= UINT64_MAX / 4)
+        snprintf(dram, sizeof(dram), "unbounded");
+    else
+        snprintf(dram, sizeof(dram), "%.3f GiB per host",
+                 (double)t->host_dram_bytes / GIB);
+    fprintf(out, "\nmemory tiers (host DRAM %s; host-link time %s):\n", dram,
+            tier_basis(p));
     fprintf(out, "%6s  %-20s %-20s %9s\n", "device", "HBM GiB (%)",
             "DDR GiB (% of host)", "tier ms");
     for (r = 0; r < p->ndevices; r++) {
@@ -172,7 +193,12 @@ void format_tiers(FILE *out, const struct plan *p, const struct table *tables,
 
         gib_pct(hbm, sizeof(hbm), dv->mem_bytes, topology_mem(t, r));
         gib_pct(ddr, sizeof(ddr), dv->ddr_bytes, t->host_dram_bytes);
-        fprintf(out, "%6d  %-20s %-20s %9.3f\n", (int)r, hbm, ddr, dv->tier_ms);
+        if (dv->tier_measured && dv->tier_ms == 0)
+            fprintf(out, "%6d  %-20s %-20s %9s\n", (int)r, hbm, ddr,
+                    "measured");
+        else
+            fprintf(out, "%6d  %-20s %-20s %9.3f%s\n", (int)r, hbm, ddr,
+                    dv->tier_ms, dv->tier_measured ? " + measured" : "");
     }
     for (h = 0; h * per < p->ndevices; h++) {
         uint64_t hb = 0, hc = 0, db = 0;

@@ -154,10 +154,11 @@ static int eval_compare(FILE *out, const struct plan *p,
         plan_destroy(&pred);
         return rv;
     }
+    /* pred's name says how tables off HBM were costed: modelled */
     fprintf(out,
             "\npredicted (%s model, batch %lld) beside measured, ms; error "
             "= predicted / measured - 1\n",
-            ncm.cm.name, (long long)topo->batch_size);
+            pred.cost_model, (long long)topo->batch_size);
     fprintf(out, "%6s %11s %11s %8s %11s %11s %8s\n", "device", "compute",
             "measured", "error", "total", "measured", "error");
     for (r = 0; r < p->ndevices; r++) {
@@ -177,6 +178,17 @@ static int eval_compare(FILE *out, const struct plan *p,
     return 0;
 }
 
+/* Whether some shard of p is off HBM. */
+static bool has_host_tier(const struct plan *p)
+{
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++)
+        if (p->shards[k].tier != TIER_HBM)
+            return true;
+    return false;
+}
+
 /* Reads the tables and the plan, and the topology they are measured at:
  * the model's batch unless --batch-size says otherwise, as plan's. */
 static int eval_inputs(const struct ctl_opts *o, const struct cost_net *net,
@@ -194,9 +206,19 @@ static int eval_inputs(const struct ctl_opts *o, const struct cost_net *net,
         free(*tables);
         return ctl_fail(ctl_exit_for(rv), "eval: %s", d.msg);
     }
-    /* Without --mem-gb the plan is measured whatever memory it needs. */
+    /* Without --mem-gb the plan is measured whatever memory it needs, host
+     * DRAM for its tables off HBM included unless --host-dram-gb bounds it;
+     * --host-link-gbps is the link of their modelled time. */
     topology_default(topo, p->ndevices, UINT64_MAX / 2);
     rv = o->mem_gb > 0 ? ctl_capacities(o, "eval", topo, caps) : 0;
+    if (o->mem_gb <= 0) {
+        topo->host_dram_bytes =
+            o->host_dram_gb > 0
+                ? (uint64_t)(o->host_dram_gb * (double)(1ull << 30))
+            : has_host_tier(p) ? UINT64_MAX / 2
+                               : 0;
+        topo->host_link_bw = o->host_link_gbps * (double)(1ull << 30) / 1000.0;
+    }
     if (o->per_host)
         topo->devices_per_host = (int32_t)o->per_host;
     topo->batch_size = o->batch ? o->batch : net->batch_size;

@@ -63,6 +63,41 @@ enum table_dtype prof_timed_dtype(const struct kern_backend *be,
                                                             : TABLE_DTYPE_FP32;
 }
 
+/* The kernels' tier of a table tier. */
+static enum kern_tier kern_tier_of(enum table_tier t)
+{
+    return t == TIER_UVM           ? KERN_TIER_UVM
+           : t == TIER_UVM_CACHING ? KERN_TIER_UVM_CACHING
+                                   : KERN_TIER_HBM;
+}
+
+enum table_tier prof_timed_tier(const struct kern_backend *be,
+                                enum table_tier tier)
+{
+    enum kern_tier k = kern_tier_of(tier);
+
+    return k != KERN_TIER_HBM && (be->tiers & (1u << k)) ? tier : TIER_HBM;
+}
+
+uint32_t prof_timed_tiers(const struct kern_backend *be)
+{
+    uint32_t mask = 0;
+    int t;
+
+    for (t = TIER_UVM; t < TIER_COUNT; t++)
+        if (prof_timed_tier(be, (enum table_tier)t) == (enum table_tier)t)
+            mask |= 1u << t;
+    return mask;
+}
+
+/* Rows a cache of load factor f holds of a table of `rows` rows. */
+static int64_t cache_rows(int64_t rows, float f)
+{
+    double n = ceil((double)rows * (double)f);
+
+    return n <= 0 ? 0 : n >= (double)rows ? rows : (int64_t)n;
+}
+
 int prof_measure_shard(const struct kern_backend *be, int32_t device,
                        const struct prof_item *items, size_t n,
                        const struct kern_timing_opts *o,
@@ -104,6 +139,9 @@ int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
         td[i].rows = tr->rows;
         td[i].dim = items[i].cols;
         td[i].dtype = kern_dtype_of(prof_timed_dtype(be, items[i].dtype));
+        td[i].tier = kern_tier_of(prof_timed_tier(be, items[i].tier));
+        if (td[i].tier == KERN_TIER_UVM_CACHING)
+            td[i].cache_rows = cache_rows(tr->rows, items[i].cache_load_factor);
         td[i].nindices = tr->nindices;
         td[i].offsets = tr->offsets;
         td[i].indices = tr->indices;
@@ -498,6 +536,37 @@ struct measure_ctx {
     struct sd_diag *d;
 };
 
+/* Whether tb is one of the plan's tables (not a copy plan_evaluate() made
+ * for a row block, a replica or a shard in a timed tier). */
+static bool is_plan_table(const struct measure_ctx *c, const struct table *tb)
+{
+    return tb >= c->tables && (size_t)(tb - c->tables) < c->ntables;
+}
+
+/*
+ * The plan table an item's table is, or is a whole copy of (a shard off
+ * HBM whose tier the backend times reaches the model as a copy carrying
+ * its tier: plan_evaluate_tiers()), so that it is timed on the table's own
+ * lookups; ntables for a row block or a replica, which have their own.
+ */
+static size_t plan_table_of(const struct measure_ctx *c, const struct table *tb)
+{
+    size_t ti;
+
+    if (is_plan_table(c, tb))
+        return (size_t)(tb - c->tables);
+    if (tb->tier == TIER_HBM)
+        return c->ntables;
+    for (ti = 0; ti < c->ntables; ti++) {
+        const struct table *o = &c->tables[ti];
+
+        if (strcmp(o->name, tb->name) == 0 && o->rows == tb->rows &&
+            o->pooling_factor == tb->pooling_factor)
+            return ti;
+    }
+    return c->ntables;
+}
+
 static double measured_shard_ms(void *ctxp, const struct topology *t,
                                 const struct shard_item *items, size_t n)
 {
@@ -521,9 +590,9 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
     }
     for (i = 0; i < n && rv == 0; i++) {
         const struct table *tb = items[i].table;
-        size_t ti = (size_t)(tb - c->tables);
+        size_t ti = plan_table_of(c, tb);
 
-        if (tb >= c->tables && ti < c->ntables) {
+        if (ti < c->ntables) {
             /* A table's own lookups, made once for all its slices. */
             if (c->traces[ti].offsets == NULL)
                 rv = trace_from_table(tb, c->batch, rng_derive(c->seed, ti),
@@ -537,6 +606,13 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
         }
         pi[i].cols = items[i].cols;
         pi[i].dtype = tb->dtype;
+        /* The plan's own tables come in HBM, or in a tier the backend does
+         * not time (its host-link time is modelled); copies carry the
+         * shard's tier. */
+        if (!is_plan_table(c, tb)) {
+            pi[i].tier = (enum table_tier)tb->tier;
+            pi[i].cache_load_factor = tb->cache_load_factor;
+        }
     }
     if (rv != 0)
         sd_diag_set(c->d, rv, "making lookups for the plan: %s",
@@ -586,7 +662,8 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
     m.name = strcmp(be->name, "cuda") == 0 ? "measured:cuda" : "measured:cpu";
     m.shard_ms = measured_shard_ms;
     m.ctx = &c;
-    rv = plan_evaluate(p, tables, ntables, t, opt, &m);
+    rv = plan_evaluate_tiers(p, tables, ntables, t, opt, &m,
+                             prof_timed_tiers(be));
     if (rv == 0 && c.err != 0)
         rv = c.err;
     else if (rv != 0)

@@ -27,6 +27,11 @@ struct prof_item {
     /* The table's weight type; timed as prof_timed_dtype() says (zero:
      * fp32). */
     enum table_dtype dtype;
+    /* Where its weights live, and the cache's load factor (rows held in
+     * device memory: ceil(f x the trace's rows)); timed as
+     * prof_timed_tier() says (zero: HBM). */
+    enum table_tier tier;
+    float cache_load_factor;
 };
 
 /*
@@ -37,6 +42,19 @@ struct prof_item {
  */
 enum table_dtype prof_timed_dtype(const struct kern_backend *be,
                                   enum table_dtype dt);
+
+/*
+ * The tier backend be's kernels time a table of tier `tier` in: itself
+ * where be times it (kern_backend.tiers: the cuda backend times all three),
+ * else HBM, its host-link time then left to the planner's model
+ * (tier_shard_ms()).
+ */
+enum table_tier prof_timed_tier(const struct kern_backend *be,
+                                enum table_tier tier);
+
+/* The tiers off HBM be times, bit 1 << enum table_tier each: what
+ * plan_evaluate_tiers() takes. */
+uint32_t prof_timed_tiers(const struct kern_backend *be);
 
 /*
  * Times forward + backward + SGD of the fused op over all items on one
@@ -208,6 +226,11 @@ int prof_run(struct store *st, const struct prof_run_params *p,
  * p->devices / p->cost_ms are filled as plan_evaluate() does, with
  * cost_model "measured:<backend>".  Lookups of each table come from
  * trace_from_table() with the topology's batch, seeded per table by `seed`.
+ * Shards off HBM are timed in their tier where the backend times it
+ * (prof_timed_tiers(): plan_evaluate_tiers(), the cost model then ending
+ * in "+ host-link misses (measured)"); elsewhere (the cpu backend) they are
+ * timed in HBM and their modelled host-link time is added, as the planner
+ * costs it ("+ host-link misses (modelled)").
  * timings, when not NULL, receives one struct kern_timing per plan device.
  */
 int prof_eval_plan(const struct kern_backend *be, struct plan *p,

@@ -827,6 +827,9 @@ static json_t *device_json(const struct plan_device *dv, int32_t id)
                                json_integer((json_int_t)dv->ddr_bytes));
     if (dv->tier_ms > 0)
         bad |= json_object_set_new(c, "tier_modelled", json_real(dv->tier_ms));
+    /* host-memory time measured within "compute" (plan_evaluate_tiers()) */
+    if (dv->tier_measured)
+        bad |= json_object_set_new(c, "tier_measured", json_true());
     bad |= json_object_set_new(o, "cost_ms", c);
     if (bad) {
         json_decref(o);

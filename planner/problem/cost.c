@@ -339,6 +339,24 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   const struct cost_model *m)
 {
+    return plan_evaluate_tiers(p, tables, ntables, t, opt, m, 0);
+}
+
+/* The name of the plan's cost model: m's, and how the host-link time of
+ * tables off HBM was costed where some were (modelled, measured or both). */
+static void cost_model_name(struct plan *p, const struct cost_model *m,
+                            bool modelled, bool measured)
+{
+    snprintf(p->cost_model, sizeof(p->cost_model), "%s%s%s", m->name,
+             modelled ? " + host-link misses (modelled)" : "",
+             measured ? " + host-link misses (measured)" : "");
+}
+
+int plan_evaluate_tiers(struct plan *p, const struct table *tables,
+                        size_t ntables, const struct topology *t,
+                        enum optimizer opt, const struct cost_model *m,
+                        uint32_t timed)
+{
     int32_t n = t->ndevices, r;
     struct shard_item *items = NULL;
     struct table *blocks = NULL; /* the cost model's view of each shard */
@@ -346,7 +364,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     int32_t *dim_sum = NULL;
     double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL;
     double *compute = NULL;
-    bool tiered = false;
+    bool tiered = false, measured = false, timed_here;
     int rv = SD_ENOMEM;
 
     (void)ntables;
@@ -376,14 +394,23 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         struct plan_device *dev = &p->devices[s->device];
 
         /* A shard of every row is its table to the model (the cost model
-         * takes the width apart); row blocks and replicas get their own. */
+         * takes the width apart); row blocks and replicas get their own,
+         * and so does a shard whose tier m times, with the shard's tier. */
+        timed_here = s->tier != TIER_HBM && (timed & (1u << s->tier)) != 0;
         shard_table(tb, s, n, &blocks[k]);
+        blocks[k].tier = s->tier;
+        blocks[k].cache_load_factor = s->cache_load_factor;
         items[start[s->device] + fill[s->device]++] = (struct shard_item){
-            s->row_count > 0 || s->scheme == SCHEME_DP ? &blocks[k] : tb,
+            s->row_count > 0 || s->scheme == SCHEME_DP || timed_here
+                ? &blocks[k]
+                : tb,
             s->col_width};
         dev->mem_bytes += shard_block_bytes(tb, s, opt);
         dev->ddr_bytes += shard_block_ddr_bytes(tb, s, opt);
-        dev->tier_ms += tier_shard_ms(tb, s, t);
+        if (timed_here)
+            dev->tier_measured = true;
+        else
+            dev->tier_ms += tier_shard_ms(tb, s, t);
         /* The all-to-all carries table- and column-wise outputs; row
          * blocks and replicas exchange through their collectives. */
         if (s->scheme == SCHEME_TW || s->scheme == SCHEME_CW)
@@ -399,6 +426,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
         p->devices[r].compute_ms += p->devices[r].tier_ms;
         compute[r] = p->devices[r].compute_ms;
         tiered |= p->devices[r].tier_ms > 0;
+        measured |= p->devices[r].tier_measured;
     }
     rv = plan_collectives(p, tables, t, cfwd, cbwd);
     if (rv != 0)
@@ -418,8 +446,7 @@ int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
     }
     p->devices_per_host = t->devices_per_host;
     p->host_dram_bytes = t->host_dram_bytes;
-    snprintf(p->cost_model, sizeof(p->cost_model), "%s%s", m->name,
-             tiered ? " + host-link misses (modelled)" : "");
+    cost_model_name(p, m, tiered, measured);
     /* The alpha-beta exchange honours a reduced precision; say which. */
     if (t->comm == NULL && t->comm_dtype == TABLE_DTYPE_FP16)
         p->comm_model = "alpha_beta (fp16)";

@@ -430,6 +430,9 @@ struct plan_device {
     uint64_t mem_bytes; /* in HBM */
     uint64_t ddr_bytes; /* in its host's DRAM (tables in UVM) */
     double tier_ms;     /* of compute_ms, the modelled host-link time */
+    /* Some shard's host-memory time is in compute_ms as the cost model
+     * measured it, not in tier_ms (plan_evaluate_tiers()). */
+    bool tier_measured;
     double compute_ms;
     double fwd_comm_ms; /* includes waiting for the slowest device */
     double bwd_comm_ms;
@@ -733,5 +736,21 @@ int plan_explain(struct plan *p, const struct table *tables,
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   const struct cost_model *m);
+
+/*
+ * plan_evaluate() with a cost model that times memory tiers itself (the
+ * profiler's, measuring on a device that holds tables in host memory): a
+ * shard whose tier is in `timed` (bit 1 << enum table_tier) reaches m as a
+ * copy of its table carrying the shard's tier and load factor
+ * (item.table->tier, ->cache_load_factor), m's time includes its reads of
+ * host memory, and no modelled tier_shard_ms() is added for it: its device
+ * has tier_measured set, and the plan's cost_model ends in " + host-link
+ * misses (measured)".  Shards in other tiers are costed as plan_evaluate()
+ * does, which is this with timed 0.
+ */
+int plan_evaluate_tiers(struct plan *p, const struct table *tables,
+                        size_t ntables, const struct topology *t,
+                        enum optimizer opt, const struct cost_model *m,
+                        uint32_t timed);
 
 #endif /* SHARDD_PLANNER_PROBLEM_H */

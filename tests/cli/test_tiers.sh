@@ -7,7 +7,8 @@
 # to spare the host tier changes nothing; cache-curve shows a table's
 # miss-rate curve; --comm-precision fp16 halves the exchanges' bytes; a
 # user's compute_kernels and cache_params (TorchRec's form) are kept, or
-# refused naming the table, offline and through the daemon.
+# refused naming the table, offline and through the daemon; eval of a plan
+# with tables off HBM on the cpu backend names their time modelled.
 # usage: test_tiers.sh PATH/TO/shardctl PATH/TO/shardd
 set -u
 CTL=$1
@@ -128,6 +129,46 @@ trec "$DIR/all.json" "$(python3 -c "import json,sys; print(json.dumps({t['name']
 "$CTL" plan --offline --tables "$DIR/all.json" --devices 8 --mem-gb "$MEM" --host-dram-gb "$DRAM" >/dev/null 2>"$DIR/err"
 [ $? -eq 2 ] && grep -q 'table "table_[0-9]*" the largest .*allow fused_uvm_caching or fused_uvm' "$DIR/err" && ok ||
     bad "all tables held fused: $(cat "$DIR/err")"
+
+# --- eval: a plan with tables off HBM measured on the cpu backend -----------------
+# The cpu backend times tables in device memory only: each table off HBM is
+# timed there and its host-link time modelled, and every output says so
+# (on cuda the tiers are timed: scripts/gpu-check.sh).  Six of the tables,
+# cut to 20,000 rows; table_0001 in fused_uvm, table_0002 cached at 0.1.
+python3 - "$DIR/t.json" "$DIR/e6.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["tables"][:6]
+for x in t:
+    x["rows"] = min(x["rows"], 20000)
+json.dump({"tables": t}, open(sys.argv[2], "w"))
+PY
+"$CTL" plan --offline --tables "$DIR/e6.json" --devices 2 --mem-gb 1 --json --out "$DIR/e6p.json" && ok ||
+    bad "plan of the six tables"
+python3 - "$DIR/e6p.json" "$DIR/e6u.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for t in d["tables"]:
+    if t["name"] == "table_0001":
+        t["compute_kernel"] = "fused_uvm"
+    if t["name"] == "table_0002":
+        t["compute_kernel"] = "fused_uvm_caching"
+        t["cache_load_factor"] = 0.1
+json.dump(d, open(sys.argv[2], "w"))
+PY
+EVAL="eval --tables $DIR/e6.json --plan $DIR/e6u.json --backend cpu --batch-size 256 --warmup 0 --repeats 2 --no-flush"
+"$CTL" $EVAL --json >"$DIR/e6.out.json" 2>"$DIR/err" && ok || bad "eval of a tiered plan: $(cat "$DIR/err")"
+json_check "$DIR/e6.out.json" 'd["cost_model"] == "measured:cpu + host-link misses (modelled)"'
+json_check "$DIR/e6.out.json" 'sum(x["cost_ms"].get("tier_modelled", 0) > 0 for x in d["devices"]) >= 1 and not any("tier_measured" in x["cost_ms"] for x in d["devices"])'
+json_check "$DIR/e6.out.json" 'all(x["cost_ms"]["compute"] > x["cost_ms"].get("tier_modelled", 0) for x in d["devices"])'
+"$CTL" $EVAL >"$DIR/e6.txt" 2>"$DIR/err" && ok || bad "eval of a tiered plan, text: $(cat "$DIR/err")"
+grep -q '^memory tiers (host DRAM unbounded; host-link time modelled):$' "$DIR/e6.txt" && ok ||
+    bad "eval text does not say the host-link time is modelled: $(cat "$DIR/e6.txt")"
+grep -q '^  table_0001 *fused_uvm$' "$DIR/e6.txt" && ok || bad "eval text lacks table_0001's kernel"
+grep -q '^predicted (neural:.* + host-link misses (modelled) model, batch 256) beside measured' "$DIR/e6.txt" && ok ||
+    bad "eval text: the prediction does not say how tiers were costed"
+# --host-dram-gb bounds the host tier as plan's does.
+"$CTL" $EVAL --host-dram-gb 0.000001 >/dev/null 2>"$DIR/err"
+[ $? -eq 2 ] && grep -q 'host 0: .* bytes of tables in host DRAM, capacity' "$DIR/err" && ok || bad "eval with too little host DRAM: $(cat "$DIR/err")"
 
 # --- online: the same plan from the daemon ---------------------------------------
 ADDR="unix:$DIR/shardd.sock"
