@@ -8,8 +8,17 @@
  * the ratio of the medians: a large table that misses the caches (half the
  * bytes to move) and a small one that stays in L2 (the conversions' cost).
  *
- * usage: bench_kernels [cpu|cuda|all] [repeats] [noflush]
- *        (defaults: all, 10 repeats, cache flushed before each timed step)
+ * The memory tiers: one table (1,000,000 rows of 128 fp32 columns, batch
+ * 4096, 20 lookups a bag) timed in HBM, in fused_uvm (host memory read
+ * over the link) and in fused_uvm_caching at load factors 0.5 to 0.01,
+ * each with its cache's share of missed lookups (kern_cache_layout(), the
+ * same on every backend) and its median over the HBM one.  A backend that
+ * does not time a tier (cpu: HBM only) says so on that tier's line.
+ *
+ * usage: bench_kernels [cpu|cuda|all] [repeats] [flush|noflush]
+ *                      [shapes|tiers|both]
+ *        (defaults: all, 10 repeats, cache flushed before each timed step,
+ *        both cases)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -118,9 +127,18 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Times one shape; returns its median in ms, or -1 when it failed. */
-static double run_shape(const struct kern_backend *be,
-                        const struct bench_shape *sh, int repeats, bool flush)
+/* The table of the tiers case. */
+static const struct bench_shape tier_shape = {
+    "1 x d128", 1, {128}, {1000000}, 20, 4096, false, KERN_DTYPE_FP32};
+static const double tier_lf[] = {0.5, 0.2, 0.05, 0.01};
+
+/* Times one shape with its tables in `tier` (a cache of lf of the rows),
+ * its line named `name`; returns its median in ms, or -1 when it failed or
+ * was refused. */
+static double run_tiered(const struct kern_backend *be,
+                         const struct bench_shape *sh, const char *name,
+                         int repeats, bool flush, enum kern_tier tier,
+                         double lf)
 {
     struct kern_table_desc tables[MAX_TABLES];
     struct kern_shard_desc desc;
@@ -152,6 +170,9 @@ static double run_shape(const struct kern_backend *be,
         tables[t].offsets = off;
         tables[t].indices = idx;
         tables[t].dtype = sh->dtype;
+        tables[t].tier = tier;
+        if (tier == KERN_TIER_UVM_CACHING)
+            tables[t].cache_rows = (int64_t)((double)sh->rows[t] * lf + 0.999);
         lookups += off[sh->batch];
     }
     memset(&desc, 0, sizeof(desc));
@@ -180,9 +201,9 @@ static double run_shape(const struct kern_backend *be,
     } else {
         printf("%-5s %-14s %-4s %6lld %9lld %9.3f %9.3f %9.3f %7.3f %11.0f "
                "%6.1f\n",
-               be->name, sh->name, kern_dtype_name(sh->dtype),
-               (long long)sh->batch, (long long)lookups, tm.median_ms,
-               tm.p10_ms, tm.p90_ms, (tm.p90_ms - tm.p10_ms) / tm.median_ms,
+               be->name, name, kern_dtype_name(sh->dtype), (long long)sh->batch,
+               (long long)lookups, tm.median_ms, tm.p10_ms, tm.p90_ms,
+               (tm.p90_ms - tm.p10_ms) / tm.median_ms,
                (double)sh->batch / (tm.median_ms * 1e-3), t_open);
         median = tm.median_ms;
     }
@@ -195,6 +216,90 @@ out:
     return median;
 }
 
+/* Times one shape in HBM; its median in ms, or -1. */
+static double run_shape(const struct kern_backend *be,
+                        const struct bench_shape *sh, int repeats, bool flush)
+{
+    return run_tiered(be, sh, sh->name, repeats, flush, KERN_TIER_HBM, 0);
+}
+
+/* The share of tier_shape's lookups that miss a cache of lf of its rows
+ * (drawing the lookups again from the same state as the timed run). */
+static double tier_miss(double lf, uint64_t rng)
+{
+    const struct bench_shape *sh = &tier_shape;
+    struct kern_table_desc t;
+    int64_t b, i, len, *off, *idx, nmiss = 0;
+    double miss = -1.0;
+
+    rng_state = rng;
+    off = calloc((size_t)sh->batch + 1, sizeof(*off));
+    idx = calloc((size_t)(sh->batch * 2 * sh->pool) + 1, sizeof(*idx));
+    if (off == NULL || idx == NULL)
+        goto out;
+    for (b = 0; b < sh->batch; b++) {
+        len = (int64_t)(next() % (uint64_t)(2 * sh->pool + 1));
+        for (i = 0; i < len; i++)
+            idx[off[b] + i] = zipf_row(sh->rows[0]);
+        off[b + 1] = off[b] + len;
+    }
+    memset(&t, 0, sizeof(t));
+    t.rows = sh->rows[0];
+    t.dim = sh->dim[0];
+    t.nindices = off[sh->batch];
+    t.offsets = off;
+    t.indices = idx;
+    t.tier = KERN_TIER_UVM_CACHING;
+    t.cache_rows = (int64_t)((double)t.rows * lf + 0.999);
+    if (t.nindices > 0 && kern_cache_layout(&t, NULL, NULL, &nmiss) == 0)
+        miss = (double)nmiss / (double)t.nindices;
+out:
+    free(off);
+    free(idx);
+    return miss;
+}
+
+/* The tiers case on one backend: HBM, fused_uvm, then each cache; a
+ * line for each as the shapes have (its tier in the shape's column), then
+ * its share of missed lookups and its median over the HBM one. */
+static void run_tiers(const struct kern_backend *be, int repeats, bool flush)
+{
+    const struct bench_shape *sh = &tier_shape;
+    uint64_t rng = rng_state;
+    enum kern_tier tier;
+    double hbm, ms, miss, lf;
+    char name[32];
+    size_t k, nlf = sizeof(tier_lf) / sizeof(tier_lf[0]);
+
+    printf("# %s memory tiers: %s, %lld rows, batch %lld, %d lookups a bag; "
+           "miss: the share of lookups read from host memory\n",
+           be->name, sh->name, (long long)sh->rows[0], (long long)sh->batch,
+           sh->pool);
+    hbm = run_tiered(be, sh, "d128 fused", repeats, flush, KERN_TIER_HBM, 0);
+    for (k = 0; k <= nlf; k++) {
+        tier = k == 0 ? KERN_TIER_UVM : KERN_TIER_UVM_CACHING;
+        lf = k == 0 ? 0 : tier_lf[k - 1];
+        if (k == 0)
+            snprintf(name, sizeof(name), "d128 uvm");
+        else
+            snprintf(name, sizeof(name), "d128 lf %.2f", lf);
+        miss = k == 0 ? 1.0 : tier_miss(lf, rng);
+        if ((be->tiers & (1u << tier)) == 0) {
+            printf("%-5s %-14s %-4s miss %.4f: %s not timed on this backend "
+                   "(its host-link time is modelled)\n",
+                   be->name, name, kern_dtype_name(sh->dtype), miss,
+                   kern_tier_name(tier));
+            continue;
+        }
+        rng_state = rng; /* the same lookups as the HBM run */
+        ms = run_tiered(be, sh, name, repeats, flush, tier, lf);
+        if (ms > 0.0 && hbm > 0.0)
+            printf("%-5s %-14s %-4s miss %.4f: %s median %.2f x fused\n",
+                   be->name, name, kern_dtype_name(sh->dtype), miss,
+                   kern_tier_name(tier), ms / hbm);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "all";
@@ -204,6 +309,9 @@ int main(int argc, char **argv)
     double ms, fp32_ms = -1.0;
     uint64_t fp32_rng = 0;
     bool flush = !(argc > 3 && strcmp(argv[3], "noflush") == 0);
+    const char *cases = argc > 4 ? argv[4] : "both";
+    bool do_shapes = strcmp(cases, "tiers") != 0;
+    bool do_tiers = strcmp(cases, "shapes") != 0;
     size_t k;
 
     if (repeats < 1)
@@ -226,7 +334,7 @@ int main(int argc, char **argv)
     printf("%-5s %-14s %-4s %6s %9s %9s %9s %9s %7s %11s %6s\n", "be", "shape",
            "type", "batch", "lookups", "med_ms", "p10_ms", "p90_ms", "spread",
            "samples/s", "open_s");
-    for (i = 0; i < nbe; i++) {
+    for (i = 0; i < nbe && do_shapes; i++) {
         for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
             if (shapes[k].gpu_only && strcmp(bes[i]->name, "cpu") == 0)
                 continue;
@@ -244,5 +352,7 @@ int main(int argc, char **argv)
                        ms / fp32_ms);
         }
     }
+    for (i = 0; i < nbe && do_tiers; i++)
+        run_tiers(bes[i], repeats, flush);
     return 0;
 }

@@ -6,7 +6,10 @@
 #   2. the GPU parity tests: the TBE kernels, the cost model's scores,
 #      cuBLAS's products and training, NCCL and NVML (test_parity_tbe,
 #      test_parity_net, test_gpu_comm);
-#   3. bench_kernels and bench_net on cuda;
+#   3. bench_kernels and bench_net on cuda; the memory tiers: one table
+#      timed in HBM, fused_uvm and fused_uvm_caching (bench_kernels ...
+#      tiers), and shardctl eval of a plan with cached tables, whose
+#      host-link time is then measured, not modelled;
 #   4. NCCL on every GPU (a 1-rank communicator on one): the collectives
 #      sweep and NeuroShard comm samples (shardctl comm-profile);
 #   5. shardctl profile --backend cuda for a time budget (>= 3,000 samples
@@ -126,8 +129,57 @@ step "NCCL (every GPU) and NVML" ./test_gpu_comm
 keep 'passed|nccl:|nvml|idle gate|late|comm sample 0'
 
 # --- 3. benches ------------------------------------------------------------------
-step "bench_kernels $BE" ./bench_kernels $BE 5 && keep '.'
+step "bench_kernels $BE" ./bench_kernels $BE 5 flush shapes && keep '.'
 step "bench_net" ./bench_net all && keep '.'
+
+# --- 3b. memory tiers: timed on cuda (modelled on cpu) -------------------------
+step "bench_kernels $BE tiers: HBM, fused_uvm, fused_uvm_caching" \
+    ./bench_kernels $BE 5 flush tiers
+keep 'miss|d128 fused'
+# 16 tables cut to 500,000 rows, planned on 2 devices whose memory holds 30 %
+# of them with host DRAM for all: the tier pass caches the rest; then the
+# two of most lookups go to fused_uvm, so that both host tiers are timed.
+./shardctl gen-tables --count 16 --seed 4 --out "$W/t16.json" >/dev/null 2>&1
+python3 - "$W/t16.json" <<'PY' >"$W/t16.mem" 2>>"$LOG"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for t in d["tables"]:
+    t["rows"] = min(t["rows"], 500000)
+json.dump(d, open(sys.argv[1], "w"))
+print("%.6f" % (0.3 * sum(t["rows"] * t["dim"] * 4 for t in d["tables"]) / 2 / 2**30))
+PY
+step "plan with cached tables (HBM for 30 %)" ./shardctl plan --offline \
+    --tables "$W/t16.json" --devices 2 --mem-gb "$(cat "$W/t16.mem")" \
+    --host-dram-gb 64 --json --out "$W/t16.plan.json"
+python3 - "$W/t16.json" "$W/t16.plan.json" <<'PY' 2>>"$LOG"
+import json, sys
+pf = {t["name"]: t["pooling_factor"] for t in json.load(open(sys.argv[1]))["tables"]}
+d = json.load(open(sys.argv[2]))
+for t in sorted(d["tables"], key=lambda t: -pf[t["name"]])[:2]:
+    t["compute_kernel"] = "fused_uvm"
+    t.pop("cache_load_factor", None)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+step "eval of that plan on $BE: host-link time measured on cuda" \
+    ./shardctl eval --tables "$W/t16.json" --plan "$W/t16.plan.json" \
+    --backend $BE --host-dram-gb 64 --json --out "$W/t16.eval.json"
+step "eval named the host-link time measured (cuda) or modelled (cpu)" \
+    python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = "(measured)" if sys.argv[2] == "cuda" else "(modelled)"
+print("cost_model: %s; plan cost %.3f ms" % (d["cost_model"], d["plan_cost_ms"]))
+for x in d["devices"]:
+    print("device %d: compute %.3f ms, measured tiers %s, modelled tier ms %.3f"
+          % (x["id"], x["cost_ms"]["compute"], x["cost_ms"].get("tier_measured", False),
+             x["cost_ms"].get("tier_modelled", 0)))
+print("tables off HBM: %d" % sum("compute_kernel" in t for t in d["tables"]))
+sys.exit(0 if d["cost_model"].endswith(want) else 1)' "$W/t16.eval.json" "$BE"
+keep '.'
+step "eval of the same plan, text (prediction beside measurement)" \
+    ./shardctl eval --tables "$W/t16.json" --plan "$W/t16.plan.json" \
+    --backend $BE --host-dram-gb 64
+keep '^(plan cost|memory tiers|  plan |predicted)|^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[+-]'
 
 # --- 4. NCCL --------------------------------------------------------------------
 step "comm-profile: collectives sweep and NeuroShard comm samples" \
