@@ -160,7 +160,7 @@ for t in sorted(d["tables"], key=lambda t: -pf[t["name"]])[:2]:
     t.pop("cache_load_factor", None)
 json.dump(d, open(sys.argv[2], "w"))
 PY
-step "eval of that plan on $BE: host-link time measured on cuda" \
+step "eval of that plan on $BE (host-link time measured on cuda)" \
     ./shardctl eval --tables "$W/t16.json" --plan "$W/t16.plan.json" \
     --backend $BE --host-dram-gb 64 --json --out "$W/t16.eval.json"
 step "eval named the host-link time measured (cuda) or modelled (cpu)" \
