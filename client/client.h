@@ -67,6 +67,7 @@
 #define SHARDD_CLIENT_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -255,7 +256,7 @@ void ctl_model_free(struct ctl_model *cm);
 
 /* Set by ctl_catch_stop_signals()' handler on Ctrl-C or SIGTERM: long
  * runs (profile, train) stop cleanly when they see it. */
-extern volatile sig_atomic_t ctl_stop_requested;
+extern atomic_int ctl_stop_requested; /* raised by SIGINT/SIGTERM */
 void ctl_catch_stop_signals(void);
 
 /*

@@ -18,12 +18,12 @@
 
 #define COMM_SKEW_MS 5.0
 
-static volatile sig_atomic_t comm_stop;
+static kern_flag comm_stop;
 
 static void on_signal(int sig)
 {
     (void)sig;
-    comm_stop = 1;
+    atomic_store(&comm_stop, 1); /* lock-free: signal-safe */
 }
 
 static void print_sample(void *ctx, uint64_t i, const struct store_sample *s)
@@ -57,7 +57,7 @@ static int sweep(const struct kern_backend *be, int32_t n, int warmup,
     for (op = 0; op < KERN_COLL_COUNT; op++)
         for (bytes = 4096; bytes <= (UINT64_C(256) << 20); bytes <<= 4)
             for (skew = 0; skew <= COMM_SKEW_MS; skew += COMM_SKEW_MS) {
-                if (comm_stop)
+                if (atomic_load(&comm_stop))
                     return 130;
                 rv = prof_coll_sweep(be, n, (enum kern_coll_op)op, bytes, skew,
                                      warmup, repeats, tm, &d);
@@ -141,5 +141,5 @@ int comm_profile(const struct ctl_opts *o)
             (unsigned long long)res.stored);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "comm-profile: %s", d.msg);
-    return comm_stop ? 130 : 0;
+    return atomic_load(&comm_stop) ? 130 : 0;
 }

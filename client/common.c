@@ -34,12 +34,12 @@ int ctl_exit_for(int err)
     return err == SD_ENOMEM ? 1 : CTL_EXIT_USAGE;
 }
 
-volatile sig_atomic_t ctl_stop_requested;
+atomic_int ctl_stop_requested;
 
 static void on_signal(int sig)
 {
     (void)sig;
-    ctl_stop_requested = 1;
+    atomic_store(&ctl_stop_requested, 1); /* lock-free: signal-safe */
 }
 
 void ctl_catch_stop_signals(void)

@@ -31,7 +31,7 @@ static int train_progress(void *ctx, int32_t epoch, int32_t max_epochs,
                 "train: epoch %d/%d, loss %.5f, validation MAPE "
                 "%.2f%%\n",
                 (int)epoch, (int)max_epochs, train_loss, 100 * val_mape);
-    return ctl_stop_requested != 0;
+    return atomic_load(&ctl_stop_requested) != 0;
 }
 
 /* The profile to train: --profile, else the store's only one. */
@@ -214,7 +214,7 @@ static int fit_members(struct fit *f, const struct ctl_opts *o,
         if (rv != 0)
             return ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
         f->ens.k = k + 1;
-        if (ctl_stop_requested)
+        if (atomic_load(&ctl_stop_requested))
             return 0;
     }
     return 0;
@@ -481,7 +481,7 @@ static int train_on(const struct ctl_opts *o, struct store *st,
     rv = fit_members(&f, o, &prof, gemm);
     if (rv != 0)
         goto out;
-    if (ctl_stop_requested) {
+    if (atomic_load(&ctl_stop_requested)) {
         fprintf(stderr, "train: interrupted; nothing stored\n");
         rv = 130;
         goto out;

@@ -123,7 +123,7 @@ int measure_profile(const struct ctl_opts *o)
     if (res.interrupted) {
         fprintf(stderr, "profile: stopped early; every committed sample is "
                         "kept, and the same command resumes\n");
-        return ctl_stop_requested ? 130 : 0;
+        return atomic_load(&ctl_stop_requested) ? 130 : 0;
     }
     return 0;
 }

@@ -30,12 +30,13 @@
 #define TP_VAL   16
 #define TP_GATE  40
 
-static volatile sig_atomic_t stop_requested;
+static atomic_int
+    stop_requested; /* lock-free: signal-safe, read by any thread */
 
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_requested = 1;
+    atomic_store(&stop_requested, 1);
 }
 
 static int on_validation(void *ctx, int32_t it, int32_t iterations,
@@ -46,7 +47,7 @@ static int on_validation(void *ctx, int32_t it, int32_t iterations,
             "train-policy: step %d/%d, validation: %.4f x the model-cost "
             "LPT's plan cost\n",
             (int)it, (int)iterations, ratio);
-    return stop_requested != 0;
+    return atomic_load(&stop_requested) != 0;
 }
 
 /* What the command trains for and on. */
@@ -317,7 +318,7 @@ static int train_gate(const struct ctl_opts *o, struct tp_run *r,
                       &d);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "train-policy: %s", d.msg);
-    if (stop_requested)
+    if (atomic_load(&stop_requested))
         return 0;
     topology_default(&topo, pp.ndevices, pp.mem_bytes);
     topo.batch_size = r->net->batch_size;
@@ -370,7 +371,7 @@ int train_policy_run(const struct ctl_opts *o)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rv != 0)
         goto out;
-    if (stop_requested) {
+    if (atomic_load(&stop_requested)) {
         fprintf(stderr, "train-policy: interrupted; nothing kept\n");
         rv = 130;
         goto out;

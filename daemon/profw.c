@@ -31,6 +31,7 @@ void profw_init(struct profw *p, const struct kern_backend *be,
     /* Idle time counts from now: the monotonic clock counts from boot, and
      * a daemon just started has not been idle for profiler_idle_ms. */
     atomic_init(&p->last_request_ms, sd_now_ms());
+    atomic_init(&p->abort, 0);
     atomic_init(&p->abort_ms, 0);
     atomic_init(&p->measuring, false);
     p->cf = conf_snap_ref(cf);
@@ -60,9 +61,9 @@ void profw_request_begin(struct profw *p)
     atomic_fetch_add(&p->inflight, 1);
     /* The worker drops its measurement; the time is kept to log how long
      * it took to step aside. */
-    if (atomic_load(&p->measuring) && !p->abort)
+    if (atomic_load(&p->measuring) && !atomic_load(&p->abort))
         atomic_store(&p->abort_ms, sd_now_ms());
-    p->abort = 1;
+    atomic_store(&p->abort, 1);
 }
 
 void profw_request_end(struct profw *p)
@@ -112,7 +113,7 @@ int profw_set_paused(struct profw *p, bool paused, enum profw_state *now,
     }
     p->paused = paused;
     if (paused)
-        p->abort = 1; /* a sample being timed is dropped */
+        atomic_store(&p->abort, 1); /* a sample being timed is dropped */
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     *now = paused ? PROFW_PAUSED : PROFW_RUNNING;
@@ -439,7 +440,7 @@ static void *prof_main(void *arg)
         }
         /* Cleared, then checked again: a request that arrived in between
          * has raised inflight, one after it raises the flag again. */
-        p->abort = 0;
+        atomic_store(&p->abort, 0);
         if (!may_measure(p))
             continue;
         have_proposal = take_oldest(p, &pr);
@@ -491,7 +492,7 @@ void profw_stop(struct profw *p)
         return;
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
-    p->abort = 1;
+    atomic_store(&p->abort, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);

@@ -20,7 +20,6 @@
 #define SHARDD_DAEMON_PROFW_H
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,7 +68,7 @@ struct profw {
     /* The request gate (lock free). */
     atomic_int inflight;          /* Planner requests running */
     atomic_llong last_request_ms; /* monotonic; when the last one ended */
-    volatile sig_atomic_t abort;  /* step aside: a request, a pause, stop */
+    kern_flag abort;              /* step aside: a request, a pause, stop */
     atomic_llong abort_ms;        /* when first raised while measuring */
     atomic_bool measuring;        /* a measurement is under way */
 

@@ -205,7 +205,8 @@ static void *rank_main(void *arg)
     double t1, t2;
 
     for (it = 0; it < total; it++) {
-        if (rk->rank == 0 && desc->abort != NULL && *desc->abort)
+        if (rk->rank == 0 && desc->abort != NULL &&
+            atomic_load(desc->abort) != 0)
             run->stop = true;
         if (!kern__barrier_wait(&run->bar)) {
             rk->rv = SD_ECANCELED; /* another rank failed */

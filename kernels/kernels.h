@@ -26,12 +26,24 @@
 #ifndef SHARDD_KERNELS_H
 #define SHARDD_KERNELS_H
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "shardd/err.h"
+
+/*
+ * A stop flag: raised by another thread or a signal handler, polled by a
+ * timing between steps.  A lock-free atomic int in C (safe from both); the
+ * cuda kernels' C++ translation units include this header too but never
+ * touch a flag, and see an int of the same size.
+ */
+#ifdef __cplusplus
+typedef int kern_flag;
+#else
+#    include <stdatomic.h>
+typedef atomic_int kern_flag;
+#endif
 
 #define KERN_NAME_MAX 64
 
@@ -166,7 +178,7 @@ struct kern_timing_opts {
      * timing stops before its next step and returns SD_ECANCELED: how the
      * daemon's profiler steps aside for a request within one step.  Default
      * NULL. */
-    volatile sig_atomic_t *abort;
+    const kern_flag *abort;
 };
 
 /* Result of timing: median and spread of the timed steps, in ms. */
@@ -239,7 +251,7 @@ struct kern_coll_desc {
     int repeats; /* timed iterations (>= 1) */
     /* Set (by another thread or a signal handler) to stop before the next
      * iteration with SD_ECANCELED.  May be NULL. */
-    volatile sig_atomic_t *abort;
+    const kern_flag *abort;
 };
 
 struct kern_comm; /* opaque: a communicator over devices 0 .. n-1 */

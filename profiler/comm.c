@@ -235,7 +235,7 @@ int prof_comm_run(struct store *st, const struct prof_comm_params *p,
     snprintf(smp.device, sizeof(smp.device), "%s x%d", p->be->name,
              (int)p->ndevices);
     for (i = 0; i < p->samples; i++) {
-        if ((p->stop != NULL && *p->stop) ||
+        if ((p->stop != NULL && atomic_load(p->stop) != 0) ||
             (p->max_seconds > 0 && now_s() - start >= p->max_seconds)) {
             res->interrupted = true;
             break;

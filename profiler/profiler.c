@@ -353,7 +353,7 @@ static int measure_sample(const struct prof_run_params *p,
     memset(traces, 0, sizeof(traces));
     for (j = 0; j < k && rv == 0; j++) {
         /* Making traces takes a while too: a stop is honoured here. */
-        if (p->stop != NULL && *p->stop) {
+        if (p->stop != NULL && atomic_load(p->stop) != 0) {
             rv = SD_ECANCELED;
             break;
         }
@@ -465,7 +465,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     }
 
     while (have + res->added < p->target_samples) {
-        if ((p->stop != NULL && *p->stop) ||
+        if ((p->stop != NULL && atomic_load(p->stop) != 0) ||
             (p->max_seconds > 0 && now_s() - start >= p->max_seconds)) {
             res->interrupted = true;
             break;

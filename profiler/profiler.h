@@ -10,7 +10,6 @@
 #ifndef SHARDD_PROFILER_H
 #define SHARDD_PROFILER_H
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -142,7 +141,7 @@ struct prof_run_params {
     double p_rows;
     /* Set (e.g. by a signal handler) to stop after the current sample;
      * what was measured is committed.  May be NULL. */
-    volatile sig_atomic_t *stop;
+    const kern_flag *stop;
     prof_progress_cb progress; /* may be NULL */
     void *progress_ctx;
     /* The table pool shards are drawn from, made by prof_make_pool() with
@@ -257,7 +256,7 @@ struct prof_comm_params {
     int32_t max_sleep_ms;           /* sleep_diff in [1, max): 20 */
     /* Set (e.g. by a signal handler) to stop before the next iteration;
      * what was stored stays.  May be NULL. */
-    volatile sig_atomic_t *stop;
+    const kern_flag *stop;
     /* Called after every measured plan with its sample (i: its index in
      * this run; the sample and its devices are borrowed).  May be NULL. */
     void (*on_sample)(void *ctx, uint64_t i, const struct store_sample *s);

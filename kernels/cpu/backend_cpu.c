@@ -98,13 +98,13 @@ struct cpu_shard {
     bool arena; /* holds its device's arena */
     /* While timing: kern_timing_opts.abort, checked between tables so a
      * long step stops early (the sample is dropped); NULL otherwise. */
-    volatile sig_atomic_t *abort;
+    const kern_flag *abort;
 };
 
 /* Whether the timing was asked to stop (see cpu_shard.abort). */
 static bool shard_aborted(const struct cpu_shard *s)
 {
-    return s->abort != NULL && *s->abort;
+    return s->abort != NULL && atomic_load(s->abort) != 0;
 }
 
 /*
@@ -1286,7 +1286,7 @@ static double now_ms(void)
 /* Whether the caller asked the timing to stop (kern_timing_opts.abort). */
 static bool aborted(const struct kern_timing_opts *o)
 {
-    return o->abort != NULL && *o->abort;
+    return o->abort != NULL && atomic_load(o->abort) != 0;
 }
 
 /* The timed loop proper; the caller has pinned the thread.  Returns 0 or

@@ -551,11 +551,12 @@ static int cuda_shard_time(struct kern_shard *ks,
     if (samples == NULL)
         return SD_ENOMEM;
     for (r = 0; r < o->warmup && rv == 0; r++)
-        rv = o->abort != NULL && *o->abort ? SD_ECANCELED : enqueue_step(s);
+        rv = o->abort != NULL && atomic_load(o->abort) != 0 ? SD_ECANCELED
+                                                            : enqueue_step(s);
     if (rv == 0)
         rv = KERN_CUDA_STATUS(&s->diag, cudaStreamSynchronize(s->stream));
     for (r = 0; r < o->repeats && rv == 0; r++)
-        rv = o->abort != NULL && *o->abort
+        rv = o->abort != NULL && atomic_load(o->abort) != 0
                  ? SD_ECANCELED
                  : timed_step(s, o->flush, &samples[r]);
     if (rv == 0)

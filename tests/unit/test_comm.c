@@ -58,7 +58,7 @@ static void test_bad_descriptions(void)
     struct kern_comm *c = NULL;
     struct kern_coll_desc cd;
     struct kern_timing tm[2];
-    volatile sig_atomic_t stop = 1;
+    kern_flag stop = 1;
     double sleeps[2] = {0, -1};
     uint64_t counts[4] = {1, 1, 1, 1};
     struct sd_diag d;

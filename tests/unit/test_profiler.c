@@ -178,7 +178,7 @@ static void test_dtypes(void)
 
 static void test_stop(void)
 {
-    volatile sig_atomic_t stop = 1;
+    kern_flag stop = 1;
     struct prof_run_params p;
     struct prof_run_result r;
     struct store *st = open_db("c.db");
