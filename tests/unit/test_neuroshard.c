@@ -845,6 +845,139 @@ static void test_presplit(void)
     plan_destroy(&whole);
 }
 
+/*
+ * The beam gives up after two levels in a row that gain nothing (NS_PATIENCE,
+ * search/ns_beam.c): ten like tables of 8 columns on 2 devices, five a
+ * device, where every cut only adds cost (a half costs over 90 % of the
+ * whole), stop the ten levels allowed after two.
+ */
+static void test_beam_patience(void)
+{
+    struct table tb[10];
+    struct table_constraint cons[10];
+    struct topology topo;
+    struct plan_options o;
+    struct plan p;
+    struct sd_diag d = {{0}};
+
+    hot_tables(tb, cons, 10, 10, 8, 5, 8);
+    topology_default(&topo, 2, 8ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.constraints = cons;
+    o.beam_depth = 10;
+    CHECK(run(tb, 10, &topo, &o, &p, &d) == 0);
+    CHECK(p.stats.levels == 2);
+    CHECK(p.stats.splits == 0);
+    fprintf(stderr, "patience: %d levels, %lld states\n", (int)p.stats.levels,
+            (long long)p.stats.states);
+    plan_destroy(&p);
+}
+
+/*
+ * The beam's candidates (search/ns_beam.c): of a state's pieces that can
+ * still be cut, the k largest, the k costliest and the k costliest on the
+ * critical device of its best placement, each once.  With k = 1 and one
+ * level, the beam scores the root and one child per piece so picked, which
+ * the test picks by that rule from the whole-table plan (the root's
+ * placement, its critical device the plan's): the states scored must be 1
+ * + those picks.  Tasks of 12 tables on 2 devices, all cut, or three only:
+ * then whether the critical device keeps one of them unpicked after the
+ * first two rules decides whether the third picks any.
+ */
+static void test_candidates(void)
+{
+    static const struct {
+        uint64_t seed;
+        size_t cut; /* tables that keep their widths (the rest: 4 columns) */
+    } task[] = {{31, 12}, {32, 12}, {33, 12}, {35, 3}, {37, 3}, {38, 3},
+                {39, 3},  {43, 3},  {44, 3},  {46, 3}, {47, 3}, {50, 3}};
+    size_t i, k, n = 12;
+
+    for (i = 0; i < sizeof(task) / sizeof(task[0]); i++) {
+        struct table *tb = make_tables(n, task[i].seed);
+        struct table_constraint cons[12];
+        struct topology topo;
+        struct plan_options o;
+        struct plan root, p;
+        struct sd_diag d = {{0}};
+        bool pick[12] = {false};
+        int32_t crit, round, npick = 0, dev[12];
+        double total = 0;
+
+        if (tb == NULL) {
+            CHECK(!"memory");
+            continue;
+        }
+        tb[0].rows = 1000000;
+        tb[0].pooling_factor = 20; /* not over the mean device */
+        for (k = task[i].cut; k < n; k++)
+            tb[k].dim = 4;
+        for (k = 0; k < task[i].cut; k++) /* widths 8 to 128: cut */
+            tb[k].dim = tb[k].dim < 8 ? 8 * (int32_t)(k + 1) : tb[k].dim;
+        for (k = 0; k < n; k++)
+            cons[k] = (struct table_constraint){
+                .host = -1, .schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW)};
+        topology_default(&topo, 2, 16ull << 30);
+        topo.batch_size = net->batch_size;
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.constraints = cons;
+        o.column_splits = false;
+        o.local_search = false;
+        if (run(tb, n, &topo, &o, &root, &d) != 0) {
+            CHECK(!"planned");
+            free(tb);
+            continue;
+        }
+        crit = root.explain.critical_device;
+        for (k = 0; k < root.nshards; k++)
+            dev[root.shards[k].table] = root.shards[k].device;
+        for (k = 0; k < n; k++)
+            total += net_tables_ms(net, &tb[k], 1);
+        for (k = 0; k < n; k++) /* none cut before the beam: one root */
+            CHECK(table_split_levels(tb[k].dim) < 2 ||
+                  net_tables_ms(net, &tb[k], 1) < total / 2);
+        for (round = 0; round < 3; round++) {
+            size_t best = n;
+
+            for (k = 0; k < n; k++) {
+                double ms = net_tables_ms(net, &tb[k], 1);
+
+                if (pick[k] || table_split_levels(tb[k].dim) < 2 ||
+                    (round == 2 && dev[k] != crit))
+                    continue;
+                if (best == n ||
+                    (round == 0
+                         ? shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD) >
+                               shard_bytes(&tb[best], tb[best].dim,
+                                           OPTIMIZER_SGD)
+                         : ms > net_tables_ms(net, &tb[best], 1)))
+                    best = k;
+            }
+            if (best < n) {
+                pick[best] = true;
+                npick++;
+            }
+        }
+        o.column_splits = true;
+        o.candidates = 1;
+        o.beam_depth = 1;
+        if (run(tb, n, &topo, &o, &p, &d) == 0) {
+            CHECK(p.stats.states == 1 + npick);
+            fprintf(stderr, "candidates: seed %llu: %d picked, %lld states\n",
+                    (unsigned long long)task[i].seed, (int)npick,
+                    (long long)p.stats.states);
+            plan_destroy(&p);
+        } else {
+            CHECK(!"planned with splits");
+        }
+        plan_destroy(&root);
+        free(tb);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* The greedy grid, against a plain one                                     */
 
@@ -1401,6 +1534,8 @@ int main(void)
     test_schemes();
     test_states_once();
     test_presplit();
+    test_beam_patience();
+    test_candidates();
     test_greedy_is_the_grid();
     test_local_search();
     test_reference_set();
