@@ -612,6 +612,37 @@ static void test_schemes(void)
     plan_destroy(&q);
     plan_destroy(&p);
 
+    /* A hot table in row blocks (12 M rows, 6 GB: no device holds it;
+     * pooling factor 400): on the default links its blocks over every
+     * device cost less than over one host's (a fifth of the lookups a
+     * device, partial sums reduced over the hosts' link), and the plan is
+     * no worse than with it held to either by a constraint. */
+    {
+        struct table_constraint rows[61];
+        double held[2];
+        int h;
+
+        tb[0].rows = 12000000;
+        tb[0].pooling_factor = 400;
+        for (k = 0; k < 61; k++)
+            rows[k] = (struct table_constraint){.host = -1};
+        o.alg = PLAN_ALG_NEUROSHARD;
+        for (h = 0; h < 2; h++) {
+            rows[0].schemes = 1u << (h ? SCHEME_RW : SCHEME_TWRW);
+            o.constraints = rows;
+            CHECK(run(tb, 61, &topo, &o, &q, &d) == 0);
+            held[h] = q.cost_ms;
+            plan_destroy(&q);
+        }
+        o.constraints = NULL;
+        CHECK(run(tb, 61, &topo, &o, &p, &d) == 0);
+        CHECK(p.shards[0].scheme == SCHEME_RW);
+        CHECK(p.cost_ms <= held[0] * 1.001 && p.cost_ms <= held[1] * 1.001);
+        plan_destroy(&p);
+        tb[0].rows = 50000000;
+        tb[0].pooling_factor = 120;
+    }
+
     /* Row blocks that nearly fill their host, held there by a constraint:
      * the column search places the rest around them, within memory. */
     {
@@ -653,7 +684,64 @@ static void test_schemes(void)
     check_no_worse_than_replicas(tb, &topo, &o, &p);
     CHECK(count[SCHEME_DP] > 30);
     CHECK(has_note(&p, "replicated (data_parallel)"));
+    /* Pinned, one of those stays whole where it is pinned. */
+    {
+        int32_t pins[61];
+        uint32_t rep = 0;
+
+        for (k = 0; k < p.nshards && rep == 0; k++)
+            if (p.shards[k].scheme == SCHEME_DP)
+                rep = p.shards[k].table;
+        CHECK(rep > 0);
+        for (k = 0; k < 61; k++)
+            pins[k] = k == rep ? 3 : -1;
+        o.pins = pins;
+        if (run(tb, 61, &topo, &o, &q, &d) == 0) {
+            int on = 0, all = 0;
+
+            for (k = 0; k < q.nshards; k++) {
+                all += q.shards[k].table == rep;
+                on += q.shards[k].table == rep && q.shards[k].device == 3;
+            }
+            CHECK(all == 1 && on == 1);
+            plan_destroy(&q);
+        } else {
+            CHECK(!"planned with a pinned table it would replicate");
+            fprintf(stderr, "%s\n", d.msg);
+        }
+        o.pins = NULL;
+    }
     plan_destroy(&p);
+    /* Replicas take at most a tenth of a device's memory (DP_MEM_SHARE):
+     * 300 tables of 4 KB behind the slow link, which would each be cheaper
+     * replicated, on devices of 4 MB (a tenth: 102 of them). */
+    {
+        struct table *small = make_tables(300, 63);
+        struct topology t4m;
+        uint64_t dp = 0;
+
+        for (k = 0; small && k < 300; k++) {
+            small[k].rows = 8;
+            small[k].dim = 128;
+        }
+        topology_default(&t4m, 16, 4ull << 20);
+        t4m.devices_per_host = 4;
+        t4m.batch_size = net->batch_size;
+        t4m.inter_host_bw = 1e4;
+        if (small && run(small, 300, &t4m, &o, &p, &d) == 0) {
+            for (k = 0; k < p.nshards; k++)
+                if (p.shards[k].device == 0 && p.shards[k].scheme == SCHEME_DP)
+                    dp += shard_bytes(&small[p.shards[k].table], 128,
+                                      OPTIMIZER_SGD);
+            fprintf(stderr, "replicas: %llu bytes a device of %llu\n",
+                    (unsigned long long)dp, 4ull << 20);
+            CHECK(dp > (4ull << 20) / 20 && dp <= (4ull << 20) / 10);
+            plan_destroy(&p);
+        } else {
+            CHECK(!"planned the small tables");
+        }
+        free(small);
+    }
     /* 4,000 rows (under 1 MB) behind the default links: each replica's
      * lookups and gradient cost more than the table's columns travel. */
     for (k = 1; k < 61; k++)
