@@ -1073,10 +1073,20 @@ static void test_candidates(void)
  * its tables came. */
 struct ref_dev {
     float z[NET_H2];
-    double raw; /* the head before its activation; -inf: empty */
+    double raw;  /* its order key; -inf: empty */
+    double tier; /* its tables' host-link ms */
     uint64_t mem;
     int32_t dim, count;
 };
+
+/* What the plain greedy's parts share (qsort()'s comparison takes no
+ * context): the tables, the topology, its batch over the model's, and
+ * whether some table is off HBM (then devices are ordered by compute ms
+ * plus host-link ms, else by the head before its activation). */
+static const struct table *ref_tables;
+static const struct topology *ref_topo;
+static double ref_scale;
+static bool ref_tiered;
 
 static void ref_place(struct ref_dev *dv, const struct table *tb)
 {
@@ -1089,31 +1099,34 @@ static void ref_place(struct ref_dev *dv, const struct table *tb)
     dv->mem += shard_bytes(tb, tb->dim, OPTIMIZER_SGD);
     dv->dim += tb->dim;
     dv->count++;
-    dv->raw = net_head_raw(net, dv->z);
+    dv->tier += tier_table_ms(tb, ref_topo);
+    dv->raw =
+        ref_tiered
+            ? net_activate(net, net_head_raw(net, dv->z)) * ref_scale + dv->tier
+            : net_head_raw(net, dv->z);
 }
 
-/* A table's cost alone (the greedy order's key). */
-static double ref_alone(const struct table *tb, double scale)
+/* A table's cost alone, its host-link ms included (the greedy order's
+ * key). */
+static double ref_alone(const struct table *tb)
 {
-    struct ref_dev dv;
+    float z[NET_H2], proj[NET_H2];
+    int o;
 
-    net_head_init(net, dv.z);
-    dv.mem = 0;
-    dv.dim = dv.count = 0;
-    ref_place(&dv, tb);
-    return net_head_z(net, dv.z) * scale;
+    net_head_init(net, z);
+    net_projected(net, NULL, tb, tb->dim, proj);
+    for (o = 0; o < NET_H2; o++)
+        z[o] += proj[o];
+    return net_head_z(net, z) * ref_scale + tier_table_ms(tb, ref_topo);
 }
 
 /* The plain greedy's order: costliest alone first, then larger, then the
  * lower index. */
-static const struct table *ref_tables;
-static double ref_scale;
-
 static int ref_order_cmp(const void *a, const void *b)
 {
     const struct table *x = &ref_tables[*(const size_t *)a],
                        *y = &ref_tables[*(const size_t *)b];
-    double mx = ref_alone(x, ref_scale), my = ref_alone(y, ref_scale);
+    double mx = ref_alone(x), my = ref_alone(y);
     uint64_t bx = shard_bytes(x, x->dim, OPTIMIZER_SGD),
              by = shard_bytes(y, y->dim, OPTIMIZER_SGD);
 
@@ -1154,6 +1167,12 @@ static double ref_greedy(const struct table *tb, size_t n,
         mean += tb[i].dim;
     mean /= nd;
     lim = cap_scale > 0 ? (int64_t)floor(cap_scale * mean) : INT64_MAX;
+    ref_tables = tb;
+    ref_topo = topo;
+    ref_scale = (double)topo->batch_size / (double)net->batch_size;
+    ref_tiered = false;
+    for (i = 0; i < n; i++)
+        ref_tiered = ref_tiered || tb[i].tier != TIER_HBM;
     for (r = 0; r < nd; r++) {
         net_head_init(net, dv[r].z);
         dv[r].raw = -INFINITY;
@@ -1166,8 +1185,6 @@ static double ref_greedy(const struct table *tb, size_t n,
             order[nfree++] = i;
         }
     }
-    ref_tables = tb;
-    ref_scale = (double)topo->batch_size / (double)net->batch_size;
     qsort(order, nfree, sizeof(*order), ref_order_cmp);
     for (k = 0; k < nfree; k++) {
         const struct table *t = &tb[order[k]];
@@ -1192,7 +1209,9 @@ static double ref_greedy(const struct table *tb, size_t n,
         assign[order[k]] = best;
     }
     for (r = 0; r < nd; r++) {
-        comp[r] = dv[r].count ? net_activate(net, dv[r].raw) * ref_scale : 0;
+        comp[r] = dv[r].count == 0 ? 0
+                  : ref_tiered     ? dv[r].raw
+                                   : net_activate(net, dv[r].raw) * ref_scale;
         dims[r] = dv[r].dim;
     }
     cost = cost_plan_ms(topo, comp, dims, NULL, NULL, fwd, bwd);
@@ -1240,8 +1259,10 @@ static double ref_grid(const struct table *tb, size_t n,
  * the greedy order merged instead of sorted, the device tree above 64
  * devices and the full devices taken out of it, search/ns_greedy.c)
  * changes no decision.  On 4 and 8 devices, loose and tight memory (some
- * devices smaller), pinned tables and tables held to a host; on 96
- * devices, through the tree.
+ * devices smaller), pinned tables, tables held to a host and tables held
+ * in UVM (whose host-link time orders the tables and the devices), tables
+ * in pairs the model cannot tell apart, one in fp16 (devices of equal load
+ * told apart by their memory); on 70 and 96 devices, through the tree.
  */
 static void test_greedy_is_the_grid(void)
 {
@@ -1253,16 +1274,23 @@ static void test_greedy_is_the_grid(void)
         bool pins, hosts;
         double link; /* inter-host bandwidth / the default */
         int32_t dim; /* every table's columns, or 0 (make_tables') */
+        bool uvm;    /* every fourth table held in UVM by its constraint */
+        bool twins;  /* odd tables the even ones' twins in fp16 */
     } task[] = {
-        {40, 4, 4, 4.0, 11, false, false, 1, 0},
-        {40, 4, 4, 1.15, 12, false, false, 1, 0},
-        {60, 8, 4, 1.3, 13, true, true, 1, 0},
-        {60, 8, 4, 4, 16, false, false, 0.1, 0},
-        {60, 8, 2, 4, 18, false, false, 0.01, 0},
-        {16, 4, 4, 4, 23, false, false, 1, 64},
-        {16, 4, 2, 4, 26, false, false, 0.1, 64},
-        {300, 96, 8, 1.2, 14, false, false, 1, 0},
-        {300, 96, 8, 1.5, 15, true, true, 1, 0},
+        {40, 4, 4, 4.0, 11, false, false, 1, 0, false, false},
+        {40, 4, 4, 1.15, 12, false, false, 1, 0, false, false},
+        {60, 8, 4, 1.3, 13, true, true, 1, 0, false, false},
+        {60, 8, 4, 4, 16, false, false, 0.1, 0, false, false},
+        {60, 8, 2, 4, 18, false, false, 0.01, 0, false, false},
+        {16, 4, 4, 4, 23, false, false, 1, 64, false, false},
+        {16, 4, 2, 4, 26, false, false, 0.1, 64, false, false},
+        {40, 4, 4, 1.15, 17, false, false, 1, 0, true, false},
+        {60, 8, 4, 1.3, 19, true, true, 1, 0, true, false},
+        {300, 96, 8, 1.2, 14, false, false, 1, 0, false, false},
+        {300, 96, 8, 1.5, 15, true, true, 1, 0, false, false},
+        {300, 96, 8, 1.2, 20, false, false, 1, 0, true, false},
+        {24, 4, 4, 4, 21, false, false, 1, 0, false, true},
+        {140, 70, 10, 4, 22, false, false, 1, 0, false, true},
     };
     size_t i, k;
 
@@ -1275,6 +1303,7 @@ static void test_greedy_is_the_grid(void)
         uint64_t *mem = calloc((size_t)nd, sizeof(*mem)), total = 0,
                  largest = 0;
         struct table_constraint *cons = calloc(n, sizeof(*cons));
+        struct table *held = calloc(n, sizeof(*held));
         struct topology topo;
         struct plan_options o;
         struct plan p;
@@ -1282,13 +1311,21 @@ static void test_greedy_is_the_grid(void)
         double ref;
         int32_t r, same = 0;
 
-        if (!tb || !pins || !host || !want || !mem || !cons) {
+        if (!tb || !pins || !host || !want || !mem || !cons || !held) {
             CHECK(!"memory");
             goto next;
         }
         tb[0].rows = 1000000; /* make_tables' hot table, but not too big */
         for (k = 0; task[i].dim > 0 && k < n; k++)
             tb[k].dim = task[i].dim;
+        for (k = 1; task[i].twins && k < n; k += 2) {
+            snprintf(tb[k].name, sizeof(tb[k].name), "t%zu", k);
+            memcpy(tb[k].bins, tb[k - 1].bins, sizeof(tb[k].bins));
+            tb[k].rows = tb[k - 1].rows;
+            tb[k].dim = tb[k - 1].dim;
+            tb[k].pooling_factor = tb[k - 1].pooling_factor;
+            tb[k].dtype = TABLE_DTYPE_FP16;
+        }
         for (k = 0; k < n; k++) {
             uint64_t b = shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
 
@@ -1309,12 +1346,18 @@ static void test_greedy_is_the_grid(void)
                 mem[r] = largest;
         }
         topo.mem_by_device = mem;
+        topo.host_dram_bytes = total;
         for (k = 0; k < n; k++) {
+            bool uvm = task[i].uvm && k % 4 == 2;
+
             pins[k] = task[i].pins && k % 7 == 3 ? (int32_t)(k % nd) : -1;
             host[k] = task[i].hosts && pins[k] < 0 && k % 5 == 1
                           ? (int32_t)(k % (nd / task[i].per_host))
                           : -1;
-            cons[k] = (struct table_constraint){.host = host[k]};
+            cons[k] = (struct table_constraint){
+                .host = host[k], .tiers = uvm ? 1u << TIER_UVM : 0};
+            held[k] = tb[k];
+            held[k].tier = uvm ? TIER_UVM : TIER_HBM;
         }
         plan_options_default(&o);
         o.alg = PLAN_ALG_NEUROSHARD;
@@ -1322,8 +1365,9 @@ static void test_greedy_is_the_grid(void)
         o.local_search = false;
         o.threads = 1;
         o.pins = task[i].pins ? pins : NULL;
-        o.constraints = task[i].hosts ? cons : NULL;
-        ref = ref_grid(tb, n, &topo, o.pins, task[i].hosts ? host : NULL, want);
+        o.constraints = task[i].hosts || task[i].uvm ? cons : NULL;
+        ref =
+            ref_grid(held, n, &topo, o.pins, task[i].hosts ? host : NULL, want);
         CHECK(ref < INFINITY);
         if (run(tb, n, &topo, &o, &p, &d) != 0) {
             CHECK(!"the whole-table search plans");
@@ -1349,6 +1393,7 @@ static void test_greedy_is_the_grid(void)
         free(want);
         free(mem);
         free(cons);
+        free(held);
     }
 }
 
