@@ -162,14 +162,14 @@ static double step_ratio(struct table t, const struct topology *topo, double f)
 
 /*
  * The tier pass takes HBM where that costs the least host-link time per
- * byte freed (search/tiers.c), on four devices whose HBM holds 80 % of ten
- * tables of 64 columns:
+ * byte freed (search/tiers.c), ten tables of 64 columns on four devices
+ * whose HBM holds 80 % of them unless said:
  *  - of equal size, a colder table keeps no more of its rows in HBM than a
  *    hotter one;
  *  - t0 eight times the others' rows: its misses cost less per byte freed
  *    than any other table's first step out of HBM, and it alone leaves;
- *  - where leaving HBM costs nothing, the step that frees the most goes
- *    first: the larger tables leave;
+ *  - where leaving HBM costs nothing (HBM holding 95 %), the step that
+ *    frees the most goes first: the larger tables leave;
  *  - every table's load factor fixed at 0.5 by its constraint, HBM holding
  *    40 %: caches are not enough, and some tables go to UVM alone.
  */
