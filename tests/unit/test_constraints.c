@@ -254,6 +254,103 @@ static void test_capacities(void)
     CHECK(strstr(d.msg, "device 2") != NULL);
 }
 
+/* The shards of table i in p, and how many of them are on devices
+ * [lo, hi). */
+static size_t shards_of(const struct plan *p, uint32_t i, int32_t lo,
+                        int32_t hi, size_t *within)
+{
+    size_t k, n = 0;
+
+    *within = 0;
+    for (k = 0; k < p->nshards; k++) {
+        if (p->shards[k].table != i)
+            continue;
+        n++;
+        *within += p->shards[k].device >= lo && p->shards[k].device < hi;
+    }
+    return n;
+}
+
+/*
+ * The neuroshard search keeps constraints and pins whichever of its parts
+ * places a table (plan_run() refuses a plan that does not: every run here
+ * must plan), on 2 hosts of 2 devices:
+ *  - table 0, which the column search cuts, held to table-wise: whole;
+ *  - table 0 in row blocks by its constraint, on host 1: its blocks there,
+ *    and the search of the other tables, numbered anew without it, keeps
+ *    their pins (tables 5 and 7) and hosts (tables 9 to 14, alternating);
+ *  - table 0 in row blocks on any host, table 1 pinned to device 0 with no
+ *    room left there for a block: the blocks go to host 1;
+ *  - tables 0 to 11 held to host 0, the light rest free: the local search
+ *    finds no step that pays within the hosts, none that leaves one.
+ */
+static void test_search_constraints(void)
+{
+    struct table tb[NT];
+    struct table_constraint cons[NT];
+    int32_t pins[NT];
+    struct topology topo;
+    struct plan_options o;
+    struct plan p;
+    struct sd_diag d = {{0}};
+    size_t i, n, in;
+    uint64_t block;
+
+    setup(tb, &topo, 16ull << 30);
+    topo.devices_per_host = 2;
+    for (i = 0; i < NT; i++) {
+        cons[i] = (struct table_constraint){.host = -1};
+        pins[i] = -1;
+    }
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    CHECK(run(tb, &topo, &o, &p, &d) == 0);
+    CHECK(shards_of(&p, 0, 0, 4, &in) > 1); /* cut when it may be */
+    plan_destroy(&p);
+    cons[0].schemes = 1u << SCHEME_TW;
+    o.constraints = cons;
+    CHECK(run(tb, &topo, &o, &p, &d) == 0);
+    CHECK(shards_of(&p, 0, 0, 4, &in) == 1 && p.shards[0].col_width == 128);
+    plan_destroy(&p);
+
+    cons[0] =
+        (struct table_constraint){.host = 1, .schemes = 1u << SCHEME_TWRW};
+    for (i = 9; i <= 14; i++)
+        cons[i].host = (int32_t)(i % 2);
+    pins[5] = 0;
+    pins[7] = 3;
+    o.pins = pins;
+    if (run(tb, &topo, &o, &p, &d) != 0) {
+        CHECK(!"planned with row blocks, pins and hosts");
+        fprintf(stderr, "%s\n", d.msg);
+    } else {
+        n = shards_of(&p, 0, 2, 4, &in);
+        CHECK(n == 2 && in == 2);
+        plan_destroy(&p);
+    }
+
+    for (i = 0; i < NT; i++) {
+        cons[i] = (struct table_constraint){.host = -1};
+        pins[i] = -1;
+        if (i >= 2)
+            tb[i].rows /= 10;
+    }
+    cons[0].schemes = 1u << SCHEME_TWRW;
+    tb[1].rows = 2000000;
+    tb[1].dim = 128;
+    pins[1] = 0;
+    block = shard_bytes(&tb[0], tb[0].dim, OPTIMIZER_SGD) / 2;
+    topo.mem_bytes = shard_bytes(&tb[1], 128, OPTIMIZER_SGD) + block * 4 / 5;
+    if (run(tb, &topo, &o, &p, &d) != 0) {
+        CHECK(!"planned with row blocks beside a pinned table");
+        fprintf(stderr, "%s\n", d.msg);
+    } else {
+        n = shards_of(&p, 0, 2, 4, &in);
+        CHECK(n == 2 && in == 2);
+        plan_destroy(&p);
+    }
+}
+
 /* A cancelled search ends at once with the plan it has. */
 static void test_cancel(void)
 {
@@ -291,6 +388,7 @@ int main(void)
     test_pins();
     test_bad_pins();
     test_capacities();
+    test_search_constraints();
     test_cancel();
     return tap_done();
 }

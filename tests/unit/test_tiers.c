@@ -133,6 +133,148 @@ static uint64_t all_bytes(const struct table *ts, size_t n)
     return b;
 }
 
+/* The share of table i's rows a plan keeps in HBM (its first shard's). */
+static double hbm_share(const struct plan *p, uint32_t i)
+{
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++)
+        if (p->shards[k].table == i)
+            return p->shards[k].tier == TIER_HBM ? 1
+                   : p->shards[k].tier == TIER_UVM
+                       ? 0
+                       : p->shards[k].cache_load_factor;
+    return -1;
+}
+
+/* The host-link ms table t adds going from HBM to a UVM cache of load
+ * factor f, per HBM byte that frees (the tier pass's measure). */
+static double step_ratio(struct table t, const struct topology *topo, double f)
+{
+    uint64_t before = shard_bytes(&t, t.dim, OPTIMIZER_SGD), after;
+    double ms0 = tier_table_ms(&t, topo);
+
+    t.tier = TIER_UVM_CACHING;
+    t.cache_load_factor = (float)f;
+    after = shard_bytes(&t, t.dim, OPTIMIZER_SGD);
+    return (tier_table_ms(&t, topo) - ms0) / (double)(before - after);
+}
+
+/*
+ * The tier pass takes HBM where that costs the least host-link time per
+ * byte freed (search/tiers.c), ten tables of 64 columns on four devices
+ * whose HBM holds 80 % of them unless said:
+ *  - of equal size, a colder table keeps no more of its rows in HBM than a
+ *    hotter one;
+ *  - t0 eight times the others' rows: its misses cost less per byte freed
+ *    than any other table's first step out of HBM, and it alone leaves;
+ *  - where leaving HBM costs nothing (HBM holding 95 %), the step that
+ *    frees the most goes first: the larger tables leave;
+ *  - every table's load factor fixed at 0.5 by its constraint, HBM holding
+ *    40 %: caches are not enough, and some tables go to UVM alone.
+ */
+static void test_tier_order(void)
+{
+    const size_t n = 10;
+    struct table *ts = skewed_tables(n);
+    struct table_constraint cons[10];
+    struct plan_options o;
+    struct topology topo;
+    struct plan p;
+    struct sd_diag d = {0};
+    size_t i;
+    int uvm = 0, half = 0;
+
+    if (ts == NULL) {
+        CHECK(!"memory");
+        return;
+    }
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_SIZE_LOOKUP_GREEDY;
+    topology_default(&topo, 4, all_bytes(ts, n) * 8 / 10 / 4);
+    topo.batch_size = 4096;
+    topo.host_dram_bytes = all_bytes(ts, n);
+    if (plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) == 0) {
+        CHECK(hbm_share(&p, 0) < 1);
+        for (i = 1; i < n; i++)
+            CHECK(hbm_share(&p, (uint32_t)(i - 1)) <=
+                  hbm_share(&p, (uint32_t)i));
+        plan_destroy(&p);
+    } else {
+        CHECK(!"planned, equal sizes");
+    }
+
+    ts[0].rows = 800000;
+    ts[0].pooling_factor = 8;
+    topology_default(&topo, 4, all_bytes(ts, n) * 8 / 10 / 4);
+    topo.batch_size = 4096;
+    topo.host_dram_bytes = all_bytes(ts, n);
+    for (i = 1; i < n; i++)
+        CHECK(step_ratio(ts[0], &topo, 0.8) < step_ratio(ts[i], &topo, 0.8));
+    if (plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) == 0) {
+        CHECK(hbm_share(&p, 0) < 1);
+        for (i = 1; i < n; i++)
+            CHECK(hbm_share(&p, (uint32_t)i) == 1);
+        plan_destroy(&p);
+    } else {
+        CHECK(!"planned, t0 the largest");
+    }
+
+    /* Tables whose rows are all hot (none touched once a batch), which an
+     * 80 % cache holds, leave HBM for nothing (HBM holding 95 %): of 1 to
+     * 5 M rows, the larger go first, and no table leaves while a larger
+     * one stays. */
+    for (i = 0; i < n; i++) {
+        ts[i].rows = 1000000 * (int64_t)(1 + i % 5);
+        ts[i].pooling_factor = 1;
+        ts[i].bins[0] = 0;
+        ts[i].bins[2] = 0.9;
+    }
+    topology_default(&topo, 4, all_bytes(ts, n) * 95 / 100 / 4);
+    topo.batch_size = 4096;
+    topo.host_dram_bytes = all_bytes(ts, n);
+    for (i = 0; i < n; i++)
+        CHECK(step_ratio(ts[i], &topo, 0.8) == 0);
+    if (plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) == 0) {
+        size_t j;
+        int out = 0;
+
+        for (i = 0; i < n; i++) {
+            out += hbm_share(&p, (uint32_t)i) < 1;
+            for (j = 0; j < n; j++)
+                CHECK(hbm_share(&p, (uint32_t)i) == 1 ||
+                      ts[j].rows <= ts[i].rows ||
+                      hbm_share(&p, (uint32_t)j) < 1);
+        }
+        CHECK(out > 0);
+        plan_destroy(&p);
+    } else {
+        CHECK(!"planned, free steps");
+    }
+
+    free(ts);
+    ts = skewed_tables(n);
+    for (i = 0; ts && i < n; i++)
+        cons[i] =
+            (struct table_constraint){.host = -1, .cache_load_factor = 0.5f};
+    o.constraints = cons;
+    topology_default(&topo, 4, all_bytes(ts, n) * 4 / 10 / 4);
+    topo.batch_size = 4096;
+    topo.host_dram_bytes = all_bytes(ts, n);
+    if (ts && plan_run(ts, n, &topo, &o, &cost_model_analytic, &p, &d) == 0) {
+        for (i = 0; i < n; i++) {
+            uvm += hbm_share(&p, (uint32_t)i) == 0;
+            half += fabs(hbm_share(&p, (uint32_t)i) - 0.5) < 1e-6;
+        }
+        CHECK(uvm > 0 && uvm + half == (int)n);
+        plan_destroy(&p);
+    } else {
+        CHECK(!"planned with fixed load factors");
+        fprintf(stderr, "%s\n", d.msg);
+    }
+    free(ts);
+}
+
 /* HBM holds 40 % of the tables' bytes; host DRAM all of them. */
 static void test_caching_planned(enum plan_alg alg)
 {
@@ -534,6 +676,7 @@ int main(void)
     test_caching_planned(PLAN_ALG_TORCHREC_GREEDY);
     test_caching_planned(PLAN_ALG_SIZE_LOOKUP_GREEDY);
     test_hbm_suffices();
+    test_tier_order();
     test_validate_dram();
     test_weight_precision();
     test_comm_precision();
