@@ -127,19 +127,34 @@ static bool blocks_fit(const struct pass *ps, size_t i, int32_t first,
 
 /*
  * Whether table i's blocks over one host would still outweigh the mean
- * device, and spread over every device cost less, their partial sums
- * reduced over the hosts' link included.
+ * device, and spread over every device make a shorter step, their partial
+ * sums reduced over the hosts' link included.  The step is what the
+ * slowest device takes, so each layout is weighed with the load of the
+ * other tables (rest: every table's cost whole but i's) as it would lie:
+ * spread, every device carries a block, the reduce over all of them and
+ * its share of the rest; on one host, its L devices carry the blocks and
+ * the host's reduce, and the rest fills the devices up to the mean of
+ * everything, the host's first when it is light.  Comparing one device's
+ * block and reduce alone chose the spread behind slow links, where every
+ * device then waits for the reduce over the hosts' link: 61 tables on 4
+ * hosts of 4 devices at a hundredth of the default link, a 12 M-row table
+ * of pooling 120 spread made a 73.0 ms plan, beaten by the column search
+ * alone (58.8 ms); on one host it is 55.2 ms (test_schemes).  The estimate
+ * is still rough: at a tenth of the link it spreads (24.0 ms) where one
+ * host gives 22.4 ms, the other tables' comm and lumps it does not see.
  */
 static bool spread_pays(const struct pass *ps, size_t i)
 {
     const struct topology *t = ps->t;
-    int32_t L = t->devices_per_host, cols = ps->tables[i].dim;
-    double host = block_ms(ps, i, L);
+    int32_t L = t->devices_per_host, n = t->ndevices, cols = ps->tables[i].dim;
+    double host = block_ms(ps, i, L),
+           rest = fmax(0, ps->mean_ms * n - alone_ms(ps, &ps->tables[i], cols)),
+           on_host = host + collective_row_group_ms(t, cols, L, false),
+           spread = block_ms(ps, i, n) +
+                    collective_row_group_ms(t, cols, n, true) + rest / n;
 
     return host > ps->mean_ms &&
-           block_ms(ps, i, t->ndevices) +
-                   collective_row_group_ms(t, cols, t->ndevices, true) <
-               host + collective_row_group_ms(t, cols, L, false);
+           spread < fmax(on_host, (rest + L * on_host) / n);
 }
 
 /*
