@@ -15,25 +15,17 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "search/search.h"
+#include "search/search_int.h"
 
 /* Steps between two looks at the clock and the cancel flag. */
 #define DS_CHECK_EVERY 16
-
-static double elapsed_ms(const struct timespec *t0)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
-           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
-}
 
 /* Whether to stop asking the policy: cancelled or past the budget. */
 static bool must_stop(const struct plan_options *o, const struct timespec *t0)
 {
     if (o->cancel != NULL && atomic_load(o->cancel))
         return true;
-    return o->time_budget_ms > 0 && elapsed_ms(t0) >= o->time_budget_ms;
+    return o->time_budget_ms > 0 && search_elapsed_ms(t0) >= o->time_budget_ms;
 }
 
 /* The SD_ENOSPACE of a table that fits on no device, as the baselines
@@ -199,7 +191,7 @@ int plan_dreamshard(const struct table *tables, size_t ntables,
     }
     plan_sort(&p);
     p.cost_ms = policy_env_cost(e);
-    p.stats.search_ms = elapsed_ms(&t0);
+    p.stats.search_ms = search_elapsed_ms(&t0);
     p.stats.evaluations = evaluations;
     p.stats.budget_exhausted = stopped;
     *out = p;

@@ -588,7 +588,7 @@ static int ns_search(const struct table *tables, size_t ntables,
         st.states += s.work[k].states;
     }
     st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */
-    st.search_ms = ns_elapsed_ms(&s.t0);
+    st.search_ms = search_elapsed_ms(&s.t0);
     out->stats = st;
     out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */
 
@@ -707,7 +707,7 @@ static int ns_plan(const struct table *tables, size_t ntables,
      * searches share the time budget: the second gets what is left, and
      * none when nothing is. */
     if (o->time_budget_ms > 0)
-        cwo.time_budget_ms = o->time_budget_ms - ns_elapsed_ms(&t0);
+        cwo.time_budget_ms = o->time_budget_ms - search_elapsed_ms(&t0);
     if (rv == 0 && !sp.forced && !out->stats.budget_exhausted &&
         !(o->time_budget_ms > 0 && cwo.time_budget_ms <= 0) &&
         ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) == 0) {

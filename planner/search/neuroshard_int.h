@@ -139,15 +139,6 @@ struct ns {
     struct timespec t0;
 };
 
-static inline double ns_elapsed_ms(const struct timespec *t0)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
-           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
 /* The caller no longer wants the plan. */
 static inline bool ns_cancelled(const struct ns *s)
 {
@@ -157,8 +148,9 @@ static inline bool ns_cancelled(const struct ns *s)
 /* The budget ran out, or the search was ns_cancelled. */
 static inline bool ns_out_of_time(struct ns *s)
 {
-    return ns_cancelled(s) || (s->o->time_budget_ms > 0 &&
-                               ns_elapsed_ms(&s->t0) > s->o->time_budget_ms);
+    return ns_cancelled(s) ||
+           (s->o->time_budget_ms > 0 &&
+            search_elapsed_ms(&s->t0) > s->o->time_budget_ms);
 }
 
 /* Piece i of a state is a pinned table: pieces [0, ntables) are the

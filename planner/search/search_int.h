@@ -5,7 +5,19 @@
 #ifndef SHARDD_PLANNER_SEARCH_INT_H
 #define SHARDD_PLANNER_SEARCH_INT_H
 
+#include <time.h>
+
 #include "search/search.h"
+
+/* Milliseconds since t0 (CLOCK_MONOTONIC): the searches' time budgets. */
+static inline double search_elapsed_ms(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
+           (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
 
 /* Why a table left the column search, for the explanation. */
 enum scheme_reason {
