@@ -518,6 +518,40 @@ static double best_whole(const struct table *ts, size_t n,
 }
 
 /*
+ * The tier cases on 2 devices of 1 GiB (16 GiB of host DRAM, a host link
+ * of 8 GiB/s): n tables of 64 columns, pooling factors pf, the first nhbm
+ * (h0, h1, ...: 100,000 rows) in HBM and the others (u..: 1,000,000 rows)
+ * held to fused_uvm by their constraints; held: the tables with the tiers
+ * the constraints give them, for best_whole().
+ */
+static void uvm_case(struct table *ts, struct table *held,
+                     struct table_constraint *cons, const double *pf, size_t n,
+                     size_t nhbm, struct topology *topo)
+{
+    size_t i;
+
+    memset(ts, 0, n * sizeof(*ts));
+    for (i = 0; i < n; i++) {
+        bool uvm = i >= nhbm;
+
+        snprintf(ts[i].name, sizeof(ts[i].name), "%s%zu", uvm ? "u" : "h", i);
+        ts[i].rows = uvm ? 1000000 : 100000;
+        ts[i].dim = 64;
+        ts[i].pooling_factor = pf[i];
+        ts[i].bins[0] = 0.6;
+        ts[i].bins[2] = 0.4;
+        cons[i] = (struct table_constraint){.host = -1,
+                                            .tiers = uvm ? 1u << TIER_UVM : 0};
+        held[i] = ts[i];
+        held[i].tier = uvm ? TIER_UVM : TIER_HBM;
+    }
+    topology_default(topo, 2, 1ull << 30);
+    topo->batch_size = 4096;
+    topo->host_dram_bytes = 1ull << 34;
+    topo->host_link_bw = 8.0 * (double)(1ull << 30) / 1000.0;
+}
+
+/*
  * The search weighs the host-link time: on 2 devices, four tables in HBM
  * of unequal cost and four that their constraints hold in fused_uvm, whose
  * misses cost more than their compute.  The whole-table plan neuroshard
@@ -531,6 +565,7 @@ static void test_search_weighs_tiers(void)
     const size_t n = 8;
     struct table ts[8], held[8];
     struct table_constraint cons[8];
+    double pf[8];
     struct net_cost_model ncm;
     struct plan_options o;
     struct topology topo;
@@ -544,25 +579,9 @@ static void test_search_weighs_tiers(void)
         CHECK(!"the embedded model loads");
         return;
     }
-    memset(ts, 0, sizeof(ts));
-    for (i = 0; i < n; i++) {
-        bool uvm = i >= 4;
-
-        snprintf(ts[i].name, sizeof(ts[i].name), "%s%zu", uvm ? "u" : "h", i);
-        ts[i].rows = uvm ? 1000000 : 100000;
-        ts[i].dim = 64;
-        ts[i].pooling_factor = uvm ? 8.0 : 40.0 - 10.0 * (double)i;
-        ts[i].bins[0] = 0.6;
-        ts[i].bins[2] = 0.4;
-        cons[i] = (struct table_constraint){.host = -1,
-                                            .tiers = uvm ? 1u << TIER_UVM : 0};
-        held[i] = ts[i];
-        held[i].tier = uvm ? TIER_UVM : TIER_HBM;
-    }
-    topology_default(&topo, 2, 1ull << 30);
-    topo.batch_size = 4096;
-    topo.host_dram_bytes = 1ull << 34;
-    topo.host_link_bw = 8.0 * (double)(1ull << 30) / 1000.0;
+    for (i = 0; i < n; i++)
+        pf[i] = i >= 4 ? 8.0 : 40.0 - 10.0 * (double)i;
+    uvm_case(ts, held, cons, pf, n, 4, &topo);
     net_cost_model_init(&ncm, net);
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
@@ -606,6 +625,7 @@ static void test_baselines_weigh_tiers(enum plan_alg alg, bool with_net)
     const size_t n = 6;
     struct table ts[6], held[6];
     struct table_constraint cons[6];
+    double pf[6];
     struct net_cost_model ncm;
     const struct cost_model *m = &cost_model_analytic;
     struct plan_options o;
@@ -616,25 +636,9 @@ static void test_baselines_weigh_tiers(enum plan_alg alg, bool with_net)
     double best;
     size_t i;
 
-    memset(ts, 0, sizeof(ts));
-    for (i = 0; i < n; i++) {
-        bool uvm = i >= 2;
-
-        snprintf(ts[i].name, sizeof(ts[i].name), "%s%zu", uvm ? "u" : "h", i);
-        ts[i].rows = uvm ? 1000000 : 100000;
-        ts[i].dim = 64;
-        ts[i].pooling_factor = uvm ? 4.0 : i == 0 ? 64.0 : 2.0;
-        ts[i].bins[0] = 0.6;
-        ts[i].bins[2] = 0.4;
-        cons[i] = (struct table_constraint){.host = -1,
-                                            .tiers = uvm ? 1u << TIER_UVM : 0};
-        held[i] = ts[i];
-        held[i].tier = uvm ? TIER_UVM : TIER_HBM;
-    }
-    topology_default(&topo, 2, 1ull << 30);
-    topo.batch_size = 4096;
-    topo.host_dram_bytes = 1ull << 34;
-    topo.host_link_bw = 8.0 * (double)(1ull << 30) / 1000.0;
+    for (i = 0; i < n; i++)
+        pf[i] = i >= 2 ? 4.0 : i == 0 ? 64.0 : 2.0;
+    uvm_case(ts, held, cons, pf, n, 2, &topo);
     plan_options_default(&o);
     o.alg = alg;
     o.constraints = cons;
