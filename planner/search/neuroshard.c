@@ -528,7 +528,8 @@ static int ns_search(const struct table *tables, size_t ntables,
      * needs to fit on a device at all; its greedy order is the order the
      * other states merge with. */
     root_state(&s, s.forced, &best);
-    ns_table_wise(&s, &s.work[0], &best);
+    ns_table_wise(&s, &s.work[0], &best, NS_GRID_FULL);
+    s.work[0].states++;
     s.root_order = malloc((ntables ? ntables : 1) * sizeof(*s.root_order));
     if (!s.root_order) {
         rv = SD_ENOMEM;
@@ -550,15 +551,23 @@ static int ns_search(const struct table *tables, size_t ntables,
         if (rv != 0)
             goto out_free;
         root_state(&s, s.presplit, &pre);
-        ns_table_wise(&s, &s.work[0], &pre);
+        ns_table_wise(&s, &s.work[0], &pre, NS_GRID_FULL);
+        s.work[0].states++;
         if (pre.cost < best.cost)
             ns_state_copy(&best, &pre);
         ns_state_free(&pre);
     }
     if (o->column_splits && o->beam_depth > 0) {
+        double root = best.cost;
+
         rv = ns_beam(&s, &best);
         if (rv != 0)
             goto out_free;
+        /* The beam scored its children on the coarse grid: the one it
+         * kept gets every cap (the coarse caps among them, so never
+         * worse), a state scored again, not a new one. */
+        if (best.cost < root)
+            ns_table_wise(&s, &s.work[0], &best, NS_GRID_FULL);
     }
     if (best.cost == INFINITY) {
         rv = no_fit(&s, d);

@@ -199,7 +199,17 @@ void ns_work_free(struct ns_work *w);
 void ns_devs_load(const struct ns *s, struct ns_work *w,
                   const struct ns_state *st);
 int32_t ns_critical_device(const struct ns *s, struct ns_work *w);
-void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st);
+/*
+ * Scores st: the table-wise greedy under dim caps 1.00, 1.05, ..., 1.50 x
+ * the mean columns, the best kept (st->cost, st->assign).  `stride` 1 runs
+ * every cap; NS_GRID_COARSE every fourth (1.00, 1.20, 1.40), for the
+ * beam's children (ns_greedy.c says why).  Caps that would replay a run are
+ * skipped either way.
+ */
+#define NS_GRID_FULL   1
+#define NS_GRID_COARSE 4
+void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st,
+                   int stride);
 
 /* ns_beam.c */
 int ns_beam(struct ns *s, struct ns_state *best);

@@ -116,7 +116,8 @@ static void *score_kids(void *arg)
     for (i = (size_t)b->id; i < b->nkids; i += (size_t)b->s->nthreads) {
         if (ns_out_of_time(b->s))
             break; /* unscored children keep cost INFINITY */
-        ns_table_wise(b->s, &b->s->work[b->id], &b->kids[i]);
+        ns_table_wise(b->s, &b->s->work[b->id], &b->kids[i], NS_GRID_COARSE);
+        b->s->work[b->id].states++;
     }
     return NULL;
 }

@@ -495,7 +495,7 @@ static void test_beam_budget(void)
     topo.batch_size = net->batch_size;
     plan_options_default(&o);
     o.alg = PLAN_ALG_NEUROSHARD;
-    o.beam_evaluations = 60000;
+    o.beam_evaluations = 40000;
     o.local_search = false; /* it may end a better start lower or higher */
     o.threads = 1;
     CHECK(run(tb, 300, &topo, &o, &one, &d) == 0);
