@@ -9,10 +9,14 @@
  * and 8 devices with room for 1.25x the tables, as whole-table plans
  * (whole_tables_only) and as plans the search may split (the default), each
  * at every client count.  The plan cache is off unless --cache, so every
- * call searches.
+ * call searches.  Client i starts at draw i mod 16, so the daemon sees a
+ * mix; --in-phase starts every client at draw 0, so that the clients
+ * send the same draw at about the same time (the cost of a draw varies
+ * up to 4x, and the queue then swings between cheap and dear draws).
  *
  * usage: bench_load --shardd PATH [--seconds S] [--clients 1,4,16,64]
  *                   [--sizes 10,50,856] [--plans whole,split] [--cache]
+ *                   [--in-phase]
  *        bench_load --addr ADDR --pid PID ...   (a daemon already running)
  *
  * With --shardd it starts the daemon on a private unix socket and data
@@ -48,6 +52,7 @@ struct client {
     pthread_t thread;
     const char *addr;
     const struct request *reqs;
+    size_t first; /* the variant it starts with */
     double until_s;
     double *lat_ms; /* owned */
     size_t n, cap;
@@ -171,7 +176,7 @@ static void *client_main(void *arg)
     struct client *c = arg;
     struct rpc_client *rc;
     struct sd_diag d;
-    size_t i = 0;
+    size_t i = c->first;
     int status;
 
     if (rpc_client_open(c->addr, NULL, &rc, &d) != 0) {
@@ -217,7 +222,7 @@ static void *client_main(void *arg)
 /* One level: n clients for `seconds`; prints a row. */
 static int run_level(const char *addr, const char *kind,
                      const struct request *reqs, size_t k, long n,
-                     double seconds)
+                     double seconds, bool in_phase)
 {
     struct client *cs = calloc((size_t)n, sizeof(*cs));
     double *all = NULL, t0, elapsed;
@@ -231,6 +236,7 @@ static int run_level(const char *addr, const char *kind,
     for (i = 0; i < n; i++) {
         cs[i].addr = addr;
         cs[i].reqs = reqs;
+        cs[i].first = in_phase ? 0 : (size_t)i % VARIANTS;
         cs[i].until_s = t0 + seconds;
         if (pthread_create(&cs[i].thread, NULL, client_main, &cs[i]) != 0) {
             n = i;
@@ -367,7 +373,7 @@ int main(int argc, char **argv)
     struct table *pool = NULL;
     static struct request reqs[2][LEVELS_MAX][VARIANTS]; /* zeroed */
     static const char *const kinds[2] = {"whole", "split"};
-    bool cache = false, want[2] = {true, true};
+    bool cache = false, in_phase = false, want[2] = {true, true};
     int k;
     pid_t pid = 0;
     int i, rv = 0, status;
@@ -377,6 +383,10 @@ int main(int argc, char **argv)
 
         if (strcmp(a, "--cache") == 0) {
             cache = true;
+            continue;
+        }
+        if (strcmp(a, "--in-phase") == 0) {
+            in_phase = true;
             continue;
         }
         if (val == NULL)
@@ -442,8 +452,10 @@ int main(int argc, char **argv)
 
     daemon_memory(pid, &rss0, &hwm0);
     printf("bench_load: Plan (neuroshard, embedded model), %.0f s per level, "
-           "plan cache %s, %ld CPUs\n",
-           seconds, cache ? "on" : "off", sysconf(_SC_NPROCESSORS_ONLN));
+           "plan cache %s, clients %s, %ld CPUs\n",
+           seconds, cache ? "on" : "off",
+           in_phase ? "in phase" : "start at draw i mod 16",
+           sysconf(_SC_NPROCESSORS_ONLN));
     printf("%6s %7s %8s %9s %7s %10s %9s %9s %9s\n", "plans", "tables",
            "clients", "calls", "errors", "plans/s", "p50 ms", "p99 ms",
            "max ms");
@@ -451,7 +463,7 @@ int main(int argc, char **argv)
         for (s = 0; s < nsizes && rv == 0 && want[k]; s++)
             for (l = 0; l < nclients && rv == 0; l++)
                 rv = run_level(addr, kinds[k], reqs[k][s], (size_t)sizes[s],
-                               clients[l], seconds);
+                               clients[l], seconds, in_phase);
     daemon_memory(pid, &rss1, &hwm1);
     printf("daemon memory: RSS %.0f MiB before, %.0f MiB after (peak %.0f "
            "MiB)\n",
@@ -475,6 +487,7 @@ out_daemon:
 usage:
     fprintf(stderr, "usage: bench_load --shardd PATH | --addr ADDR [--pid P]\n"
                     "       [--seconds S] [--clients 1,4,16,64] "
-                    "[--sizes 10,50,856] [--plans whole,split] [--cache]\n");
+                    "[--sizes 10,50,856] [--plans whole,split] [--cache]\n"
+                    "       [--in-phase]\n");
     return 2;
 }
