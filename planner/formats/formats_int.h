@@ -1,7 +1,8 @@
 /*
  * Private to the formats room (formats.h): what its JSON files (json.c,
- * json_trec.c) share: small getters that name the bad field, and the reader
- * of TorchRec's form; and the generators' worker pool (synth.c, families.c).
+ * json_trec.c, json_plan.c) share: small getters that name the bad field,
+ * the reader of TorchRec's form, the notes' kinds; and the generators'
+ * worker pool (synth.c, families.c).
  * The only room header that includes jansson.
  */
 #ifndef SHARDD_PLANNER_FORMATS_INT_H
@@ -39,6 +40,10 @@ int json__get_name(const json_t *o, const char *key, const char *where,
 int json__note_unknown(const json_t *o, const char *const *known, size_t n,
                        const char *what, const char *table,
                        struct input_notes *notes);
+
+/* The "kind" of an input note: "assumed", "applied", "not_applied" or
+ * "unknown". */
+const char *json__note_kind_key(enum note_kind k);
 
 /*
  * TorchRec's form (json_trec.c): the tables array arr (EmbeddingBagConfig

@@ -558,23 +558,7 @@ static ptrdiff_t find_table(const struct table *tables, size_t n,
     return -1;
 }
 
-/* A table's tier (its shards share it), only when off HBM: "compute_kernel"
- * and "cache_load_factor".  Nonzero when out of memory. */
-static int tier_json(json_t *o, const struct shard *s)
-{
-    int bad = 0;
-
-    if (s->tier == TIER_HBM)
-        return 0;
-    bad |= json_object_set_new(
-        o, "compute_kernel", json_string(tier_name((enum table_tier)s->tier)));
-    if (s->tier == TIER_UVM_CACHING)
-        bad |= json_object_set_new(o, "cache_load_factor",
-                                   json_real(tier_load_factor(s)));
-    return bad;
-}
-
-/* Reads tier_json()'s fields of table entry o into sh. */
+/* Reads a table entry's tier fields (json_plan.c writes them) into sh. */
 static int parse_tier(const json_t *o, const char *name, struct shard *sh,
                       struct sd_diag *d)
 {
@@ -810,167 +794,6 @@ char *json_tasks(const struct task *tasks, size_t n)
     return dump(root);
 }
 
-static json_t *device_json(const struct plan_device *dv, int32_t id)
-{
-    json_t *o = json_object(), *c = json_object();
-    int bad = o == NULL || c == NULL;
-
-    bad |= json_object_set_new(c, "compute", json_real(dv->compute_ms));
-    bad |= json_object_set_new(c, "fwd_comm", json_real(dv->fwd_comm_ms));
-    bad |= json_object_set_new(c, "bwd_comm", json_real(dv->bwd_comm_ms));
-    bad |= json_object_set_new(c, "total", json_real(dv->total_ms));
-    bad |= json_object_set_new(o, "id", json_integer(id));
-    bad |= json_object_set_new(o, "memory_bytes",
-                               json_integer((json_int_t)dv->mem_bytes));
-    /* memory_bytes is HBM; ddr_bytes the host DRAM of its UVM tables. */
-    bad |= json_object_set_new(o, "ddr_bytes",
-                               json_integer((json_int_t)dv->ddr_bytes));
-    if (dv->tier_ms > 0)
-        bad |= json_object_set_new(c, "tier_modelled", json_real(dv->tier_ms));
-    /* host-memory time measured within "compute" (plan_evaluate_tiers()) */
-    if (dv->tier_measured)
-        bad |= json_object_set_new(c, "tier_measured", json_true());
-    bad |= json_object_set_new(o, "cost_ms", c);
-    if (bad) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
-}
-
-/* {"critical_device", "drivers": [{"table", "col_offset", "col_width",
- * "cost_ms"}], "lower_bound_ms", "gap"}; NULL when out of memory (which
- * json_object_set_new() reports). */
-static json_t *explain_json(const struct plan *p, const struct table *tables)
-{
-    const struct plan_explain *e = &p->explain;
-    json_t *drivers = json_array(), *notes = json_array();
-    int i, bad = drivers == NULL || notes == NULL;
-
-    for (i = 0; i < e->ndrivers && !bad; i++) {
-        const struct shard *s = &p->shards[e->drivers[i]];
-
-        bad |= json_array_append_new(
-            drivers,
-            json_pack("{s:s, s:i, s:i, s:f}", "table", tables[s->table].name,
-                      "col_offset", (int)s->col_offset, "col_width",
-                      (int)s->col_width, "cost_ms", e->driver_ms[i]));
-    }
-    for (i = 0; i < p->nnotes && !bad; i++)
-        bad |= json_array_append_new(notes, json_string(p->notes[i]));
-    if (bad) {
-        json_decref(drivers);
-        json_decref(notes);
-        return NULL;
-    }
-    return json_pack("{s:i, s:o, s:f, s:f, s:o}", "critical_device",
-                     (int)e->critical_device, "drivers", drivers,
-                     "lower_bound_ms", e->lower_bound_ms, "gap", e->gap, "why",
-                     notes);
-}
-
-/* HBM and DDR per host, when the plan has a host tier or bytes in it:
- * [{"id", "memory_bytes", "ddr_bytes", "ddr_capacity_bytes"}]; NULL
- * otherwise (or when out of memory, which json_object_set_new() reports). */
-static json_t *hosts_json(const struct plan *p)
-{
-    int32_t per = p->devices_per_host, h, r;
-    bool any = p->host_dram_bytes > 0;
-    json_t *hosts;
-
-    for (r = 0; r < p->ndevices; r++)
-        any = any || p->devices[r].ddr_bytes > 0;
-    if (!any || per <= 0 || (hosts = json_array()) == NULL)
-        return NULL;
-    for (h = 0; h * per < p->ndevices; h++) {
-        json_int_t hbm = 0, ddr = 0;
-
-        for (r = h * per; r < (h + 1) * per && r < p->ndevices; r++) {
-            hbm += (json_int_t)p->devices[r].mem_bytes;
-            ddr += (json_int_t)p->devices[r].ddr_bytes;
-        }
-        if (json_array_append_new(
-                hosts,
-                json_pack("{s:i, s:I, s:I, s:I}", "id", (int)h, "memory_bytes",
-                          hbm, "ddr_bytes", ddr, "ddr_capacity_bytes",
-                          (json_int_t)p->host_dram_bytes)) != 0) {
-            json_decref(hosts);
-            return NULL;
-        }
-    }
-    return hosts;
-}
-
-static json_t *plan_doc(const struct plan *p, const struct table *tables)
-{
-    json_t *root = json_object(), *devs = json_array(), *tbls = json_array();
-    json_t *cur = NULL, *shards = NULL, *hosts;
-    int bad = root == NULL || devs == NULL || tbls == NULL;
-    size_t k;
-    int32_t r;
-
-    for (r = 0; r < p->ndevices && !bad; r++)
-        bad |= json_array_append_new(devs, device_json(&p->devices[r], r));
-    /* Shards are sorted by table: open a table entry at each new table. */
-    for (k = 0; k < p->nshards && !bad; k++) {
-        const struct shard *s = &p->shards[k];
-        json_t *so = json_object();
-
-        if (k == 0 || s->table != p->shards[k - 1].table) {
-            cur = json_object();
-            shards = json_array();
-            bad |= json_object_set_new(cur, "name",
-                                       json_string(tables[s->table].name));
-            bad |= json_object_set_new(
-                cur, "scheme",
-                json_string(scheme_name(plan_table_scheme(p, k))));
-            bad |= json_object_set_new(cur, "shards", shards);
-            bad |= tier_json(cur, s);
-            bad |= json_array_append_new(tbls, cur);
-            if (bad) { /* shards may be gone with cur */
-                json_decref(so);
-                break;
-            }
-        }
-        bad |= json_object_set_new(so, "device", json_integer(s->device));
-        bad |=
-            json_object_set_new(so, "col_offset", json_integer(s->col_offset));
-        bad |= json_object_set_new(so, "col_width", json_integer(s->col_width));
-        if (s->row_count > 0) {
-            bad |= json_object_set_new(so, "row_offset",
-                                       json_integer(s->row_offset));
-            bad |= json_object_set_new(so, "row_count",
-                                       json_integer(s->row_count));
-        }
-        bad |= json_array_append_new(shards, so);
-    }
-    bad |= json_object_set_new(root, "algorithm", json_string(p->algorithm));
-    bad |= json_object_set_new(root, "plan_cost_ms", json_real(p->cost_ms));
-    bad |= json_object_set_new(root, "cost_model", json_string(p->cost_model));
-    bad |= json_object_set_new(root, "comm_model", json_string(p->comm_model));
-    bad |= json_object_set_new(root, "devices", devs);
-    if ((hosts = hosts_json(p)) != NULL)
-        bad |= json_object_set_new(root, "hosts", hosts);
-    bad |= json_object_set_new(root, "tables", tbls);
-    if (p->explain.critical_device >= 0)
-        bad |=
-            json_object_set_new(root, "explanation", explain_json(p, tables));
-    if (p->stats.states > 0)
-        bad |= json_object_set_new(
-            root, "search",
-            json_pack("{s:f, s:I, s:I, s:i, s:i, s:i, s:b}", "time_ms",
-                      p->stats.search_ms, "states", (json_int_t)p->stats.states,
-                      "greedy_runs", (json_int_t)p->stats.greedy_runs,
-                      "beam_levels", (int)p->stats.levels, "column_splits",
-                      (int)p->stats.splits, "local_moves", (int)p->stats.moves,
-                      "budget_exhausted", (int)p->stats.budget_exhausted));
-    if (bad) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
-
 /* One table of a TorchRec plan: its shards [first, end). */
 static json_t *torchrec_table(const struct plan *p, size_t first, size_t end,
                               const struct table *tb, const struct topology *t)
@@ -1050,11 +873,6 @@ static json_t *torchrec_doc(const struct plan *p, const struct table *tables,
     return root;
 }
 
-char *json_plan(const struct plan *p, const struct table *tables)
-{
-    return dump(plan_doc(p, tables));
-}
-
 char *json_plan_torchrec(const struct plan *p, const struct table *tables,
                          const struct topology *t, const char *module)
 {
@@ -1064,7 +882,7 @@ char *json_plan_torchrec(const struct plan *p, const struct table *tables,
 /* ---------------------------------------------------------------------- */
 /* Notes                                                                   */
 
-static const char *note_kind_key(enum note_kind k)
+const char *json__note_kind_key(enum note_kind k)
 {
     switch (k) {
     case NOTE_ASSUMED:
@@ -1096,8 +914,8 @@ static char *dump_noted(json_t *root, const struct input_notes *notes)
 
         bad |= json_array_append_new(
             arr, json_pack("{s:s, s:s, s:s, s:s}", "kind",
-                           note_kind_key(nt->kind), "table", nt->table, "field",
-                           nt->field, "message", nt->text));
+                           json__note_kind_key(nt->kind), "table", nt->table,
+                           "field", nt->field, "message", nt->text));
     }
     bad |= json_object_set_new(root, "notes", arr);
     if (bad) {
@@ -1111,12 +929,6 @@ char *json_tables_noted(const struct table *tables, size_t n,
                         const struct input_notes *notes)
 {
     return dump_noted(tables_doc(tables, n), notes);
-}
-
-char *json_plan_noted(const struct plan *p, const struct table *tables,
-                      const struct input_notes *notes)
-{
-    return dump_noted(plan_doc(p, tables), notes);
 }
 
 char *json_plan_torchrec_noted(const struct plan *p, const struct table *tables,

@@ -1,5 +1,7 @@
 /* JSON formats: reading tables and tasks (every bad field named), and the
  * plan writers' shape. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +216,148 @@ static void test_plan_writers(void)
     plan_destroy(&p);
 }
 
+/* jansson's own text of doc s (parsed and dumped as the writers did with
+ * jansson): json_plan() writes as it goes, and must read the same. */
+static bool same_as_jansson(const char *s)
+{
+    json_error_t e;
+    json_t *root = json_loads(s, 0, &e);
+    char *again =
+        root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    bool same = again != NULL && strcmp(again, s) == 0;
+
+    if (!same)
+        fprintf(stderr, "written:\n%s\njansson:\n%s\n", s,
+                again ? again : "(none)");
+    free(again);
+    json_decref(root);
+    return same;
+}
+
+/*
+ * The plan's JSON, written without jansson's tree (formats/json_plan.c), is
+ * jansson's text byte for byte on a plan with every optional part: row
+ * blocks, a cached and a UVM table, hosts, an explanation with drivers and
+ * notes, the search's figures, the input's notes, names and notes with
+ * quotes, backslashes, control characters and UTF-8, reals that need an
+ * exponent or ".0"; and it refuses what jansson refuses (a name that is not
+ * UTF-8, a cost that is not finite).
+ */
+static void test_plan_text(void)
+{
+    struct table tb[3];
+    struct topology t;
+    struct plan p;
+    struct input_note nv[1];
+    struct input_notes notes = {1, 1, nv};
+    json_error_t e;
+    json_t *root, *tbl;
+    char *s;
+
+    memset(tb, 0, sizeof(tb));
+    snprintf(tb[0].name, sizeof(tb[0].name), "a\"b\\c\td\x01\x1f \xc3\xa9");
+    snprintf(tb[1].name, sizeof(tb[1].name), "rows");
+    snprintf(tb[2].name, sizeof(tb[2].name), "cached/uvm");
+    tb[0].rows = 100;
+    tb[1].rows = 4000;
+    tb[2].rows = 1000000;
+    tb[0].dim = 8;
+    tb[1].dim = 16;
+    tb[2].dim = 32;
+    topology_default(&t, 4, 1ull << 30);
+    t.devices_per_host = 2;
+    t.host_dram_bytes = 64ull << 30;
+    plan_init(&p, 4);
+    plan_add(&p, 0, 3, 0, 8);
+    CHECK(plan_add_shard(&p, &(struct shard){.table = 1,
+                                             .device = 0,
+                                             .col_width = 16,
+                                             .row_offset = 0,
+                                             .row_count = 2000,
+                                             .scheme = SCHEME_TWRW}) == 0);
+    CHECK(plan_add_shard(&p, &(struct shard){.table = 1,
+                                             .device = 1,
+                                             .col_width = 16,
+                                             .row_offset = 2000,
+                                             .row_count = 2000,
+                                             .scheme = SCHEME_TWRW}) == 0);
+    CHECK(plan_add_shard(&p, &(struct shard){.table = 2,
+                                             .device = 2,
+                                             .col_width = 32,
+                                             .tier = TIER_UVM_CACHING,
+                                             .cache_load_factor = 0.2f}) == 0);
+    plan_sort(&p);
+    CHECK(plan_evaluate(&p, tb, 3, &t, OPTIMIZER_SGD, &cost_model_analytic) ==
+          0);
+    CHECK(plan_explain(&p, tb, &t, &cost_model_analytic) == 0);
+    p.devices[0].compute_ms = 1e-7; /* an exponent */
+    p.devices[1].compute_ms = 3;    /* ".0" */
+    p.devices[2].tier_ms = 0.25;
+    p.devices[2].tier_measured = true;
+    p.stats.states = 7;
+    p.stats.greedy_runs = 70;
+    p.stats.search_ms = 1.5e20;
+    plan_note(&p, "a note with \"quotes\"\nand a line");
+    nv[0] = (struct input_note){.kind = NOTE_ASSUMED};
+    snprintf(nv[0].table, sizeof(nv[0].table), "rows");
+    snprintf(nv[0].field, sizeof(nv[0].field), "pooling_factor");
+    snprintf(nv[0].text, sizeof(nv[0].text), "assumed 1");
+
+    s = json_plan_noted(&p, tb, &notes);
+    CHECK(s != NULL && same_as_jansson(s));
+    root = s ? json_loads(s, 0, &e) : NULL;
+    CHECK(root != NULL);
+    tbl = json_array_get(json_object_get(root, "tables"), 0);
+    CHECK(strcmp(json_string_value(json_object_get(tbl, "name")), tb[0].name) ==
+          0);
+    tbl = json_array_get(json_object_get(root, "tables"), 1);
+    CHECK(json_integer_value(
+              json_object_get(json_array_get(json_object_get(tbl, "shards"), 1),
+                              "row_offset")) == 2000);
+    tbl = json_array_get(json_object_get(root, "tables"), 2);
+    CHECK(strcmp(json_string_value(json_object_get(tbl, "compute_kernel")),
+                 "fused_uvm_caching") == 0);
+    CHECK(json_array_size(json_object_get(root, "hosts")) == 2);
+    CHECK(
+        json_real_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(root, "devices"), 0),
+                            "cost_ms"),
+            "compute")) == 1e-7);
+    CHECK(json_is_true(json_object_get(
+        json_object_get(json_array_get(json_object_get(root, "devices"), 2),
+                        "cost_ms"),
+        "tier_measured")));
+    CHECK(json_integer_value(json_object_get(json_object_get(root, "search"),
+                                             "greedy_runs")) == 70);
+    CHECK(json_array_size(json_object_get(root, "notes")) == 1);
+    json_decref(root);
+    free(s);
+
+    /* Without the input's notes: the same text without "notes". */
+    s = json_plan(&p, tb);
+    CHECK(s != NULL && same_as_jansson(s) && strstr(s, "\"notes\"") == NULL);
+    free(s);
+
+    p.devices[3].total_ms = NAN;
+    s = json_plan(&p, tb);
+    CHECK(s == NULL); /* json_real() refuses it */
+    free(s);
+    p.devices[3].total_ms = 1;
+    tb[1].name[1] = (char)0xff;
+    s = json_plan(&p, tb);
+    CHECK(s == NULL); /* json_string() refuses it */
+    free(s);
+    snprintf(tb[1].name, sizeof(tb[1].name), "r\xc3(");
+    s = json_plan(&p, tb); /* a lead byte without its continuation */
+    CHECK(s == NULL);
+    free(s);
+    snprintf(tb[1].name, sizeof(tb[1].name), "r\xe0\x80\xaf");
+    s = json_plan(&p, tb); /* "/" in three bytes: overlong */
+    CHECK(s == NULL);
+    free(s);
+    plan_destroy(&p);
+}
+
 /* A written plan reads back to the same shards; bad plans name the fault. */
 static void test_read_plan(void)
 {
@@ -288,5 +432,6 @@ int main(void)
     test_tasks();
     test_round_trip();
     test_plan_writers();
+    test_plan_text();
     return tap_done();
 }
