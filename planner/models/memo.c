@@ -1,11 +1,14 @@
 /*
  * The memo of projected latents (models.h): a fixed array of sets of
- * NET_MEMO_WAYS entries, a set chosen by a hash of the model's
- * input, replaced round-robin within the set.  The key is the input itself
- * (compared in full), so a hit is exact; the hash only spreads the keys.
- * Sets are guarded by NET_MEMO_STRIPES mutexes, set i by stripe i mod
- * NET_MEMO_STRIPES: two threads meet only on the same stripe, and a lookup
- * holds it for one copy of 64 floats.
+ * NET_MEMO_WAYS entries, a set chosen by a hash of the key, replaced
+ * round-robin within the set.  The key is what the model's input is made
+ * of, before its transforms and scaling: the table's features at the width
+ * (table_features()), with pooling factor and rows exact, as the model
+ * takes them.  Equal keys make equal inputs, so a hit is exact (the key is
+ * compared in full), and costs no logarithm or division.  Sets are guarded
+ * by NET_MEMO_STRIPES mutexes, set i by stripe i mod NET_MEMO_STRIPES: two
+ * threads meet only on the same stripe, and a lookup holds it for one copy
+ * of 64 floats.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,8 +20,14 @@
 #define NET_MEMO_WAYS    4
 #define NET_MEMO_STRIPES 64
 
+struct memo_key {
+    float f[TABLE_NFEATURES]; /* pooling factor and rows zero: below */
+    double pooling_factor;
+    int64_t rows;
+};
+
 struct memo_entry {
-    float x[NET_IN];
+    struct memo_key key;
     float proj[NET_H2];
     bool used;
 };
@@ -84,18 +93,28 @@ void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out)
     out->capacity = mm->nsets * NET_MEMO_WAYS;
 }
 
-/* The set of input x and, through *stripe, the mutex guarding it. */
+static void key_of(const struct table *t, int32_t cols, struct memo_key *k)
+{
+    memset(k, 0, sizeof(*k)); /* no padding bytes left to chance */
+    table_features(t, cols, k->f);
+    k->f[TABLE_FEATURE_PF] = 0;
+    k->f[TABLE_FEATURE_ROWS] = 0;
+    k->pooling_factor = t->pooling_factor;
+    k->rows = t->rows;
+}
+
 /*
- * The set of input x.  The memo lives in memory only, so any hash that
- * spreads the inputs will do: eight bytes a step, multiply and fold (FNV-1a's
- * byte steps were 4 % of the daemon's time at 50-table plans).
+ * The set of key k and, through *stripe, the mutex guarding it.  The memo
+ * lives in memory only, so any hash that spreads the keys will do: eight
+ * bytes a step, multiply and fold (FNV-1a's byte steps were 4 % of the
+ * daemon's time at 50-table plans).
  */
-static struct memo_set *set_of(struct net_memo *mm, const float *x,
+static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
                                pthread_mutex_t **stripe)
 {
-    const unsigned char *b = (const unsigned char *)x;
+    const unsigned char *b = (const unsigned char *)k;
     uint64_t h = 0x9e3779b97f4a7c15u, v;
-    size_t i, n = NET_IN * sizeof(*x);
+    size_t i, n = sizeof(*k);
 
     for (i = 0; i + 8 <= n; i += 8) {
         memcpy(&v, b + i, 8);
@@ -117,6 +136,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
                    const struct table *t, int32_t cols, float proj[NET_H2])
 {
     float x[NET_IN], lat[NET_LAT];
+    struct memo_key key;
     struct memo_set *set;
     pthread_mutex_t *stripe;
     int w;
@@ -126,11 +146,11 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
         net_project(m, lat, proj);
         return;
     }
-    net_input(m, t, cols, x);
-    set = set_of(mm, x, &stripe);
+    key_of(t, cols, &key);
+    set = set_of(mm, &key, &stripe);
     pthread_mutex_lock(stripe);
     for (w = 0; w < NET_MEMO_WAYS; w++)
-        if (set->e[w].used && memcmp(set->e[w].x, x, sizeof(x)) == 0) {
+        if (set->e[w].used && memcmp(&set->e[w].key, &key, sizeof(key)) == 0) {
             memcpy(proj, set->e[w].proj, NET_H2 * sizeof(*proj));
             pthread_mutex_unlock(stripe);
             atomic_fetch_add_explicit(&mm->hits, 1, memory_order_relaxed);
@@ -140,6 +160,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
 
     /* Computed outside the lock: two threads missing the same key both
      * compute it, and it may take two ways of the set (the same values). */
+    net_input(m, t, cols, x);
     net_latent_of_input(m, x, lat);
     net_project(m, lat, proj);
     atomic_fetch_add_explicit(&mm->misses, 1, memory_order_relaxed);
@@ -148,7 +169,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
     set->next = (uint8_t)((w + 1) % NET_MEMO_WAYS);
     if (!set->e[w].used)
         atomic_fetch_add_explicit(&mm->filled, 1, memory_order_relaxed);
-    memcpy(set->e[w].x, x, sizeof(x));
+    set->e[w].key = key;
     memcpy(set->e[w].proj, proj, NET_H2 * sizeof(*proj));
     set->e[w].used = true;
     pthread_mutex_unlock(stripe);

@@ -19,8 +19,8 @@ extern const unsigned char sd_reference_model[];
 extern const size_t sd_reference_model_len;
 
 /* The inputs format 1 transforms (table_features()' order). */
-#define NET_IN_PF   18
-#define NET_IN_ROWS 19
+#define NET_IN_PF   TABLE_FEATURE_PF
+#define NET_IN_ROWS TABLE_FEATURE_ROWS
 
 void net_io_format1(struct net_io *io)
 {

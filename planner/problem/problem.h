@@ -88,6 +88,8 @@ const char *table_dtype_name(enum table_dtype dtype);
 /* Weight bytes of `cols` columns of t: rows * cols * element size (int8:
  * plus TABLE_INT8_ROW_EXTRA per row). */
 uint64_t table_bytes(const struct table *t, int32_t cols);
+/* The same for one row of `cols` columns of dtype. */
+uint64_t table_row_bytes(enum table_dtype dtype, int32_t cols);
 
 /* TorchRec's kernel names: "fused", "fused_uvm", "fused_uvm_caching". */
 const char *tier_name(enum table_tier tier);
@@ -141,6 +143,8 @@ int table_validate_all(const struct table *tables, size_t n, struct sd_diag *d);
  */
 void table_features(const struct table *t, int32_t dim,
                     float out[TABLE_NFEATURES]);
+#define TABLE_FEATURE_PF   18 /* pooling_factor's place among them */
+#define TABLE_FEATURE_ROWS 19 /* rows' */
 
 /*
  * The column-wise split rule (neuroshard.md 6.2): a table or slice of `dim`
