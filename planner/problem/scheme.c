@@ -58,36 +58,6 @@ void shard_table(const struct table *t, const struct shard *s, int32_t ndevices,
         out->pooling_factor = t->pooling_factor / (double)ndevices;
 }
 
-/* The table as one shard's block: its rows, and the shard's tier where it
- * has one. */
-static struct table block_of(const struct table *t, const struct shard *s)
-{
-    struct table b = *t;
-
-    b.rows = shard_rows(t, s);
-    if (s->tier != TIER_HBM) {
-        b.tier = s->tier;
-        b.cache_load_factor = s->cache_load_factor;
-    }
-    return b;
-}
-
-uint64_t shard_block_bytes(const struct table *t, const struct shard *s,
-                           enum optimizer opt)
-{
-    struct table b = block_of(t, s);
-
-    return shard_bytes(&b, s->col_width, opt);
-}
-
-uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
-                               enum optimizer opt)
-{
-    struct table b = block_of(t, s);
-
-    return shard_ddr_bytes(&b, s->col_width, opt);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */
 

@@ -44,13 +44,18 @@ const char *table_dtype_name(enum table_dtype dtype)
     return (unsigned)dtype < TABLE_DTYPE_COUNT ? dtype_names[dtype] : "fp32";
 }
 
+uint64_t table_row_bytes(enum table_dtype dtype, int32_t cols)
+{
+    uint64_t row = (uint64_t)cols * table_dtype_size(dtype);
+
+    if (dtype == TABLE_DTYPE_INT8)
+        row += TABLE_INT8_ROW_EXTRA;
+    return row;
+}
+
 uint64_t table_bytes(const struct table *t, int32_t cols)
 {
-    uint64_t row = (uint64_t)cols * table_dtype_size(t->dtype);
-
-    if (t->dtype == TABLE_DTYPE_INT8)
-        row += TABLE_INT8_ROW_EXTRA;
-    return (uint64_t)t->rows * row;
+    return (uint64_t)t->rows * table_row_bytes(t->dtype, cols);
 }
 
 int32_t table_split_levels(int32_t dim)

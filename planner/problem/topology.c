@@ -126,17 +126,18 @@ const char *optimizer_name(enum optimizer o)
                : "unknown";
 }
 
-/* Weights plus optimizer state of `cols` columns of t, wherever they are. */
-static uint64_t full_bytes(const struct table *t, int32_t cols,
+/* Weights plus optimizer state of `cols` columns of `rows` rows of dtype,
+ * wherever they are. */
+static uint64_t full_bytes(int64_t rows, int32_t cols, enum table_dtype dtype,
                            enum optimizer opt)
 {
-    uint64_t w = table_bytes(t, cols);
+    uint64_t w = (uint64_t)rows * table_row_bytes(dtype, cols);
 
     switch (opt) {
     case OPTIMIZER_ADAGRAD:
         return 2 * w;
     case OPTIMIZER_ROWWISE_ADAGRAD:
-        return w + (uint64_t)t->rows * table_dtype_size(t->dtype);
+        return w + (uint64_t)rows * table_dtype_size(dtype);
     case OPTIMIZER_ADAM:
         return 3 * w;
     case OPTIMIZER_SGD:
@@ -145,24 +146,53 @@ static uint64_t full_bytes(const struct table *t, int32_t cols,
     }
 }
 
-uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+/* Of `all` bytes in a tier, those in HBM: none in UVM, the cache's share
+ * cached. */
+static uint64_t hbm_part(uint64_t all, uint8_t tier, float load_factor)
 {
-    uint64_t all = full_bytes(t, cols, opt);
-
-    switch (t->tier) {
+    switch (tier) {
     case TIER_UVM:
         return 0;
     case TIER_UVM_CACHING:
-        return (uint64_t)ceil((double)all * (double)t->cache_load_factor);
+        return (uint64_t)ceil((double)all * (double)load_factor);
     default:
         return all;
     }
 }
 
+uint64_t shard_bytes(const struct table *t, int32_t cols, enum optimizer opt)
+{
+    return hbm_part(full_bytes(t->rows, cols, t->dtype, opt), t->tier,
+                    t->cache_load_factor);
+}
+
 uint64_t shard_ddr_bytes(const struct table *t, int32_t cols,
                          enum optimizer opt)
 {
-    return t->tier == TIER_HBM ? 0 : full_bytes(t, cols, opt);
+    return t->tier == TIER_HBM ? 0 : full_bytes(t->rows, cols, t->dtype, opt);
+}
+
+/* A shard's block is its rows under the shard's tier where it has one, the
+ * table's otherwise; read from the fields, not a copy of the table (the
+ * copies were a third of an ensemble's spread over a plan). */
+uint64_t shard_block_bytes(const struct table *t, const struct shard *s,
+                           enum optimizer opt)
+{
+    bool own = s->tier != TIER_HBM;
+
+    return hbm_part(full_bytes(shard_rows(t, s), s->col_width, t->dtype, opt),
+                    own ? s->tier : t->tier,
+                    own ? s->cache_load_factor : t->cache_load_factor);
+}
+
+uint64_t shard_block_ddr_bytes(const struct table *t, const struct shard *s,
+                               enum optimizer opt)
+{
+    uint8_t tier = s->tier != TIER_HBM ? s->tier : t->tier;
+
+    return tier == TIER_HBM
+               ? 0
+               : full_bytes(shard_rows(t, s), s->col_width, t->dtype, opt);
 }
 
 double topology_host_link_bw(const struct topology *t)
