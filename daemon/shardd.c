@@ -19,7 +19,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #if defined(__GLIBC__)
-#include <malloc.h>
+#    include <malloc.h>
 #endif
 #include <signal.h>
 #include <stdbool.h>
@@ -340,9 +340,10 @@ static int prepare(const struct sd_config *cfg, struct rpc_config *rcfg,
  * request.  glibc's defaults hand a freed top of a worker's heap back to
  * the kernel once it passes 128 KiB, and the next request faults it in
  * again, with a TLB shootdown across the cores each time: 50-table split
- * plans ran 15 % faster with these (docs/daemon.md, "Allocator").  A
- * MALLOC_*_ variable the operator set wins.  The cost: up to the trim
- * threshold plus the pad of free memory kept per worker's heap.
+ * plans ran 15 % faster with these (docs/daemon.md, "Split plans at 64
+ * clients, again").  A MALLOC_*_ variable the operator set wins.  The
+ * cost: up to the trim threshold plus the pad of free memory kept per
+ * worker's heap.
  */
 static void tune_malloc(void)
 {

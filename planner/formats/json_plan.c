@@ -3,11 +3,11 @@
  * goes.  The daemon writes one for every plan it hands out (its audit), at
  * over a thousand a second: building jansson's tree of it cost 125 us a
  * 50-table plan, a tenth of the daemon's time per plan (docs/daemon.md,
- * "The plan audit").  The text is byte for byte what jansson writes with
- * JSON_INDENT(2) | JSON_PRESERVE_ORDER, and NULL where jansson would refuse
- * a value (a real that is not finite, a string that is not UTF-8), so a
- * reader cannot tell the two apart (test_formats checks it against
- * jansson's own dump).
+ * "Split plans at 64 clients, again").  The text is byte for byte what
+ * jansson writes with JSON_INDENT(2) | JSON_PRESERVE_ORDER, and NULL where
+ * jansson would refuse a value (a real that is not finite, a string that is
+ * not UTF-8), so a reader cannot tell the two apart (test_json checks it
+ * against jansson's own dump).
  */
 #include <inttypes.h>
 #include <math.h>
