@@ -29,12 +29,15 @@ struct memo_key {
 struct memo_entry {
     struct memo_key key;
     float proj[NET_H2];
-    bool used;
 };
 
+/* The ways' tags (the key's hash, odd; 0: empty) come first, on one cache
+ * line: a lookup reads an entry only where its tag matches (the entries'
+ * first bytes were most of a lookup's time, each a cache miss). */
 struct memo_set {
-    struct memo_entry e[NET_MEMO_WAYS];
+    uint64_t tag[NET_MEMO_WAYS];
     uint8_t next; /* the way replaced next */
+    struct memo_entry e[NET_MEMO_WAYS];
 };
 
 struct net_memo {
@@ -110,7 +113,7 @@ static void key_of(const struct table *t, int32_t cols, struct memo_key *k)
  * daemon's time at 50-table plans).
  */
 static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
-                               pthread_mutex_t **stripe)
+                               pthread_mutex_t **stripe, uint64_t *tag)
 {
     const unsigned char *b = (const unsigned char *)k;
     uint64_t h = 0x9e3779b97f4a7c15u, v;
@@ -127,6 +130,7 @@ static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
         h = (h ^ v) * 0xbf58476d1ce4e5b9u;
         h ^= h >> 29;
     }
+    *tag = h | 1;
     i = (size_t)(h % mm->nsets);
     *stripe = &mm->lock[i % NET_MEMO_STRIPES];
     return &mm->sets[i];
@@ -139,6 +143,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
     struct memo_key key;
     struct memo_set *set;
     pthread_mutex_t *stripe;
+    uint64_t tag;
     int w;
 
     if (!mm || mm->net != m) { /* no memo, or another model's */
@@ -147,10 +152,11 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
         return;
     }
     key_of(t, cols, &key);
-    set = set_of(mm, &key, &stripe);
+    set = set_of(mm, &key, &stripe, &tag);
     pthread_mutex_lock(stripe);
     for (w = 0; w < NET_MEMO_WAYS; w++)
-        if (set->e[w].used && memcmp(&set->e[w].key, &key, sizeof(key)) == 0) {
+        if (set->tag[w] == tag &&
+            memcmp(&set->e[w].key, &key, sizeof(key)) == 0) {
             memcpy(proj, set->e[w].proj, NET_H2 * sizeof(*proj));
             pthread_mutex_unlock(stripe);
             atomic_fetch_add_explicit(&mm->hits, 1, memory_order_relaxed);
@@ -167,10 +173,10 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
     pthread_mutex_lock(stripe);
     w = set->next;
     set->next = (uint8_t)((w + 1) % NET_MEMO_WAYS);
-    if (!set->e[w].used)
+    if (set->tag[w] == 0)
         atomic_fetch_add_explicit(&mm->filled, 1, memory_order_relaxed);
+    set->tag[w] = tag;
     set->e[w].key = key;
     memcpy(set->e[w].proj, proj, NET_H2 * sizeof(*proj));
-    set->e[w].used = true;
     pthread_mutex_unlock(stripe);
 }
