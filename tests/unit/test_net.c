@@ -2,6 +2,7 @@
  * reference, the incremental head, the file format and its refusals, the
  * batch scaling of the cost-model adapter, the embedded model, and the
  * checksum of files written before it was zlib's. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +319,32 @@ static void test_memo(void)
     CHECK(memcmp(a, b, sizeof(a)) == 0);
     net_memo_stats(mm, &st);
     CHECK(st.hits == 1 && st.misses == 2 && st.entries == 2);
+
+    /* The key is the table's exact values: tables whose features agree as
+     * floats (rows 2^24 and 2^24 + 1, pooling factors one ulp apart), asked
+     * in turn, each get what computing gives them. */
+    {
+        struct net_memo *m2 = net_memo_new(&m, 64);
+        struct table u[4];
+        int k, round;
+
+        for (k = 0; k < 4; k++)
+            u[k] = t[1];
+        u[0].rows = 16777216;
+        u[1].rows = 16777217;
+        u[2].pooling_factor = 3.0;
+        u[3].pooling_factor = nextafter(3.0, 4.0);
+        for (round = 0; m2 != NULL && round < 2; round++)
+            for (k = 0; k < 4; k++) {
+                net_projected(&m, m2, &u[k], u[k].dim, a);
+                net_latent(&m, &u[k], u[k].dim, lat);
+                net_project(&m, lat, b);
+                CHECK(memcmp(a, b, sizeof(a)) == 0);
+            }
+        net_memo_stats(m2, &st);
+        CHECK(m2 != NULL && st.misses == 4 && st.hits == 4);
+        net_memo_free(m2);
+    }
 
     /* Forty keys through eight entries: it stays bounded. */
     for (i = 0; i < 40; i++)
