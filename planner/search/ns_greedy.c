@@ -584,7 +584,7 @@ void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st,
         }
         /* Skip the caps that refuse the same devices: they replay it. */
         for (step += stride; step < NS_GRID_STEPS &&
-                     (1.0 + 0.05 * step) * s->dim_mean < next_cap;
+                             (1.0 + 0.05 * step) * s->dim_mean < next_cap;
              step++)
             ;
     }
