@@ -134,7 +134,13 @@ static bool utf8_ok(const unsigned char *s)
     return true;
 }
 
-/* A string, escaped as jansson does. */
+/* A string, escaped as jansson does: these as two characters, the other
+ * control characters as \u00XX. */
+static const char *const short_esc[] = {
+    ['"'] = "\\\"", ['\\'] = "\\\\", ['\b'] = "\\b", ['\f'] = "\\f",
+    ['\n'] = "\\n", ['\r'] = "\\r",  ['\t'] = "\\t",
+};
+
 static void jw_string(struct jw *w, const char *s)
 {
     const char *run = s;
@@ -152,29 +158,9 @@ static void jw_string(struct jw *w, const char *s)
             continue;
         jw_put(w, run, (size_t)(s - run));
         run = s + 1;
-        switch (c) {
-        case '"':
-            jw_put(w, "\\\"", 2);
-            break;
-        case '\\':
-            jw_put(w, "\\\\", 2);
-            break;
-        case '\b':
-            jw_put(w, "\\b", 2);
-            break;
-        case '\f':
-            jw_put(w, "\\f", 2);
-            break;
-        case '\n':
-            jw_put(w, "\\n", 2);
-            break;
-        case '\r':
-            jw_put(w, "\\r", 2);
-            break;
-        case '\t':
-            jw_put(w, "\\t", 2);
-            break;
-        default:
+        if (c < sizeof(short_esc) / sizeof(*short_esc) && short_esc[c]) {
+            jw_put(w, short_esc[c], 2);
+        } else {
             snprintf(esc, sizeof(esc), "\\u%04X", c);
             jw_put(w, esc, 6);
         }
