@@ -3,7 +3,8 @@
  * dtype, and its fused embedding-bag passes, sum-pooling forward and
  * backward with exact SGD, one pair per dtype.  The lookup loops and
  * their row kernels are all here, in one translation unit, so that each
- * row kernel inlines into its loop (forward_rows()).
+ * row kernel inlines into its loop (forward_rows()), and the file is built
+ * with its loops aligned (kernels/CMakeLists.txt).
  *
  * Weights are stored in each table's dtype (kernels.h): a forward converts
  * each row to fp32 as it adds it into the pooled sums, an SGD update reads
