@@ -3,8 +3,8 @@
  * life of the process: the weight arena that profiling shards share
  * (kernels.h, reuse_weights) with its map of which dtypes have held each
  * CPU_ARENA_BLOCK bytes of it, the pass that makes an arena shard's rows
- * finite and normal in its dtype before it runs (arena_sanitise), and the
- * buffer the timing flushes the caches with.
+ * finite and normal in its dtype before it runs (kern_cpu__arena_sanitise()),
+ * and the buffer the timing flushes the caches with.
  */
 #define _GNU_SOURCE /* CPU_SETSIZE */
 
@@ -18,7 +18,7 @@
 
 /* Bytes of the arena per entry of its writers map (cpu_devmem), so the map
  * is a 1,024th of the arena, and what the sanitiser rewrites at once
- * (arena_sanitise()); the period of what it writes (arena_tile). */
+ * (kern_cpu__arena_sanitise()); the period of what it writes (arena_tile). */
 #define CPU_ARENA_BLOCK 1024
 #define CPU_ARENA_TILE  (16 * CPU_ARENA_BLOCK)
 

@@ -4,8 +4,12 @@
  * calls between the backend (backend_cpu.c: devices, shards, timing, the
  * ops table), its table kernels (tbe_cpu.c: weights in their dtype and
  * the forward and backward + SGD passes) and its per-device memory
- * (arena_cpu.c: the weight arena and the cache-flush buffer).  Included
- * only by those three files.
+ * (arena_cpu.c: the weight arena and the cache-flush buffer), named
+ * kern_cpu__* (left out in the comments below).  Included only by those
+ * three files.  Thread: a shard and its tables are used by one thread at a
+ * time; of the per-device calls, arena_sanitise and flush_caches work on
+ * what the calling shard holds (the arena, a flush buffer made before),
+ * the others take the device's lock.
  */
 #ifndef SHARDD_BACKEND_CPU_INT_H
 #define SHARDD_BACKEND_CPU_INT_H
@@ -36,9 +40,9 @@ struct cpu_table {
     int32_t dim;
     int32_t col; /* first column of this table in a pooled row */
     enum kern_dtype dtype;
-    /* The table's forward and backward + SGD, for its dtype (table_open):
-     * each pass over the tables calls one per table, and each lookup's row
-     * kernel is inlined in it. */
+    /* The table's forward and backward + SGD, for its dtype (set by
+     * kern_cpu__table_open()): each pass over the tables calls one per
+     * table, and each lookup's row kernel is inlined in it. */
     void (*forward)(const struct cpu_shard *s, const struct cpu_table *tb,
                     float *pooled);
     void (*backward)(const struct cpu_shard *s, const struct cpu_table *tb,
@@ -113,9 +117,9 @@ void kern_cpu__fill_seeded(float *p, uint64_t n, uint64_t seed, uint64_t stream,
  * device's arena for a shard, of at most core_mem bytes (the device's
  * memory, 0 if unknown) or the shard's arena_max_bytes if lower, setting
  * *w to its first byte: 0, SD_EBUSY (another arena shard is open) or
- * SD_ENOMEM;
- * arena_drop gives it back after a 0, and the arena stays.  arena_sanitise
- * readies the rows an arena shard's lookups read (before it runs).
+ * SD_ENOMEM; arena_drop gives it back after a 0, and the arena stays.
+ * arena_sanitise readies the rows an arena shard's lookups read (before it
+ * runs).
  * arena_free frees the arena when no shard holds it; kept_bytes counts
  * what the device keeps (arena and flush buffer).
  *
