@@ -1,6 +1,7 @@
 /*
- * The cpu backend's parts beyond the embedding bag (backend_cpu.c, whose
- * half-precision conversions are declared here for tests): the compute
+ * The cpu backend's parts beyond the embedding bag (backend_cpu.c and the
+ * files it is split into, over backend_cpu_int.h; the half-precision
+ * conversions of tbe_cpu.c are declared here for tests): the compute
  * cost model and sgemm (net_cpu.c), and collectives between threads
  * (comm_cpu.c), each the specification its cuda counterpart is tested
  * against.  Included only under kernels/cpu/ and by the unit test of
@@ -12,7 +13,7 @@
 #include "kern_internal.h"
 
 /*
- * fp16 and bf16 weights (backend_cpu.c): n values converted to and from
+ * fp16 and bf16 weights (tbe_cpu.c): n values converted to and from
  * fp32.  To fp32 is exact; from fp32 rounds to nearest, ties to even, and
  * keeps a NaN a NaN (quiet).  The fp16 pair uses the CPU's F16C
  * instructions when f16c is true and the CPU has them
