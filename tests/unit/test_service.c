@@ -398,7 +398,7 @@ static void test_reference_profile(struct svc *s)
     struct net_comm_model ncomm;
     struct plan_options o;
     struct topology t;
-    struct sd_diag d;
+    struct sd_diag d = {{0}};
     struct plan p;
 
     if (a == NULL || b == NULL || net == NULL) {
@@ -425,9 +425,10 @@ static void test_reference_profile(struct svc *s)
     o.alg = PLAN_ALG_NEUROSHARD;
     o.net = net;
     o.threads = 1;
-    CHECK(plan_run(pool, NTABLES, &t, &o, &ncm.cm, &p, &d) == 0);
-    CHECK_NEAR(b->plan_cost_ms, p.cost_ms, 1e-9);
-    plan_destroy(&p);
+    if (CHECK_OK(plan_run(pool, NTABLES, &t, &o, &ncm.cm, &p, &d), d.msg)) {
+        CHECK_NEAR(b->plan_cost_ms, p.cost_ms, 1e-9);
+        plan_destroy(&p);
+    }
 out:
     if (a != NULL)
         shardd__v1__plan_response__free_unpacked(a, NULL);
@@ -627,6 +628,8 @@ static bool same_but_hit(const struct reply *a, const struct reply *b)
     bool same;
     struct sd_diag d;
 
+    if (a->b == NULL || b->b == NULL)
+        return false; /* a call that failed (reply_of() said so) */
     m = shardd__v1__plan_response__unpack(NULL, b->n, b->b);
     if (m == NULL)
         return false;
