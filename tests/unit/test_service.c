@@ -1184,6 +1184,19 @@ static void test_proposal_ring(void)
 /* The profiler worker steps aside                                         */
 
 /*
+ * The worker's thread runs at nice 19 (daemon/profw.c): where the CPUs are
+ * busy with other work at nice 0 (ctest -j2, other users of the machine)
+ * it gets about 1.5 % of a CPU, and these tests take some 70 times the
+ * CPU time it spends.  At the daemon's batch of 4096 and a 384 MiB shard
+ * budget that was 2 s of CPU (its table pool, traces and timing): over
+ * ctest's 120 s.  The profile here is at batch PROFW_TEST_BATCH, shards
+ * within the smallest budget (profiler_max_mb 64), timed in three steps:
+ * about 0.1 s of CPU, what stepping aside needs (none of it depends on the
+ * figures measured).
+ */
+#define PROFW_TEST_BATCH 512
+
+/*
  * The cpu backend with a gate in its timing: the profiler thread, once in
  * shard_time, says so (gate_in) and waits for the test to open the gate
  * (gate_open), then times for real, where the abort flag is honoured.
@@ -1196,10 +1209,14 @@ static struct kern_backend gated;
 static int gated_time(struct kern_shard *sh, const struct kern_timing_opts *o,
                       struct kern_timing *out)
 {
+    struct kern_timing_opts few = *o; /* the abort flag included */
+
     atomic_fetch_add(&gate_in, 1);
     while (!atomic_load(&gate_open))
         sleep_ms(1);
-    return kern_backend_cpu.shard_time(sh, o, out);
+    few.warmup = 1;
+    few.repeats = 2;
+    return kern_backend_cpu.shard_time(sh, &few, out);
 }
 
 /* Compute samples of the profile the worker measures (0 before it made
@@ -1251,15 +1268,16 @@ static void test_profiler_steps_aside(void)
     c.profiler = true;
     c.profiler_idle_ms = 0;
     c.profiler_max_samples = 1000;
+    c.profiler_max_mb = 64; /* small shards: see PROFW_TEST_BATCH */
     CHECK(conf_snap_new(&c, &cf) == 0);
     gated = kern_backend_cpu;
     gated.shard_time = gated_time;
     atomic_store(&gate_in, 0);
     atomic_store(&gate_open, 1);
     snprintf(db, sizeof(db), "%s/shardd.db", dir);
-    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
-          0);
-    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(prof_profile_name(&gated, 0, PROFW_TEST_BATCH, profile,
+                            sizeof(profile), &d) == 0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", PROFW_TEST_BATCH, 0, cf);
     CHECK(profw_start(&pw, &d) == 0);
     /* Two samples stored freely, then the gate closes on the third. */
     CHECK(wait_for(&gate_in, 2, 120000));
@@ -1328,17 +1346,19 @@ static void test_profiler_idle_at_start(void)
     setup(&c);
     c.profiler = true;
     c.profiler_idle_ms = 60000;
+    c.profiler_max_mb = 64; /* small shards: see PROFW_TEST_BATCH */
     CHECK(conf_snap_new(&c, &cf) == 0);
     gated = kern_backend_cpu;
     gated.shard_time = gated_time;
     atomic_store(&gate_in, 0);
     atomic_store(&gate_open, 1);
     snprintf(db, sizeof(db), "%s/shardd.db", dir);
-    CHECK(prof_profile_name(&gated, 0, 4096, profile, sizeof(profile), &d) ==
-          0);
-    profw_init(&pw, &gated, db, profile, 0, "cpu", 4096, 0, cf);
+    CHECK(prof_profile_name(&gated, 0, PROFW_TEST_BATCH, profile,
+                            sizeof(profile), &d) == 0);
+    profw_init(&pw, &gated, db, profile, 0, "cpu", PROFW_TEST_BATCH, 0, cf);
     CHECK(profw_start(&pw, &d) == 0);
-    /* Its table pool made (about a second), it would be timing by now. */
+    /* Its table pool made (some 10 ms of CPU at this batch, a second at
+     * nice 19 on busy CPUs), it would be timing by now. */
     CHECK(!wait_for(&gate_in, 1, 5000));
     CHECK(stored_samples(db, profile) == 0);
     profw_destroy(&pw);
