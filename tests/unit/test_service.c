@@ -1198,12 +1198,16 @@ static void test_proposal_ring(void)
 
 /*
  * The cpu backend with a gate in its timing: the profiler thread, once in
- * shard_time, says so (gate_in) and waits for the test to open the gate
- * (gate_open), then times for real, where the abort flag is honoured.
- * While it waits nothing can be committed, so the test knows exactly what
- * the store holds at the moment a request arrives.
+ * shard_time, says so (gate_in); finding the gate closed (gate_open 0) it
+ * counts that too (gate_held) and waits for the test to open it; then it
+ * times for real, where the abort flag is honoured.  While it is held
+ * nothing can be committed, so the test knows exactly what the store
+ * holds at the moment a request arrives.  A test that closes the gate
+ * waits for one more gate_held, not one more gate_in: the worker may have
+ * counted itself in just before the gate closed and be held on that same
+ * sample, and no other would come.
  */
-static atomic_int gate_in, gate_open;
+static atomic_int gate_in, gate_open, gate_held;
 static struct kern_backend gated;
 
 static int gated_time(struct kern_shard *sh, const struct kern_timing_opts *o,
@@ -1212,8 +1216,11 @@ static int gated_time(struct kern_shard *sh, const struct kern_timing_opts *o,
     struct kern_timing_opts few = *o; /* the abort flag included */
 
     atomic_fetch_add(&gate_in, 1);
-    while (!atomic_load(&gate_open))
-        sleep_ms(1);
+    if (!atomic_load(&gate_open)) {
+        atomic_fetch_add(&gate_held, 1);
+        while (!atomic_load(&gate_open))
+            sleep_ms(1);
+    }
     few.warmup = 1;
     few.repeats = 2;
     return kern_backend_cpu.shard_time(sh, &few, out);
@@ -1274,16 +1281,17 @@ static void test_profiler_steps_aside(void)
     gated.shard_time = gated_time;
     atomic_store(&gate_in, 0);
     atomic_store(&gate_open, 1);
+    atomic_store(&gate_held, 0);
     snprintf(db, sizeof(db), "%s/shardd.db", dir);
     CHECK(prof_profile_name(&gated, 0, PROFW_TEST_BATCH, profile,
                             sizeof(profile), &d) == 0);
     profw_init(&pw, &gated, db, profile, 0, "cpu", PROFW_TEST_BATCH, 0, cf);
     CHECK(profw_start(&pw, &d) == 0);
-    /* Two samples stored freely, then the gate closes on the third. */
+    /* Two samples stored freely, then the gate closes on the third (or a
+     * later one, if the third passed it before it closed). */
     CHECK(wait_for(&gate_in, 2, 120000));
     atomic_store(&gate_open, 0);
-    k = atomic_load(&gate_in);
-    CHECK(wait_for(&gate_in, k + 1, 120000));
+    CHECK(wait_for(&gate_held, 1, 120000)); /* held at it */
     CHECK(atomic_load(&pw.measuring));
     before = stored_samples(db, profile);
     CHECK(before >= 1);
@@ -1308,9 +1316,9 @@ static void test_profiler_steps_aside(void)
     CHECK(wait_for(&gate_in, k + 1, 120000));
     /* A pause steps aside the same way: the gate is closed, the pause
      * comes, the sample is dropped. */
+    k = atomic_load(&gate_held);
     atomic_store(&gate_open, 0);
-    k = atomic_load(&gate_in);
-    CHECK(wait_for(&gate_in, k + 1, 120000));
+    CHECK(wait_for(&gate_held, k + 1, 120000));
     before = stored_samples(db, profile);
     CHECK(profw_set_paused(&pw, true, &now, &d) == 0 && now == PROFW_PAUSED);
     atomic_store(&gate_open, 1);
@@ -1352,6 +1360,7 @@ static void test_profiler_idle_at_start(void)
     gated.shard_time = gated_time;
     atomic_store(&gate_in, 0);
     atomic_store(&gate_open, 1);
+    atomic_store(&gate_held, 0);
     snprintf(db, sizeof(db), "%s/shardd.db", dir);
     CHECK(prof_profile_name(&gated, 0, PROFW_TEST_BATCH, profile,
                             sizeof(profile), &d) == 0);
