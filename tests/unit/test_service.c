@@ -1244,7 +1244,9 @@ static uint64_t stored_samples(const char *db, const char *profile)
     return n;
 }
 
-/* Waits up to ms for *flag to reach at least want; whether it did. */
+/* Waits up to ms for *flag to reach at least want; whether it did.  The
+ * waits below take 60 s at most, half of ctest's limit for this test, so
+ * that one that runs out says which it was before ctest stops the test. */
 static bool wait_for(atomic_int *flag, int want, long ms)
 {
     long t;
@@ -1309,9 +1311,9 @@ static void test_profiler_steps_aside(void)
     CHECK(profw_start(&pw, &d) == 0);
     /* Two samples stored freely, then the gate closes on the third (or a
      * later one, if the third passed it before it closed). */
-    CHECK(wait_for(&gate_in, 2, 120000));
+    CHECK(wait_for(&gate_in, 2, 60000));
     atomic_store(&gate_open, 0);
-    CHECK(wait_for(&gate_held, 1, 120000)); /* held at it */
+    CHECK(wait_for(&gate_held, 1, 60000)); /* held at it */
     CHECK(atomic_load(&pw.measuring));
     before = stored_samples(db, profile);
     CHECK(before >= 1);
@@ -1333,12 +1335,12 @@ static void test_profiler_steps_aside(void)
     /* Measuring again once the request has ended. */
     k = atomic_load(&gate_in);
     profw_request_end(&pw);
-    CHECK(wait_for(&gate_in, k + 1, 120000));
+    CHECK(wait_for(&gate_in, k + 1, 60000));
     /* A pause steps aside the same way: the gate is closed, the pause
      * comes, the sample is dropped. */
     k = atomic_load(&gate_held);
     atomic_store(&gate_open, 0);
-    CHECK(wait_for(&gate_held, k + 1, 120000));
+    CHECK(wait_for(&gate_held, k + 1, 60000));
     before = stored_samples(db, profile);
     CHECK(profw_set_paused(&pw, true, &now, &d) == 0 && now == PROFW_PAUSED);
     atomic_store(&gate_open, 1);
