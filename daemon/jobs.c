@@ -289,36 +289,55 @@ void jobs_after_activation(struct jobs *jb, struct store *st,
 /* ---------------------------------------------------------------------- */
 /* Running                                                                 */
 
+/* The job's state in the in-memory mirror (mu held). */
+static void mirror_update(struct jobs *jb, int64_t id,
+                          enum store_job_state state, double progress,
+                          const char *message, int64_t model)
+{
+    struct store_job *j = ring_find(jb, id);
+
+    if (j == NULL)
+        return;
+    if (j->state != state && state == STORE_JOB_RUNNING)
+        j->started_ms = sd_wall_ms();
+    if (store_job_state_is_terminal(state))
+        j->finished_ms = sd_wall_ms();
+    j->state = state;
+    j->progress = progress;
+    snprintf(j->message, sizeof(j->message), "%s", message);
+    if (model != 0)
+        j->result_model_id = model;
+}
+
 void jobs__update(struct jobs__run *rc, enum store_job_state state,
                   double progress, const char *message, int64_t model)
 {
     struct store_job *j;
     struct sd_diag d;
-    bool changed;
+    bool changed, ended = store_job_state_is_terminal(state);
     int64_t now = sd_now_ms();
 
+    /* The end goes to the mirror (what GetJob answers) only once the store
+     * has it: a Retrain joins the open job the store finds, and one sent
+     * after GetJob said the job ended must not join that ended job. */
     pthread_mutex_lock(&rc->jb->mu);
     j = ring_find(rc->jb, rc->id);
     changed = j == NULL || j->state != state;
-    if (j != NULL) {
-        if (j->state != state && state == STORE_JOB_RUNNING)
-            j->started_ms = sd_wall_ms();
-        if (store_job_state_is_terminal(state))
-            j->finished_ms = sd_wall_ms();
-        j->state = state;
-        j->progress = progress;
-        snprintf(j->message, sizeof(j->message), "%s", message);
-        if (model != 0)
-            j->result_model_id = model;
-    }
+    if (!ended)
+        mirror_update(rc->jb, rc->id, state, progress, message, model);
     pthread_mutex_unlock(&rc->jb->mu);
-    if (!changed && now - rc->last_store_ms < 1000)
-        return;
-    rc->last_store_ms = now;
-    if (store_job_update(rc->st, rc->id, state, progress, message, model, &d) !=
-        0)
-        sd_log(SD_LOG_WARN, "job %lld: cannot store its state: %s",
-               (long long)rc->id, d.msg);
+    if (changed || now - rc->last_store_ms >= 1000) {
+        rc->last_store_ms = now;
+        if (store_job_update(rc->st, rc->id, state, progress, message, model,
+                             &d) != 0)
+            sd_log(SD_LOG_WARN, "job %lld: cannot store its state: %s",
+                   (long long)rc->id, d.msg);
+    }
+    if (ended) {
+        pthread_mutex_lock(&rc->jb->mu);
+        mirror_update(rc->jb, rc->id, state, progress, message, model);
+        pthread_mutex_unlock(&rc->jb->mu);
+    }
 }
 
 static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,

@@ -39,6 +39,33 @@ static int tap_pass, tap_fail, tap_skipped;
         }                                                                      \
     } while (0)
 
+/*
+ * CHECK(call == 0) for a call whose output the test reads next (a plan, a
+ * response): a failure names the call, what it returned and why (its
+ * diagnostic's message, or NULL), and the check's value says whether the
+ * output was made, so that the case skips what would read it:
+ *
+ *     if (!CHECK_OK(run(tb, n, &topo, &o, &p, &d), d.msg))
+ *         goto out;
+ *
+ * An output left unwritten by a failed call is never read, and a broken
+ * search fails its checks instead of crashing the test.
+ */
+#define CHECK_OK(call, why) tap_ok((call), (why), #call, __FILE__, __LINE__)
+
+static inline int tap_ok(int rv, const char *why, const char *call,
+                         const char *file, int line)
+{
+    if (rv == 0) {
+        tap_pass++;
+        return 1;
+    }
+    tap_fail++;
+    fprintf(stderr, "%s:%d: CHECK_OK(%s) failed: returned %d%s%s\n", file, line,
+            call, rv, why != NULL ? ": " : "", why != NULL ? why : "");
+    return 0;
+}
+
 #define TEST_SKIP 77
 
 /* A part of the test that cannot run here, and why (a SKIP line). */

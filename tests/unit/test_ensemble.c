@@ -219,7 +219,7 @@ static void test_robust(void)
     struct topology topo;
     struct table *tables = NULL;
     struct plan robust, single;
-    struct sd_diag d;
+    struct sd_diag d = {{0}};
     double best, worst;
     int i;
 
@@ -259,7 +259,9 @@ static void test_robust(void)
         struct plan own;
 
         o.net = e.m[i];
-        CHECK(plan_run(tables, sp.count, &topo, &o, &ecm.cm, &own, &d) == 0);
+        if (!CHECK_OK(plan_run(tables, sp.count, &topo, &o, &ecm.cm, &own, &d),
+                      d.msg))
+            continue;
         best = own.cost_ms < best ? own.cost_ms : best;
         worst = own.cost_ms > worst ? own.cost_ms : worst;
         plan_destroy(&own);

@@ -335,7 +335,7 @@ static void test_hbm_suffices(void)
     struct table *ts = skewed_tables(n);
     struct plan_options o;
     struct topology topo;
-    struct plan a, b;
+    struct plan a = {0}, b = {0}; /* zeroed: see out */
     struct sd_diag d = {0};
     size_t k;
 
@@ -344,13 +344,19 @@ static void test_hbm_suffices(void)
     /* Two tables a device, 3 % to spare. */
     topology_default(&topo, 4, all_bytes(ts, n) / 4 * 103 / 100);
     topo.batch_size = 4096;
-    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d) == 0);
+    if (!CHECK_OK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d),
+                  d.msg))
+        goto out;
     topo.host_dram_bytes = 1ull << 40;
-    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d) == 0);
+    if (!CHECK_OK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d),
+                  d.msg))
+        goto out;
     CHECK(a.nshards == b.nshards && a.cost_ms == b.cost_ms);
     for (k = 0; k < b.nshards; k++)
         CHECK(b.shards[k].tier == TIER_HBM);
     CHECK(b.devices[0].ddr_bytes == 0 && b.devices[0].tier_ms == 0);
+out:
+    /* A failed run leaves its plan zeroed: these free only what was made. */
     plan_destroy(&a);
     plan_destroy(&b);
     free(ts);
@@ -408,7 +414,7 @@ static void test_weight_precision(void)
     struct table *ts = skewed_tables(n);
     struct plan_options o;
     struct topology topo;
-    struct plan a, b;
+    struct plan a = {0}, b = {0}; /* zeroed: see out */
     struct sd_diag d = {0};
     uint64_t ma = 0, mb = 0;
     size_t i;
@@ -416,15 +422,21 @@ static void test_weight_precision(void)
 
     plan_options_default(&o);
     topology_default(&topo, 2, 1ull << 30);
-    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d) == 0);
+    if (!CHECK_OK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &a, &d),
+                  d.msg))
+        goto out;
     for (i = 0; i < n; i++)
         ts[i].dtype = TABLE_DTYPE_FP16;
-    CHECK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d) == 0);
+    if (!CHECK_OK(plan_run(ts, n, &topo, &o, &cost_model_analytic, &b, &d),
+                  d.msg))
+        goto out;
     for (r = 0; r < 2; r++) {
         ma += a.devices[r].mem_bytes;
         mb += b.devices[r].mem_bytes;
     }
     CHECK(ma == 2 * mb && mb > 0);
+out:
+    /* A failed run leaves its plan zeroed: these free only what was made. */
     plan_destroy(&a);
     plan_destroy(&b);
     free(ts);
