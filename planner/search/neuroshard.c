@@ -576,9 +576,12 @@ static int ns_search(const struct table *tables, size_t ntables,
         if (it->idx < ntables && it->level == 0)
             s.root_order[s.nroot++] = *it;
     }
-    /* The root with the costliest tables cut (root_levels()): the search
-     * goes on from the better of the two, so it never returns a plan worse
-     * than the whole-table one. */
+    /* The root with the costliest tables cut (root_levels()).  The beam
+     * starts from both roots, so the search never returns a plan worse
+     * than the whole-table one, and the whole root's children compete
+     * where the cut one scores lower but leads nowhere (a hot table cut in
+     * 16 pieces costs more in all than in 4, and the beam cannot join
+     * them: docs/models.md, "A table's pieces on one device"). */
     if (s.any_presplit) {
         rv = ns_state_alloc(&pre, s.cap);
         if (rv != 0)
@@ -588,13 +591,17 @@ static int ns_search(const struct table *tables, size_t ntables,
             goto out_free;
         ns_table_wise(&s, &s.work[0], &pre, NS_GRID_FULL);
         s.work[0].states++;
-        if (pre.cost < best.cost)
-            ns_state_copy(&best, &pre);
+        if (pre.cost < best.cost) {
+            struct ns_state swap = pre;
+
+            pre = best;
+            best = swap;
+        }
     }
     if (o->column_splits && o->beam_depth > 0) {
         double root = best.cost;
 
-        rv = ns_beam(&s, &best);
+        rv = ns_beam(&s, &best, s.any_presplit ? &pre : NULL);
         if (rv != 0)
             goto out_free;
         /* The beam scored its children on the coarse grid: the one it

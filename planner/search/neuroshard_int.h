@@ -256,8 +256,9 @@ int32_t ns_critical_device(const struct ns *s, struct ns_work *w);
 void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st,
                    int stride);
 
-/* ns_beam.c */
-int ns_beam(struct ns *s, struct ns_state *best);
+/* ns_beam.c: the beam from best and, unless NULL, the other root; best
+ * becomes the cheapest state it scores.  0 or SD_ENOMEM. */
+int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other);
 
 /* ns_local.c */
 void ns_local(struct ns *s, struct ns_state *st);

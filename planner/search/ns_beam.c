@@ -185,7 +185,7 @@ static int states_alloc(size_t n, size_t cap, struct ns_state **out,
     return 0;
 }
 
-int ns_beam(struct ns *s, struct ns_state *best)
+int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
 {
     int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
@@ -206,6 +206,8 @@ int ns_beam(struct ns *s, struct ns_state *best)
     per_kid = (double)evaluations(s) /
               (double)(s->work[0].states > 0 ? s->work[0].states : 1);
     ns_state_copy(&beam[0], best);
+    if (other != NULL && other->cost < INFINITY && w > 1)
+        ns_state_copy(&beam[nbeam++], other);
     for (level = 0; level < s->o->beam_depth; level++) {
         double was = best->cost;
 

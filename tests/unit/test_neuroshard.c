@@ -5,9 +5,10 @@
  * fit, and the explanation; its greedy grid and one level of its beam
  * against plain references (a table's pieces on one device priced as the
  * one slice the plan makes of them), split plans never dearer than the
- * whole-table one nor made dearer by the local search; and under
- * NeuroShard's released models with their learned exchange, an all-pairs
- * local optimum whose slices are folded only where that costs no more. */
+ * whole-table one nor made dearer by the local search, the beam from both
+ * roots; and under NeuroShard's released models with their learned
+ * exchange, an all-pairs local optimum whose slices are folded only where
+ * that costs no more. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1656,6 +1657,98 @@ static void test_beam_level(void)
 }
 
 /*
+ * The beam starts from both roots, the whole-table one and the one with
+ * its costliest tables cut in advance (root_levels()): where the cut root
+ * scores lower but is a dead end (a hot table cut in 16 pieces costs more
+ * in all than in 4), the children of the whole root still compete.  One
+ * level of the beam: the plan costs no more than the whole root or any
+ * of its children (each table that can be cut in halves; at most five
+ * can, so all are candidates) on the beam's coarse grid, placed plainly.
+ * Tasks with make_tables()' hot table.
+ */
+static void test_beam_roots(void)
+{
+    size_t tasks = 0, cut = 0, worse = 0;
+    uint64_t seed;
+
+    for (seed = 300; seed < 340; seed++) {
+        size_t n = 14 + (size_t)(seed % 3) * 4, k, t;
+        int32_t nd = 4 + 4 * (int32_t)(seed % 2);
+        struct table *tb = make_tables(n, seed);
+        struct table *pc = calloc(n + 1, sizeof(*pc));
+        struct table_constraint *cons = calloc(n, sizeof(*cons));
+        int32_t *group = calloc(n + 1, sizeof(*group));
+        int32_t *a = calloc(n + 1, sizeof(*a));
+        struct topology topo;
+        struct plan_options o;
+        struct plan p;
+        struct sd_diag d = {{0}};
+        uint64_t total = 0;
+        double best, c, alone = 0;
+
+        if (!tb || !pc || !cons || !group || !a) {
+            CHECK(!"memory");
+            goto next;
+        }
+        tasks++;
+        for (k = 0; k < n; k++) {
+            if (k >= 5)
+                tb[k].dim = 4;
+            total += shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
+            cons[k] = (struct table_constraint){
+                .schemes = 1u << SCHEME_TW | 1u << SCHEME_CW, .host = -1};
+            group[k] = (int32_t)k;
+        }
+        topology_default(&topo, nd, 3 * total / (uint64_t)nd);
+        topo.batch_size = net->batch_size;
+        best = ref_grid(tb, n, &topo, NULL, NULL, NULL, 1, a);
+        for (k = 0; k < n; k++)
+            alone += ref_alone(&tb[k]);
+        cut += ref_alone(&tb[0]) > alone / nd;
+        for (t = 0; t < n; t++) {
+            if (table_split_levels(tb[t].dim) < 2)
+                continue;
+            memcpy(pc, tb, n * sizeof(*pc));
+            pc[t].dim /= 2;
+            pc[n] = pc[t];
+            group[n] = (int32_t)t;
+            c = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 4, a);
+            best = c < best ? c : best;
+        }
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.beam_depth = 1;
+        o.local_search = false;
+        o.threads = 1;
+        o.constraints = cons;
+        if (run(tb, n, &topo, &o, &p, &d) != 0) {
+            CHECK(!"the search plans");
+            goto next;
+        }
+        if (p.cost_ms > best * (1 + 1e-6)) {
+            worse++;
+            fprintf(stderr,
+                    "beam roots: seed %llu, %zu tables on %d devices: %.6f ms "
+                    "against %.6f from the whole root\n",
+                    (unsigned long long)seed, n, (int)nd, p.cost_ms, best);
+        }
+        plan_destroy(&p);
+    next:
+        free(tb);
+        free(pc);
+        free(cons);
+        free(group);
+        free(a);
+    }
+    CHECK(worse == 0);
+    CHECK(cut >= tasks / 2);
+    fprintf(stderr,
+            "beam roots: %zu tasks, %zu with a root cut in advance, %zu dearer "
+            "than the whole root's first level\n",
+            tasks, cut, worse);
+}
+
+/*
  * With column splits the plan costs no more than the whole-table plan,
  * and the local search makes it no dearer: the search starts from the
  * whole-table root and keeps only what scores lower, the local search
@@ -2045,6 +2138,7 @@ int main(void)
     test_candidates();
     test_greedy_is_the_grid();
     test_beam_level();
+    test_beam_roots();
     test_splits_never_worse();
     test_local_search();
     test_reference_set();
