@@ -1506,6 +1506,39 @@ static int32_t cols_on(const struct plan *p, uint32_t k, int32_t r,
     return cols;
 }
 
+/* pc[0, n] (group too): the pieces of tb[0, n) with table t cut in halves,
+ * the second appended as piece n. */
+static void halved(const struct table *tb, size_t n, size_t t, struct table *pc,
+                   int32_t *group)
+{
+    memcpy(pc, tb, n * sizeof(*pc));
+    pc[t].dim /= 2;
+    pc[n] = pc[t];
+    group[n] = (int32_t)t;
+}
+
+/* How many (table, device) pairs of p hold what the reference's placement
+ * fa of tb (table best_t in halves, the second as piece n; SIZE_MAX: none
+ * cut) puts there, in one slice. */
+static int32_t same_slices(const struct plan *p, const struct table *tb,
+                           size_t n, int32_t nd, const int32_t *fa,
+                           size_t best_t)
+{
+    int32_t r, same = 0, count;
+    size_t k;
+
+    for (k = 0; k < n; k++)
+        for (r = 0; r < nd; r++) {
+            int32_t halves = (fa[k] == r) + (k == best_t && fa[n] == r);
+            int32_t want =
+                k == best_t ? tb[k].dim / 2 * halves : (fa[k] == r) * tb[k].dim;
+
+            same += cols_on(p, (uint32_t)k, r, &count) == want &&
+                    count == (want > 0);
+        }
+    return same;
+}
+
 /*
  * One level of the beam is the plain grid's: from the whole-table root,
  * placed on the full grid, each table that can be cut split in halves (at
@@ -1524,7 +1557,7 @@ static void test_beam_level(void)
 
     for (seed = 100; seed < 200; seed++) {
         size_t n = 12 + (size_t)(seed % 3) * 4, k, t, best_t = SIZE_MAX;
-        int32_t nd = 2 + (int32_t)(seed % 5), r, same = 0;
+        int32_t nd = 2 + (int32_t)(seed % 5), same = 0;
         struct table *tb = make_tables(n, seed);
         struct table *pc = calloc(n + 1, sizeof(*pc));
         struct table_constraint *cons = calloc(n, sizeof(*cons));
@@ -1536,7 +1569,7 @@ static void test_beam_level(void)
         struct plan p;
         struct sd_diag d = {{0}};
         uint64_t total = 0;
-        double root, best, alone = 0, c;
+        double best, alone = 0, c;
         bool presplit = false;
 
         if (!tb || !pc || !cons || !group || !a || !fa) {
@@ -1566,7 +1599,7 @@ static void test_beam_level(void)
         topo.batch_size = net->batch_size;
 
         /* The reference: the root, then the children. */
-        root = ref_grid(tb, n, &topo, NULL, NULL, NULL, 1, fa);
+        best = ref_grid(tb, n, &topo, NULL, NULL, NULL, 1, fa); /* root */
         for (k = 0; k < n; k++)
             alone += ref_alone(&tb[k]);
         for (k = 0; k < n; k++)
@@ -1574,14 +1607,10 @@ static void test_beam_level(void)
                                     table_split_levels(tb[k].dim) > 1);
         if (presplit)
             goto next;
-        best = root;
         for (t = 0; t < n; t++) {
             if (table_split_levels(tb[t].dim) < 2)
                 continue;
-            memcpy(pc, tb, n * sizeof(*pc));
-            pc[t].dim /= 2;
-            pc[n] = pc[t];
-            group[n] = (int32_t)t;
+            halved(tb, n, t, pc, group);
             c = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 4, a);
             if (c < best) {
                 best = c;
@@ -1591,10 +1620,7 @@ static void test_beam_level(void)
         if (best_t != SIZE_MAX) {
             double coarse = best;
 
-            memcpy(pc, tb, n * sizeof(*pc));
-            pc[best_t].dim /= 2;
-            pc[n] = pc[best_t];
-            group[n] = (int32_t)best_t;
+            halved(tb, n, best_t, pc, group);
             best = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 1, fa);
             kept++;
             regraded += best < coarse * (1 - 1e-9);
@@ -1615,17 +1641,7 @@ static void test_beam_level(void)
         used++;
         /* Each table's columns where the reference put them, in one slice
          * a device. */
-        for (k = 0; k < n; k++)
-            for (r = 0; r < nd; r++) {
-                int32_t want = fa[k] == r ? tb[k].dim : 0, count;
-
-                if (k == best_t)
-                    want = (fa[k] == r) + (fa[n] == r)
-                               ? tb[k].dim / 2 * ((fa[k] == r) + (fa[n] == r))
-                               : 0;
-                same += cols_on(&p, (uint32_t)k, r, &count) == want &&
-                        count == (want > 0);
-            }
+        same = same_slices(&p, tb, n, nd, fa, best_t);
         CHECK(same == (int32_t)n * nd);
         CHECK_NEAR(p.cost_ms, best, 1e-6);
         if (same != (int32_t)n * nd || fabs(p.cost_ms - best) > 1e-6 * best)
@@ -1708,10 +1724,7 @@ static void test_beam_roots(void)
         for (t = 0; t < n; t++) {
             if (table_split_levels(tb[t].dim) < 2)
                 continue;
-            memcpy(pc, tb, n * sizeof(*pc));
-            pc[t].dim /= 2;
-            pc[n] = pc[t];
-            group[n] = (int32_t)t;
+            halved(tb, n, t, pc, group);
             c = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 4, a);
             best = c < best ? c : best;
         }
