@@ -30,6 +30,15 @@
  * Pinned tables (plan_options.pins) are pieces at level 0 that every greedy
  * run finds already on their devices (the base devices), that are never
  * split and that the local search never moves.
+ * Under shardd's own models a table's pieces that end on one device are one
+ * slice in the plan (merge_pieces()), and the devices carry them so as they
+ * are placed: a piece put where its table has columns already replaces that
+ * slice by the wider one (ns_devs_place()).  Every score, of a greedy run,
+ * a state, a local-search step, is then the cost of the plan the state
+ * becomes; the search scored such pieces apart before, and returned plans
+ * dearer than its score and than its own whole-table root (docs/models.md,
+ * "A table's pieces on one device").  Under NeuroShard's models each piece
+ * is a table of its own, as in the original.
  *
  * The files: neuroshard.c sets up a search, runs it and makes its plan;
  * ns_beam.c is the beam, ns_local.c the final local search, ns_greedy.c
@@ -321,6 +330,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         dims += tables[i].dim;
         s->tiered = s->tiered || tables[i].tier != TIER_HBM;
     }
+    s->fold = net_io_activation(o->net) != NET_ACT_NONE;
     for (i = 0; sp != NULL && i < sp->shards.nshards; i++)
         s->tiered =
             s->tiered || all[sp->shards.shards[i].table].tier != TIER_HBM;
@@ -366,7 +376,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     if (s->nthreads > NS_THREADS_MAX)
         s->nthreads = NS_THREADS_MAX;
     for (k = 0; k < s->nthreads; k++)
-        if (ns_work_alloc(&s->work[k], (size_t)s->n, s->cap) != 0)
+        if (ns_work_alloc(&s->work[k], (size_t)s->n, s->cap, ntables) != 0)
             return SD_ENOMEM;
     for (i = 0; i < ntables; i++)
         for (k = 0; piece_pinned(s, i) && k < s->nthreads; k++)
@@ -376,10 +386,13 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
 
 static void ns_free(struct ns *s)
 {
+    size_t i;
     int k;
 
     for (k = 0; k < NS_THREADS_MAX; k++)
         ns_work_free(&s->work[k]);
+    for (i = 0; s->lv != NULL && i < NS_LEVELS_MAX * s->ntables; i++)
+        free(s->lv[i].odd);
     ns_devs_free(&s->base);
     free((void *)s->host);
     free(s->lv);
@@ -392,8 +405,8 @@ static void ns_free(struct ns *s)
 }
 
 /* A root state: table i cut to level lv[i], in 2^lv[i] pieces (the pieces
- * beyond the tables appended), keyed and marked seen. */
-static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
+ * beyond the tables appended), keyed and marked seen.  0 or SD_ENOMEM. */
+static int root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
 {
     size_t i, c;
 
@@ -404,6 +417,8 @@ static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
         st->pc[i] = (struct ns_piece){(uint32_t)i, lv[i]};
         st->key += ns_piece_hash((uint32_t)i, lv[i]);
         ns_level(s, (uint32_t)i, lv[i]);
+        if (lv[i] > 0 && ns_fold_levels(s, (uint32_t)i, lv[i]) != 0)
+            return SD_ENOMEM;
     }
     for (i = 0; i < s->ntables; i++)
         for (c = 1; c < (size_t)1 << lv[i]; c++) {
@@ -411,6 +426,7 @@ static void root_state(struct ns *s, const int32_t *lv, struct ns_state *st)
             st->key += ns_piece_hash((uint32_t)i, lv[i]);
         }
     ns_seen_insert(s, st->key);
+    return 0;
 }
 
 static int piece_cmp(const void *a, const void *b)
@@ -427,7 +443,8 @@ static int piece_cmp(const void *a, const void *b)
  * cols, level] each) become one shard of their summed width.  A model of
  * shardd's (softplus output) was fitted on whole tables, one kernel each:
  * on the device one slice is one pass over the lookups for two, so they are
- * always folded.  NeuroShard's models (the raw output, as import-model
+ * always folded, and the search priced them folded (s->fold).  NeuroShard's
+ * models (the raw output, as import-model
  * holds them) were trained, and the original evaluates plans, with each
  * column half a table of its own (neuroshard.md 6.2): they are folded only
  * when the plan costs no more with them as one slice than as the pieces
@@ -531,7 +548,7 @@ static int ns_search(const struct table *tables, size_t ntables,
                      struct plan *out, struct sd_diag *d)
 {
     struct plan_search_stats st = {0};
-    struct ns_state best = {0};
+    struct ns_state best = {0}, pre = {0};
     struct ns s;
     size_t i, merged = 0;
     int rv, k;
@@ -543,7 +560,9 @@ static int ns_search(const struct table *tables, size_t ntables,
     /* The whole-table root: every table whole, or in as many pieces as it
      * needs to fit on a device at all; its greedy order is the order the
      * other states merge with. */
-    root_state(&s, s.forced, &best);
+    rv = root_state(&s, s.forced, &best);
+    if (rv != 0)
+        goto out_free;
     ns_table_wise(&s, &s.work[0], &best, NS_GRID_FULL);
     s.work[0].states++;
     s.root_order = malloc((ntables ? ntables : 1) * sizeof(*s.root_order));
@@ -557,26 +576,32 @@ static int ns_search(const struct table *tables, size_t ntables,
         if (it->idx < ntables && it->level == 0)
             s.root_order[s.nroot++] = *it;
     }
-    /* The root with the costliest tables cut (root_levels()): the search
-     * goes on from the better of the two, so it never returns a plan worse
-     * than the whole-table one. */
+    /* The root with the costliest tables cut (root_levels()).  The beam
+     * starts from both roots, so the search never returns a plan worse
+     * than the whole-table one, and the whole root's children compete
+     * where the cut one scores lower but leads nowhere (a hot table cut in
+     * 16 pieces costs more in all than in 4, and the beam cannot join
+     * them: docs/models.md, "A table's pieces on one device"). */
     if (s.any_presplit) {
-        struct ns_state pre = {0};
-
         rv = ns_state_alloc(&pre, s.cap);
         if (rv != 0)
             goto out_free;
-        root_state(&s, s.presplit, &pre);
+        rv = root_state(&s, s.presplit, &pre);
+        if (rv != 0)
+            goto out_free;
         ns_table_wise(&s, &s.work[0], &pre, NS_GRID_FULL);
         s.work[0].states++;
-        if (pre.cost < best.cost)
-            ns_state_copy(&best, &pre);
-        ns_state_free(&pre);
+        if (pre.cost < best.cost) {
+            struct ns_state swap = pre;
+
+            pre = best;
+            best = swap;
+        }
     }
     if (o->column_splits && o->beam_depth > 0) {
         double root = best.cost;
 
-        rv = ns_beam(&s, &best);
+        rv = ns_beam(&s, &best, s.any_presplit ? &pre : NULL);
         if (rv != 0)
             goto out_free;
         /* The beam scored its children on the coarse grid: the one it
@@ -621,6 +646,7 @@ out_free:
     if (rv == SD_ENOMEM)
         sd_diag_set(d, rv, "neuroshard: out of memory");
     ns_state_free(&best);
+    ns_state_free(&pre);
     ns_free(&s);
     return rv;
 }

@@ -27,6 +27,10 @@ struct ns_level {
                          * host-link time included) */
     double tier_ms;     /* its modelled host-link time (tier_shard_ms()) */
     uint64_t bytes;     /* on a device, optimizer state included */
+    /* With s->fold, from level 2 on: the widths 3, 5, ..., 2^level - 1
+     * times cols, which a table's pieces on one device can add up to
+     * (ns_fold_levels(), ns_width()); NULL until made. */
+    struct ns_level *odd;
     int32_t cols;
     bool ready;
 };
@@ -53,6 +57,9 @@ struct ns_sort {
     uint32_t table;
     int32_t level;
     int32_t cols;
+    /* With s->fold: the greedy-order position of the table's previous
+     * piece (-1: none, or a whole table). */
+    int32_t sib;
     size_t idx;
 };
 
@@ -93,6 +100,12 @@ struct ns_work {
     struct ns_sort *order;
     struct ns_sort *few; /* a state's split pieces, for ns_order() */
     int32_t *assign;
+    /* Per table, -1 between uses: the last piece of it seen in a pass
+     * over a state's pieces (ns_order(), ns_rings()). */
+    int32_t *last;
+    /* Per piece of a state, the next piece of its table, round (a whole
+     * table: itself; ns_rings()). */
+    int32_t *ring;
     uint64_t *sfx_bytes; /* smallest piece from order[k] on */
     int64_t greedy_runs, states, evaluations;
 };
@@ -109,6 +122,16 @@ struct ns {
      * host-link time (a tier-blind order would stack cached tables where
      * the compute model alone sees room). */
     bool tiered;
+    /*
+     * A table's pieces on one device are one shard of their summed width,
+     * priced so: shardd's models (an activation on the output), fitted on
+     * whole tables, one kernel each, price what the device runs, and the
+     * plan folds them (neuroshard.c, merge_pieces()).  The devices carry
+     * such pieces folded, so every score is the plan's.  NeuroShard's
+     * models (raw output) price each column slice as a table of its own
+     * (neuroshard.md 6.2), as the original keeps them.
+     */
+    bool fold;
     uint64_t largest_room; /* the most a base device has left */
     uint64_t *devmem;      /* per device: topology_mem() */
     size_t cap;            /* pieces a state can have */
@@ -181,6 +204,20 @@ static inline const struct ns_level *piece_level(const struct ns *s,
 
 /* ns_pieces.c: levels, state keys, states */
 struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level);
+/* With s->fold, makes every width that pieces of `table` down to `level`
+ * can add up to on one device (main thread; before any greedy run sees
+ * such pieces).  0 or SD_ENOMEM. */
+int ns_fold_levels(struct ns *s, uint32_t table, int32_t level);
+/* The level (or odd multiple of one) of `cols` columns of `table`: a sum
+ * of its pieces' widths that ns_fold_levels() has made. */
+const struct ns_level *ns_width(const struct ns *s, uint32_t table,
+                                int32_t cols);
+/* ring[] of w for st's pieces (see struct ns_work). */
+void ns_rings(const struct ns *s, struct ns_work *w, const struct ns_state *st);
+/* The columns of piece k's table that st puts on device r, piece k's own
+ * included if it is there (w->ring current). */
+int32_t ns_held(const struct ns *s, const struct ns_work *w,
+                const struct ns_state *st, size_t k, int32_t r);
 uint64_t ns_piece_hash(uint32_t table, int32_t level);
 bool ns_seen_insert(struct ns *s, uint64_t key);
 int ns_state_alloc(struct ns_state *st, size_t cap);
@@ -191,28 +228,37 @@ void ns_state_copy(struct ns_state *dst, const struct ns_state *src);
 void ns_devs_reset(const struct ns *s, struct ns_devs *d);
 void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
                    const struct ns_level *lv, int sign);
+/* Adds (sign +1) or takes away (-1) piece lv of `table` on device r,
+ * where `held` other columns of the table lie: with s->fold and held > 0,
+ * the table's shard there is replaced by the wider (narrower) one. */
+void ns_devs_place(const struct ns *s, struct ns_devs *d, int32_t r,
+                   uint32_t table, const struct ns_level *lv, int32_t held,
+                   int sign);
 double ns_devs_plan_ms(const struct ns *s, struct ns_work *w);
 int ns_devs_alloc(struct ns_devs *d, size_t n);
 void ns_devs_free(struct ns_devs *d);
-int ns_work_alloc(struct ns_work *w, size_t n, size_t cap);
+int ns_work_alloc(struct ns_work *w, size_t n, size_t cap, size_t ntables);
 void ns_work_free(struct ns_work *w);
 void ns_devs_load(const struct ns *s, struct ns_work *w,
                   const struct ns_state *st);
 int32_t ns_critical_device(const struct ns *s, struct ns_work *w);
 /*
  * Scores st: the table-wise greedy under dim caps 1.00, 1.05, ..., 1.50 x
- * the mean columns, the best kept (st->cost, st->assign).  `stride` 1 runs
- * every cap; NS_GRID_COARSE every fourth (1.00, 1.20, 1.40), for the
- * beam's children (ns_greedy.c says why).  Caps that would replay a run are
- * skipped either way.
+ * the mean columns, the best kept (st->cost, st->assign; the first of
+ * equals).  `stride` 1 runs every cap; NS_GRID_COARSE every fourth (1.00,
+ * 1.20, 1.40), for the beam's children (ns_greedy.c says why).  Either
+ * way a cap that would replay the run before it is passed over for the
+ * next one that would not (so 1.00, 1.25, 1.45 where 1.20 would replay
+ * 1.00).
  */
 #define NS_GRID_FULL   1
 #define NS_GRID_COARSE 4
 void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st,
                    int stride);
 
-/* ns_beam.c */
-int ns_beam(struct ns *s, struct ns_state *best);
+/* ns_beam.c: the beam from best and, unless NULL, the other root; best
+ * becomes the cheapest state it scores.  0 or SD_ENOMEM. */
+int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other);
 
 /* ns_local.c */
 void ns_local(struct ns *s, struct ns_state *st);

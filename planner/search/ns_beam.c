@@ -84,9 +84,10 @@ static void beam_offer(struct ns_state *beam, int32_t *nbeam, int32_t w,
         (*nbeam)++;
 }
 
-/* Splits piece i of parent into child; makes the new level's cache. */
-static void make_child(struct ns *s, const struct ns_state *parent, size_t i,
-                       struct ns_state *child)
+/* Splits piece i of parent into child; makes the new level's cache.  0 or
+ * SD_ENOMEM. */
+static int make_child(struct ns *s, const struct ns_state *parent, size_t i,
+                      struct ns_state *child)
 {
     struct ns_piece p = parent->pc[i];
 
@@ -98,6 +99,7 @@ static void make_child(struct ns *s, const struct ns_state *parent, size_t i,
                  2 * ns_piece_hash(p.table, p.level + 1);
     child->cost = INFINITY;
     ns_level(s, p.table, p.level + 1);
+    return ns_fold_levels(s, p.table, p.level + 1);
 }
 
 /* The children of one level, scored by thread `id` of `nthreads`. */
@@ -183,7 +185,7 @@ static int states_alloc(size_t n, size_t cap, struct ns_state **out,
     return 0;
 }
 
-int ns_beam(struct ns *s, struct ns_state *best)
+int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
 {
     int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
@@ -204,6 +206,8 @@ int ns_beam(struct ns *s, struct ns_state *best)
     per_kid = (double)evaluations(s) /
               (double)(s->work[0].states > 0 ? s->work[0].states : 1);
     ns_state_copy(&beam[0], best);
+    if (other != NULL && other->cost < INFINITY && w > 1)
+        ns_state_copy(&beam[nbeam++], other);
     for (level = 0; level < s->o->beam_depth; level++) {
         double was = best->cost;
 
@@ -213,7 +217,8 @@ int ns_beam(struct ns *s, struct ns_state *best)
             for (i = 0; i < beam[b].np; i++) {
                 if (!pick[i])
                     continue;
-                make_child(s, &beam[b], i, &kids[nkids]);
+                if (make_child(s, &beam[b], i, &kids[nkids]) != 0)
+                    goto out_free; /* rv: SD_ENOMEM */
                 if (ns_seen_insert(s, kids[nkids].key))
                     nkids++;
             }

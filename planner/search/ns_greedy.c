@@ -191,6 +191,20 @@ void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
     tree_set(s, d, r, false);
 }
 
+void ns_devs_place(const struct ns *s, struct ns_devs *d, int32_t r,
+                   uint32_t table, const struct ns_level *lv, int32_t held,
+                   int sign)
+{
+    int32_t wide = held + lv->cols;
+
+    if (!s->fold || held == 0) {
+        ns_devs_apply(s, d, r, lv, sign);
+        return;
+    }
+    ns_devs_apply(s, d, r, ns_width(s, table, sign > 0 ? held : wide), -1);
+    ns_devs_apply(s, d, r, ns_width(s, table, sign > 0 ? wide : held), +1);
+}
+
 /* The plan cost of w's devices; leaves compute and comm in w. */
 double ns_devs_plan_ms(const struct ns *s, struct ns_work *w)
 {
@@ -262,10 +276,18 @@ void ns_devs_free(struct ns_devs *d)
     free(d->lowdim);
 }
 
-int ns_work_alloc(struct ns_work *w, size_t n, size_t cap)
+int ns_work_alloc(struct ns_work *w, size_t n, size_t cap, size_t ntables)
 {
+    size_t i;
+
     if (ns_devs_alloc(&w->dv, n) != 0 || ns_devs_alloc(&w->snap, n) != 0)
         return SD_ENOMEM;
+    w->last = line_alloc((ntables ? ntables : 1) * sizeof(*w->last));
+    w->ring = line_alloc(cap * sizeof(*w->ring));
+    if (w->last == NULL || w->ring == NULL)
+        return SD_ENOMEM;
+    for (i = 0; i < ntables; i++)
+        w->last[i] = -1;
     w->comp = line_alloc(n * sizeof(*w->comp));
     w->fwd = line_alloc(n * sizeof(*w->fwd));
     w->bwd = line_alloc(n * sizeof(*w->bwd));
@@ -292,6 +314,8 @@ void ns_work_free(struct ns_work *w)
     free(w->order);
     free(w->few);
     free(w->assign);
+    free(w->last);
+    free(w->ring);
     free(w->sfx_bytes);
 }
 
@@ -299,14 +323,25 @@ void ns_work_free(struct ns_work *w)
 void ns_devs_load(const struct ns *s, struct ns_work *w,
                   const struct ns_state *st)
 {
-    size_t k;
+    size_t k, j;
 
     /* The base holds the pinned tables and the scheme pass's shards. */
     devs_copy(s, &w->dv, &s->base);
-    for (k = 0; k < st->np; k++)
-        if (!piece_pinned(s, k))
-            ns_devs_apply(s, &w->dv, st->assign[k], piece_level(s, &st->pc[k]),
-                          +1);
+    if (s->fold)
+        ns_rings(s, w, st);
+    for (k = 0; k < st->np; k++) {
+        int32_t held = 0;
+
+        if (piece_pinned(s, k))
+            continue;
+        /* With s->fold, the pieces of its table placed before it there. */
+        for (j = s->fold ? (size_t)w->ring[k] : k; j != k;
+             j = (size_t)w->ring[j])
+            if (j < k && st->assign[j] == st->assign[k])
+                held += piece_level(s, &st->pc[j])->cols;
+        ns_devs_place(s, &w->dv, st->assign[k], st->pc[k].table,
+                      piece_level(s, &st->pc[k]), held, +1);
+    }
 }
 
 /* The device the others wait for: max compute + backward comm. */
@@ -438,6 +473,20 @@ static void prefetch_level(const struct ns_level *lv)
 #endif
 }
 
+/* The columns of the table of piece `it` that the pieces before it in
+ * greedy order put on device r (s->fold; w->assign holds them: this run
+ * placed them, or the run it resumed from, the same up to there). */
+static int32_t held_before(const struct ns_work *w, const struct ns_sort *it,
+                           int32_t r)
+{
+    int32_t held = 0, p;
+
+    for (p = it->sib; p >= 0; p = w->order[p].sib)
+        if (w->assign[w->order[p].idx] == r)
+            held += w->order[p].cols;
+    return held;
+}
+
 /*
  * One greedy placement of the sorted free pieces under a dim cap of
  * cap_scale x the mean (0: no cap), starting from the base devices: each
@@ -483,7 +532,11 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
         if (best < 0)
             return INFINITY;
         w->evaluations++;
-        ns_devs_apply(s, d, best, lv, +1);
+        if (it->sib < 0)
+            ns_devs_apply(s, d, best, lv, +1);
+        else
+            ns_devs_place(s, d, best, it->table, lv, held_before(w, it, best),
+                          +1);
         w->assign[it->idx] = best;
         /* Full for every piece left, under any cap: out of the run, so its
          * low load does not lead the walk to it again and again. */
@@ -514,8 +567,30 @@ static struct ns_sort sort_key(const struct ns *s, const struct ns_state *st,
 {
     const struct ns_level *lv = piece_level(s, &st->pc[k]);
 
-    return (struct ns_sort){lv->ms,          lv->bytes, st->pc[k].table,
-                            st->pc[k].level, lv->cols,  k};
+    return (struct ns_sort){
+        lv->ms, lv->bytes, st->pc[k].table, st->pc[k].level, lv->cols, -1, k};
+}
+
+/* With s->fold, links the piece at w->order[k], if its table is cut, to
+ * the one of its table before it (sib), through w->last (reset by
+ * unlink_tables()). */
+static inline void link_piece(const struct ns *s, struct ns_work *w, size_t k)
+{
+    struct ns_sort *it = &w->order[k];
+
+    if (!s->fold || it->level == 0)
+        return;
+    it->sib = w->last[it->table];
+    w->last[it->table] = (int32_t)k;
+}
+
+static void unlink_tables(const struct ns *s, struct ns_work *w,
+                          const struct ns_sort *it, size_t n)
+{
+    size_t k;
+
+    for (k = 0; s->fold && k < n; k++)
+        w->last[it[k].table] = -1;
 }
 
 /*
@@ -536,6 +611,9 @@ static size_t ns_order(const struct ns *s, struct ns_work *w,
             if (!piece_pinned(s, k))
                 w->order[j++] = sort_key(s, st, k);
         qsort(w->order, nfree, sizeof(*w->order), sort_cmp);
+        for (k = 0; k < nfree; k++)
+            link_piece(s, w, k);
+        unlink_tables(s, w, w->order, nfree);
         return nfree;
     }
     for (k = 0; k < st->np; k++)
@@ -546,11 +624,14 @@ static size_t ns_order(const struct ns *s, struct ns_work *w,
         while (i < s->nroot && st->pc[s->root_order[i].idx].level != 0)
             i++;
         if (i < s->nroot &&
-            (j == nfew || sort_cmp(&s->root_order[i], &few[j]) < 0))
+            (j == nfew || sort_cmp(&s->root_order[i], &few[j]) < 0)) {
             w->order[k] = s->root_order[i++];
-        else
+        } else {
             w->order[k] = few[j++];
+            link_piece(s, w, k);
+        }
     }
+    unlink_tables(s, w, few, nfew);
     return nfree;
 }
 

@@ -14,44 +14,145 @@
  * more pieces than that get the critical-device rounds (ns_local()). */
 #define NS_WIDE_STEPS (1 << 14)
 
-/* One device's compute ms (host-link time included) with a added and b
- * taken away (either NULL). */
-static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
-                        const struct ns_level *a, const struct ns_level *b)
-{
-    const float *z = w->dv.z + (size_t)r * NET_H2;
-    float t[NET_H2];
-    int o, count = w->dv.count[r] + (a != NULL) - (b != NULL);
+/*
+ * What a step does to one device: up to two shards taken away and two put
+ * on (NULL: none).  Apart (no s->fold), the pieces themselves; with
+ * s->fold, the shard of each table the step touches there, at its width
+ * before and after.
+ */
+struct ns_chg {
+    const struct ns_level *sub[2], *add[2];
+};
 
-    if (count == 0)
-        return 0;
-    for (o = 0; o < NET_H2; o++)
-        t[o] = z[o] + (a ? a->proj[o] : 0) - (b ? b->proj[o] : 0);
-    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale +
-           w->dv.tier[r] + (a ? a->tier_ms : 0) - (b ? b->tier_ms : 0);
+/* A table's shard on a device from `from` to `to` columns (s->fold). */
+static void refold(const struct ns *s, uint32_t table, int32_t from, int32_t to,
+                   const struct ns_level **sub, const struct ns_level **add)
+{
+    *sub = from > 0 ? ns_width(s, table, from) : NULL;
+    *add = to > 0 ? ns_width(s, table, to) : NULL;
+}
+
+/* The step's shards of a piece moving from x to y (s->fold): a whole
+ * table's is the piece itself; a cut one's, its table's on each side. */
+static void move_chg(const struct ns *s, const struct ns_work *w,
+                     const struct ns_state *st, size_t k, int32_t x, int32_t y,
+                     const struct ns_level **subx, const struct ns_level **addx,
+                     const struct ns_level **suby, const struct ns_level **addy)
+{
+    const struct ns_piece *p = &st->pc[k];
+    const struct ns_level *lv = piece_level(s, p);
+    int32_t hx, hy;
+
+    if (p->level == 0) {
+        *subx = lv;
+        *addx = NULL;
+        *suby = NULL;
+        *addy = lv;
+        return;
+    }
+    hx = ns_held(s, w, st, k, x);
+    hy = ns_held(s, w, st, k, y);
+    refold(s, p->table, hx, hx - lv->cols, subx, addx);
+    refold(s, p->table, hy, hy + lv->cols, suby, addy);
 }
 
 /*
- * The plan cost after moving piece a from device x to y and, if b is not
- * NULL, piece b from y to x.  Needs w->comp current; only the two devices
- * are re-scored, and nothing is changed.
+ * The changes (cx, cy) of moving piece i from its device x to device y
+ * and, unless j is SIZE_MAX, piece j from y to x; false where either
+ * device would lack the memory.  w->ring current.
  */
-static double try_step(const struct ns *s, struct ns_work *w,
-                       const struct ns_level *a, int32_t x, int32_t y,
-                       const struct ns_level *b)
+static bool step_chg(const struct ns *s, const struct ns_work *w,
+                     const struct ns_state *st, size_t i, int32_t y, size_t j,
+                     struct ns_chg *cx, struct ns_chg *cy)
 {
-    double cx = w->comp[x], cy = w->comp[y], c;
-    int32_t dx = w->dv.dim[x], dy = w->dv.dim[y];
-    int32_t moved = a->cols - (b ? b->cols : 0);
+    const struct ns_piece *pi = &st->pc[i],
+                          *pj = j < st->np ? &st->pc[j] : NULL;
+    const struct ns_level *li = piece_level(s, pi),
+                          *lj = pj ? piece_level(s, pj) : NULL;
+    int32_t x = st->assign[i], q;
+    uint64_t mx = w->dv.mem[x], my = w->dv.mem[y];
 
-    w->comp[x] = comp_with(s, w, x, b, a);
-    w->comp[y] = comp_with(s, w, y, a, b);
+    *cx = (struct ns_chg){{NULL, NULL}, {NULL, NULL}};
+    *cy = *cx;
+    if (!s->fold) {
+        *cx = (struct ns_chg){{li, NULL}, {lj, NULL}};
+        *cy = (struct ns_chg){{lj, NULL}, {li, NULL}};
+    } else if (pj != NULL && pj->table == pi->table) {
+        /* Two pieces of one table trade places: one shard each side. */
+        int32_t hx = ns_held(s, w, st, i, x), hy = ns_held(s, w, st, j, y);
+
+        refold(s, pi->table, hx, hx - li->cols + lj->cols, &cx->sub[0],
+               &cx->add[0]);
+        refold(s, pi->table, hy, hy - lj->cols + li->cols, &cy->sub[0],
+               &cy->add[0]);
+    } else {
+        move_chg(s, w, st, i, x, y, &cx->sub[0], &cx->add[0], &cy->sub[0],
+                 &cy->add[0]);
+        if (pj != NULL)
+            move_chg(s, w, st, j, y, x, &cy->sub[1], &cy->add[1], &cx->sub[1],
+                     &cx->add[1]);
+    }
+    for (q = 0; q < 2; q++) {
+        mx += cx->add[q] ? cx->add[q]->bytes : 0;
+        my += cy->add[q] ? cy->add[q]->bytes : 0;
+    }
+    for (q = 0; q < 2; q++) {
+        mx -= cx->sub[q] ? cx->sub[q]->bytes : 0;
+        my -= cy->sub[q] ? cy->sub[q]->bytes : 0;
+    }
+    return mx <= topology_mem(s->t, x) && my <= topology_mem(s->t, y);
+}
+
+/* One device's compute ms (host-link time included) after change c. */
+static double comp_with(const struct ns *s, const struct ns_work *w, int32_t r,
+                        const struct ns_chg *c)
+{
+    const float *z = w->dv.z + (size_t)r * NET_H2;
+    float t[NET_H2];
+    double tier = w->dv.tier[r];
+    int o, q, count = w->dv.count[r];
+
+    for (o = 0; o < NET_H2; o++)
+        t[o] = z[o];
+    for (q = 0; q < 2; q++)
+        if (c->add[q] != NULL) {
+            for (o = 0; o < NET_H2; o++)
+                t[o] += c->add[q]->proj[o];
+            tier += c->add[q]->tier_ms;
+            count++;
+        }
+    for (q = 0; q < 2; q++)
+        if (c->sub[q] != NULL) {
+            for (o = 0; o < NET_H2; o++)
+                t[o] -= c->sub[q]->proj[o];
+            tier -= c->sub[q]->tier_ms;
+            count--;
+        }
+    if (count == 0)
+        return 0;
+    return net_activate(s->net, net_head_raw(s->net, t)) * s->scale + tier;
+}
+
+/*
+ * The plan cost after a step that changes devices x and y by cx and cy and
+ * moves `moved` columns from x to y.  Needs w->comp current; only the two
+ * devices are re-scored, and nothing is changed.
+ */
+static double try_step(const struct ns *s, struct ns_work *w, int32_t x,
+                       const struct ns_chg *cx, int32_t y,
+                       const struct ns_chg *cy, int32_t moved)
+{
+    double cxm = w->comp[x], cym = w->comp[y], c;
+    int32_t dx = w->dv.dim[x], dy = w->dv.dim[y];
+
+    w->comp[x] = comp_with(s, w, x, cx);
+    w->comp[y] = comp_with(s, w, y, cy);
     w->dv.dim[x] -= moved;
     w->dv.dim[y] += moved;
     c = cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
                      w->fwd, w->bwd);
-    w->comp[x] = cx;
-    w->comp[y] = cy;
+    w->comp[x] = cxm;
+    w->comp[y] = cym;
     w->dv.dim[x] = dx;
     w->dv.dim[y] = dy;
     return c;
@@ -73,10 +174,9 @@ struct ns_step {
 static void round_critical(const struct ns *s, struct ns_work *w,
                            const struct ns_state *st, struct ns_step *b)
 {
-    const struct ns_devs *d = &w->dv;
-    const struct topology *t = s->t;
     int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
     double ready[NS_TARGETS];
+    struct ns_chg cx, cy;
     size_t i, j;
 
     crit = ns_critical_device(s, w);
@@ -109,10 +209,10 @@ static void round_critical(const struct ns *s, struct ns_work *w,
         for (q = 0; q < ntg; q++) {
             double c;
 
-            if (d->mem[tg[q]] + li->bytes > topology_mem(t, tg[q]) ||
-                !device_ok(s, st->pc[i].table, tg[q]))
+            if (!device_ok(s, st->pc[i].table, tg[q]) ||
+                !step_chg(s, w, st, i, tg[q], SIZE_MAX, &cx, &cy))
                 continue;
-            c = try_step(s, w, li, crit, tg[q], NULL);
+            c = try_step(s, w, crit, &cx, tg[q], &cy, li->cols);
             if (c < b->cost)
                 *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
         }
@@ -123,11 +223,9 @@ static void round_critical(const struct ns *s, struct ns_work *w,
             if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
                 !device_ok(s, st->pc[i].table, tg[0]) ||
                 !device_ok(s, st->pc[j].table, crit) ||
-                d->mem[tg[0]] - lj->bytes + li->bytes >
-                    topology_mem(t, tg[0]) ||
-                d->mem[crit] - li->bytes + lj->bytes > topology_mem(t, crit))
+                !step_chg(s, w, st, i, tg[0], j, &cx, &cy))
                 continue;
-            c = try_step(s, w, li, crit, tg[0], lj);
+            c = try_step(s, w, crit, &cx, tg[0], &cy, li->cols - lj->cols);
             if (c < b->cost)
                 *b = (struct ns_step){i, j, tg[0], c};
         }
@@ -145,8 +243,7 @@ static void round_critical(const struct ns *s, struct ns_work *w,
 static void round_all_pairs(const struct ns *s, struct ns_work *w,
                             const struct ns_state *st, struct ns_step *b)
 {
-    const struct ns_devs *d = &w->dv;
-    const struct topology *t = s->t;
+    struct ns_chg cx, cy;
     size_t i, j;
     int32_t y;
 
@@ -160,10 +257,10 @@ static void round_all_pairs(const struct ns *s, struct ns_work *w,
         for (y = 0; y < s->n; y++) {
             double c;
 
-            if (y == x || d->mem[y] + li->bytes > topology_mem(t, y) ||
-                !device_ok(s, st->pc[i].table, y))
+            if (y == x || !device_ok(s, st->pc[i].table, y) ||
+                !step_chg(s, w, st, i, y, SIZE_MAX, &cx, &cy))
                 continue;
-            c = try_step(s, w, li, x, y, NULL);
+            c = try_step(s, w, x, &cx, y, &cy, li->cols);
             if (c < b->cost)
                 *b = (struct ns_step){i, SIZE_MAX, y, c};
         }
@@ -175,14 +272,27 @@ static void round_all_pairs(const struct ns *s, struct ns_work *w,
             if (yj == x || piece_pinned(s, j) ||
                 !device_ok(s, st->pc[i].table, yj) ||
                 !device_ok(s, st->pc[j].table, x) ||
-                d->mem[yj] - lj->bytes + li->bytes > topology_mem(t, yj) ||
-                d->mem[x] - li->bytes + lj->bytes > topology_mem(t, x))
+                !step_chg(s, w, st, i, yj, j, &cx, &cy))
                 continue;
-            c = try_step(s, w, li, x, yj, lj);
+            c = try_step(s, w, x, &cx, yj, &cy, li->cols - lj->cols);
             if (c < b->cost)
                 *b = (struct ns_step){i, j, yj, c};
         }
     }
+}
+
+/* Moves piece k of st to device y, on w's devices too (w->ring current). */
+static void move_piece(const struct ns *s, struct ns_work *w,
+                       struct ns_state *st, size_t k, int32_t y)
+{
+    const struct ns_level *lv = piece_level(s, &st->pc[k]);
+    int32_t x = st->assign[k], held;
+
+    held = s->fold ? ns_held(s, w, st, k, x) - lv->cols : 0;
+    ns_devs_place(s, &w->dv, x, st->pc[k].table, lv, held, -1);
+    held = s->fold ? ns_held(s, w, st, k, y) : 0;
+    ns_devs_place(s, &w->dv, y, st->pc[k].table, lv, held, +1);
+    st->assign[k] = y;
 }
 
 /*
@@ -196,7 +306,6 @@ static void round_all_pairs(const struct ns *s, struct ns_work *w,
 void ns_local(struct ns *s, struct ns_state *st)
 {
     struct ns_work *w = &s->work[0];
-    struct ns_devs *d = &w->dv;
     bool wide = s->t->comm != NULL &&
                 st->np * (st->np / 2 + (size_t)s->n) <= NS_WIDE_STEPS;
     int iter;
@@ -222,14 +331,9 @@ void ns_local(struct ns *s, struct ns_state *st)
         if (b.i == SIZE_MAX)
             break;
         from = st->assign[b.i];
-        ns_devs_apply(s, d, from, piece_level(s, &st->pc[b.i]), -1);
-        ns_devs_apply(s, d, b.to, piece_level(s, &st->pc[b.i]), +1);
-        st->assign[b.i] = b.to;
-        if (b.j != SIZE_MAX) {
-            ns_devs_apply(s, d, b.to, piece_level(s, &st->pc[b.j]), -1);
-            ns_devs_apply(s, d, from, piece_level(s, &st->pc[b.j]), +1);
-            st->assign[b.j] = from;
-        }
+        move_piece(s, w, st, b.i, b.to);
+        if (b.j != SIZE_MAX)
+            move_piece(s, w, st, b.j, from);
         s->st->moves++;
     }
     /* Re-derive the cost from scratch, free of incremental float drift. */

@@ -10,33 +10,119 @@
 
 #include "search/neuroshard_int.h"
 
+/* lv: `cols` columns of table `table`, its projection, bytes and costs. */
+static void level_fill(const struct ns *s, uint32_t table, int32_t cols,
+                       struct ns_level *lv)
+{
+    const struct table *tb = &s->tables[table];
+    float z[NET_H2];
+    int o;
+
+    lv->cols = cols;
+    net_projected(s->net, s->o->memo, tb, lv->cols, lv->proj);
+    net_head_init(s->net, z);
+    for (o = 0; o < NET_H2; o++)
+        z[o] += lv->proj[o];
+    lv->tier_ms = tier_shard_ms(
+        tb,
+        &(struct shard){.col_width = lv->cols,
+                        .scheme = SCHEME_TW,
+                        .tier = tb->tier,
+                        .cache_load_factor = tb->cache_load_factor},
+        s->t);
+    lv->ms = net_head_z(s->net, z) * s->scale + lv->tier_ms;
+    lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
+    lv->ready = true;
+}
+
 /* The cached level of a piece, made on first use (main thread only). */
 struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 {
     struct ns_level *lv = level_at(s, table, level);
 
-    if (!lv->ready) {
-        const struct table *tb = &s->tables[table];
-        float z[NET_H2];
-        int o;
-
-        lv->cols = tb->dim >> level;
-        net_projected(s->net, s->o->memo, tb, lv->cols, lv->proj);
-        net_head_init(s->net, z);
-        for (o = 0; o < NET_H2; o++)
-            z[o] += lv->proj[o];
-        lv->tier_ms = tier_shard_ms(
-            tb,
-            &(struct shard){.col_width = lv->cols,
-                            .scheme = SCHEME_TW,
-                            .tier = tb->tier,
-                            .cache_load_factor = tb->cache_load_factor},
-            s->t);
-        lv->ms = net_head_z(s->net, z) * s->scale + lv->tier_ms;
-        lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
-        lv->ready = true;
-    }
+    if (!lv->ready)
+        level_fill(s, table, s->tables[table].dim >> level, lv);
     return lv;
+}
+
+/*
+ * Pieces of a table down to `level` add up, on one device, to multiples of
+ * dim >> level: each is a level's width (dim >> l) or an odd multiple of
+ * one, 3, 5, ... 2^l - 1 times it (l >= 2), kept with that level.
+ */
+int ns_fold_levels(struct ns *s, uint32_t table, int32_t level)
+{
+    int32_t l, i, n;
+
+    if (!s->fold)
+        return 0;
+    for (l = 0; l <= level; l++) {
+        struct ns_level *lv = ns_level(s, table, l);
+
+        if (l < 2 || lv->odd != NULL)
+            continue;
+        n = ((int32_t)1 << (l - 1)) - 1;
+        lv->odd = calloc((size_t)n, sizeof(*lv->odd));
+        if (lv->odd == NULL)
+            return SD_ENOMEM;
+        for (i = 0; i < n; i++)
+            level_fill(s, table, (2 * i + 3) * lv->cols, &lv->odd[i]);
+    }
+    return 0;
+}
+
+const struct ns_level *ns_width(const struct ns *s, uint32_t table,
+                                int32_t cols)
+{
+    /* cols = m x the narrowest width = k x 2^j x it, k odd: k x the width
+     * of level top - j. */
+    int32_t top = s->nlevels[table] - 1, l = top,
+            m = cols / (s->tables[table].dim >> top);
+
+    while (m % 2 == 0) {
+        m /= 2;
+        l--;
+    }
+    return m == 1 ? level_at(s, table, l)
+                  : &level_at(s, table, l)->odd[(m - 3) / 2];
+}
+
+/* A table cut in pieces has every piece below level 0; its pieces are
+ * linked round in index order, through w->last. */
+void ns_rings(const struct ns *s, struct ns_work *w, const struct ns_state *st)
+{
+    size_t k;
+
+    (void)s;
+    for (k = 0; k < st->np; k++) {
+        uint32_t t = st->pc[k].table;
+        int32_t p = st->pc[k].level > 0 ? w->last[t] : -1;
+
+        if (p < 0) {
+            w->ring[k] = (int32_t)k;
+        } else {
+            w->ring[k] = w->ring[p];
+            w->ring[p] = (int32_t)k;
+        }
+        if (st->pc[k].level > 0)
+            w->last[t] = (int32_t)k;
+    }
+    for (k = 0; k < st->np; k++)
+        w->last[st->pc[k].table] = -1;
+}
+
+int32_t ns_held(const struct ns *s, const struct ns_work *w,
+                const struct ns_state *st, size_t k, int32_t r)
+{
+    int32_t held = 0;
+    size_t j = k;
+
+    do {
+        if (st->assign[j] == r)
+            held += piece_level(s, &st->pc[j])->cols;
+        j = (size_t)w->ring[j];
+    } while (j != k);
+    return held;
 }
 
 /* splitmix64: a well-mixed hash of one piece; a state's key is the sum over

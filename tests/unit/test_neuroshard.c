@@ -2,9 +2,13 @@
  * that do not depend on the number of scoring threads, whose internal score
  * is the evaluator's, never worse than its own table-wise start or the
  * greedy baselines under the same model, splits that make an oversized table
- * fit, and the explanation; and under NeuroShard's released models with
- * their learned exchange, an all-pairs local optimum whose slices are
- * folded only where that costs no more. */
+ * fit, and the explanation; its greedy grid and one level of its beam
+ * against plain references (a table's pieces on one device priced as the
+ * one slice the plan makes of them), split plans never dearer than the
+ * whole-table one nor made dearer by the local search, the beam from both
+ * roots; and under NeuroShard's released models with their learned
+ * exchange, an all-pairs local optimum whose slices are folded only where
+ * that costs no more. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1152,22 +1156,44 @@ static const struct topology *ref_topo;
 static double ref_scale;
 static bool ref_tiered;
 
-static void ref_place(struct ref_dev *dv, const struct table *tb)
+/* Adds (sign +1) or takes away (-1) table tb, whole, on device dv. */
+static void ref_apply(struct ref_dev *dv, const struct table *tb, int sign)
 {
     float proj[NET_H2];
     int o;
 
     net_projected(net, NULL, tb, tb->dim, proj);
     for (o = 0; o < NET_H2; o++)
-        dv->z[o] += proj[o];
-    dv->mem += shard_bytes(tb, tb->dim, OPTIMIZER_SGD);
-    dv->dim += tb->dim;
-    dv->count++;
-    dv->tier += tier_table_ms(tb, ref_topo);
+        dv->z[o] = sign > 0 ? dv->z[o] + proj[o] : dv->z[o] - proj[o];
+    dv->mem = sign > 0 ? dv->mem + shard_bytes(tb, tb->dim, OPTIMIZER_SGD)
+                       : dv->mem - shard_bytes(tb, tb->dim, OPTIMIZER_SGD);
+    dv->dim += sign * tb->dim;
+    dv->count += sign;
+    dv->tier += sign * tier_table_ms(tb, ref_topo);
     dv->raw =
-        ref_tiered
+        dv->count == 0 ? -INFINITY
+        : ref_tiered
             ? net_activate(net, net_head_raw(net, dv->z)) * ref_scale + dv->tier
             : net_head_raw(net, dv->z);
+}
+
+/* Puts piece tb (a table, or a column slice of one: the table with its
+ * width as dim) on device dv, where `held` columns of its table lie
+ * already: then they and it are one slice of their summed width, which
+ * replaces the narrower one (the model sees one kernel a table and
+ * device, as the plan folds them). */
+static void ref_place(struct ref_dev *dv, const struct table *tb, int32_t held)
+{
+    struct table wide = *tb;
+
+    if (held == 0) {
+        ref_apply(dv, tb, +1);
+        return;
+    }
+    wide.dim = held;
+    ref_apply(dv, &wide, -1);
+    wide.dim = held + tb->dim;
+    ref_apply(dv, &wide, +1);
 }
 
 /* A table's cost alone, its host-link ms included (the greedy order's
@@ -1184,13 +1210,16 @@ static double ref_alone(const struct table *tb)
     return net_head_z(net, z) * ref_scale + tier_table_ms(tb, ref_topo);
 }
 
+/* Each table's cost alone (ref_alone()), for the order. */
+static double *ref_ms;
+
 /* The plain greedy's order: costliest alone first, then larger, then the
  * lower index. */
 static int ref_order_cmp(const void *a, const void *b)
 {
-    const struct table *x = &ref_tables[*(const size_t *)a],
-                       *y = &ref_tables[*(const size_t *)b];
-    double mx = ref_alone(x), my = ref_alone(y);
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const struct table *x = &ref_tables[i], *y = &ref_tables[j];
+    double mx = ref_ms[i], my = ref_ms[j];
     uint64_t bx = shard_bytes(x, x->dim, OPTIMIZER_SGD),
              by = shard_bytes(y, y->dim, OPTIMIZER_SGD);
 
@@ -1207,13 +1236,19 @@ static int ref_order_cmp(const void *a, const void *b)
  * greedy order, each onto the device of least (head, memory, id) with
  * room for its bytes and, under a cap (cap_scale > 0), for its columns
  * within cap_scale x the mean columns a device, rounded down; a table
- * held to a host on that host's devices.  *assign per table; returns the
- * plan cost (alpha-beta exchange) or INFINITY where a table finds no
- * device.
+ * held to a host on that host's devices.  With `group` (else NULL), tb[i]
+ * is a piece of table group[i] (tb[i] is that table at the piece's width):
+ * pieces of one table on one device are one slice (ref_place()).  *assign
+ * per piece; returns the plan cost (alpha-beta exchange) or INFINITY where
+ * a piece finds no device.  *next_cap (unless NULL): the fewest columns
+ * at which a device the cap refused would have been taken, counting those
+ * that, with room for the piece, beat every device of lower id that took
+ * it (INFINITY: none refused); a cap below it places the same.
  */
 static double ref_greedy(const struct table *tb, size_t n,
                          const struct topology *topo, const int32_t *pins,
-                         const int32_t *host, double cap_scale, int32_t *assign)
+                         const int32_t *host, const int32_t *group,
+                         double cap_scale, int32_t *assign, double *next_cap)
 {
     int32_t nd = topo->ndevices, L = topo->devices_per_host, r;
     struct ref_dev *dv = calloc((size_t)nd, sizeof(*dv));
@@ -1221,11 +1256,13 @@ static double ref_greedy(const struct table *tb, size_t n,
     double *fwd = calloc((size_t)nd, sizeof(*fwd));
     double *bwd = calloc((size_t)nd, sizeof(*bwd));
     int32_t *dims = calloc((size_t)nd, sizeof(*dims));
+    int32_t *held = calloc(n * (size_t)nd, sizeof(*held)); /* [table][dev] */
     size_t *order = calloc(n, sizeof(*order)), nfree = 0, i, k;
-    double mean = 0, cost = INFINITY;
+    double *ms = calloc(n, sizeof(*ms));
+    double mean = 0, cost = INFINITY, next = INFINITY;
     int64_t lim;
 
-    if (!dv || !comp || !fwd || !bwd || !dims || !order)
+    if (!dv || !comp || !fwd || !bwd || !dims || !held || !order || !ms)
         goto out_free;
     for (i = 0; i < n; i++)
         mean += tb[i].dim;
@@ -1243,17 +1280,20 @@ static double ref_greedy(const struct table *tb, size_t n,
     }
     for (i = 0; i < n; i++) {
         if (pins != NULL && pins[i] >= 0) {
-            ref_place(&dv[pins[i]], &tb[i]);
+            ref_place(&dv[pins[i]], &tb[i], 0);
             assign[i] = pins[i];
         } else {
             order[nfree++] = i;
         }
     }
+    for (i = 0; i < n; i++)
+        ms[i] = ref_alone(&tb[i]);
+    ref_ms = ms;
     qsort(order, nfree, sizeof(*order), ref_order_cmp);
     for (k = 0; k < nfree; k++) {
         const struct table *t = &tb[order[k]];
         uint64_t bytes = shard_bytes(t, t->dim, OPTIMIZER_SGD);
-        int32_t lo = 0, hi = nd, best = -1;
+        int32_t lo = 0, hi = nd, best = -1, *h;
 
         if (host != NULL && host[order[k]] >= 0) {
             lo = host[order[k]] * L;
@@ -1261,15 +1301,23 @@ static double ref_greedy(const struct table *tb, size_t n,
         }
         for (r = lo; r < hi; r++) {
             if (dv[r].mem + bytes > topology_mem(topo, r) ||
-                (int64_t)dv[r].dim + t->dim > lim)
+                (best >= 0 &&
+                 (dv[r].raw > dv[best].raw ||
+                  (dv[r].raw == dv[best].raw && dv[r].mem >= dv[best].mem))))
                 continue;
-            if (best < 0 || dv[r].raw < dv[best].raw ||
-                (dv[r].raw == dv[best].raw && dv[r].mem < dv[best].mem))
-                best = r;
+            if ((int64_t)dv[r].dim + t->dim > lim) {
+                if (dv[r].dim + t->dim < next)
+                    next = dv[r].dim + t->dim;
+                continue;
+            }
+            best = r;
         }
         if (best < 0)
             goto out_free;
-        ref_place(&dv[best], t);
+        h = group ? &held[(size_t)group[order[k]] * (size_t)nd + best] : NULL;
+        ref_place(&dv[best], t, h ? *h : 0);
+        if (h)
+            *h += t->dim;
         assign[order[k]] = best;
     }
     for (r = 0; r < nd; r++) {
@@ -1281,37 +1329,60 @@ static double ref_greedy(const struct table *tb, size_t n,
     cost = cost_plan_ms(topo, comp, dims, NULL, NULL, fwd, bwd);
 
 out_free:
+    if (next_cap != NULL)
+        *next_cap = next;
     free(dv);
     free(comp);
     free(fwd);
     free(bwd);
     free(dims);
+    free(held);
     free(order);
+    free(ms);
     return cost;
 }
 
-/* The grid: caps 1.00, 1.05, ..., 1.50 each run from the start, the
- * cheapest kept (the first of equals); the uncapped run where every cap
- * fails; above 64 devices the uncapped run alone (NS_GRID_DEVICES). */
+/*
+ * The grid: caps 1.00, 1.05, ..., 1.50, the cheapest kept (the first of
+ * equals); the uncapped run where every cap fails; above 64 devices the
+ * uncapped run alone (NS_GRID_DEVICES).  `stride` 1 runs every cap, each
+ * from the start.  The beam's children's grid (stride 4, NS_GRID_COARSE)
+ * runs every fourth cap from 1.00 on, and past each that would place as
+ * the run before it (below that run's next cap) to the first that would
+ * not.
+ */
 static double ref_grid(const struct table *tb, size_t n,
                        const struct topology *topo, const int32_t *pins,
-                       const int32_t *host, int32_t *assign)
+                       const int32_t *host, const int32_t *group, int stride,
+                       int32_t *assign)
 {
     int32_t *a = calloc(n, sizeof(*a));
-    double best = INFINITY, c;
+    double best = INFINITY, c, next, mean = 0;
     int step;
+    size_t i;
 
     if (a == NULL)
         return INFINITY;
-    for (step = 0; topo->ndevices <= 64 && step < 11; step++) {
-        c = ref_greedy(tb, n, topo, pins, host, 1.0 + 0.05 * step, a);
+    for (i = 0; i < n; i++)
+        mean += tb[i].dim;
+    mean /= topo->ndevices;
+    for (step = 0; topo->ndevices <= 64 && step < 11;) {
+        c = ref_greedy(tb, n, topo, pins, host, group, 1.0 + 0.05 * step, a,
+                       &next);
         if (c < best) {
             best = c;
             memcpy(assign, a, n * sizeof(*a));
         }
+        if (stride == 1) {
+            step++;
+            continue;
+        }
+        for (step += stride; step < 11 && (1.0 + 0.05 * step) * mean < next;
+             step++)
+            ;
     }
     if (best == INFINITY)
-        best = ref_greedy(tb, n, topo, pins, host, 0, assign);
+        best = ref_greedy(tb, n, topo, pins, host, group, 0, assign, NULL);
     free(a);
     return best;
 }
@@ -1430,8 +1501,8 @@ static void test_greedy_is_the_grid(void)
         o.threads = 1;
         o.pins = task[i].pins ? pins : NULL;
         o.constraints = task[i].hosts || task[i].uvm ? cons : NULL;
-        ref =
-            ref_grid(held, n, &topo, o.pins, task[i].hosts ? host : NULL, want);
+        ref = ref_grid(held, n, &topo, o.pins, task[i].hosts ? host : NULL,
+                       NULL, 1, want);
         CHECK(ref < INFINITY);
         if (run(tb, n, &topo, &o, &p, &d) != 0) {
             CHECK(!"the whole-table search plans");
@@ -1459,6 +1530,349 @@ static void test_greedy_is_the_grid(void)
         free(cons);
         free(held);
     }
+}
+
+/* The shards of table k in p that lie on device r, and their columns. */
+static int32_t cols_on(const struct plan *p, uint32_t k, int32_t r,
+                       int32_t *count)
+{
+    int32_t cols = 0;
+    size_t j;
+
+    *count = 0;
+    for (j = 0; j < p->nshards; j++)
+        if (p->shards[j].table == k && p->shards[j].device == r) {
+            cols += p->shards[j].col_width;
+            (*count)++;
+        }
+    return cols;
+}
+
+/* pc[0, n] (group too): the pieces of tb[0, n) with table t cut in halves,
+ * the second appended as piece n. */
+static void halved(const struct table *tb, size_t n, size_t t, struct table *pc,
+                   int32_t *group)
+{
+    memcpy(pc, tb, n * sizeof(*pc));
+    pc[t].dim /= 2;
+    pc[n] = pc[t];
+    group[n] = (int32_t)t;
+}
+
+/* How many (table, device) pairs of p hold what the reference's placement
+ * fa of tb (table best_t in halves, the second as piece n; SIZE_MAX: none
+ * cut) puts there, in one slice. */
+static int32_t same_slices(const struct plan *p, const struct table *tb,
+                           size_t n, int32_t nd, const int32_t *fa,
+                           size_t best_t)
+{
+    int32_t r, same = 0, count;
+    size_t k;
+
+    for (k = 0; k < n; k++)
+        for (r = 0; r < nd; r++) {
+            int32_t halves = (fa[k] == r) + (k == best_t && fa[n] == r);
+            int32_t want =
+                k == best_t ? tb[k].dim / 2 * halves : (fa[k] == r) * tb[k].dim;
+
+            same += cols_on(p, (uint32_t)k, r, &count) == want &&
+                    count == (want > 0);
+        }
+    return same;
+}
+
+/*
+ * One level of the beam is the plain grid's: from the whole-table root,
+ * placed on the full grid, each table that can be cut split in halves (at
+ * most five can, so every one is a candidate), each child placed on the
+ * beam's coarse grid (every fourth cap); the cheapest child, if it beats
+ * the root, placed again on the full grid, and that is the plan, shard
+ * for shard: a table's halves on one device one slice, priced so by the
+ * search and the reference alike.  Tasks where no table costs more than a
+ * device's mean (no root with tables cut in advance, root_levels()), on 4
+ * and 8 devices; row blocks and replicas kept out by constraints.
+ */
+static void test_beam_level(void)
+{
+    size_t tasks = 0, used = 0, kept = 0, regraded = 0, folded = 0;
+    uint64_t seed;
+
+    for (seed = 100; seed < 200; seed++) {
+        size_t n = 12 + (size_t)(seed % 3) * 4, k, t, best_t = SIZE_MAX;
+        int32_t nd = 2 + (int32_t)(seed % 5), same = 0;
+        struct table *tb = make_tables(n, seed);
+        struct table *pc = calloc(n + 1, sizeof(*pc));
+        struct table_constraint *cons = calloc(n, sizeof(*cons));
+        int32_t *group = calloc(n + 1, sizeof(*group));
+        int32_t *a = calloc(n + 1, sizeof(*a)),
+                *fa = calloc(n + 1, sizeof(*fa));
+        struct topology topo;
+        struct plan_options o;
+        struct plan p;
+        struct sd_diag d = {{0}};
+        uint64_t total = 0;
+        double best, alone = 0, c;
+        bool presplit = false;
+
+        if (!tb || !pc || !cons || !group || !a || !fa) {
+            CHECK(!"memory");
+            goto next;
+        }
+        tasks++;
+        /* Five tables that can be cut, of 32 to 128 columns but few rows
+         * and lookups, and the rest of 4 columns, which cannot: the
+         * columns a device holds bind (the dim caps matter) before its
+         * cost does (no table costs more than a device's mean); no hot
+         * table (make_tables()' first is). */
+        for (k = 0; k < n; k++) {
+            if (k < 5) {
+                tb[k].dim = 32 << (k + seed) % 3;
+                tb[k].pooling_factor = 1 + (double)(k % 3);
+                tb[k].rows = 10000 * (int64_t)(k + 1);
+            } else {
+                tb[k].dim = 4;
+            }
+            total += shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
+            cons[k] = (struct table_constraint){
+                .schemes = 1u << SCHEME_TW | 1u << SCHEME_CW, .host = -1};
+            group[k] = (int32_t)k;
+        }
+        topology_default(&topo, nd, 4 * total / (uint64_t)nd);
+        topo.batch_size = net->batch_size;
+
+        /* The reference: the root, then the children. */
+        best = ref_grid(tb, n, &topo, NULL, NULL, NULL, 1, fa); /* root */
+        for (k = 0; k < n; k++)
+            alone += ref_alone(&tb[k]);
+        for (k = 0; k < n; k++)
+            presplit = presplit || (ref_alone(&tb[k]) > alone / nd &&
+                                    table_split_levels(tb[k].dim) > 1);
+        if (presplit)
+            goto next;
+        for (t = 0; t < n; t++) {
+            if (table_split_levels(tb[t].dim) < 2)
+                continue;
+            halved(tb, n, t, pc, group);
+            c = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 4, a);
+            if (c < best) {
+                best = c;
+                best_t = t;
+            }
+        }
+        if (best_t != SIZE_MAX) {
+            double coarse = best;
+
+            halved(tb, n, best_t, pc, group);
+            best = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 1, fa);
+            kept++;
+            regraded += best < coarse * (1 - 1e-9);
+            folded += fa[best_t] == fa[n];
+        }
+
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.beam_depth = 1;
+        o.local_search = false;
+        o.threads = 1;
+        o.constraints = cons;
+        if (run(tb, n, &topo, &o, &p, &d) != 0) {
+            CHECK(!"the search plans");
+            fprintf(stderr, "seed %llu: %s\n", (unsigned long long)seed, d.msg);
+            goto next;
+        }
+        used++;
+        /* Each table's columns where the reference put them, in one slice
+         * a device. */
+        same = same_slices(&p, tb, n, nd, fa, best_t);
+        CHECK(same == (int32_t)n * nd);
+        CHECK_NEAR(p.cost_ms, best, 1e-6);
+        if (same != (int32_t)n * nd || fabs(p.cost_ms - best) > 1e-6 * best)
+            fprintf(stderr,
+                    "beam level: seed %llu, %zu tables on %d devices: %.6f ms "
+                    "against %.6f (%s)\n",
+                    (unsigned long long)seed, n, (int)nd, p.cost_ms, best,
+                    best_t == SIZE_MAX ? "the root" : "a child");
+        plan_destroy(&p);
+    next:
+        free(tb);
+        free(pc);
+        free(cons);
+        free(group);
+        free(a);
+        free(fa);
+    }
+    /* The tasks must reach the parts they check: children kept, and kept
+     * ones the full grid places better than the coarse one did. */
+    CHECK(used >= tasks / 2);
+    CHECK(kept >= 10);
+    CHECK(regraded >= 2);
+    CHECK(folded >= 3);
+    fprintf(stderr,
+            "beam level: %zu of %zu tasks planned as the plain grid's beam "
+            "level; %zu kept a child, %zu placed better on the full grid, "
+            "%zu with its halves on one device\n",
+            used, tasks, kept, regraded, folded);
+}
+
+/*
+ * The beam starts from both roots, the whole-table one and the one with
+ * its costliest tables cut in advance (root_levels()): where the cut root
+ * scores lower but is a dead end (a hot table cut in 16 pieces costs more
+ * in all than in 4), the children of the whole root still compete.  One
+ * level of the beam: the plan costs no more than the whole root or any
+ * of its children (each table that can be cut in halves; at most five
+ * can, so all are candidates) on the beam's coarse grid, placed plainly.
+ * Tasks with make_tables()' hot table.
+ */
+static void test_beam_roots(void)
+{
+    size_t tasks = 0, cut = 0, worse = 0;
+    uint64_t seed;
+
+    for (seed = 300; seed < 340; seed++) {
+        size_t n = 14 + (size_t)(seed % 3) * 4, k, t;
+        int32_t nd = 4 + 4 * (int32_t)(seed % 2);
+        struct table *tb = make_tables(n, seed);
+        struct table *pc = calloc(n + 1, sizeof(*pc));
+        struct table_constraint *cons = calloc(n, sizeof(*cons));
+        int32_t *group = calloc(n + 1, sizeof(*group));
+        int32_t *a = calloc(n + 1, sizeof(*a));
+        struct topology topo;
+        struct plan_options o;
+        struct plan p;
+        struct sd_diag d = {{0}};
+        uint64_t total = 0;
+        double best, c, alone = 0;
+
+        if (!tb || !pc || !cons || !group || !a) {
+            CHECK(!"memory");
+            goto next;
+        }
+        tasks++;
+        for (k = 0; k < n; k++) {
+            if (k >= 5)
+                tb[k].dim = 4;
+            total += shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
+            cons[k] = (struct table_constraint){
+                .schemes = 1u << SCHEME_TW | 1u << SCHEME_CW, .host = -1};
+            group[k] = (int32_t)k;
+        }
+        topology_default(&topo, nd, 3 * total / (uint64_t)nd);
+        topo.batch_size = net->batch_size;
+        best = ref_grid(tb, n, &topo, NULL, NULL, NULL, 1, a);
+        for (k = 0; k < n; k++)
+            alone += ref_alone(&tb[k]);
+        cut += ref_alone(&tb[0]) > alone / nd;
+        for (t = 0; t < n; t++) {
+            if (table_split_levels(tb[t].dim) < 2)
+                continue;
+            halved(tb, n, t, pc, group);
+            c = ref_grid(pc, n + 1, &topo, NULL, NULL, group, 4, a);
+            best = c < best ? c : best;
+        }
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.beam_depth = 1;
+        o.local_search = false;
+        o.threads = 1;
+        o.constraints = cons;
+        if (run(tb, n, &topo, &o, &p, &d) != 0) {
+            CHECK(!"the search plans");
+            goto next;
+        }
+        if (p.cost_ms > best * (1 + 1e-6)) {
+            worse++;
+            fprintf(stderr,
+                    "beam roots: seed %llu, %zu tables on %d devices: %.6f ms "
+                    "against %.6f from the whole root\n",
+                    (unsigned long long)seed, n, (int)nd, p.cost_ms, best);
+        }
+        plan_destroy(&p);
+    next:
+        free(tb);
+        free(pc);
+        free(cons);
+        free(group);
+        free(a);
+    }
+    CHECK(worse == 0);
+    CHECK(cut >= tasks / 2);
+    fprintf(stderr,
+            "beam roots: %zu tasks, %zu with a root cut in advance, %zu dearer "
+            "than the whole root's first level\n",
+            tasks, cut, worse);
+}
+
+/*
+ * With column splits the plan costs no more than the whole-table plan,
+ * and the local search makes it no dearer: the search starts from the
+ * whole-table root and keeps only what scores lower, the local search
+ * only steps that lower the score, and the score is the plan's cost:
+ * pieces of one table that end on one device, one slice in the plan, are
+ * priced as that slice (shardd's model: one kernel a table and device;
+ * the search priced them apart before, and such plans came out dearer
+ * than its whole-table root).  Tasks with a hot table, tight and loose
+ * memory, on 4 and 8 devices.
+ */
+static void test_splits_never_worse(void)
+{
+    size_t plans = 0, worse = 0, split = 0;
+    uint64_t seed;
+
+    for (seed = 0; seed < 48; seed++) {
+        size_t n = 10 + (size_t)(seed % 7) * 8, k;
+        int32_t nd = seed % 2 ? 8 : 4;
+        struct table *tb = make_tables(n, seed);
+        struct topology topo;
+        struct plan_options o;
+        struct plan p, ls, tw;
+        struct sd_diag d = {{0}};
+        uint64_t total = 0;
+        bool whole;
+
+        for (k = 0; tb && k < n; k++)
+            total += shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
+        topology_default(&topo, nd, (seed % 3 + 1) * total / (uint64_t)nd);
+        topo.batch_size = net->batch_size;
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.threads = 1;
+        if (!tb || run(tb, n, &topo, &o, &ls, &d) != 0) {
+            free(tb);
+            continue; /* too tight for splits too: test_memory's */
+        }
+        o.local_search = false;
+        if (run(tb, n, &topo, &o, &p, &d) != 0) {
+            CHECK(!"planned without the local search");
+            plan_destroy(&ls);
+            free(tb);
+            continue;
+        }
+        plans++;
+        split += p.stats.splits > 0;
+        o.column_splits = false; /* may not fit whole */
+        whole = run(tb, n, &topo, &o, &tw, &d) == 0;
+        if ((whole && p.cost_ms > tw.cost_ms * (1 + 1e-6)) ||
+            ls.cost_ms > p.cost_ms * (1 + 1e-6)) {
+            worse++;
+            fprintf(stderr,
+                    "splits: seed %llu, %zu tables on %d devices: %.6f ms, "
+                    "%.6f after the local search, %.6f whole\n",
+                    (unsigned long long)seed, n, (int)nd, p.cost_ms, ls.cost_ms,
+                    whole ? tw.cost_ms : INFINITY);
+        }
+        if (whole)
+            plan_destroy(&tw);
+        plan_destroy(&p);
+        plan_destroy(&ls);
+        free(tb);
+    }
+    CHECK(worse == 0);
+    CHECK(split >= plans / 2);
+    fprintf(stderr,
+            "splits: %zu tasks, %zu planned with splits, %zu dearer than "
+            "whole tables or made dearer by the local search\n",
+            plans, split, worse);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1784,6 +2198,9 @@ int main(void)
     test_beam_patience();
     test_candidates();
     test_greedy_is_the_grid();
+    test_beam_level();
+    test_beam_roots();
+    test_splits_never_worse();
     test_local_search();
     test_reference_set();
     return tap_done();
