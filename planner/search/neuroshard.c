@@ -722,20 +722,187 @@ out_free:
     return rv;
 }
 
+/* The pass fixed replicas and nothing else. */
+static bool replicas_only(const struct scheme_pass *sp, size_t ntables)
+{
+    size_t i;
+
+    for (i = 0; i < ntables; i++)
+        if (sp->fixed[i] && sp->why[i] != REASON_REPLICATE)
+            return false;
+    return true;
+}
+
+/*
+ * Plan cw with the pass's replicas in place of its shards of the tables
+ * the pass fixed, evaluated, into *out.  SD_ENOSPACE where the replicas do
+ * not fit beside the rest, SD_ENOMEM; *out is freed on error.
+ */
+static int with_replicas(const struct plan *cw, const struct scheme_pass *sp,
+                         const struct table *tables, size_t ntables,
+                         const struct topology *t, const struct plan_options *o,
+                         struct plan *out)
+{
+    struct sd_diag fit = {{0}};
+    size_t k;
+    int rv = plan_init(out, t->ndevices);
+
+    if (rv != 0)
+        return rv;
+    out->stats = cw->stats;
+    for (k = 0; k < cw->nshards && rv == 0; k++)
+        if (!sp->fixed[cw->shards[k].table])
+            rv = plan_add_shard(out, &cw->shards[k]);
+    for (k = 0; k < sp->shards.nshards && rv == 0; k++)
+        rv = plan_add_shard(out, &sp->shards.shards[k]);
+    if (rv == 0) /* memory: cw may have filled a device */
+        rv = plan_validate(out, tables, ntables, t, o->optimizer, &fit);
+    if (rv == 0)
+        rv = model_cost(out, tables, ntables, t, o);
+    if (rv != 0)
+        plan_destroy(out);
+    return rv;
+}
+
+/* What is left of o's time budget since t0 in *left; false when none is. */
+static bool budget_left(const struct plan_options *o, const struct timespec *t0,
+                        struct plan_options *left)
+{
+    *left = *o;
+    if (o->time_budget_ms > 0)
+        left->time_budget_ms = o->time_budget_ms - search_elapsed_ms(t0);
+    return !(o->time_budget_ms > 0 && left->time_budget_ms <= 0);
+}
+
+/* The notes of a column search that came out cheaper than the pass's
+ * choices: row blocks (and replicas), or replicas alone. */
+#define NOTE_COLUMN_ALONE                                                      \
+    "row blocks and replicas were weighed and the column search alone came "   \
+    "out cheaper"
+#define NOTE_NO_REPLICAS                                                       \
+    "replicas were weighed and the column search alone came out cheaper"
+
+/*
+ * The pass chose row blocks (and perhaps replicas): the search of the
+ * tables it left around its shards, and unless memory or a constraint
+ * forced them, the column search alone, the cheaper kept.  Both searches
+ * share the time budget: the second gets what is left, and none when
+ * nothing is.
+ */
+static int weigh_rows(const struct table *tables, size_t ntables,
+                      const struct topology *t, const struct plan_options *o,
+                      const struct scheme_pass *sp, const struct timespec *t0,
+                      struct plan *out, struct sd_diag *d)
+{
+    struct plan_options cwo;
+    struct plan cw;
+    int rv;
+
+    rv = search_rest(tables, ntables, t, o, sp, out, d);
+    if (rv != 0 || sp->forced || out->stats.budget_exhausted ||
+        !budget_left(o, t0, &cwo) ||
+        ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) != 0)
+        return rv;
+    if (model_cost(&cw, tables, ntables, t, o) == 0 &&
+        cw.cost_ms <= out->cost_ms) {
+        plan_destroy(out);
+        *out = cw;
+        plan_note(out, NOTE_COLUMN_ALONE);
+    } else {
+        /* The plan kept was chosen under the same budget. */
+        out->stats.budget_exhausted |= cw.stats.budget_exhausted;
+        plan_destroy(&cw);
+    }
+    return 0;
+}
+
+/* What plan p would cost with its compute spread evenly over its devices
+ * (its communication as it is): as low as moving its shards could get it. */
+static double balanced_ms(const struct plan *p)
+{
+    double most = 0, sum = 0;
+    int32_t r;
+
+    for (r = 0; r < p->ndevices; r++) {
+        sum += p->devices[r].compute_ms;
+        if (p->devices[r].compute_ms > most)
+            most = p->devices[r].compute_ms;
+    }
+    return p->cost_ms - (most - sum / (p->ndevices ? p->ndevices : 1));
+}
+
+/*
+ * The pass replicated small tables and nothing else.  Replicas load every
+ * device alike, so the column search's placement of the other tables
+ * nearly stands for the search around the replicas: the column search
+ * first, then its plan with the replicas in its tables' place (an
+ * evaluation, not a search).  The search around the replicas runs only
+ * where that plan, its compute spread evenly, would beat the column
+ * search's; the cheapest of the three is kept.  On bench_quality's task
+ * sets (40 tasks, and 5 of each family) 10 of 32 such cases ran it, and
+ * it was cheapest in 6 of the 7 where it would have been (the seventh by
+ * 0.2 %); bench_load's 50-table requests run it in none of their 7
+ * (docs/models.md, "Replicas weighed on the column plan").
+ */
+static int weigh_replicas(const struct table *tables, size_t ntables,
+                          const struct topology *t,
+                          const struct plan_options *o,
+                          const struct scheme_pass *sp,
+                          const struct timespec *t0, struct plan *out,
+                          struct sd_diag *d)
+{
+    struct plan_options ro;
+    struct plan rp, rest;
+    int rv;
+
+    rv = ns_search(tables, ntables, t, o, NULL, NULL, out, d);
+    if (rv != 0)
+        return rv;
+    rv = model_cost(out, tables, ntables, t, o);
+    if (rv == 0)
+        rv = with_replicas(out, sp, tables, ntables, t, o, &rp);
+    if (rv == SD_ENOMEM) {
+        plan_destroy(out);
+        return sd_diag_set(d, rv, "neuroshard: out of memory");
+    }
+    if (rv != 0 || balanced_ms(&rp) >= out->cost_ms) {
+        if (rv == 0)
+            plan_destroy(&rp);
+        plan_note(out, NOTE_NO_REPLICAS);
+        return 0;
+    }
+    if (!out->stats.budget_exhausted && budget_left(o, t0, &ro) &&
+        search_rest(tables, ntables, t, &ro, sp, &rest, d) == 0) {
+        if (rest.cost_ms < rp.cost_ms) {
+            plan_destroy(&rp);
+            rp = rest;
+        } else {
+            rp.stats.budget_exhausted |= rest.stats.budget_exhausted;
+            plan_destroy(&rest);
+        }
+    }
+    if (rp.cost_ms < out->cost_ms) {
+        plan_destroy(out);
+        *out = rp;
+    } else {
+        out->stats.budget_exhausted |= rp.stats.budget_exhausted;
+        plan_destroy(&rp);
+        plan_note(out, NOTE_NO_REPLICAS);
+    }
+    return 0;
+}
+
 /*
  * The search proper (plan_neuroshard() without its memo): with column
- * splits, the scheme pass, the search of the tables it left and, unless
- * memory or a constraint forced its shards, the column search alone; the
- * cheaper of the two.
+ * splits, the scheme pass and, where it fixed tables, the searches that
+ * weigh its choices against the column search alone.
  */
 static int ns_plan(const struct table *tables, size_t ntables,
                    const struct topology *t, const struct plan_options *o,
                    struct plan *out, struct sd_diag *d)
 {
     struct scheme_pass sp;
-    struct plan_options cwo = *o;
     struct timespec t0;
-    struct plan cw;
     int rv;
 
     /* Whole tables only: no scheme but table-wise. */
@@ -745,38 +912,14 @@ static int ns_plan(const struct table *tables, size_t ntables,
     rv = scheme_pass_run(tables, ntables, t, o, &sp, d);
     if (rv != 0)
         return rv;
-    if (sp.nfixed == 0) {
+    if (sp.nfixed == 0)
         rv = ns_search(tables, ntables, t, o, NULL, NULL, out, d);
-        if (rv == 0)
-            scheme_pass_note(&sp, ntables, out); /* small tables kept */
-        scheme_pass_free(&sp);
-        return rv;
-    }
-    rv = search_rest(tables, ntables, t, o, &sp, out, d);
-    /* Unless memory or a constraint forced them, the row blocks and
-     * replicas must beat the column search alone, or it is kept.  Both
-     * searches share the time budget: the second gets what is left, and
-     * none when nothing is. */
-    if (o->time_budget_ms > 0)
-        cwo.time_budget_ms = o->time_budget_ms - search_elapsed_ms(&t0);
-    if (rv == 0 && !sp.forced && !out->stats.budget_exhausted &&
-        !(o->time_budget_ms > 0 && cwo.time_budget_ms <= 0) &&
-        ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) == 0) {
-        if (model_cost(&cw, tables, ntables, t, o) == 0 &&
-            cw.cost_ms <= out->cost_ms) {
-            plan_destroy(out);
-            *out = cw;
-            plan_note(out,
-                      "row blocks and replicas were weighed and the column "
-                      "search alone came out cheaper");
-        } else {
-            /* The plan kept was chosen under the same budget. */
-            out->stats.budget_exhausted |= cw.stats.budget_exhausted;
-            plan_destroy(&cw);
-        }
-    }
+    else if (!sp.forced && replicas_only(&sp, ntables))
+        rv = weigh_replicas(tables, ntables, t, o, &sp, &t0, out, d);
+    else
+        rv = weigh_rows(tables, ntables, t, o, &sp, &t0, out, d);
     if (rv == 0 && out->nnotes == 0)
-        scheme_pass_note(&sp, ntables, out);
+        scheme_pass_note(&sp, ntables, out); /* small tables kept too */
     scheme_pass_free(&sp);
     return rv;
 }
