@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -773,6 +774,29 @@ static void check_second_refused(const char *bin)
     }
 }
 
+/* Removes dir and the files in it: the daemon's socket, pid file, log,
+ * store and the store's backups (the data directory is dir itself). */
+static void remove_dir(const char *path)
+{
+    DIR *dp = opendir(path);
+    struct dirent *e;
+    char file[sizeof(dir) + 256];
+
+    while (dp && (e = readdir(dp)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+        if (unlink(file) != 0)
+            fprintf(stderr, "test_daemon: cannot remove %s: %s\n", file,
+                    strerror(errno));
+    }
+    if (dp)
+        closedir(dp);
+    if (rmdir(path) != 0)
+        fprintf(stderr, "test_daemon: cannot remove %s: %s\n", path,
+                strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
     Shardd__V1__PlanResponse *plan = NULL;
@@ -868,9 +892,6 @@ int main(int argc, char **argv)
         if (system(cmd) != 0)
             fprintf(stderr, "no log at %s\n", log_path);
     }
-    unlink(log_path);
-    unlink(sock_path);
-    unlink(pid_path);
-    rmdir(dir);
+    remove_dir(dir);
     return tap_done();
 }

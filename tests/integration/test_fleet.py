@@ -104,11 +104,14 @@ class Fleet(unittest.TestCase):
                               "--fleet-sync-ms", SYNC_MS]).start()
 
     def test_fleet(self):
+        # Every daemon started, restarted ones too: a restart runs on the
+        # data directory inside its predecessor's temporary directory, so
+        # they are cleaned up newest first.
         live = []
         try:
             self._run(live)
         finally:
-            for d in live:
+            for d in reversed(live):
                 d.cleanup()
 
     def _run(self, live):
@@ -125,7 +128,6 @@ class Fleet(unittest.TestCase):
         # Kill -9 a profiler mid-flow and restart it on its store.
         p1.signal(signal.SIGKILL)
         p1.wait(10)
-        live.remove(p1)
         p1.stop()
         p1 = self.profiler("p1", tr, data_dir=p1.data_dir)
         live.append(p1)
@@ -136,7 +138,6 @@ class Fleet(unittest.TestCase):
         port, tdir = tr.port, tr.data_dir
         tr.signal(signal.SIGKILL)
         tr.wait(10)
-        live.remove(tr)
         tr.stop()
         time.sleep(1.5)
         tr = self.trainer(data_dir=tdir, port=port)
@@ -194,7 +195,6 @@ class Fleet(unittest.TestCase):
             before = len(H.call(ch, H.LIST_MODELS, H.admin_pb2.ListModelsRequest()).models)
         q1.signal(signal.SIGKILL)
         q1.wait(10)
-        live.remove(q1)
         q1.stop()
         q1 = self.planner(tr, data_dir=q1.data_dir)
         live.append(q1)
