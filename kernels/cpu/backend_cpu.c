@@ -244,6 +244,22 @@ static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
                                "use by another shard",
                                topo.cores[device]);
         }
+        if (rv == SD_ENOMEM && desc->arena_max_bytes > 0) {
+            uint64_t span = 0;
+
+            for (t = 0; t < desc->ntables; t++)
+                span += kern_cpu__arena_span(&desc->tables[t]);
+            if (span > desc->arena_max_bytes) {
+                cpu_shard_close((struct kern_shard *)s);
+                return sd_diag_set(
+                    d, rv,
+                    "cpu core %d: the shard's weights take %.1f MiB, over "
+                    "the %.1f MiB its caller lets the weight arena keep "
+                    "(arena_max_bytes)",
+                    topo.cores[device], (double)span / (1 << 20),
+                    (double)desc->arena_max_bytes / (1 << 20));
+            }
+        }
         if (rv != 0)
             goto fail_close_shard;
         s->arena = true;
@@ -271,8 +287,9 @@ static int cpu_shard_open(int32_t device, const struct kern_shard_desc *desc,
 
 fail_close_shard:
     cpu_shard_close((struct kern_shard *)s);
-    return sd_diag_set(d, SD_ENOMEM, "cpu: out of memory for a %llu MiB shard",
-                       (unsigned long long)(need >> 20));
+    return sd_diag_set(d, SD_ENOMEM,
+                       "cpu: out of memory for a shard of %.1f MiB",
+                       (double)need / (1 << 20));
 }
 
 /* The forward of every table, into pooled (nbags x width). */
