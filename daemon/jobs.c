@@ -569,6 +569,7 @@ gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
                  (long long)*model, dn, active->version, dold);
         goto out;
     }
+    jobs__record_model(rc, *model);
     rv = models_activate(jb->models, rc->st, *model, m, &info, previous, &d);
     m = NULL; /* models_activate owns it now, success or not */
     if (rv != 0) {
@@ -690,6 +691,23 @@ static void run_job(struct jobs *jb, struct store *st, struct store_job *j)
                  model);
     sd_log(SD_LOG_INFO, "job %lld: %s: %s", (long long)j->id,
            store_job_state_name(end), msg);
+}
+
+void jobs__record_model(struct jobs__run *rc, int64_t model)
+{
+    struct store_job *j;
+    struct sd_diag d;
+    double progress = 0;
+
+    pthread_mutex_lock(&rc->jb->mu);
+    j = ring_find(rc->jb, rc->id);
+    if (j != NULL)
+        progress = j->progress;
+    pthread_mutex_unlock(&rc->jb->mu);
+    if (store_job_update(rc->st, rc->id, STORE_JOB_RUNNING, progress, NULL,
+                         model, &d) != 0)
+        sd_log(SD_LOG_WARN, "job %lld: cannot record model %lld: %s",
+               (long long)rc->id, (long long)model, d.msg);
 }
 
 /*

@@ -25,6 +25,15 @@ struct jobs__run {
 void jobs__update(struct jobs__run *rc, enum store_job_state state,
                   double progress, const char *message, int64_t model);
 
+/*
+ * Records `model` as the job's result in the store, before it is
+ * activated: a daemon killed between the activation and the job's end
+ * leaves a job whose model is active, which the next start marks succeeded
+ * (store_job_cancel_unfinished()) instead of cancelled.  Best effort: a
+ * failure is logged, and such a kill then reads as a cancelled job.
+ */
+void jobs__record_model(struct jobs__run *rc, int64_t model);
+
 /* Prunes the profile's versions past models_keep (best effort). */
 void jobs__prune(struct jobs *jb, struct store *st,
                  const struct store_profile *prof);

@@ -177,6 +177,7 @@ static enum store_job_state activate(struct jobs__run *rc,
         return STORE_JOB_SUCCEEDED;
     }
     dmodel_release(now);
+    jobs__record_model(rc, id);
     rv = models_activate_policy(rc->jb->models, rc->st, id, pn, &info, previous,
                                 &d);
     if (rv != 0) {

@@ -117,7 +117,7 @@ static void model_activated(void *ctx, struct store *st, const char *profile)
 static int open_parts(struct svc *s, const struct sd_config *c,
                       struct sd_diag *d)
 {
-    uint64_t n = 0, samples = 0;
+    uint64_t n = 0, ended = 0, samples = 0;
     int rv;
 
     pick_backend(s, c);
@@ -132,7 +132,7 @@ static int open_parts(struct svc *s, const struct sd_config *c,
     rv = reflect_open(&s->reflect, d);
     if (rv == 0)
         rv = store_job_cancel_unfinished(
-            s->st, "cancelled: the daemon stopped while it ran", &n, d);
+            s->st, "cancelled: the daemon stopped while it ran", &n, &ended, d);
     if (rv != 0) {
         reflect_close(s->reflect);
         models_destroy(&s->models);
@@ -142,6 +142,11 @@ static int open_parts(struct svc *s, const struct sd_config *c,
         sd_log(SD_LOG_INFO,
                "%llu job(s) left unfinished by the last run marked cancelled",
                (unsigned long long)n);
+    if (ended > 0)
+        sd_log(SD_LOG_INFO,
+               "%llu job(s) whose model the last run had activated marked "
+               "succeeded",
+               (unsigned long long)ended);
     if (s->profile_id != 0)
         store_sample_count(s->st, s->profile_id, STORE_KIND_COMPUTE, 0,
                            &samples, d);

@@ -276,21 +276,37 @@ int store_job_count(struct store *st, enum store_job_state state, uint64_t *n,
 }
 
 int store_job_cancel_unfinished(struct store *st, const char *message,
-                                uint64_t *n, struct sd_diag *d)
+                                uint64_t *cancelled, uint64_t *succeeded,
+                                struct sd_diag *d)
 {
+    int64_t now = store__now_ms();
+    uint64_t done = 0;
     int rv;
 
     rv = store__check_text(message, STORE_MESSAGE_MAX, false, "job", "message",
                            d);
     if (rv == 0)
         rv = store__check_no_batch(st, d);
+    if (rv == 0)
+        rv = store__tx_begin(st, d);
     if (rv != 0)
         return rv;
-    rv = store__exec(
-        st, STORE__SQL_JOB_CANCEL_UNFINISHED,
-        STORE__ARGS(STORE__TEXT(message), STORE__INT(store__now_ms())),
-        "cancelling jobs", d);
-    if (rv == 0 && n != NULL)
-        *n = (uint64_t)sqlite3_changes(st->db);
+    rv = store__exec(st, STORE__SQL_JOB_FINISH_ACTIVATED,
+                     STORE__ARGS(STORE__INT(now)), "ending jobs", d);
+    if (rv == 0) {
+        done = (uint64_t)sqlite3_changes(st->db);
+        rv = store__exec(st, STORE__SQL_JOB_CANCEL_UNFINISHED,
+                         STORE__ARGS(STORE__TEXT(message), STORE__INT(now)),
+                         "cancelling jobs", d);
+    }
+    if (rv != 0) {
+        store__tx_rollback(st);
+        return rv;
+    }
+    if (cancelled != NULL)
+        *cancelled = (uint64_t)sqlite3_changes(st->db);
+    rv = store__tx_commit(st, d);
+    if (rv == 0 && succeeded != NULL)
+        *succeeded = done;
     return rv;
 }

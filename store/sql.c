@@ -319,6 +319,12 @@ const char *const store__sql_text[STORE__SQL_COUNT] = {
     [STORE__SQL_JOB_CANCEL_UNFINISHED] =
         "UPDATE jobs SET state = 'cancelled', message = ?1, "
         "finished_ms = ?2 WHERE state NOT IN " JOB_TERMINAL,
+    [STORE__SQL_JOB_FINISH_ACTIVATED] =
+        "UPDATE jobs SET state = 'succeeded', progress = 1, "
+        "message = printf('model %d activated; the daemon stopped before "
+        "the job ended', result_model_id), finished_ms = ?1 "
+        "WHERE state NOT IN " JOB_TERMINAL " AND result_model_id IN "
+        "(SELECT id FROM models WHERE active = 1)",
     [STORE__SQL_AUDIT_INSERT] =
         "INSERT INTO plan_audit (request_hash, algorithm, "
         "model_id, ntables, ndevices, plan_cost_ms, "

@@ -582,12 +582,16 @@ int store_job_count(struct store *st, enum store_job_state state, uint64_t *n,
                     struct sd_diag *d);
 
 /*
- * Marks every queued or running job cancelled with `message`: for start-up,
- * after a previous daemon died with jobs in flight.  Sets *n (may be NULL) to
- * how many.
+ * For start-up, after a previous daemon died with jobs in flight, in one
+ * transaction: marks every queued or running job whose result model is
+ * active succeeded (it was killed between activating its model and ending
+ * the job: a job records its model before activating it), and every other
+ * one cancelled with `message`.  Sets *cancelled and *succeeded (either may
+ * be NULL) to how many.
  */
 int store_job_cancel_unfinished(struct store *st, const char *message,
-                                uint64_t *n, struct sd_diag *d);
+                                uint64_t *cancelled, uint64_t *succeeded,
+                                struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* Plan audit                                                                */

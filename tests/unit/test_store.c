@@ -956,9 +956,11 @@ static void test_jobs(void)
 {
     struct store_job j, got, *list = NULL;
     struct store *st = NULL;
+    struct store_model m;
     struct sd_diag d;
-    int64_t prof, id1 = 0, id2 = 0, id3 = 0;
-    uint64_t c = 0;
+    unsigned char w[64] = {1, 2, 3};
+    int64_t prof, id1 = 0, id2 = 0, id3 = 0, id4 = 0, id5 = 0, v4 = 0, v5 = 0;
+    uint64_t c = 0, ok = 0;
     size_t n = 0;
 
     setup();
@@ -1030,11 +1032,30 @@ static void test_jobs(void)
     CHECK(store_job_list(st, 2, &list, &n, &d) == 0 && n == 2);
     free(list);
 
-    CHECK(store_job_cancel_unfinished(st, "daemon restarted", &c, &d) == 0 &&
-          c == 2);
+    /* Two more running jobs that recorded their models (jobs.c does before
+     * it activates one): the daemon was killed after activating id4's and
+     * before activating id5's. */
+    model_init(&m, prof, STORE_KIND_COMPUTE, w, sizeof(w), NULL, 0, 0.05);
+    CHECK(store_model_put(st, &m, &v4, &d) == 0);
+    CHECK(store_model_put(st, &m, &v5, &d) == 0);
+    CHECK(store_job_create(st, &j, &id4, &d) == 0);
+    CHECK(store_job_create(st, &j, &id5, &d) == 0);
+    CHECK(store_job_update(st, id4, STORE_JOB_RUNNING, 0.9, NULL, v4, &d) == 0);
+    CHECK(store_job_update(st, id5, STORE_JOB_RUNNING, 0.9, NULL, v5, &d) == 0);
+    CHECK(store_model_activate(st, v4, NULL, &d) == 0);
+
+    CHECK(store_job_cancel_unfinished(st, "daemon restarted", &c, &ok, &d) ==
+              0 &&
+          c == 3 && ok == 1);
     CHECK(store_job_get(st, id3, &got, &d) == 0 &&
           got.state == STORE_JOB_CANCELLED &&
           strcmp(got.message, "daemon restarted") == 0 && got.finished_ms > 0);
+    CHECK(store_job_get(st, id5, &got, &d) == 0 &&
+          got.state == STORE_JOB_CANCELLED && got.result_model_id == v5);
+    CHECK(store_job_get(st, id4, &got, &d) == 0 &&
+          got.state == STORE_JOB_SUCCEEDED && got.progress == 1 &&
+          got.result_model_id == v4 && got.finished_ms > 0 &&
+          strstr(got.message, "activated") != NULL);
     CHECK(store_job_get(st, id1, &got, &d) == 0 &&
           got.state == STORE_JOB_SUCCEEDED);
     CHECK(store_job_state_is_terminal(STORE_JOB_FAILED) &&
