@@ -30,6 +30,13 @@ int prof_net_upload(const struct kern_backend *be, int32_t device,
                            "net: model %s has no softplus output, which the "
                            "device kernels apply: scored on the host",
                            m->profile);
+    /* The device kernels take NeuroShard's 20 inputs: a model with derived
+     * inputs (format 3) is scored on the host. */
+    if (m->x.n > 0)
+        return sd_diag_set(d, SD_EUNSUPPORTED,
+                           "net: model %s has %d derived inputs, which the "
+                           "device kernels do not take: scored on the host",
+                           m->profile, (int)m->x.n);
     return kern_net_open(be, device, &net_dims, m->p, out, d);
 }
 
