@@ -15,10 +15,8 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
     struct sd_diag d;
 
     /* A model with a raw output (NeuroShard's, the reference profile) is
-     * scored on the host: the device kernels end in softplus and take the
-     * 20 inputs alone (no derived ones, format 3). */
-    if (be == NULL || net_io_activation(m->net) != NET_ACT_SOFTPLUS ||
-        m->net->x.n > 0)
+     * scored on the host: the device kernels end in softplus. */
+    if (be == NULL || net_io_activation(m->net) != NET_ACT_SOFTPLUS)
         return;
     if (prof_net_upload(be, 0, m->net, &m->resident, &d) != 0) {
         m->resident = NULL;

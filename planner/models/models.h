@@ -250,6 +250,16 @@ float net_io_eps(const struct cost_net *m);
 /* The inputs of m: NET_IN plus its derived ones. */
 int net_nin(const struct cost_net *m);
 
+/*
+ * m's compute parameters packed as one [out][in] layer after another, W1
+ * of net_nin(m) columns (each row the 20 inputs' weights, then the derived
+ * ones'), then b1 .. b4: the model file's layout and the device kernels'
+ * (kernels.h).  net_packed_nparams(): NET_NPARAMS + NET_H1 x the derived
+ * inputs; net_params_pack() writes that many floats into out.
+ */
+size_t net_packed_nparams(const struct cost_net *m);
+void net_params_pack(const struct cost_net *m, float *out);
+
 /* The transformed, normalised input of a table cut to `cols` columns: the
  * 20 of NeuroShard alone (what a placement policy encodes). */
 void net_input(const struct cost_net *m, const struct table *t, int32_t cols,

@@ -64,6 +64,26 @@ int net_nin(const struct cost_net *m)
     return NET_IN + m->x.n;
 }
 
+size_t net_packed_nparams(const struct cost_net *m)
+{
+    return NET_NPARAMS + (size_t)NET_H1 * (size_t)m->x.n;
+}
+
+void net_params_pack(const struct cost_net *m, float *out)
+{
+    size_t nin = (size_t)net_nin(m);
+    int o;
+
+    for (o = 0; o < NET_H1; o++) {
+        memcpy(out + (size_t)o * nin, m->p + NET_W1 + (size_t)o * NET_IN,
+               NET_IN * sizeof(float));
+        memcpy(out + (size_t)o * nin + NET_IN, m->xw + (size_t)o * NET_XMAX,
+               (size_t)m->x.n * sizeof(float));
+    }
+    memcpy(out + NET_H1 * nin, m->p + NET_B1,
+           (NET_NPARAMS - NET_B1) * sizeof(float));
+}
+
 static const char *const extra_names[NET_X_COUNT] = {
     [NET_X_ELEM_BYTES] = "elem_bytes",
     [NET_X_LOOKUPS] = "lookups",
