@@ -338,7 +338,7 @@ static const struct ctl_split by_shape = {
     row_block_key};
 static const struct ctl_split by_precision = {
     "by precision (the cpu kernels time fp16/bf16 weights in their type; "
-    "the model sees the same features for every type):",
+    "only derived inputs, --features v2, see the type):",
     "precision",
     {"fp32", "fp16/bf16"},
     precision_key};

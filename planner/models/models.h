@@ -33,7 +33,10 @@
  *    was trained on, and training fits relative error, not raw ms.
  * NeuroShard's released model (identity inputs, no activation) is held
  * exactly by format 2.  Parameters are one float array, row-major
- * [out][in] per layer, in this order (offsets below).
+ * [out][in] per layer, in this order (offsets below).  Format 3 adds
+ * derived inputs after the 20 (struct net_extras; `train --features v2`):
+ * their columns of the first layer are kept apart (cost_net.xw), so the
+ * array and its offsets are the same for every model.
  */
 #define NET_IN      TABLE_NFEATURES
 #define NET_H1      128
