@@ -132,6 +132,7 @@ struct ctl_opts {
     const char *torchrec_module; /* plan --torchrec: the module path */
     const char *family;          /* gen-tables, profile --family */
     const char *hold_out;        /* train --hold-out-family */
+    const char *features;        /* train --features: v1, v2 or a list */
     int64_t ensemble;            /* train --ensemble K */
     double quantile;             /* plan --quantile (offline); < 0: none */
     double row_blocks; /* profile --row-blocks (share); < 0: the default */

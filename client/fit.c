@@ -198,6 +198,9 @@ static int fit_members(struct fit *f, const struct ctl_opts *o,
 
     for (k = 0; k < want; k++) {
         train_params_default(&tp);
+        if (o->features != NULL &&
+            net_extras_parse(o->features, &tp.extras, &d) != 0)
+            return ctl_fail(CTL_EXIT_USAGE, "train: --features: %s", d.msg);
         tp.seed = (uint64_t)o->seed;
         if (o->epochs)
             tp.max_epochs = (int32_t)o->epochs;
@@ -335,7 +338,7 @@ static const struct ctl_split by_shape = {
     row_block_key};
 static const struct ctl_split by_precision = {
     "by precision (the cpu kernels time fp16/bf16 weights in their type; "
-    "the model sees the same features for every type):",
+    "only derived inputs, --features v2, see the type):",
     "precision",
     {"fp32", "fp16/bf16"},
     precision_key};

@@ -93,12 +93,15 @@ static const char usage_text[] =
     "      row blocks, each table cut to 1/2 .. 1/64 of its rows.\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
-    "              [--backend cpu|cuda] [--out FILE]\n"
+    "              [--backend cpu|cuda] [--features v1|v2|LIST] [--out FILE]\n"
     "      Train a compute cost model on the profile's samples (the store's\n"
     "      only profile by default; --newest: its newest N), store it as a\n"
     "      new model version with its MAPE, and write the model file with\n"
     "      --out.  --backend: the matrix products on that backend's device 0\n"
-    "      (cuda: cuBLAS) instead of CBLAS.\n"
+    "      (cuda: cuBLAS) instead of CBLAS.  --features: v1 (the default)\n"
+    "      NeuroShard's 20 inputs; v2 adds dtype bytes, lookups, unique\n"
+    "      rows, their bytes and the table's bytes (model format 3); LIST\n"
+    "      names derived inputs (docs/models.md).\n"
     "  train-policy [--db FILE [--profile NAME] [--activate]]\n"
     "              [--model FILE] [--tasks FILE] [--iterations N] [--seed S]\n"
     "              [--devices N] [--mem-gb G] [--out FILE]\n"
@@ -364,6 +367,7 @@ static const struct opt_def opt_defs[] = {
     {"activate", FLAG, O(activate),
      CMD(TRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY), set_flag, 0, 0},
     {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
+    {"features", ARG, O(features), CMD(TRAIN), set_str, 0, 0},
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
     {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
     {"row-blocks", ARG, O(row_blocks), CMD(PROFILE), set_real, 0, 1},

@@ -591,6 +591,25 @@ out:
     return end;
 }
 
+/* The inputs of the model serving `profile`, or of the embedded model
+ * where none does: a retrain keeps them, whatever they are (derived inputs,
+ * format 3, or NeuroShard's 20 alone). */
+static struct net_extras serving_extras(struct jobs *jb, const char *profile)
+{
+    struct net_extras x = {0, {0}};
+    const struct cost_net *emb;
+    struct dmodel *active = NULL;
+    struct sd_diag d;
+
+    if (models_acquire(jb->models, profile, &active, &d) == 0) {
+        x = active->net->x;
+        dmodel_release(active);
+    } else if ((emb = net_embedded(NULL)) != NULL) {
+        x = emb->x;
+    }
+    return x;
+}
+
 /* The retrain itself; returns the terminal state and fills msg / *model. */
 static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
                                     bool force, char *msg, size_t cap,
@@ -648,6 +667,7 @@ static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
     train_params_default(&tp);
     tp.progress = on_epoch;
     tp.ctx = rc;
+    tp.extras = serving_extras(jb, prof.name);
     rv = net_train(&tp, fit, nfit, prof.name, prof.batch_size, &m, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: training: %.300s", d.msg);

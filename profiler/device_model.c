@@ -3,7 +3,7 @@
  * bridge between the planner's types (struct cost_net, struct table,
  * struct net_gemm) and kernels/' (struct kern_net, struct kern_blas), which
  * know nothing of each other.  Scoring builds the model's inputs on the
- * host with net_input(), exactly as the planner does, and scores every
+ * host with net_input_all(), exactly as the planner does, and scores every
  * shard of a batch in one call; training's products go through a
  * kern_blas behind the planner's gemm hook.
  */
@@ -13,15 +13,19 @@
 
 #include "profiler.h"
 
-static const struct kern_net_dims net_dims = {NET_IN, NET_H1, NET_LAT, NET_H2};
-
 _Static_assert(NET_NPARAMS == 8993, "the layout kernels.h describes");
 
 int prof_net_upload(const struct kern_backend *be, int32_t device,
                     const struct cost_net *m, struct kern_net **out,
                     struct sd_diag *d)
 {
-    if (kern_net_nparams(&net_dims) != NET_NPARAMS)
+    /* W1 of net_nin(m) columns: the derived inputs' (format 3) after the
+     * 20, the layout the kernels take for any input count. */
+    const struct kern_net_dims dims = {net_nin(m), NET_H1, NET_LAT, NET_H2};
+    float *packed;
+    int rv;
+
+    if (kern_net_nparams(&dims) != net_packed_nparams(m))
         return sd_diag_set(d, SD_EINVAL, "net: parameter layouts differ");
     /* The device kernels end in softplus (format 1's output); a model
      * whose output is raw (format 2, NeuroShard's) is scored on the host. */
@@ -30,33 +34,44 @@ int prof_net_upload(const struct kern_backend *be, int32_t device,
                            "net: model %s has no softplus output, which the "
                            "device kernels apply: scored on the host",
                            m->profile);
-    return kern_net_open(be, device, &net_dims, m->p, out, d);
+    if (m->x.n == 0)
+        return kern_net_open(be, device, &dims, m->p, out, d);
+    packed = malloc(net_packed_nparams(m) * sizeof(*packed));
+    if (packed == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "net: out of memory");
+    net_params_pack(m, packed);
+    rv = kern_net_open(be, device, &dims, packed, out, d);
+    free(packed);
+    return rv;
 }
 
 int prof_net_score_tables(struct kern_net *net, const struct cost_net *m,
                           const struct train_sample *s, size_t n, double *ms,
                           struct sd_diag *d)
 {
+    const size_t nin = (size_t)net_nin(m);
+    float row[NET_IN_MAX];
     size_t *off, rows = 0, i, j;
     float *x;
     int rv;
 
     for (i = 0; i < n; i++) {
-        if (s[i].ntables > SIZE_MAX / NET_IN / sizeof(float) / 2 - rows)
+        if (s[i].ntables > SIZE_MAX / NET_IN_MAX / sizeof(float) / 2 - rows)
             return sd_diag_set(d, SD_EINVAL, "net score: too many tables");
         rows += s[i].ntables;
     }
     off = malloc((n + 1) * sizeof(*off));
-    x = malloc((rows > 0 ? rows : 1) * NET_IN * sizeof(*x));
+    x = malloc((rows > 0 ? rows : 1) * nin * sizeof(*x));
     if (off == NULL || x == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "net score: out of memory");
         goto out_free;
     }
     off[0] = 0;
     for (i = 0; i < n; i++) {
-        for (j = 0; j < s[i].ntables; j++)
-            net_input(m, &s[i].tables[j], s[i].tables[j].dim,
-                      x + (off[i] + j) * NET_IN);
+        for (j = 0; j < s[i].ntables; j++) {
+            net_input_all(m, &s[i].tables[j], s[i].tables[j].dim, row);
+            memcpy(x + (off[i] + j) * nin, row, nin * sizeof(*row));
+        }
         off[i + 1] = off[i] + s[i].ntables;
     }
     rv = kern_net_score(net, x, rows, off, n, ms, d);

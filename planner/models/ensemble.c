@@ -346,6 +346,8 @@ static void ens_parse(void)
     if (m == NULL || memcmp(m->p, ens_embedded->m[0]->p, sizeof(m->p)) != 0 ||
         memcmp(m->mean, ens_embedded->m[0]->mean, sizeof(m->mean)) != 0 ||
         memcmp(m->std, ens_embedded->m[0]->std, sizeof(m->std)) != 0 ||
+        memcmp(&m->x, &ens_embedded->m[0]->x, sizeof(m->x)) != 0 ||
+        memcmp(m->xw, ens_embedded->m[0]->xw, sizeof(m->xw)) != 0 ||
         strcmp(m->profile, ens_embedded->m[0]->profile) != 0) {
         sd_diag_set(&ens_err, SD_EFORMAT,
                     "its member 0 is not the embedded model");

@@ -4,14 +4,16 @@
  * round-robin within the set.  The key is what the model's input is made
  * of, before its transforms and scaling: the table's features at the width
  * (table_features()), with pooling factor and rows exact, as the model
- * takes them.  Equal keys make equal inputs, so a hit is exact (the key is
- * compared in full), and costs no logarithm or division.  Sets are guarded
- * by NET_MEMO_STRIPES mutexes, set i by stripe i mod NET_MEMO_STRIPES: two
- * threads meet only on the same stripe, and a lookup holds it for one copy
- * of 64 floats.
+ * takes them, and the dtype where a derived input reads it (format 3; the
+ * batch those read is the model's own).  Equal keys make equal inputs, so a hit
+ * is exact (the key is compared in full), and costs no logarithm or division.
+ * Sets are guarded by NET_MEMO_STRIPES mutexes, set i by stripe i mod
+ * NET_MEMO_STRIPES: two threads meet only on the same stripe, and a lookup
+ * holds it for one copy of 64 floats.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,8 @@ struct memo_key {
     float f[TABLE_NFEATURES]; /* pooling factor and rows zero: below */
     double pooling_factor;
     int64_t rows;
+    int32_t dtype; /* where a derived input reads it; else 0 */
+    int32_t pad;   /* zero */
 };
 
 struct memo_entry {
@@ -42,11 +46,24 @@ struct memo_set {
 
 struct net_memo {
     const struct cost_net *net; /* the model it answers for (borrowed) */
+    bool dtype_in;              /* reads_dtype(net) */
     struct memo_set *sets;
     size_t nsets;
     pthread_mutex_t lock[NET_MEMO_STRIPES];
     atomic_uint_fast64_t hits, misses, filled;
 };
+
+/* Whether a derived input of m reads the table's dtype (its bytes). */
+static bool reads_dtype(const struct cost_net *m)
+{
+    int j;
+
+    for (j = 0; j < m->x.n; j++)
+        if (m->x.id[j] != NET_X_UNIQUE && m->x.id[j] != NET_X_LOOKUPS &&
+            m->x.id[j] != NET_X_LOG_DIM)
+            return true;
+    return false;
+}
 
 struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
 {
@@ -59,6 +76,7 @@ struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
     if (!mm)
         return NULL;
     mm->net = m;
+    mm->dtype_in = reads_dtype(m);
     mm->nsets = (entries + NET_MEMO_WAYS - 1) / NET_MEMO_WAYS;
     mm->sets = calloc(mm->nsets, sizeof(*mm->sets));
     if (!mm->sets) {
@@ -96,7 +114,10 @@ void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out)
     out->capacity = mm->nsets * NET_MEMO_WAYS;
 }
 
-static void key_of(const struct table *t, int32_t cols, struct memo_key *k)
+/* The key: everything m's input of t at `cols` is made of (the model's
+ * batch, which derived inputs read too, is the memo's own). */
+static void key_of(const struct net_memo *mm, const struct table *t,
+                   int32_t cols, struct memo_key *k)
 {
     memset(k, 0, sizeof(*k)); /* no padding bytes left to chance */
     table_features(t, cols, k->f);
@@ -104,6 +125,7 @@ static void key_of(const struct table *t, int32_t cols, struct memo_key *k)
     k->f[TABLE_FEATURE_ROWS] = 0;
     k->pooling_factor = t->pooling_factor;
     k->rows = t->rows;
+    k->dtype = mm->dtype_in ? (int32_t)t->dtype : 0;
 }
 
 /*
@@ -139,7 +161,7 @@ static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
 void net_projected(const struct cost_net *m, struct net_memo *mm,
                    const struct table *t, int32_t cols, float proj[NET_H2])
 {
-    float x[NET_IN], lat[NET_LAT];
+    float x[NET_IN_MAX], lat[NET_LAT];
     struct memo_key key;
     struct memo_set *set;
     pthread_mutex_t *stripe;
@@ -151,7 +173,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
         net_project(m, lat, proj);
         return;
     }
-    key_of(t, cols, &key);
+    key_of(mm, t, cols, &key);
     set = set_of(mm, &key, &stripe, &tag);
     pthread_mutex_lock(stripe);
     for (w = 0; w < NET_MEMO_WAYS; w++)
@@ -166,7 +188,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
 
     /* Computed outside the lock: two threads missing the same key both
      * compute it, and it may take two ways of the set (the same values). */
-    net_input(m, t, cols, x);
+    net_input_all(m, t, cols, x);
     net_latent_of_input(m, x, lat);
     net_project(m, lat, proj);
     atomic_fetch_add_explicit(&mm->misses, 1, memory_order_relaxed);

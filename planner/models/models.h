@@ -33,7 +33,10 @@
  *    was trained on, and training fits relative error, not raw ms.
  * NeuroShard's released model (identity inputs, no activation) is held
  * exactly by format 2.  Parameters are one float array, row-major
- * [out][in] per layer, in this order (offsets below).
+ * [out][in] per layer, in this order (offsets below).  Format 3 adds
+ * derived inputs after the 20 (struct net_extras; `train --features v2`):
+ * their columns of the first layer are kept apart (cost_net.xw), so the
+ * array and its offsets are the same for every model.
  */
 #define NET_IN      TABLE_NFEATURES
 #define NET_H1      128
@@ -50,12 +53,45 @@
 #define NET_NPARAMS (NET_B4 + 1) /* 8,993 */
 
 /*
+ * Derived inputs (format 3): quantities a table's lookups physically cost
+ * by, computed from the same table and the model's batch, each appended
+ * after the 20 inputs (already transformed as its comment says) and
+ * z-scored like them.  Row bytes are table_row_bytes() of the table's dtype
+ * at the width; lookups L = pooling factor x the model's batch; unique rows
+ * U = table_unique_rows() at that batch.
+ */
+enum net_extra {
+    NET_X_ELEM_BYTES = 1,   /* bytes per element of the dtype: 4, 2, 1 */
+    NET_X_LOOKUPS = 2,      /* log(1 + L) */
+    NET_X_UNIQUE = 3,       /* log(1 + U) */
+    NET_X_UNIQUE_BYTES = 4, /* log(1 + U x row bytes) */
+    NET_X_TABLE_BYTES = 5,  /* log(rows x row bytes) */
+    NET_X_LOG_DIM = 6,      /* log(width) */
+    NET_X_LOOKUP_BYTES = 7, /* log(1 + L x row bytes) */
+    NET_X_COUNT
+};
+#define NET_XMAX 8 /* derived inputs of one model */
+/* The derived inputs of `train --features v2`, in their order. */
+#define NET_EXTRAS_V2                                                          \
+    NET_X_ELEM_BYTES, NET_X_LOOKUPS, NET_X_UNIQUE, NET_X_UNIQUE_BYTES,         \
+        NET_X_TABLE_BYTES
+#define NET_IN_MAX (NET_IN + NET_XMAX) /* inputs of any model */
+
+/* A model's derived inputs, in their order after the 20 (n 0: none, the
+ * original inputs alone). */
+struct net_extras {
+    int32_t n;
+    uint8_t id[NET_XMAX]; /* enum net_extra */
+};
+
+/*
  * The model file's newest format version (docs/model-format.md): 1 holds a
  * compute model with format 1's fixed inputs and output; 2 adds per-input
- * transforms, the output activation, communication models and a notice.
- * Both are read; net_serialize() writes the oldest that holds the model.
+ * transforms, the output activation, communication models and a notice; 3
+ * adds derived inputs (struct net_extras) after the 20.  All are read;
+ * net_serialize() writes the oldest that holds the model.
  */
-#define NET_FORMAT_VERSION 2
+#define NET_FORMAT_VERSION 3
 #define NET_PROFILE_MAX    128
 #define NET_NOTICE_MAX     2048 /* bytes, terminating NUL included */
 
@@ -159,9 +195,15 @@ size_t comm_net_nparams(int32_t nlayers, const int32_t *sizes);
 struct cost_net {
     char profile[NET_PROFILE_MAX]; /* the hardware profile it answers for */
     int64_t batch_size;            /* the batch its samples were measured at */
-    float mean[NET_IN];            /* z-score of the transformed features */
-    float std[NET_IN];
+    /* z-score of the transformed features: the 20, then the derived ones */
+    float mean[NET_IN_MAX];
+    float std[NET_IN_MAX];
     float p[NET_NPARAMS];
+    /* The derived inputs (format 3) and their columns of the first layer:
+     * xw[o * NET_XMAX + j] weighs derived input j in unit o (zero past
+     * x.n); W1 in p holds the 20 others' columns. */
+    struct net_extras x;
+    float xw[NET_H1 * NET_XMAX];
     struct net_metrics metrics;
     struct net_io io;
     char notice[NET_NOTICE_MAX]; /* "" when none */
@@ -208,21 +250,58 @@ enum net_transform net_io_transform(const struct cost_net *m, int i);
 enum net_activation net_io_activation(const struct cost_net *m);
 float net_io_eps(const struct cost_net *m);
 
-/* The transformed, normalised input of a table cut to `cols` columns. */
+/* The inputs of m: NET_IN plus its derived ones. */
+int net_nin(const struct cost_net *m);
+
+/*
+ * m's compute parameters packed as one [out][in] layer after another, W1
+ * of net_nin(m) columns (each row the 20 inputs' weights, then the derived
+ * ones'), then b1 .. b4: the model file's layout and the device kernels'
+ * (kernels.h).  net_packed_nparams(): NET_NPARAMS + NET_H1 x the derived
+ * inputs; net_params_pack() writes that many floats into out.
+ */
+size_t net_packed_nparams(const struct cost_net *m);
+void net_params_pack(const struct cost_net *m, float *out);
+
+/* The transformed, normalised input of a table cut to `cols` columns: the
+ * 20 of NeuroShard alone (what a placement policy encodes). */
 void net_input(const struct cost_net *m, const struct table *t, int32_t cols,
                float x[NET_IN]);
+/* The same with m's derived inputs after them: net_nin(m) floats. */
+void net_input_all(const struct cost_net *m, const struct table *t,
+                   int32_t cols, float x[NET_IN_MAX]);
+/* The derived input `id` (enum net_extra) of a table cut to `cols` columns
+ * at `batch` bags, transformed as its comment says; 0 for an unknown id. */
+double net_extra_value(int id, const struct table *t, int32_t cols,
+                       int64_t batch);
+/* The name of derived input id ("lookups", ...), or NULL; and the id of a
+ * name, or 0. */
+const char *net_extra_name(int id);
+int net_extra_parse(const char *name);
+/*
+ * The derived inputs a name gives: "v1" none (NeuroShard's 20 alone), "v2"
+ * NET_EXTRAS_V2, or a comma-separated list of net_extra_name()s.  0, or
+ * SD_EINVAL with d naming what is wrong.
+ */
+int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d);
+
+/* Checks derived inputs: n in [0, NET_XMAX], every id known, none twice.
+ * 0, or SD_EINVAL with d naming the field after `what` ("what.id[2] 9 is
+ * unknown"). */
+int net_extras_check(const struct net_extras *x, const char *what,
+                     struct sd_diag *d);
 /* Format 1's transformed features (before z-scoring): what the mean/std of
  * a model net_train() makes are of. */
 void net_features(const struct table *t, int32_t cols, float x[NET_IN]);
-/* m's transformed features (before z-scoring). */
+/* m's transformed features (before z-scoring): net_nin(m) floats. */
 void net_features_of(const struct cost_net *m, const struct table *t,
-                     int32_t cols, float x[NET_IN]);
+                     int32_t cols, float x[NET_IN_MAX]);
 
 /* The 32-d latent of one table cut to `cols` columns. */
 void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
                 float lat[NET_LAT]);
-/* The same from the model's input (net_input()). */
-void net_latent_of_input(const struct cost_net *m, const float x[NET_IN],
+/* The same from the model's input (net_input_all(): net_nin(m) floats). */
+void net_latent_of_input(const struct cost_net *m, const float x[NET_IN_MAX],
                          float lat[NET_LAT]);
 
 /*
@@ -252,8 +331,9 @@ double net_tables_ms(const struct cost_net *m, const struct table *tables,
                      size_t n);
 
 /*
- * The format version net_serialize() writes for m: 1 when format 1 holds it
- * (format 1's inputs and output, no comm models, no notice), else 2.
+ * The format version net_serialize() writes for m: 3 when it has derived
+ * inputs, else 1 when format 1 holds it (format 1's inputs and output, no
+ * comm models, no notice), else 2.
  */
 int net_format_version(const struct cost_net *m);
 
@@ -265,7 +345,7 @@ int net_format_version(const struct cost_net *m);
 int net_serialize(const struct cost_net *m, void **out, size_t *len);
 
 /*
- * Parses a model file image (format 1 or 2) into *out (owned: free()).
+ * Parses a model file image (format 1, 2 or 3) into *out (owned: free()).
  * Returns 0, or SD_EFORMAT (not a model file, a damaged one: bad magic,
  * size or checksum, a field out of range, non-finite weights; d names the
  * field) or SD_ENEWER (a newer format version), or SD_ENOMEM.
@@ -521,6 +601,9 @@ struct train_params {
     /* When not NULL, receives each sample's split (n entries, in the
      * caller's order): TRAIN_SPLIT_*. */
     uint8_t *split;
+    /* The model's derived inputs (n 0, the default: NeuroShard's 20
+     * alone, a model of format 1). */
+    struct net_extras extras;
 };
 enum train_split {
     TRAIN_SPLIT_TRAIN = 0,

@@ -59,8 +59,157 @@ void net_features(const struct table *t, int32_t cols, float x[NET_IN])
     x[NET_IN_ROWS] = (float)log((double)(t->rows > 0 ? t->rows : 1));
 }
 
-void net_features_of(const struct cost_net *m, const struct table *t,
-                     int32_t cols, float x[NET_IN])
+int net_nin(const struct cost_net *m)
+{
+    return NET_IN + m->x.n;
+}
+
+size_t net_packed_nparams(const struct cost_net *m)
+{
+    return NET_NPARAMS + (size_t)NET_H1 * (size_t)m->x.n;
+}
+
+void net_params_pack(const struct cost_net *m, float *out)
+{
+    size_t nin = (size_t)net_nin(m);
+    int o;
+
+    for (o = 0; o < NET_H1; o++) {
+        memcpy(out + (size_t)o * nin, m->p + NET_W1 + (size_t)o * NET_IN,
+               NET_IN * sizeof(float));
+        memcpy(out + (size_t)o * nin + NET_IN, m->xw + (size_t)o * NET_XMAX,
+               (size_t)m->x.n * sizeof(float));
+    }
+    memcpy(out + NET_H1 * nin, m->p + NET_B1,
+           (NET_NPARAMS - NET_B1) * sizeof(float));
+}
+
+static const char *const extra_names[NET_X_COUNT] = {
+    [NET_X_ELEM_BYTES] = "elem_bytes",
+    [NET_X_LOOKUPS] = "lookups",
+    [NET_X_UNIQUE] = "unique_rows",
+    [NET_X_UNIQUE_BYTES] = "unique_bytes",
+    [NET_X_TABLE_BYTES] = "table_bytes",
+    [NET_X_LOG_DIM] = "log_dim",
+    [NET_X_LOOKUP_BYTES] = "lookup_bytes",
+};
+
+const char *net_extra_name(int id)
+{
+    return id > 0 && id < NET_X_COUNT ? extra_names[id] : NULL;
+}
+
+int net_extra_parse(const char *name)
+{
+    int id;
+
+    for (id = 1; id < NET_X_COUNT; id++)
+        if (strcmp(name, extra_names[id]) == 0)
+            return id;
+    return 0;
+}
+
+int net_extras_check(const struct net_extras *x, const char *what,
+                     struct sd_diag *d)
+{
+    int j, k;
+
+    if (x->n < 0 || x->n > NET_XMAX)
+        return sd_diag_set(d, SD_EINVAL, "%s.n %d is not in [0, %d]", what,
+                           (int)x->n, NET_XMAX);
+    for (j = 0; j < x->n; j++) {
+        if (net_extra_name(x->id[j]) == NULL)
+            return sd_diag_set(d, SD_EINVAL, "%s.id[%d] %d is unknown", what, j,
+                               (int)x->id[j]);
+        for (k = 0; k < j; k++)
+            if (x->id[k] == x->id[j])
+                return sd_diag_set(d, SD_EINVAL, "%s.id[%d] %s repeats id[%d]",
+                                   what, j, net_extra_name(x->id[j]), k);
+    }
+    return 0;
+}
+
+int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
+{
+    static const uint8_t v2[] = {NET_EXTRAS_V2};
+    struct net_extras x;
+    char name[32];
+    const char *p = s;
+    size_t len;
+    int id;
+
+    memset(&x, 0, sizeof(x));
+    if (strcmp(s, "v1") == 0) {
+        *out = x;
+        return 0;
+    }
+    if (strcmp(s, "v2") == 0) {
+        x.n = (int32_t)sizeof(v2);
+        memcpy(x.id, v2, sizeof(v2));
+        *out = x;
+        return 0;
+    }
+    for (;;) {
+        len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof(name))
+            return sd_diag_set(d, SD_EINVAL,
+                               "\"%s\": an empty or overlong name in the list",
+                               s);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        id = net_extra_parse(name);
+        if (id == 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "\"%s\" is not v1, v2 or a derived input "
+                               "(elem_bytes, lookups, unique_rows, "
+                               "unique_bytes, table_bytes, log_dim, "
+                               "lookup_bytes)",
+                               name);
+        if (x.n == NET_XMAX)
+            return sd_diag_set(d, SD_EINVAL, "more than %d derived inputs",
+                               NET_XMAX);
+        x.id[x.n++] = (uint8_t)id;
+        if (p[len] == '\0')
+            break;
+        p += len + 1;
+    }
+    if (net_extras_check(&x, "features", d) != 0)
+        return SD_EINVAL;
+    *out = x;
+    return 0;
+}
+
+double net_extra_value(int id, const struct table *t, int32_t cols,
+                       int64_t batch)
+{
+    double row = (double)table_row_bytes(t->dtype, cols);
+    double lookups = t->pooling_factor * (double)batch;
+
+    if (!(lookups > 0))
+        lookups = 0;
+    switch (id) {
+    case NET_X_ELEM_BYTES:
+        return (double)table_dtype_size(t->dtype);
+    case NET_X_LOOKUPS:
+        return log1p(lookups);
+    case NET_X_UNIQUE:
+        return log1p(table_unique_rows(t, batch));
+    case NET_X_UNIQUE_BYTES:
+        return log1p(table_unique_rows(t, batch) * row);
+    case NET_X_TABLE_BYTES:
+        return log((double)(t->rows > 0 ? t->rows : 1) * row);
+    case NET_X_LOG_DIM:
+        return log((double)(cols > 0 ? cols : 1));
+    case NET_X_LOOKUP_BYTES:
+        return log1p(lookups * row);
+    default:
+        return 0;
+    }
+}
+
+/* The 20 transformed features of t (m's transforms) into x. */
+static void base_features(const struct cost_net *m, const struct table *t,
+                          int32_t cols, float x[NET_IN])
 {
     int i;
 
@@ -89,14 +238,36 @@ void net_features_of(const struct cost_net *m, const struct table *t,
     }
 }
 
+void net_features_of(const struct cost_net *m, const struct table *t,
+                     int32_t cols, float x[NET_IN_MAX])
+{
+    int j;
+
+    base_features(m, t, cols, x);
+    for (j = 0; j < m->x.n; j++)
+        x[NET_IN + j] =
+            (float)net_extra_value(m->x.id[j], t, cols, m->batch_size);
+}
+
 void net_input(const struct cost_net *m, const struct table *t, int32_t cols,
                float x[NET_IN])
 {
     float eps = net_io_eps(m);
     int i;
 
-    net_features_of(m, t, cols, x);
+    base_features(m, t, cols, x);
     for (i = 0; i < NET_IN; i++)
+        x[i] = (x[i] - m->mean[i]) / (m->std[i] + eps);
+}
+
+void net_input_all(const struct cost_net *m, const struct table *t,
+                   int32_t cols, float x[NET_IN_MAX])
+{
+    float eps = net_io_eps(m);
+    int i, n = net_nin(m);
+
+    net_features_of(m, t, cols, x);
+    for (i = 0; i < n; i++)
         x[i] = (x[i] - m->mean[i]) / (m->std[i] + eps);
 }
 
@@ -116,21 +287,42 @@ static void dense_relu(const float *w, const float *b, const float *x, int nin,
     }
 }
 
-void net_latent_of_input(const struct cost_net *m, const float x[NET_IN],
+/* The first layer: y = relu(W1 x + xw x' + b1), x the 20 inputs and x'
+ * the derived ones after them (the same sums as dense_relu() when there
+ * are none). */
+static void first_layer(const struct cost_net *m, const float *x, float *y)
+{
+    const float *w = m->p + NET_W1, *b = m->p + NET_B1;
+    int o, i, nx = m->x.n;
+
+    for (o = 0; o < NET_H1; o++) {
+        const float *row = w + (size_t)o * NET_IN;
+        const float *xrow = m->xw + (size_t)o * NET_XMAX;
+        float s = b[o];
+
+        for (i = 0; i < NET_IN; i++)
+            s += row[i] * x[i];
+        for (i = 0; i < nx; i++)
+            s += xrow[i] * x[NET_IN + i];
+        y[o] = s > 0 ? s : 0;
+    }
+}
+
+void net_latent_of_input(const struct cost_net *m, const float x[NET_IN_MAX],
                          float lat[NET_LAT])
 {
     float h[NET_H1];
 
-    dense_relu(m->p + NET_W1, m->p + NET_B1, x, NET_IN, NET_H1, h);
+    first_layer(m, x, h);
     dense_relu(m->p + NET_W2, m->p + NET_B2, h, NET_H1, NET_LAT, lat);
 }
 
 void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
                 float lat[NET_LAT])
 {
-    float x[NET_IN];
+    float x[NET_IN_MAX];
 
-    net_input(m, t, cols, x);
+    net_input_all(m, t, cols, x);
     net_latent_of_input(m, x, lat);
 }
 

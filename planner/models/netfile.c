@@ -83,7 +83,15 @@ static bool io_is_format1(const struct cost_net *m)
 
 int net_format_version(const struct cost_net *m)
 {
+    if (m->x.n > 0)
+        return 3;
     return io_is_format1(m) && m->ncomm == 0 && m->notice[0] == '\0' ? 1 : 2;
+}
+
+/* Format 3's list of derived inputs: a count, the ids, zero padding to 4. */
+static size_t extras_len(const struct cost_net *m)
+{
+    return m->x.n > 0 ? 4 + ((size_t)m->x.n + 3) / 4 * 4 : 0;
 }
 
 static size_t notice_len(const struct cost_net *m)
@@ -91,10 +99,12 @@ static size_t notice_len(const struct cost_net *m)
     return strnlen(m->notice, NET_NOTICE_MAX - 1);
 }
 
-/* Bytes of m's format-2 image. */
+/* Bytes of m's format-2 or 3 image: format 3 adds its derived inputs'
+ * list, means, stds and first-layer columns. */
 static size_t image_len_v2(const struct cost_net *m)
 {
-    size_t len = NET_V2_FIXED_LEN + (notice_len(m) + 3) / 4 * 4 + 4 + 4;
+    size_t len = NET_V2_FIXED_LEN + (notice_len(m) + 3) / 4 * 4 + 4 + 4 +
+                 extras_len(m) + (size_t)m->x.n * 4 * (2 + NET_H1);
     int32_t k;
 
     for (k = 0; k < m->ncomm; k++) {
@@ -113,7 +123,7 @@ static void put_head(struct sd_wbuf *b, const struct cost_net *m, int version)
     memcpy(b->p, NET_MAGIC, 4);
     b->len = 4;
     sd_wbuf_u32(b, (uint32_t)version);
-    sd_wbuf_u32(b, NET_IN);
+    sd_wbuf_u32(b, (uint32_t)net_nin(m));
     sd_wbuf_u32(b, NET_H1);
     sd_wbuf_u32(b, NET_LAT);
     sd_wbuf_u32(b, NET_H2);
@@ -144,6 +154,23 @@ static void put_comm(struct sd_wbuf *b, const struct cost_net *m,
     put_f32s(b, scratch, c->nparams);
 }
 
+/* The compute parameters in the file's layout: W1 row by row, each row
+ * its NET_IN columns then the derived inputs' (format 3), then b1 .. b4. */
+static void put_params(struct sd_wbuf *b, const struct cost_net *m)
+{
+    int o;
+
+    if (m->x.n == 0) {
+        put_f32s(b, m->p, NET_NPARAMS);
+        return;
+    }
+    for (o = 0; o < NET_H1; o++) {
+        put_f32s(b, m->p + NET_W1 + (size_t)o * NET_IN, NET_IN);
+        put_f32s(b, m->xw + (size_t)o * NET_XMAX, (size_t)m->x.n);
+    }
+    put_f32s(b, m->p + NET_B1, NET_NPARAMS - NET_B1);
+}
+
 int net_serialize(const struct cost_net *m, void **out, size_t *len)
 {
     int version = net_format_version(m);
@@ -161,16 +188,22 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
         return SD_ENOMEM;
     }
     put_head(&b, m, version);
-    if (version == 2) {
+    if (version >= 2) {
         for (i = 0; i < NET_IN; i++)
             b.p[b.len++] = (unsigned char)net_io_transform(m, i);
         sd_wbuf_u32(&b, (uint32_t)net_io_activation(m));
         sd_wbuf_f32(&b, net_io_eps(m));
     }
-    put_f32s(&b, m->mean, NET_IN);
-    put_f32s(&b, m->std, NET_IN);
-    put_f32s(&b, m->p, NET_NPARAMS);
-    if (version == 2) {
+    if (version == 3) {
+        sd_wbuf_u32(&b, (uint32_t)m->x.n);
+        memset(b.p + b.len, 0, extras_len(m) - 4);
+        memcpy(b.p + b.len, m->x.id, (size_t)m->x.n);
+        b.len += extras_len(m) - 4;
+    }
+    put_f32s(&b, m->mean, (size_t)net_nin(m));
+    put_f32s(&b, m->std, (size_t)net_nin(m));
+    put_params(&b, m);
+    if (version >= 2) {
         nl = notice_len(m);
         sd_wbuf_u32(&b, (uint32_t)nl);
         memset(b.p + b.len, 0, (nl + 3) / 4 * 4);
@@ -306,21 +339,71 @@ static int get_common(struct rbuf *b, struct cost_net *m, struct sd_diag *d)
     return 0;
 }
 
-/* Mean, std and parameters of the compute model, read and checked. */
+/* Mean, std and parameters of the compute model (m->x.n derived inputs
+ * known), read and checked. */
 static int get_compute(struct rbuf *b, struct cost_net *m, struct sd_diag *d)
 {
+    size_t nin = (size_t)net_nin(m);
     long bad;
+    int o;
 
-    get_f32s(b, m->mean, NET_IN);
-    get_f32s(b, m->std, NET_IN);
-    get_f32s(b, m->p, NET_NPARAMS);
+    get_f32s(b, m->mean, nin);
+    get_f32s(b, m->std, nin);
+    if (m->x.n == 0) {
+        get_f32s(b, m->p, NET_NPARAMS);
+    } else {
+        for (o = 0; o < NET_H1; o++) {
+            get_f32s(b, m->p + NET_W1 + (size_t)o * NET_IN, NET_IN);
+            get_f32s(b, m->xw + (size_t)o * NET_XMAX, (size_t)m->x.n);
+        }
+        get_f32s(b, m->p + NET_B1, NET_NPARAMS - NET_B1);
+    }
     /* A checksum proves the bytes are what was written, not that the writer
      * was sane: refuse weights that would make every cost NaN. */
     bad = first_bad(m->p, NET_NPARAMS);
     if (bad >= 0)
         return sd_diag_set(d, SD_EFORMAT,
                            "model file: compute weight %ld is not finite", bad);
-    return check_norm(m->mean, m->std, NET_IN, "compute ", d);
+    bad = first_bad(m->xw, NET_H1 * NET_XMAX);
+    if (bad >= 0)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: compute weight of derived input %ld "
+                           "(unit %ld) is not finite",
+                           bad % NET_XMAX, bad / NET_XMAX);
+    return check_norm(m->mean, m->std, nin, "compute ", d);
+}
+
+/* Format 3's derived inputs: their count, which the first layer size
+ * (nin) must match, and their ids. */
+static int get_extras(struct rbuf *b, struct cost_net *m, uint32_t nin,
+                      struct sd_diag *d)
+{
+    uint32_t n = get_u32(b);
+    size_t pad;
+
+    if (b->short_read)
+        return 0;
+    if (n < 1 || n > NET_XMAX)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: extras.n %u is not in [1, %d]", n,
+                           NET_XMAX);
+    if (n != nin - NET_IN)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: extras.n %u does not match %u inputs "
+                           "(20 and %u derived)",
+                           n, nin, nin - NET_IN);
+    pad = ((size_t)n + 3) / 4 * 4;
+    if (!have(b, pad))
+        return 0;
+    m->x.n = (int32_t)n;
+    memcpy(m->x.id, b->p + b->off, n);
+    for (; n < pad; n++)
+        if (b->p[b->off + n] != 0)
+            return sd_diag_set(d, SD_EFORMAT,
+                               "model file: extras padding is not zero");
+    b->off += pad;
+    return net_extras_check(&m->x, "model file: extras", d) != 0 ? SD_EFORMAT
+                                                                 : 0;
 }
 
 static int parse_v1(const unsigned char *buf, size_t len, struct cost_net *m,
@@ -554,29 +637,45 @@ static int get_io_notice(struct rbuf *b, struct cost_net *m, bool before_norm,
     return 0;
 }
 
-static int parse_v2(const unsigned char *buf, size_t len, struct cost_net **mp,
-                    struct sd_diag *d)
+/* Formats 2 and 3 (3: nin > 20 inputs, the derived ones listed). */
+static int parse_v2(const unsigned char *buf, size_t len, uint32_t version,
+                    struct cost_net **mp, struct sd_diag *d)
 {
     struct rbuf b = {buf, 8, len - 4, false};
-    uint32_t flags;
+    uint32_t flags, nin;
     int rv;
 
-    if (get_u32(&b) != NET_IN || get_u32(&b) != NET_H1 ||
-        get_u32(&b) != NET_LAT || get_u32(&b) != NET_H2)
+    nin = get_u32(&b);
+    if (version == 2 && nin != NET_IN)
         return sd_diag_set(d, SD_EFORMAT,
-                           "model file: layer sizes are not 20-128-32 / "
-                           "32-64-1, the only compute architecture");
+                           "model file: sizes[0] %u inputs, format 2 has "
+                           "20",
+                           nin);
+    if (version == 3 && (nin <= NET_IN || nin > NET_IN_MAX))
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: sizes[0] %u inputs, format 3 has "
+                           "21 to %d",
+                           nin, NET_IN_MAX);
+    if (get_u32(&b) != NET_H1 || get_u32(&b) != NET_LAT ||
+        get_u32(&b) != NET_H2)
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: layer sizes are not %u-128-32 / "
+                           "32-64-1, the only compute architecture",
+                           nin);
     flags = get_u32(&b);
     if (flags != 0)
         return sd_diag_set(d, SD_EFORMAT,
-                           "model file: flags 0x%x, format 2 has none", flags);
+                           "model file: flags 0x%x, format %u has none", flags,
+                           version);
     if (!have(&b, NET_V2_FIXED_LEN - 28))
         goto out_short;
     rv = get_common(&b, *mp, d);
     if (rv == 0)
         rv = get_io_notice(&b, *mp, true, d);
+    if (rv == 0 && version == 3)
+        rv = get_extras(&b, *mp, nin, d);
     if (rv == 0)
-        rv = get_compute(&b, *mp, d);
+        rv = b.short_read ? 0 : get_compute(&b, *mp, d);
     if (rv == 0)
         rv = get_io_notice(&b, *mp, false, d);
     if (rv == 0)
@@ -634,7 +733,8 @@ int net_parse(const void *buf, size_t len, struct cost_net **out,
     m = net_alloc();
     if (!m)
         return SD_ENOMEM;
-    rv = version == 1 ? parse_v1(p, len, m, d) : parse_v2(p, len, &m, d);
+    rv = version == 1 ? parse_v1(p, len, m, d)
+                      : parse_v2(p, len, version, &m, d);
     if (rv != 0) {
         free(m);
         return rv;

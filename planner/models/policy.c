@@ -72,7 +72,16 @@ uint32_t policy_model_crc(const struct cost_net *m)
 
     crc = crc_floats(crc, m->mean, NET_IN);
     crc = crc_floats(crc, m->std, NET_IN);
-    return crc_floats(crc, m->p, NET_NPARAMS);
+    crc = crc_floats(crc, m->p, NET_NPARAMS);
+    if (m->x.n > 0) {
+        /* Derived inputs (format 3): which, their constants and weights.
+         * A model without them has the CRC it always had. */
+        crc = (uint32_t)crc32_z(crc, m->x.id, (size_t)m->x.n);
+        crc = crc_floats(crc, m->mean + NET_IN, (size_t)m->x.n);
+        crc = crc_floats(crc, m->std + NET_IN, (size_t)m->x.n);
+        crc = crc_floats(crc, m->xw, NET_H1 * NET_XMAX);
+    }
+    return crc;
 }
 
 int policy_check_model(const struct policy_net *pn, const struct cost_net *m,

@@ -69,6 +69,7 @@ void train_params_default(struct train_params *p)
     p->gemm = NULL;
     p->member = 0;
     p->split = NULL;
+    memset(&p->extras, 0, sizeof(p->extras)); /* NeuroShard's 20 alone */
 }
 
 double net_mape(const struct cost_net *m, const struct train_sample *s,
@@ -124,12 +125,37 @@ int net_errors(const double *pred, const double *meas, size_t n,
 /* Minibatch forward and backward passes                                     */
 
 /*
+ * Where each layer lies in the trainer's parameter array: models.h's
+ * NET_W1 .. NET_B4 for NeuroShard's 20 inputs.  A model with derived
+ * inputs has a W1 of nin columns, and everything after it moves by their
+ * columns; net_train() copies the result into the model's p and xw.
+ */
+struct layout {
+    int nin;
+    size_t w1, b1, w2, b2, w3, b3, w4, b4, n;
+};
+
+static void layout_of(struct layout *l, int nin)
+{
+    l->nin = nin;
+    l->w1 = 0;
+    l->b1 = l->w1 + (size_t)NET_H1 * nin;
+    l->w2 = l->b1 + NET_H1;
+    l->b2 = l->w2 + NET_LAT * NET_H1;
+    l->w3 = l->b2 + NET_LAT;
+    l->b3 = l->w3 + NET_H2 * NET_LAT;
+    l->w4 = l->b3 + NET_H2;
+    l->b4 = l->w4 + NET_H2;
+    l->n = l->b4 + 1;
+}
+
+/*
  * Scratch for one minibatch: every matrix is row-major, one row per table of
  * the minibatch (x .. dh1) or per shard (lsum .. out).  Sized for the most
  * tables any minibatch can hold (work_floats()).
  */
 struct work {
-    float *x;                 /* [rows][NET_IN] gathered normalised inputs */
+    float *x;                 /* [rows][nin] gathered normalised inputs */
     float *h1;                /* [rows][NET_H1] after ReLU */
     float *lat;               /* [rows][NET_LAT] after ReLU */
     float *dlat;              /* [rows][NET_LAT] loss gradient before ReLU */
@@ -140,6 +166,7 @@ struct work {
     float *dz;                /* [shards][NET_H2] loss gradient before ReLU */
     float *out;               /* [shards] head output, softplus(out) = ms */
     const struct net_gemm *g; /* where the products run */
+    const struct layout *l;   /* of the parameters, and nin */
     int err; /* the first failed product's code (0: none); the passes'
               * results are garbage once it is set */
 };
@@ -159,7 +186,7 @@ static void mm(struct work *w, bool ta, bool tb, int m, int n, int k,
  * that many would overflow a size_t of bytes. */
 static size_t work_floats(size_t rows, size_t shards)
 {
-    const size_t per_row = NET_IN + 2 * NET_H1 + 2 * NET_LAT;
+    const size_t per_row = NET_IN_MAX + 2 * NET_H1 + 2 * NET_LAT;
     const size_t per_shard = 2 * NET_LAT + 2 * NET_H2 + 1;
     const size_t max = SIZE_MAX / sizeof(float);
 
@@ -173,7 +200,7 @@ static size_t work_floats(size_t rows, size_t shards)
 static void work_carve(struct work *w, float *block, size_t rows, size_t shards)
 {
     w->x = block;
-    w->h1 = w->x + rows * NET_IN;
+    w->h1 = w->x + rows * NET_IN_MAX;
     w->lat = w->h1 + rows * NET_H1;
     w->dlat = w->lat + rows * NET_LAT;
     w->dh1 = w->dlat + rows * NET_LAT;
@@ -190,7 +217,7 @@ static void work_carve(struct work *w, float *block, size_t rows, size_t shards)
 struct dataset {
     const struct train_sample *ord;
     const size_t *off;
-    const float *x; /* [tables][NET_IN] */
+    const float *x; /* [tables][nin] */
 };
 
 /* log(softplus(o)), exact also where softplus(o) underflows to 0. */
@@ -230,25 +257,27 @@ static void bias_relu(float *y, const float *b, size_t n, int cols)
 static int forward(const float *p, const struct dataset *ds, const size_t *pos,
                    size_t nb, struct work *w)
 {
+    const struct layout *l = w->l;
+    const int nin = l->nin;
     size_t b, r = 0, rows;
     int o, c;
 
     for (b = 0; b < nb; b++) {
         size_t k = pos[b], nt = ds->off[k + 1] - ds->off[k];
 
-        memcpy(w->x + r * NET_IN, ds->x + ds->off[k] * NET_IN,
-               nt * NET_IN * sizeof(float));
+        memcpy(w->x + r * nin, ds->x + ds->off[k] * nin,
+               nt * nin * sizeof(float));
         r += nt;
     }
     rows = r;
 
     /* The table MLP over every table of the minibatch at once. */
-    mm(w, false, true, (int)rows, NET_H1, NET_IN, w->x, NET_IN, p + NET_W1,
-       NET_IN, w->h1, NET_H1);
-    bias_relu(w->h1, p + NET_B1, rows, NET_H1);
-    mm(w, false, true, (int)rows, NET_LAT, NET_H1, w->h1, NET_H1, p + NET_W2,
+    mm(w, false, true, (int)rows, NET_H1, nin, w->x, nin, p + l->w1, nin, w->h1,
+       NET_H1);
+    bias_relu(w->h1, p + l->b1, rows, NET_H1);
+    mm(w, false, true, (int)rows, NET_LAT, NET_H1, w->h1, NET_H1, p + l->w2,
        NET_H1, w->lat, NET_LAT);
-    bias_relu(w->lat, p + NET_B2, rows, NET_LAT);
+    bias_relu(w->lat, p + l->b2, rows, NET_LAT);
 
     /* Segment sums: shard b's latent is the sum over its tables. */
     memset(w->lsum, 0, nb * NET_LAT * sizeof(float));
@@ -263,14 +292,14 @@ static int forward(const float *p, const struct dataset *ds, const size_t *pos,
     }
 
     /* The head, one row per shard. */
-    mm(w, false, true, (int)nb, NET_H2, NET_LAT, w->lsum, NET_LAT, p + NET_W3,
+    mm(w, false, true, (int)nb, NET_H2, NET_LAT, w->lsum, NET_LAT, p + l->w3,
        NET_LAT, w->z, NET_H2);
-    bias_relu(w->z, p + NET_B3, nb, NET_H2);
+    bias_relu(w->z, p + l->b3, nb, NET_H2);
     for (b = 0; b < nb; b++) {
-        float v = p[NET_B4];
+        float v = p[l->b4];
 
         for (o = 0; o < NET_H2; o++)
-            v += p[NET_W4 + o] * w->z[b * NET_H2 + o];
+            v += p[l->w4 + o] * w->z[b * NET_H2 + o];
         w->out[b] = v;
     }
     return (int)rows;
@@ -291,20 +320,22 @@ static void add_col_sums(float *g, const float *y, size_t n, int cols)
 
 /*
  * Backward pass after forward() over the same shards: writes into g (every
- * entry, NET_NPARAMS) the gradient of mean((log softplus(out) - log ms)^2)
+ * entry, w->l->n) the gradient of mean((log softplus(out) - log ms)^2)
  * over the nb shards, and returns the sum of their squared errors.
  */
 static double backward(const float *p, const struct dataset *ds,
                        const size_t *pos, size_t nb, int rows, struct work *w,
                        float *g)
 {
+    const struct layout *l = w->l;
+    const int nin = l->nin;
     double sse = 0;
     size_t b, r;
     int o, c;
 
-    g[NET_B4] = 0;
+    g[l->b4] = 0;
     for (o = 0; o < NET_H2; o++)
-        g[NET_W4 + o] = 0;
+        g[l->w4 + o] = 0;
     for (b = 0; b < nb; b++) {
         double y = w->out[b];
         double e = log_softplus(y) - log(ds->ord[pos[b]].ms);
@@ -313,18 +344,18 @@ static double backward(const float *p, const struct dataset *ds,
         float *dzb = w->dz + b * NET_H2;
 
         sse += e * e;
-        g[NET_B4] += dout;
+        g[l->b4] += dout;
         for (o = 0; o < NET_H2; o++) {
-            g[NET_W4 + o] += dout * zb[o];
-            dzb[o] = zb[o] > 0 ? dout * p[NET_W4 + o] : 0;
+            g[l->w4 + o] += dout * zb[o];
+            dzb[o] = zb[o] > 0 ? dout * p[l->w4 + o] : 0;
         }
     }
 
     /* Head: dW3 = dZ^T S, dS = dZ W3. */
     mm(w, true, false, NET_H2, NET_LAT, (int)nb, w->dz, NET_H2, w->lsum,
-       NET_LAT, g + NET_W3, NET_LAT);
-    add_col_sums(g + NET_B3, w->dz, nb, NET_H2);
-    mm(w, false, false, (int)nb, NET_LAT, NET_H2, w->dz, NET_H2, p + NET_W3,
+       NET_LAT, g + l->w3, NET_LAT);
+    add_col_sums(g + l->b3, w->dz, nb, NET_H2);
+    mm(w, false, false, (int)nb, NET_LAT, NET_H2, w->dz, NET_H2, p + l->w3,
        NET_LAT, w->dlsum, NET_LAT);
 
     /* Every table of a shard gets the shard's dS, through its ReLU. */
@@ -341,16 +372,16 @@ static double backward(const float *p, const struct dataset *ds,
 
     /* Table MLP: dW2 = dL^T H1, dH1 = dL W2 (through ReLU), dW1 = dH1^T X. */
     mm(w, true, false, NET_LAT, NET_H1, rows, w->dlat, NET_LAT, w->h1, NET_H1,
-       g + NET_W2, NET_H1);
-    add_col_sums(g + NET_B2, w->dlat, (size_t)rows, NET_LAT);
-    mm(w, false, false, rows, NET_H1, NET_LAT, w->dlat, NET_LAT, p + NET_W2,
+       g + l->w2, NET_H1);
+    add_col_sums(g + l->b2, w->dlat, (size_t)rows, NET_LAT);
+    mm(w, false, false, rows, NET_H1, NET_LAT, w->dlat, NET_LAT, p + l->w2,
        NET_H1, w->dh1, NET_H1);
     for (r = 0; r < (size_t)rows * NET_H1; r++)
         if (!(w->h1[r] > 0))
             w->dh1[r] = 0;
-    mm(w, true, false, NET_H1, NET_IN, rows, w->dh1, NET_H1, w->x, NET_IN,
-       g + NET_W1, NET_IN);
-    add_col_sums(g + NET_B1, w->dh1, (size_t)rows, NET_H1);
+    mm(w, true, false, NET_H1, nin, rows, w->dh1, NET_H1, w->x, nin, g + l->w1,
+       nin);
+    add_col_sums(g + l->b1, w->dh1, (size_t)rows, NET_H1);
     return sse;
 }
 
@@ -385,21 +416,16 @@ static void evaluate(const float *p, const struct dataset *ds, size_t *pos,
 /* ------------------------------------------------------------------------ */
 /* Training                                                                  */
 
-/* Optimiser state and the best weights, kept off the stack (~140 KiB). */
+/* The parameters, optimiser state and best weights (l.n floats each, ~140
+ * KiB) and every table's normalised inputs, in one block. */
 struct adam {
-    float g[NET_NPARAMS]; /* gradient of the current minibatch */
-    float m[NET_NPARAMS]; /* first moment */
-    float v[NET_NPARAMS]; /* second moment */
-    float best[NET_NPARAMS];
-};
-
-/* The weight matrices' [begin, end) in the parameter array: the ranges
- * weight decay applies to (the biases between them are not decayed). */
-static const int weight_ranges[][2] = {
-    {NET_W1, NET_B1},
-    {NET_W2, NET_B2},
-    {NET_W3, NET_B3},
-    {NET_W4, NET_B4},
+    struct layout l;
+    float *p;    /* the parameters being trained */
+    float *g;    /* gradient of the current minibatch */
+    float *m;    /* first moment */
+    float *v;    /* second moment */
+    float *best; /* the best epoch's parameters */
+    float *x;    /* [tables][nin] */
 };
 
 void models__adam(float *p, const float *g, float *m, float *v, size_t n,
@@ -418,20 +444,68 @@ void models__adam(float *p, const float *g, float *m, float *v, size_t n,
     }
 }
 
-static void adam_step(float *p, struct adam *a, int64_t step, double lr,
+/* The state of a model of nin inputs and room for the inputs of ntables
+ * tables (bounded in check_samples), zeroed, in one allocation (free());
+ * NULL when memory is short. */
+static struct adam *adam_new(int nin, size_t ntables)
+{
+    struct layout l;
+    struct adam *a;
+
+    layout_of(&l, nin);
+    a = calloc(1,
+               sizeof(*a) + (5 * l.n + ntables * (size_t)nin) * sizeof(float));
+    if (a == NULL)
+        return NULL;
+    a->l = l;
+    a->p = (float *)(a + 1);
+    a->g = a->p + l.n;
+    a->m = a->g + l.n;
+    a->v = a->m + l.n;
+    a->best = a->v + l.n;
+    a->x = a->best + l.n;
+    return a;
+}
+
+/* The trained parameters into the model's layout: W1's first NET_IN
+ * columns and everything after W1 into p, the derived inputs' columns into
+ * xw. */
+static void unpack_params(struct cost_net *m, const struct adam *a)
+{
+    const int nin = a->l.nin;
+    int o;
+
+    for (o = 0; o < NET_H1; o++) {
+        memcpy(m->p + NET_W1 + (size_t)o * NET_IN, a->p + (size_t)o * nin,
+               NET_IN * sizeof(float));
+        memcpy(m->xw + (size_t)o * NET_XMAX, a->p + (size_t)o * nin + NET_IN,
+               (size_t)(nin - NET_IN) * sizeof(float));
+    }
+    memcpy(m->p + NET_B1, a->p + a->l.b1,
+           (NET_NPARAMS - NET_B1) * sizeof(float));
+}
+
+static void adam_step(struct adam *a, int64_t step, double lr,
                       double weight_decay)
 {
     /* Decoupled decay (AdamW): w -= lr * wd * w, apart from the Adam step
-     * and from the loss, so the gradient stays that of the honest loss. */
+     * and from the loss, so the gradient stays that of the honest loss.
+     * The weight matrices' [begin, end): the biases between them are not
+     * decayed. */
+    const size_t ranges[][2] = {
+        {a->l.w1, a->l.b1},
+        {a->l.w2, a->l.b2},
+        {a->l.w3, a->l.b3},
+        {a->l.w4, a->l.b4},
+    };
     float keep = (float)(1.0 - lr * weight_decay);
-    size_t r;
-    int i;
+    size_t r, i;
 
     if (weight_decay > 0)
-        for (r = 0; r < sizeof(weight_ranges) / sizeof(weight_ranges[0]); r++)
-            for (i = weight_ranges[r][0]; i < weight_ranges[r][1]; i++)
-                p[i] *= keep;
-    models__adam(p, a->g, a->m, a->v, NET_NPARAMS, step, lr);
+        for (r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++)
+            for (i = ranges[r][0]; i < ranges[r][1]; i++)
+                a->p[i] *= keep;
+    models__adam(a->p, a->g, a->m, a->v, a->l.n, step, lr);
 }
 
 void models__init_layer(struct rng *g, float *w, int nout, int nin)
@@ -502,7 +576,7 @@ int train_params_check(const struct train_params *p, struct sd_diag *d)
         return sd_diag_set(d, SD_EINVAL,
                            "train: val_frac + test_frac = %g is not below 0.9",
                            p->val_frac + p->test_frac);
-    return 0;
+    return net_extras_check(&p->extras, "train: extras", d);
 }
 
 /* Checks every sample; sets *ntables to the tables of all of them. */
@@ -530,7 +604,7 @@ static int check_samples(const struct train_sample *s, size_t n,
             if (rv != 0)
                 return sd_diag_set(d, rv, "samples[%zu]: %s", i, sub.msg);
         }
-        if (s[i].ntables > SIZE_MAX / NET_IN / sizeof(float) - total)
+        if (s[i].ntables > SIZE_MAX / NET_IN_MAX / sizeof(float) - total)
             return sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
         total += s[i].ntables;
     }
@@ -560,21 +634,21 @@ static size_t max_batch_rows(const struct train_sample *s, size_t n,
 }
 
 /* z-score constants of the training rows x[first .. first + n). */
-static void fit_normaliser(struct cost_net *m, const float *x, size_t first,
-                           size_t n)
+static void fit_normaliser(struct cost_net *m, const float *x, int nin,
+                           size_t first, size_t n)
 {
     double mean, var;
     size_t r;
     int c;
 
-    for (c = 0; c < NET_IN; c++) {
+    for (c = 0; c < nin; c++) {
         mean = 0;
         for (r = first; r < first + n; r++)
-            mean += x[r * NET_IN + c];
+            mean += x[r * nin + c];
         mean /= (double)n;
         var = 0;
         for (r = first; r < first + n; r++) {
-            double e = x[r * NET_IN + c] - mean;
+            double e = x[r * nin + c] - mean;
 
             var += e * e;
         }
@@ -610,6 +684,8 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
                     struct train_sample *ord, size_t *off, float *x)
 {
     struct cost_net *m = t->m;
+    const int nin = t->a->l.nin;
+    float f[NET_IN_MAX];
     size_t i, j, k;
     int c;
 
@@ -637,17 +713,20 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
         ord[k] = s[t->pos[k]];
         off[k + 1] = off[k] + ord[k].ntables;
     }
+    /* m's features: format 1's, with its derived inputs after them. */
+    m->x = t->p->extras;
     for (k = 0; k < n; k++)
-        for (j = 0; j < ord[k].ntables; j++)
-            net_features(&ord[k].tables[j], ord[k].tables[j].dim,
-                         x + (off[k] + j) * NET_IN);
-    fit_normaliser(m, x, off[t->first], off[n] - off[t->first]);
-    /* The same float expression as net_input(), so the model is fitted on
-     * exactly what it will be asked. */
+        for (j = 0; j < ord[k].ntables; j++) {
+            net_features_of(m, &ord[k].tables[j], ord[k].tables[j].dim, f);
+            memcpy(x + (off[k] + j) * nin, f, (size_t)nin * sizeof(*f));
+        }
+    fit_normaliser(m, x, nin, off[t->first], off[n] - off[t->first]);
+    /* The same float expression as net_input_all(), so the model is fitted
+     * on exactly what it will be asked. */
     for (i = 0; i < off[n]; i++)
-        for (c = 0; c < NET_IN; c++)
-            x[i * NET_IN + c] =
-                (x[i * NET_IN + c] - m->mean[c]) / (m->std[c] + 1e-6f);
+        for (c = 0; c < nin; c++)
+            x[i * nin + c] =
+                (x[i * nin + c] - m->mean[c]) / (m->std[c] + 1e-6f);
     t->ds.ord = ord;
     t->ds.off = off;
     t->ds.x = x;
@@ -664,35 +743,38 @@ static double softplus_inv(double y)
  * steps fit shape rather than scale. */
 static void init_params(struct trainer *t)
 {
-    float *p = t->m->p;
+    const struct layout *l = &t->a->l;
+    float *p = t->a->p;
     double sum = 0;
     size_t k;
 
-    models__init_layer(&t->g, p + NET_W1, NET_H1, NET_IN);
-    models__init_layer(&t->g, p + NET_W2, NET_LAT, NET_H1);
-    models__init_layer(&t->g, p + NET_W3, NET_H2, NET_LAT);
-    models__init_layer(&t->g, p + NET_W4, 1, NET_H2);
+    models__init_layer(&t->g, p + l->w1, NET_H1, l->nin);
+    models__init_layer(&t->g, p + l->w2, NET_LAT, NET_H1);
+    models__init_layer(&t->g, p + l->w3, NET_H2, NET_LAT);
+    models__init_layer(&t->g, p + l->w4, 1, NET_H2);
     for (k = t->first; k < t->first + t->ntrain; k++)
         sum += log(t->ds.ord[k].ms);
-    p[NET_B4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
+    p[l->b4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
 }
 
 /*
  * Adam over minibatches until patience runs out, max_epochs, the progress
  * callback says stop, or the training loss stops being finite (diverged
- * weights stay diverged).  Leaves the best epoch's weights in m->p (the
+ * weights stay diverged).  Leaves the best epoch's weights in a->p (the
  * initial ones, best_epoch 0, if no epoch had a finite loss).
  */
 static void run_epochs(struct trainer *t)
 {
     const struct train_params *p = t->p;
     struct cost_net *m = t->m;
+    struct adam *a = t->a;
+    const size_t pbytes = a->l.n * sizeof(float);
     double best_loss = INFINITY;
     int64_t step = 0;
     int32_t epoch, since_best = 0;
     size_t i, nb;
 
-    memcpy(t->a->best, m->p, sizeof(t->a->best));
+    memcpy(a->best, a->p, pbytes);
     /* pos[0 .. ntrain) holds the training positions, reshuffled every epoch;
      * evaluate() uses the nval <= n - ntrain entries after them. */
     for (i = 0; i < t->ntrain; i++)
@@ -706,11 +788,11 @@ static void run_epochs(struct trainer *t)
             int rows;
 
             nb = t->ntrain - i < t->bmax ? t->ntrain - i : t->bmax;
-            rows = forward(m->p, &t->ds, t->pos + i, nb, &t->w);
-            sse += backward(m->p, &t->ds, t->pos + i, nb, rows, &t->w, t->a->g);
+            rows = forward(a->p, &t->ds, t->pos + i, nb, &t->w);
+            sse += backward(a->p, &t->ds, t->pos + i, nb, rows, &t->w, a->g);
             if (t->w.err != 0)
                 return; /* a product failed: nothing more is computed */
-            adam_step(m->p, t->a, ++step, p->lr, p->weight_decay);
+            adam_step(a, ++step, p->lr, p->weight_decay);
         }
         train_loss = sse / (double)t->ntrain;
         m->metrics.epochs = epoch;
@@ -718,14 +800,14 @@ static void run_epochs(struct trainer *t)
         /* Without a validation split the training loss decides. */
         watch = train_loss;
         if (t->nval > 0) {
-            evaluate(m->p, &t->ds, t->pos + t->ntrain, t->ntest, t->nval,
+            evaluate(a->p, &t->ds, t->pos + t->ntrain, t->ntest, t->nval,
                      t->bmax, &t->w, &val_loss, &val_mape);
             watch = val_loss;
         }
         if (watch < best_loss) {
             best_loss = watch;
             m->metrics.best_epoch = epoch;
-            memcpy(t->a->best, m->p, sizeof(t->a->best));
+            memcpy(a->best, a->p, pbytes);
             since_best = 0;
         } else {
             since_best++;
@@ -735,7 +817,7 @@ static void run_epochs(struct trainer *t)
         if (stop || since_best >= p->patience || !isfinite(train_loss))
             break;
     }
-    memcpy(m->p, t->a->best, sizeof(m->p));
+    memcpy(a->p, a->best, pbytes);
 }
 
 /* The trained model's name and batch; 0 or SD_EINVAL naming the field. */
@@ -776,7 +858,7 @@ static int boot_tables(const struct trainer *t, size_t rows_max, size_t n,
 {
     size_t nt_max = rows_max / t->bmax;
 
-    if (nt_max > SIZE_MAX / NET_IN / sizeof(float) / n)
+    if (nt_max > SIZE_MAX / NET_IN_MAX / sizeof(float) / n)
         return sd_diag_set(d, SD_EINVAL, "train: too many tables in all");
     *ntables = nt_max * n;
     return 0;
@@ -789,7 +871,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     struct trainer t;
     struct train_sample *ord;
     size_t *off, ntables = 0, rows_max, nwork;
-    float *x, *block;
+    float *block;
     int rv;
 
     rv = train_params_check(p, d);
@@ -850,15 +932,10 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         rv = SD_EINVAL;
         goto out_free_off;
     }
-    x = malloc(ntables * NET_IN * sizeof(*x)); /* bounded in check_samples */
-    if (x == NULL) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free_off;
-    }
-    t.a = calloc(1, sizeof(*t.a));
+    t.a = adam_new(NET_IN + p->extras.n, ntables);
     if (t.a == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_free_x;
+        goto out_free_off;
     }
     block = malloc(nwork * sizeof(*block));
     if (block == NULL) {
@@ -867,9 +944,11 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     }
     work_carve(&t.w, block, rows_max, t.bmax);
     t.w.g = p->gemm != NULL ? p->gemm : &net_gemm_cblas;
+    t.w.l = &t.a->l;
+    t.m->batch_size = batch_size; /* what the derived inputs read */
 
     /* The rng's draws, in order: split, weights, every epoch's shuffle. */
-    prepare(&t, s, n, ord, off, x);
+    prepare(&t, s, n, ord, off, t.a->x);
     init_params(&t);
     run_epochs(&t);
     if (t.w.err != 0) {
@@ -878,6 +957,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         goto out_free_block;
     }
 
+    unpack_params(t.m, t.a);
     finish_model(&t, ord, profile, batch_size);
     *out = t.m;
     t.m = NULL;
@@ -887,8 +967,6 @@ out_free_block:
     free(block);
 out_free_adam:
     free(t.a);
-out_free_x:
-    free(x);
 out_free_off:
     free(off);
 out_free_ord:

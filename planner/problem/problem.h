@@ -147,6 +147,21 @@ void table_features(const struct table *t, int32_t dim,
 #define TABLE_FEATURE_ROWS 19 /* rows' */
 
 /*
+ * The mean access count of the unique rows of bin k (struct table): 1 for
+ * bin 0, the mean integer of (2^(k-1), 2^k], 0.75 * 2^k + 0.5, for k =
+ * 1..15, and 2^16 for bin 16.
+ */
+double table_bin_count(int k);
+
+/*
+ * The unique rows one batch of `batch` bags touches, estimated from the
+ * bins: the batch makes L = pooling factor x batch lookups, each unique row
+ * is accessed sum_k bins[k] x table_bin_count(k) times on average, so
+ * U = min(rows, L / that).  0 for a table never accessed.
+ */
+double table_unique_rows(const struct table *t, int64_t batch);
+
+/*
  * The column-wise split rule (neuroshard.md 6.2): a table or slice of `dim`
  * columns halves while the half is a multiple of TABLE_DIM_ALIGN.  Returns
  * how many widths that gives, dim itself included (>= 1): widths dim >> k

@@ -213,3 +213,25 @@ void table_features(const struct table *t, int32_t dim,
     out[18] = (float)t->pooling_factor;
     out[19] = (float)t->rows;
 }
+
+double table_bin_count(int k)
+{
+    if (k <= 0)
+        return 1.0;
+    if (k >= TABLE_NBINS - 1)
+        return ldexp(1.0, TABLE_NBINS - 1);
+    return 0.75 * ldexp(1.0, k) + 0.5;
+}
+
+double table_unique_rows(const struct table *t, int64_t batch)
+{
+    double per_row = 0, lookups = t->pooling_factor * (double)batch, unique;
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        per_row += t->bins[k] * table_bin_count(k);
+    if (!(per_row > 0) || !(lookups > 0))
+        return 0;
+    unique = lookups / per_row;
+    return unique < (double)t->rows ? unique : (double)t->rows;
+}

@@ -40,7 +40,7 @@ static void random_tables(struct rng *g, struct table *t, size_t n)
         t[i].rows = (int64_t)pow(10.0, 2.0 + 5.0 * rng_uniform(g));
         t[i].dim = 4 << rng_below(g, 6);
         t[i].pooling_factor = 50 * rng_uniform(g);
-        t[i].dtype = TABLE_DTYPE_FP32;
+        t[i].dtype = i % 3 == 2 ? TABLE_DTYPE_FP16 : TABLE_DTYPE_FP32;
         for (b = 0; b < TABLE_NBINS; b++)
             sum += (t[i].bins[b] = exp(-b / skew));
         for (b = 0; b < TABLE_NBINS; b++)
@@ -70,27 +70,20 @@ static void make_shards(struct shards *sh, uint64_t sd)
     }
 }
 
-static void test_net_parity(const struct shards *sh)
+/* Model m resident on the cpu backend scores every shard as the planner
+ * does, to the bit. */
+static void check_parity(const struct cost_net *m, const struct shards *sh,
+                         const char *what)
 {
-    const struct cost_net *m = net_embedded(NULL);
-    struct kern_net_dims dims = {NET_IN, NET_H1, NET_LAT, NET_H2};
     struct kern_net *net = NULL;
     double ms[NSHARDS], worst = 0;
     struct sd_diag d;
     size_t i, exact = 0;
 
-    CHECK(kern_net_nparams(&dims) == NET_NPARAMS);
-    dims.h1 = 0;
-    CHECK(kern_net_nparams(&dims) == 0);
-    dims.h1 = KERN_NET_DIM_MAX + 1;
-    CHECK(kern_net_nparams(&dims) == 0);
-    CHECK(m != NULL);
-    if (m == NULL)
-        return;
     CHECK(prof_net_upload(&kern_backend_cpu, 0, m, &net, &d) == 0);
     if (net == NULL)
         return;
-    CHECK(kern_net_bytes(net) == NET_NPARAMS * sizeof(float));
+    CHECK(kern_net_bytes(net) == net_packed_nparams(m) * sizeof(float));
     CHECK(kern_net_backend(net) == &kern_backend_cpu);
     CHECK(prof_net_score_tables(net, m, sh->s, NSHARDS, ms, &d) == 0);
     for (i = 0; i < NSHARDS; i++) {
@@ -102,19 +95,62 @@ static void test_net_parity(const struct shards *sh)
         if (sh->s[i].ntables == 0)
             CHECK(ms[i] == 0);
     }
-    printf("cpu kern_net vs net_tables_ms: %zu of %d equal, worst relative "
-           "difference %.3g\n",
-           exact, NSHARDS, worst);
+    printf("cpu kern_net vs net_tables_ms (%s): %zu of %d equal, worst "
+           "relative difference %.3g\n",
+           what, exact, NSHARDS, worst);
     CHECK(exact == NSHARDS);
     kern_net_close(net);
     kern_net_close(NULL);
+}
+
+static void test_net_parity(const struct shards *sh)
+{
+    const struct cost_net *m = net_embedded(NULL);
+    struct kern_net_dims dims = {NET_IN, NET_H1, NET_LAT, NET_H2};
+    struct cost_net *v3;
+    struct sd_diag d;
+    struct rng g;
+    int i, o;
+
+    CHECK(kern_net_nparams(&dims) == NET_NPARAMS);
+    dims.h1 = 0;
+    CHECK(kern_net_nparams(&dims) == 0);
+    dims.h1 = KERN_NET_DIM_MAX + 1;
+    CHECK(kern_net_nparams(&dims) == 0);
+    CHECK(m != NULL);
+    if (m == NULL)
+        return;
+    check_parity(m, sh, "the embedded model");
+
+    /* With derived inputs (format 3): W1 of more columns, the fp16 tables'
+     * bytes among the inputs. */
+    v3 = net_alloc();
+    CHECK(v3 != NULL);
+    if (v3 == NULL)
+        return;
+    memcpy(v3->profile, m->profile, sizeof(v3->profile));
+    v3->batch_size = m->batch_size;
+    memcpy(v3->mean, m->mean, sizeof(v3->mean));
+    memcpy(v3->std, m->std, sizeof(v3->std));
+    memcpy(v3->p, m->p, sizeof(v3->p));
+    v3->io = m->io;
+    CHECK(net_extras_parse("v2", &v3->x, &d) == 0);
+    rng_seed(&g, seed + 1);
+    for (i = 0; i < v3->x.n; i++) {
+        v3->mean[NET_IN + i] = (float)(5 * rng_uniform(&g));
+        v3->std[NET_IN + i] = (float)(1 + 3 * rng_uniform(&g));
+        for (o = 0; o < NET_H1; o++)
+            v3->xw[o * NET_XMAX + i] = (float)(0.1 * rng_normal(&g));
+    }
+    check_parity(v3, sh, "format 3");
+    free(v3);
 }
 
 static void test_net_args(void)
 {
     const struct cost_net *m = net_embedded(NULL);
     struct kern_net *net = NULL;
-    float x[2 * NET_IN] = {0};
+    float x[2 * NET_IN_MAX] = {0}; /* rows of net_nin(m) inputs */
     size_t off[3] = {0, 1, 2}, bad[3] = {1, 1, 2}, down[4] = {0, 2, 1, 2};
     double ms[2] = {-1, -1};
     struct sd_diag d;

@@ -99,6 +99,7 @@ static void test_defaults(void)
     CHECK(p.batch == 128 && p.lr == 2e-3 && p.weight_decay == 1.0);
     CHECK(p.val_frac == 0.1 && p.test_frac == 0.1);
     CHECK(p.progress == NULL);
+    CHECK(p.extras.n == 0); /* NeuroShard's 20 inputs, format 1 */
 }
 
 /* The MAPE of net_shard_ms() over samples, computed the plain way. */
