@@ -198,8 +198,9 @@ static int fit_members(struct fit *f, const struct ctl_opts *o,
 
     for (k = 0; k < want; k++) {
         train_params_default(&tp);
-        if (o->features != NULL &&
-            net_extras_parse(o->features, &tp.extras, &d) != 0)
+        /* The embedded model's inputs unless told otherwise. */
+        if (net_extras_parse(o->features ? o->features : "v2", &tp.extras,
+                             &d) != 0)
             return ctl_fail(CTL_EXIT_USAGE, "train: --features: %s", d.msg);
         tp.seed = (uint64_t)o->seed;
         if (o->epochs)

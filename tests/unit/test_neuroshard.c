@@ -1174,14 +1174,17 @@ static void test_beam_patience(void)
  * placement, its critical device the plan's): the states scored must be 1
  * + those picks.  Tasks of 12 tables on 2 devices, all cut, or three only:
  * then whether the critical device keeps one of them unpicked after the
- * first two rules decides whether the third picks any.
+ * first two rules decides whether the third picks any.  (Seeds 51 and 52
+ * took the place of 35 and 38 with the model of derived inputs, under which
+ * a table of those costs over half the total: then it is cut before the
+ * beam, and the beam has two roots.)
  */
 static void test_candidates(void)
 {
     static const struct {
         uint64_t seed;
         size_t cut; /* tables that keep their widths (the rest: 4 columns) */
-    } task[] = {{31, 12}, {32, 12}, {33, 12}, {35, 3}, {37, 3}, {38, 3},
+    } task[] = {{31, 12}, {32, 12}, {33, 12}, {51, 3}, {37, 3}, {52, 3},
                 {39, 3},  {43, 3},  {44, 3},  {46, 3}, {47, 3}, {50, 3}};
     size_t i, k, n = 12;
 
