@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "image_edit.h"
 #include "planner.h"
 
 static void random_net(struct cost_net *m, uint64_t seed)
@@ -431,35 +432,6 @@ static void test_checksum(void)
 #define V2_EPS        (V2_ACTIVATION + 4)
 #define V2_NOTICE     (V2_EPS + 4 + 2 * NET_IN * 4 + NET_NPARAMS * 4)
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* CRC-32 (IEEE, reflected), bit by bit: the file's checksum. */
-static uint32_t crc32_bits(const unsigned char *p, size_t n)
-{
-    uint32_t c = 0xffffffffu;
-    size_t i;
-    int k;
-
-    for (i = 0; i < n; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
-    }
-    return ~c;
-}
-
-/* The image's checksum recomputed, so that a parser sees the edit, not a
- * damaged file. */
-static void recrc(unsigned char *buf, size_t len)
-{
-    put32(buf + len - 4, crc32_bits(buf, len - 4));
-}
 
 /* A comm net of N = 2 devices with seeded weights. */
 static void small_comm(struct comm_net *c, float *p, enum comm_dir dir,
@@ -576,31 +548,6 @@ static void test_format_v2(void)
     free(m);
 }
 
-/* One edit of a format-2 image, checksum fixed: refused naming `field`. */
-static void refuse_v2(const unsigned char *good, size_t len, size_t at,
-                      uint32_t v, int width, const char *field)
-{
-    unsigned char *buf = malloc(len);
-    struct cost_net *back = NULL;
-    struct sd_diag d = {{0}};
-
-    if (buf == NULL)
-        return;
-    memcpy(buf, good, len);
-    if (width == 1)
-        buf[at] = (unsigned char)v;
-    else
-        put32(buf + at, v);
-    recrc(buf, len);
-    CHECK(net_parse(buf, len, &back, &d) == SD_EFORMAT);
-    if (strstr(d.msg, field) == NULL) {
-        fprintf(stderr, "refuse_v2 at %zu: wanted \"%s\" in \"%s\"\n", at,
-                field, d.msg);
-        CHECK(0);
-    }
-    free(back);
-    free(buf);
-}
 
 static void test_format_v2_refusals(void)
 {
@@ -621,28 +568,28 @@ static void test_format_v2_refusals(void)
     nl = strlen(m->notice);
     comm0 = V2_NOTICE + 4 + (nl + 3) / 4 * 4 + 4; /* after the count */
     memcpy(&inf_bits, &inf, 4);
-    refuse_v2(buf, len, 24, 3, 4, "flags");
-    refuse_v2(buf, len, V2_TRANSFORM + 5, 7, 1, "transform[5]");
-    refuse_v2(buf, len, V2_ACTIVATION, 2, 4, "activation");
-    refuse_v2(buf, len, V2_EPS, inf_bits, 4, "eps");
-    refuse_v2(buf, len, V2_NOTICE, NET_NOTICE_MAX, 4, "notice");
-    refuse_v2(buf, len, V2_NOTICE + 4 + 2, 0, 1, "NUL");
-    refuse_v2(buf, len, V2_NOTICE + 4 + nl, 'x', 1, "padding");
-    refuse_v2(buf, len, comm0 - 4, 5, 4, "comm models, at most");
-    refuse_v2(buf, len, comm0, 2, 4, "comm[0].dir");
-    refuse_v2(buf, len, comm0 + 4, 1, 4, "comm[0].ndevices");
-    refuse_v2(buf, len, comm0 + 8, 0, 4, "comm[0].nlayers");
-    refuse_v2(buf, len, comm0 + 12, 6, 4, "comm[0].sizes");
-    refuse_v2(buf, len, comm0 + 16, 0, 4, "comm[0].sizes[1]");
-    refuse_v2(buf, len, comm0 + 12 + 16, 3, 4, "comm[0].activation");
-    refuse_v2(buf, len, comm0 + 12 + 20, inf_bits, 4, "comm[0].eps");
+    refuse_edit(buf, len, 24, 3, 4, "flags");
+    refuse_edit(buf, len, V2_TRANSFORM + 5, 7, 1, "transform[5]");
+    refuse_edit(buf, len, V2_ACTIVATION, 2, 4, "activation");
+    refuse_edit(buf, len, V2_EPS, inf_bits, 4, "eps");
+    refuse_edit(buf, len, V2_NOTICE, NET_NOTICE_MAX, 4, "notice");
+    refuse_edit(buf, len, V2_NOTICE + 4 + 2, 0, 1, "NUL");
+    refuse_edit(buf, len, V2_NOTICE + 4 + nl, 'x', 1, "padding");
+    refuse_edit(buf, len, comm0 - 4, 5, 4, "comm models, at most");
+    refuse_edit(buf, len, comm0, 2, 4, "comm[0].dir");
+    refuse_edit(buf, len, comm0 + 4, 1, 4, "comm[0].ndevices");
+    refuse_edit(buf, len, comm0 + 8, 0, 4, "comm[0].nlayers");
+    refuse_edit(buf, len, comm0 + 12, 6, 4, "comm[0].sizes");
+    refuse_edit(buf, len, comm0 + 16, 0, 4, "comm[0].sizes[1]");
+    refuse_edit(buf, len, comm0 + 12 + 16, 3, 4, "comm[0].activation");
+    refuse_edit(buf, len, comm0 + 12 + 20, inf_bits, 4, "comm[0].eps");
     /* The backward net made forward: two forward nets of 2 devices. */
-    refuse_v2(buf, len,
-              comm0 + 12 + 24 + 64 + 2 * 4 * 4 + 4 * m->comm[0].nparams, 0, 4,
-              "comm[1].sizes");
+    refuse_edit(buf, len,
+                comm0 + 12 + 24 + 64 + 2 * 4 * 4 + 4 * m->comm[0].nparams, 0, 4,
+                "comm[1].sizes");
     /* A non-finite comm weight, far into the image. */
-    refuse_v2(buf, len, len - 4 - 4 * m->comm[1].nparams + 8, inf_bits, 4,
-              "comm[1] weight 2");
+    refuse_edit(buf, len, len - 4 - 4 * m->comm[1].nparams + 8, inf_bits, 4,
+                "comm[1] weight 2");
     /* Bytes after the last net, and a cut inside one. */
     {
         unsigned char *big = malloc(len + 4);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "image_edit.h"
 #include "planner.h"
 
 #define BATCH 4096
@@ -22,28 +23,6 @@
 #define V3_MEAN      (V3_IDS + 8) /* NX ids padded to 8 */
 #define V3_PARAMS    (V3_MEAN + 2 * (NET_IN + NX) * 4)
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* CRC-32 (IEEE, reflected), bit by bit, written over the last 4 bytes. */
-static void recrc(unsigned char *p, size_t len)
-{
-    uint32_t c = 0xffffffffu;
-    size_t i;
-    int k;
-
-    for (i = 0; i + 4 < len; i++) {
-        c ^= p[i];
-        for (k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
-    }
-    put32(p + len - 4, ~c);
-}
 
 /* A random model of NeuroShard's 20 inputs (format 1). */
 static void random_net(struct cost_net *m, uint64_t seed)
@@ -269,31 +248,6 @@ static void test_format_v3(void)
     free(img);
 }
 
-/* One edit of a format-3 image, checksum fixed: refused naming `field`. */
-static void refuse_v3(const unsigned char *good, size_t len, size_t at,
-                      uint32_t v, int width, const char *field)
-{
-    unsigned char *buf = malloc(len);
-    struct cost_net *back = NULL;
-    struct sd_diag d = {{0}};
-
-    if (buf == NULL)
-        return;
-    memcpy(buf, good, len);
-    if (width == 1)
-        buf[at] = (unsigned char)v;
-    else
-        put32(buf + at, v);
-    recrc(buf, len);
-    CHECK(net_parse(buf, len, &back, &d) == SD_EFORMAT);
-    if (strstr(d.msg, field) == NULL) {
-        fprintf(stderr, "refuse_v3 at %zu: wanted \"%s\" in \"%s\"\n", at,
-                field, d.msg);
-        CHECK(0);
-    }
-    free(back);
-    free(buf);
-}
 
 static void test_format_v3_refusals(void)
 {
@@ -313,24 +267,24 @@ static void test_format_v3_refusals(void)
     buf = img;
     memcpy(&inf_bits, &inf, 4);
     /* The counts: inputs against the list, the list's bounds. */
-    refuse_v3(buf, len, V3_SIZES, NET_IN + NX + 1, 4, "extras.n");
-    refuse_v3(buf, len, V3_SIZES, NET_IN, 4, "sizes[0]");
-    refuse_v3(buf, len, V3_SIZES, NET_IN_MAX + 1, 4, "sizes[0]");
-    refuse_v3(buf, len, V3_EXTRAS, NX - 1, 4, "extras.n");
-    refuse_v3(buf, len, V3_EXTRAS, 0, 4, "extras.n");
-    refuse_v3(buf, len, V3_EXTRAS, NET_XMAX + 1, 4, "extras.n");
+    refuse_edit(buf, len, V3_SIZES, NET_IN + NX + 1, 4, "extras.n");
+    refuse_edit(buf, len, V3_SIZES, NET_IN, 4, "sizes[0]");
+    refuse_edit(buf, len, V3_SIZES, NET_IN_MAX + 1, 4, "sizes[0]");
+    refuse_edit(buf, len, V3_EXTRAS, NX - 1, 4, "extras.n");
+    refuse_edit(buf, len, V3_EXTRAS, 0, 4, "extras.n");
+    refuse_edit(buf, len, V3_EXTRAS, NET_XMAX + 1, 4, "extras.n");
     /* The ids: unknown, repeated; the padding. */
-    refuse_v3(buf, len, V3_IDS + 2, NET_X_COUNT, 1, "extras.id[2]");
-    refuse_v3(buf, len, V3_IDS + 2, 0, 1, "extras.id[2]");
-    refuse_v3(buf, len, V3_IDS + 3, NET_X_ELEM_BYTES, 1, "extras.id[3]");
-    refuse_v3(buf, len, V3_IDS + 6, 1, 1, "extras padding");
+    refuse_edit(buf, len, V3_IDS + 2, NET_X_COUNT, 1, "extras.id[2]");
+    refuse_edit(buf, len, V3_IDS + 2, 0, 1, "extras.id[2]");
+    refuse_edit(buf, len, V3_IDS + 3, NET_X_ELEM_BYTES, 1, "extras.id[3]");
+    refuse_edit(buf, len, V3_IDS + 6, 1, 1, "extras padding");
     /* A derived input's constant and weight (unit 2's row: its 20 inputs'
      * columns then the derived ones'). */
-    refuse_v3(buf, len, V3_MEAN + 4 * (NET_IN + 1), inf_bits, 4, "mean[21]");
+    refuse_edit(buf, len, V3_MEAN + 4 * (NET_IN + 1), inf_bits, 4, "mean[21]");
     at = V3_PARAMS + 4 * (2 * (NET_IN + NX) + NET_IN + 3);
-    refuse_v3(buf, len, at, inf_bits, 4, "derived input 3 (unit 2)");
+    refuse_edit(buf, len, at, inf_bits, 4, "derived input 3 (unit 2)");
     /* A format-2 image cannot have more inputs. */
-    refuse_v3(buf, len, 4, 2, 4, "sizes[0]");
+    refuse_edit(buf, len, 4, 2, 4, "sizes[0]");
     /* Cut short: inside the list, the parameters, the notice. */
     cut = malloc(len);
     if (cut != NULL) {
