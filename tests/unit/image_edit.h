@@ -1,9 +1,8 @@
 /*
  * Edits of a model file image for the format tests (test_net.c,
- * test_net_features.c): a little-endian u32 written in place, the CRC-32
- * the file ends with recomputed so that the parser sees the edit rather
- * than a damaged file, and the check that one such edit is refused with a
- * message naming the field.
+ * test_net_features.c): the CRC-32 the file ends with recomputed so that the
+ * parser sees the edit rather than a damaged file, and the check that one such
+ * edit is refused with a message naming the field.
  */
 #ifndef SHARDD_TEST_IMAGE_EDIT_H
 #define SHARDD_TEST_IMAGE_EDIT_H
@@ -15,14 +14,7 @@
 
 #include "harness.h"
 #include "planner.h"
-
-static inline void put32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
+#include "shardd/le.h"
 
 /* CRC-32 (IEEE, reflected), bit by bit, of the first len - 4 bytes, written
  * over the last 4. */
@@ -37,7 +29,7 @@ static inline void recrc(unsigned char *p, size_t len)
         for (k = 0; k < 8; k++)
             c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
     }
-    put32(p + len - 4, ~c);
+    sd_le_put32(p + len - 4, ~c);
 }
 
 /* Image `good` with byte (width 1) or u32 (width 4) `at` set to v, checksum
@@ -55,7 +47,7 @@ static inline void refuse_edit(const unsigned char *good, size_t len, size_t at,
     if (width == 1)
         buf[at] = (unsigned char)v;
     else
-        put32(buf + at, v);
+        sd_le_put32(buf + at, v);
     recrc(buf, len);
     CHECK(net_parse(buf, len, &back, &d) == SD_EFORMAT);
     if (strstr(d.msg, field) == NULL) {
