@@ -70,7 +70,9 @@ static void bench_scores(const struct kern_backend **bes, int nbe,
                          const struct table *tables)
 {
     const struct cost_net *m = net_embedded(NULL);
-    float *x = malloc((size_t)MAX_SHARDS * TABLES_PER_SHARD * NET_IN * 4);
+    /* Rows of the model's own input width (its derived inputs too). */
+    size_t nin = m ? (size_t)net_nin(m) : NET_IN;
+    float *x = malloc((size_t)MAX_SHARDS * TABLES_PER_SHARD * nin * 4);
     size_t *off = malloc((MAX_SHARDS + 1) * sizeof(*off));
     double *ms = malloc(MAX_SHARDS * sizeof(*ms));
     float z[NET_H2], proj[NET_H2], lat[NET_LAT];
@@ -86,7 +88,7 @@ static void bench_scores(const struct kern_backend **bes, int nbe,
     for (i = 0; i <= MAX_SHARDS; i++)
         off[i] = i * TABLES_PER_SHARD;
     for (i = 0; i < (size_t)MAX_SHARDS * TABLES_PER_SHARD; i++)
-        net_input(m, &tables[i], tables[i].dim, x + i * NET_IN);
+        net_input_all(m, &tables[i], tables[i].dim, x + i * nin);
     /* The search's evaluation: one table's projection into z and the
      * head's raw output, latents cached (README "speed"). */
     net_latent(m, &tables[0], tables[0].dim, lat);
