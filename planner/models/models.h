@@ -321,6 +321,11 @@ double net_activate(const struct cost_net *m, double raw);
 /* The head before its activation: cost = net_activate(raw), a monotone
  * map, so comparisons of shards can skip it. */
 double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
+/* z += p (sign > 0) or z -= p, then net_head_raw(m, z), in one pass over z
+ * (the search's step: a piece placed on or taken off a device); the same
+ * z and result as the two apart. */
+double net_head_step(const struct cost_net *m, float z[NET_H2],
+                     const float p[NET_H2], int sign);
 
 /* Predicted ms of one shard (items' tables cut to their cols). */
 double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
@@ -402,6 +407,10 @@ struct net_memo_stats {
 };
 /* NULL where m is NULL, entries is 0 or memory is short. */
 struct net_memo *net_memo_new(const struct cost_net *m, size_t entries);
+/* A memo for one plan of ntables tables: room for each at a few widths
+ * (the scheme pass, the searches and the plan's evaluation and explanation
+ * ask for these); a plan that overflows it only recomputes. */
+struct net_memo *net_memo_for_tables(const struct cost_net *m, size_t ntables);
 void net_memo_free(struct net_memo *mm); /* NULL: nothing */
 void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out);
 /* W3 * the latent of t cut to `cols` columns, through mm (NULL: none). */

@@ -395,6 +395,51 @@ double net_head_raw(const struct cost_net *m, const float z[NET_H2])
            ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+double net_head_step(const struct cost_net *m, float z[NET_H2],
+                     const float p[NET_H2], int sign)
+{
+    const float *w4 = m->p + NET_W4;
+    float acc[8] = {0};
+    int o;
+
+    /* net_head_raw()'s sums, in its order, over z as it is updated. */
+#if defined(__GNUC__)
+    net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
+
+    for (o = 0; o < NET_H2; o += 8) {
+        net_v4 z0 = v4_load(z + o), z1 = v4_load(z + o + 4);
+
+        if (sign > 0) {
+            z0 += v4_load(p + o);
+            z1 += v4_load(p + o + 4);
+        } else {
+            z0 -= v4_load(p + o);
+            z1 -= v4_load(p + o + 4);
+        }
+        memcpy(z + o, &z0, sizeof(z0));
+        memcpy(z + o + 4, &z1, sizeof(z1));
+        z0 = (net_v4)((net_v4i)z0 & (z0 > zero));
+        z1 = (net_v4)((net_v4i)z1 & (z1 > zero));
+        a0 += v4_load(w4 + o) * z0;
+        a1 += v4_load(w4 + o + 4) * z1;
+    }
+    memcpy(acc, &a0, sizeof(a0));
+    memcpy(acc + 4, &a1, sizeof(a1));
+#else
+    int k;
+
+    for (o = 0; o < NET_H2; o += 8)
+        for (k = 0; k < 8; k++) {
+            float v = sign > 0 ? z[o + k] + p[o + k] : z[o + k] - p[o + k];
+
+            z[o + k] = v;
+            acc[k] += w4[o + k] * (v > 0 ? v : 0);
+        }
+#endif
+    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 double net_head_z(const struct cost_net *m, const float z[NET_H2])
 {
     return net_activate(m, net_head_raw(m, z));
