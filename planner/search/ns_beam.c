@@ -17,14 +17,29 @@
 #define NS_PATIENCE 2
 #define NS_GAIN     1e-4
 
+/* Whether piece i goes before piece j in candidate round `round`: larger
+ * (round 0), else costlier. */
+static bool cand_before(const struct ns *s, const struct ns_state *st,
+                        int round, size_t i, size_t j)
+{
+    const struct ns_level *a = piece_level(s, &st->pc[i]),
+                          *b = piece_level(s, &st->pc[j]);
+
+    return round == 0 ? a->bytes > b->bytes : a->ms > b->ms;
+}
+
 /*
  * Marks in `pick` the pieces of st worth splitting: the k largest and the k
  * costliest splittable pieces (the original's candidates), and the k
- * costliest on the critical device of its best placement.
+ * costliest on the critical device of its best placement.  Each round is
+ * one pass keeping its k best so far in top[] (the caller's, k long),
+ * ahead of them on ties the earlier piece: the pieces k passes for the
+ * best unpicked would give.
  */
-static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
+static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick,
+                            size_t *top)
 {
-    int32_t k = s->candidates, crit = -1, round, taken;
+    int32_t k = s->candidates, crit = -1, round, ntop, at, j;
     size_t i;
 
     memset(pick, 0, st->np * sizeof(*pick));
@@ -33,32 +48,24 @@ static void pick_candidates(struct ns *s, const struct ns_state *st, bool *pick)
         crit = ns_critical_device(s, &s->work[0]);
     }
     for (round = 0; round < (crit < 0 ? 2 : 3); round++) {
-        /* k passes of a linear scan for the best unpicked: k is small. */
-        for (taken = 0; taken < k; taken++) {
-            size_t best = st->np;
+        ntop = 0;
+        for (i = 0; i < st->np; i++) {
+            const struct ns_piece *p = &st->pc[i];
 
-            for (i = 0; i < st->np; i++) {
-                const struct ns_piece *p = &st->pc[i];
-                const struct ns_level *lv, *bl;
-
-                if (pick[i] || p->level + 1 >= s->nlevels[p->table] ||
-                    piece_pinned(s, i))
-                    continue;
-                if (round == 2 && st->assign[i] != crit)
-                    continue;
-                lv = piece_level(s, p);
-                if (best == st->np) {
-                    best = i;
-                    continue;
-                }
-                bl = piece_level(s, &st->pc[best]);
-                if (round == 0 ? lv->bytes > bl->bytes : lv->ms > bl->ms)
-                    best = i;
-            }
-            if (best == st->np)
-                break;
-            pick[best] = true;
+            if (pick[i] || p->level + 1 >= s->nlevels[p->table] ||
+                piece_pinned(s, i) || (round == 2 && st->assign[i] != crit))
+                continue;
+            if (ntop == k && !cand_before(s, st, round, i, top[k - 1]))
+                continue;
+            at = ntop < k ? ntop++ : k - 1;
+            while (at > 0 && cand_before(s, st, round, i, top[at - 1]))
+                at--;
+            for (j = ntop - 1; j > at; j--)
+                top[j] = top[j - 1];
+            top[at] = i;
         }
+        for (j = 0; j < ntop; j++)
+            pick[top[j]] = true;
     }
 }
 
@@ -194,9 +201,10 @@ int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
     struct ns_state *all = NULL, *beam, *next, *kids, *tmp;
     void *block = NULL;
     bool *pick = malloc(s->cap * sizeof(*pick));
+    size_t *top = malloc((size_t)s->candidates * sizeof(*top));
     int rv = SD_ENOMEM;
 
-    if (!pick ||
+    if (!pick || !top ||
         states_alloc(2 * (size_t)w + maxkids, s->cap, &all, &block) != 0)
         goto out_free;
     beam = all;
@@ -213,7 +221,7 @@ int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
 
         nkids = 0;
         for (b = 0; b < nbeam; b++) {
-            pick_candidates(s, &beam[b], pick);
+            pick_candidates(s, &beam[b], pick, top);
             for (i = 0; i < beam[b].np; i++) {
                 if (!pick[i])
                     continue;
@@ -254,6 +262,7 @@ int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
     rv = 0;
 
 out_free:
+    free(top);
     free(pick);
     free(block);
     free(all);
