@@ -147,6 +147,7 @@ static double try_step(const struct ns *s, struct ns_work *w, int32_t x,
 
     w->comp[x] = comp_with(s, w, x, cx);
     w->comp[y] = comp_with(s, w, y, cy);
+    w->evaluations += 2;
     w->dv.dim[x] -= moved;
     w->dv.dim[y] += moved;
     c = cost_plan_ms(s->t, w->comp, w->dv.dim, s->fixed_fwd, s->fixed_bwd,
