@@ -7,8 +7,9 @@
  * stats.search_ms), the whole plan_run()'s (the scheme pass, the search of
  * the tables it left and the column search alone, the evaluation and the
  * explanation: what an offline plan waits for), the plan cost, its lower
- * bound and the gap, the greedy runs and how many piece placements were
- * scored per second of the search on all its threads and per thread.
+ * bound and the gap, the greedy runs and how many devices were scored per
+ * second of the search (stats.evaluations: one per piece placed, two per
+ * move or swap the local search tried) on all its threads and per thread.
  *
  * usage: bench_search [repeats] [threads] [max tables]
  *   repeats     runs per case (default 3; 1 for cases of 10,000 tables and
@@ -117,10 +118,18 @@ static int run(const struct cost_net *net, const struct table *tables, size_t n,
     o.time_budget_ms = 0; /* the whole search, however long */
     net_cost_model_init(&ncm, net);
     for (i = 0; i < repeats; i++) {
+        /* A memo per plan, shared by its search, evaluation and
+         * explanation, as `shardctl plan` has: no plan reuses another's. */
+        struct net_memo *memo;
+
         if (i > 0)
             plan_destroy(&out->p);
         clock_gettime(CLOCK_MONOTONIC, &t0);
+        memo = net_memo_for_tables(net, n);
+        o.memo = memo;
+        ncm.memo = memo;
         rv = plan_run(tables, n, topo, &o, &ncm.cm, &out->p, &d);
+        net_memo_free(memo);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         all[i] = (double)(t1.tv_sec - t0.tv_sec) +
                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;

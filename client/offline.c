@@ -251,6 +251,7 @@ int offline_plan(const struct ctl_opts *o)
     uint64_t *caps = NULL;
     int32_t *pins = NULL;
     struct table_constraint *cons = NULL;
+    struct net_memo *memo = NULL;
     size_t n;
     int rv;
 
@@ -319,6 +320,11 @@ int offline_plan(const struct ctl_opts *o)
         goto out_tables;
     }
     po.constraints = cons;
+    /* One memo for the search, the evaluation and the explanation (NULL
+     * when memory is short: each then computes its own latents). */
+    memo = net_memo_for_tables(net, n);
+    po.memo = memo;
+    ncm.memo = memo;
     rv = plan_run(tables, n, &topo, &po, scorer, &p, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
@@ -344,6 +350,7 @@ out_plan:
     plan_spread_free(&spread);
     plan_destroy(&p);
 out_tables:
+    net_memo_free(memo);
     free(pins);
     free(cons);
     tables_input_destroy(&in);

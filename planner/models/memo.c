@@ -91,6 +91,15 @@ struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
     return mm;
 }
 
+/* Widths a plan asks for of one table, and the fewest entries. */
+#define NET_MEMO_PER_TABLE 4
+#define NET_MEMO_MIN       1024
+
+struct net_memo *net_memo_for_tables(const struct cost_net *m, size_t ntables)
+{
+    return net_memo_new(m, NET_MEMO_PER_TABLE * ntables + NET_MEMO_MIN);
+}
+
 void net_memo_free(struct net_memo *mm)
 {
     int i;

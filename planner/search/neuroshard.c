@@ -925,15 +925,12 @@ static int ns_plan(const struct table *tables, size_t ntables,
 }
 
 /*
- * Latents per (table, width) are asked for by the scheme pass, both
- * searches and the plans' evaluations: without a memo of the caller's,
- * one for this call answers them once each (the same values: the memo
- * keys on the model's input and stores what it computed).  Sized for each
- * table at a few widths; a set that overflows only recomputes.
+ * Latents per (table, width) are asked for by the scheme pass and both
+ * searches: without a memo of the caller's, one for this call answers
+ * them once each (the same values: the memo keys on the model's input and
+ * stores what it computed).  A caller that evaluates and explains the plan
+ * with the same net shares its own (net_memo_for_tables()) with both.
  */
-#define NS_MEMO_PER_TABLE 4
-#define NS_MEMO_MIN       1024
-
 int plan_neuroshard(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
                     struct plan *out, struct sd_diag *d)
@@ -954,7 +951,7 @@ int plan_neuroshard(const struct table *tables, size_t ntables,
         return rv;
     if (o->memo == NULL) {
         /* NULL when memory is short: the search goes on without. */
-        local = net_memo_new(o->net, NS_MEMO_PER_TABLE * ntables + NS_MEMO_MIN);
+        local = net_memo_for_tables(o->net, ntables);
         mo.memo = local;
     }
     rv = ns_plan(tables, ntables, t, &mo, out, d);
