@@ -44,14 +44,29 @@ struct memo_set {
     struct memo_entry e[NET_MEMO_WAYS];
 };
 
+/* A stripe's mutex and counters, on a cache line of its own: the counters
+ * are written under the mutex, so threads on other stripes never pull the
+ * line away (one set of shared atomic counters, and mutexes packed side by
+ * side, made every lookup of two threads a cache-line transfer). */
+struct memo_stripe {
+    _Alignas(64) pthread_mutex_t lock;
+    atomic_uint_fast64_t hits, misses, filled; /* read without the mutex */
+};
+
 struct net_memo {
     const struct cost_net *net; /* the model it answers for (borrowed) */
     bool dtype_in;              /* reads_dtype(net) */
     struct memo_set *sets;
     size_t nsets;
-    pthread_mutex_t lock[NET_MEMO_STRIPES];
-    atomic_uint_fast64_t hits, misses, filled;
+    struct memo_stripe stripe[NET_MEMO_STRIPES];
 };
+
+/* *c += 1 by the holder of its stripe's mutex (no other writer). */
+static void count_up(atomic_uint_fast64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
 
 /* Whether a derived input of m reads the table's dtype (its bytes). */
 static bool reads_dtype(const struct cost_net *m)
@@ -72,9 +87,10 @@ struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
 
     if (!m || entries == 0)
         return NULL;
-    mm = calloc(1, sizeof(*mm));
+    mm = aligned_alloc(_Alignof(struct net_memo), sizeof(*mm));
     if (!mm)
         return NULL;
+    memset(mm, 0, sizeof(*mm));
     mm->net = m;
     mm->dtype_in = reads_dtype(m);
     mm->nsets = (entries + NET_MEMO_WAYS - 1) / NET_MEMO_WAYS;
@@ -83,11 +99,12 @@ struct net_memo *net_memo_new(const struct cost_net *m, size_t entries)
         free(mm);
         return NULL;
     }
-    for (i = 0; i < NET_MEMO_STRIPES; i++)
-        pthread_mutex_init(&mm->lock[i], NULL);
-    atomic_init(&mm->hits, 0);
-    atomic_init(&mm->misses, 0);
-    atomic_init(&mm->filled, 0);
+    for (i = 0; i < NET_MEMO_STRIPES; i++) {
+        pthread_mutex_init(&mm->stripe[i].lock, NULL);
+        atomic_init(&mm->stripe[i].hits, 0);
+        atomic_init(&mm->stripe[i].misses, 0);
+        atomic_init(&mm->stripe[i].filled, 0);
+    }
     return mm;
 }
 
@@ -107,19 +124,25 @@ void net_memo_free(struct net_memo *mm)
     if (!mm)
         return;
     for (i = 0; i < NET_MEMO_STRIPES; i++)
-        pthread_mutex_destroy(&mm->lock[i]);
+        pthread_mutex_destroy(&mm->stripe[i].lock);
     free(mm->sets);
     free(mm);
 }
 
 void net_memo_stats(const struct net_memo *mm, struct net_memo_stats *out)
 {
+    int i;
+
     memset(out, 0, sizeof(*out));
     if (!mm)
         return;
-    out->hits = atomic_load_explicit(&mm->hits, memory_order_relaxed);
-    out->misses = atomic_load_explicit(&mm->misses, memory_order_relaxed);
-    out->entries = atomic_load_explicit(&mm->filled, memory_order_relaxed);
+    for (i = 0; i < NET_MEMO_STRIPES; i++) {
+        const struct memo_stripe *st = &mm->stripe[i];
+
+        out->hits += atomic_load_explicit(&st->hits, memory_order_relaxed);
+        out->misses += atomic_load_explicit(&st->misses, memory_order_relaxed);
+        out->entries += atomic_load_explicit(&st->filled, memory_order_relaxed);
+    }
     out->capacity = mm->nsets * NET_MEMO_WAYS;
 }
 
@@ -138,13 +161,13 @@ static void key_of(const struct net_memo *mm, const struct table *t,
 }
 
 /*
- * The set of key k and, through *stripe, the mutex guarding it.  The memo
+ * The set of key k and, through *stripe, the stripe guarding it.  The memo
  * lives in memory only, so any hash that spreads the keys will do: eight
  * bytes a step, multiply and fold (FNV-1a's byte steps were 4 % of the
  * daemon's time at 50-table plans).
  */
 static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
-                               pthread_mutex_t **stripe, uint64_t *tag)
+                               struct memo_stripe **stripe, uint64_t *tag)
 {
     const unsigned char *b = (const unsigned char *)k;
     uint64_t h = 0x9e3779b97f4a7c15u, v;
@@ -163,7 +186,7 @@ static struct memo_set *set_of(struct net_memo *mm, const struct memo_key *k,
     }
     *tag = h | 1;
     i = (size_t)(h % mm->nsets);
-    *stripe = &mm->lock[i % NET_MEMO_STRIPES];
+    *stripe = &mm->stripe[i % NET_MEMO_STRIPES];
     return &mm->sets[i];
 }
 
@@ -173,7 +196,7 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
     float x[NET_IN_MAX], lat[NET_LAT];
     struct memo_key key;
     struct memo_set *set;
-    pthread_mutex_t *stripe;
+    struct memo_stripe *stripe;
     uint64_t tag;
     int w;
 
@@ -184,30 +207,30 @@ void net_projected(const struct cost_net *m, struct net_memo *mm,
     }
     key_of(mm, t, cols, &key);
     set = set_of(mm, &key, &stripe, &tag);
-    pthread_mutex_lock(stripe);
+    pthread_mutex_lock(&stripe->lock);
     for (w = 0; w < NET_MEMO_WAYS; w++)
         if (set->tag[w] == tag &&
             memcmp(&set->e[w].key, &key, sizeof(key)) == 0) {
             memcpy(proj, set->e[w].proj, NET_H2 * sizeof(*proj));
-            pthread_mutex_unlock(stripe);
-            atomic_fetch_add_explicit(&mm->hits, 1, memory_order_relaxed);
+            count_up(&stripe->hits);
+            pthread_mutex_unlock(&stripe->lock);
             return;
         }
-    pthread_mutex_unlock(stripe);
+    pthread_mutex_unlock(&stripe->lock);
 
     /* Computed outside the lock: two threads missing the same key both
      * compute it, and it may take two ways of the set (the same values). */
     net_input_all(m, t, cols, x);
     net_latent_of_input(m, x, lat);
     net_project(m, lat, proj);
-    atomic_fetch_add_explicit(&mm->misses, 1, memory_order_relaxed);
-    pthread_mutex_lock(stripe);
+    pthread_mutex_lock(&stripe->lock);
+    count_up(&stripe->misses);
     w = set->next;
     set->next = (uint8_t)((w + 1) % NET_MEMO_WAYS);
     if (set->tag[w] == 0)
-        atomic_fetch_add_explicit(&mm->filled, 1, memory_order_relaxed);
+        count_up(&stripe->filled);
     set->tag[w] = tag;
     set->e[w].key = key;
     memcpy(set->e[w].proj, proj, NET_H2 * sizeof(*proj));
-    pthread_mutex_unlock(stripe);
+    pthread_mutex_unlock(&stripe->lock);
 }
