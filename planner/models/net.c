@@ -271,19 +271,36 @@ void net_input_all(const struct cost_net *m, const struct table *t,
         x[i] = (x[i] - m->mean[i]) / (m->std[i] + eps);
 }
 
-/* y = relu(W x + b) for W [nout][nin]. */
+/*
+ * s[k] += sum over i < n of w[k stride + i] x[i], k < NET_ROWS: rows of
+ * NET_ROWS outputs at once, each row's sum in the order i = 0, 1, ...  One
+ * output at a time, each sum waits on its previous add; eight independent
+ * sums keep the adder busy, with the same results.
+ */
+#define NET_ROWS 8
+
+static void dot_rows(const float *w, size_t stride, const float *x, int n,
+                     float s[NET_ROWS])
+{
+    int i, k;
+
+    for (i = 0; i < n; i++)
+        for (k = 0; k < NET_ROWS; k++)
+            s[k] += w[(size_t)k * stride + (size_t)i] * x[i];
+}
+
+/* y = relu(W x + b) for W [nout][nin], nout a multiple of NET_ROWS. */
 static void dense_relu(const float *w, const float *b, const float *x, int nin,
                        int nout, float *y)
 {
-    int o, i;
+    float s[NET_ROWS];
+    int o, k;
 
-    for (o = 0; o < nout; o++) {
-        const float *row = w + (size_t)o * nin;
-        float s = b[o];
-
-        for (i = 0; i < nin; i++)
-            s += row[i] * x[i];
-        y[o] = s > 0 ? s : 0;
+    for (o = 0; o < nout; o += NET_ROWS) {
+        memcpy(s, b + o, sizeof(s));
+        dot_rows(w + (size_t)o * (size_t)nin, (size_t)nin, x, nin, s);
+        for (k = 0; k < NET_ROWS; k++)
+            y[o + k] = s[k] > 0 ? s[k] : 0;
     }
 }
 
@@ -293,18 +310,16 @@ static void dense_relu(const float *w, const float *b, const float *x, int nin,
 static void first_layer(const struct cost_net *m, const float *x, float *y)
 {
     const float *w = m->p + NET_W1, *b = m->p + NET_B1;
-    int o, i, nx = m->x.n;
+    float s[NET_ROWS];
+    int o, k;
 
-    for (o = 0; o < NET_H1; o++) {
-        const float *row = w + (size_t)o * NET_IN;
-        const float *xrow = m->xw + (size_t)o * NET_XMAX;
-        float s = b[o];
-
-        for (i = 0; i < NET_IN; i++)
-            s += row[i] * x[i];
-        for (i = 0; i < nx; i++)
-            s += xrow[i] * x[NET_IN + i];
-        y[o] = s > 0 ? s : 0;
+    for (o = 0; o < NET_H1; o += NET_ROWS) {
+        memcpy(s, b + o, sizeof(s));
+        dot_rows(w + (size_t)o * NET_IN, NET_IN, x, NET_IN, s);
+        dot_rows(m->xw + (size_t)o * NET_XMAX, NET_XMAX, x + NET_IN, m->x.n,
+                 s);
+        for (k = 0; k < NET_ROWS; k++)
+            y[o + k] = s[k] > 0 ? s[k] : 0;
     }
 }
 
@@ -329,15 +344,12 @@ void net_latent(const struct cost_net *m, const struct table *t, int32_t cols,
 void net_project(const struct cost_net *m, const float lat[NET_LAT],
                  float proj[NET_H2])
 {
-    int o, i;
+    int o;
 
-    for (o = 0; o < NET_H2; o++) {
-        const float *row = m->p + NET_W3 + (size_t)o * NET_LAT;
-        float s = 0;
-
-        for (i = 0; i < NET_LAT; i++)
-            s += row[i] * lat[i];
-        proj[o] = s;
+    for (o = 0; o < NET_H2; o += NET_ROWS) {
+        memset(proj + o, 0, NET_ROWS * sizeof(*proj));
+        dot_rows(m->p + NET_W3 + (size_t)o * NET_LAT, NET_LAT, lat, NET_LAT,
+                 proj + o);
     }
 }
 
