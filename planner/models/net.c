@@ -316,8 +316,7 @@ static void first_layer(const struct cost_net *m, const float *x, float *y)
     for (o = 0; o < NET_H1; o += NET_ROWS) {
         memcpy(s, b + o, sizeof(s));
         dot_rows(w + (size_t)o * NET_IN, NET_IN, x, NET_IN, s);
-        dot_rows(m->xw + (size_t)o * NET_XMAX, NET_XMAX, x + NET_IN, m->x.n,
-                 s);
+        dot_rows(m->xw + (size_t)o * NET_XMAX, NET_XMAX, x + NET_IN, m->x.n, s);
         for (k = 0; k < NET_ROWS; k++)
             y[o + k] = s[k] > 0 ? s[k] : 0;
     }
