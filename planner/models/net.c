@@ -372,21 +372,37 @@ static net_v4 v4_load(const float *p)
 }
 #endif
 
-double net_head_raw(const struct cost_net *m, const float z[NET_H2])
+/*
+ * The raw head over z, z + p (sign > 0) or z - p (p not NULL), the updated
+ * z written to out (NULL: not kept).  Eight independent sums (a single
+ * running sum would serialise the 64 steps): lane k adds the products of
+ * columns o + k, o = 0, 8, ..., the same order with or without vectors, so
+ * the same result.
+ */
+static double head_pass(const struct cost_net *m, const float *z,
+                        const float *p, int sign, float *out)
 {
     const float *w4 = m->p + NET_W4;
     float acc[8] = {0};
     int o;
 
-    /* Eight independent sums (a single running sum would serialise the 64
-     * steps): lane k adds the products of columns o + k, o = 0, 8, ...,
-     * the same order with or without vectors, so the same result. */
 #if defined(__GNUC__)
     net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
 
     for (o = 0; o < NET_H2; o += 8) {
         net_v4 z0 = v4_load(z + o), z1 = v4_load(z + o + 4);
 
+        if (p != NULL && sign > 0) {
+            z0 += v4_load(p + o);
+            z1 += v4_load(p + o + 4);
+        } else if (p != NULL) {
+            z0 -= v4_load(p + o);
+            z1 -= v4_load(p + o + 4);
+        }
+        if (out != NULL) {
+            memcpy(out + o, &z0, sizeof(z0));
+            memcpy(out + o + 4, &z1, sizeof(z1));
+        }
         /* max(z, 0): the lanes where z > 0 kept, the others +0. */
         z0 = (net_v4)((net_v4i)z0 & (z0 > zero));
         z1 = (net_v4)((net_v4i)z1 & (z1 > zero));
@@ -399,56 +415,29 @@ double net_head_raw(const struct cost_net *m, const float z[NET_H2])
     int k;
 
     for (o = 0; o < NET_H2; o += 8)
-        for (k = 0; k < 8; k++)
-            acc[k] += w4[o + k] * (z[o + k] > 0 ? z[o + k] : 0);
-#endif
-    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-double net_head_step(const struct cost_net *m, float z[NET_H2],
-                     const float p[NET_H2], int sign)
-{
-    const float *w4 = m->p + NET_W4;
-    float acc[8] = {0};
-    int o;
-
-    /* net_head_raw()'s sums, in its order, over z as it is updated. */
-#if defined(__GNUC__)
-    net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
-
-    for (o = 0; o < NET_H2; o += 8) {
-        net_v4 z0 = v4_load(z + o), z1 = v4_load(z + o + 4);
-
-        if (sign > 0) {
-            z0 += v4_load(p + o);
-            z1 += v4_load(p + o + 4);
-        } else {
-            z0 -= v4_load(p + o);
-            z1 -= v4_load(p + o + 4);
-        }
-        memcpy(z + o, &z0, sizeof(z0));
-        memcpy(z + o + 4, &z1, sizeof(z1));
-        z0 = (net_v4)((net_v4i)z0 & (z0 > zero));
-        z1 = (net_v4)((net_v4i)z1 & (z1 > zero));
-        a0 += v4_load(w4 + o) * z0;
-        a1 += v4_load(w4 + o + 4) * z1;
-    }
-    memcpy(acc, &a0, sizeof(a0));
-    memcpy(acc + 4, &a1, sizeof(a1));
-#else
-    int k;
-
-    for (o = 0; o < NET_H2; o += 8)
         for (k = 0; k < 8; k++) {
-            float v = sign > 0 ? z[o + k] + p[o + k] : z[o + k] - p[o + k];
+            float v = p == NULL  ? z[o + k]
+                      : sign > 0 ? z[o + k] + p[o + k]
+                                 : z[o + k] - p[o + k];
 
-            z[o + k] = v;
+            if (out != NULL)
+                out[o + k] = v;
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
 #endif
     return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
            ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+double net_head_raw(const struct cost_net *m, const float z[NET_H2])
+{
+    return head_pass(m, z, NULL, 0, NULL);
+}
+
+double net_head_step(const struct cost_net *m, float z[NET_H2],
+                     const float p[NET_H2], int sign)
+{
+    return head_pass(m, z, p, sign, z);
 }
 
 double net_head_z(const struct cost_net *m, const float z[NET_H2])
