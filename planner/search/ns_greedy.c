@@ -386,7 +386,12 @@ static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
             refused(s, w, k, (int64_t)d->lowdim[i] + it->cols, next_cap);
             continue;
         }
-        if (i >= d->size) { /* a leaf: device r itself, and it fits */
+        /* A leaf (device r itself, and it fits), or a subtree whose least
+         * device fits: nothing below can beat it, so no walk down to it.
+         * Most pieces fit the least loaded device of all, at the root. */
+        if (i >= d->size ||
+            (d->room[d->size + r] >= it->bytes &&
+             (int64_t)d->lowdim[d->size + r] + it->cols <= dim_lim)) {
             best = r;
             continue;
         }
