@@ -178,8 +178,9 @@ struct ctl_opts {
     /* The words that are not options: args[0] is the command. */
     const char *args[CTL_MAX_ARGS + 1];
     int nargs;
-    enum ctl_cmd cmd; /* args[0]'s */
-    bool help;        /* --help, help or -h: print the usage, run nothing */
+    enum ctl_cmd cmd;    /* args[0]'s */
+    bool help;           /* --help, help or -h: print the usage, run nothing */
+    const char *help_on; /* with help: the command asked about, or NULL */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -193,12 +194,17 @@ struct ctl_opts {
  * number of words after the command.  Returns 0 or an exit code with the
  * message printed.  Without any argument it prints the usage on stderr
  * and returns 2; for --help, help or -h as the first argument it sets
- * o->help and returns 0.  o keeps pointers into argv.
+ * o->help and returns 0, and so it does for "help COMMAND" and for --help
+ * or -h after a command, with o->help_on the command.  o keeps pointers
+ * into argv.
  */
 int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o);
 
 /* Writes shardctl --help's text to f. */
 void ctl_usage(FILE *f);
+/* Writes the usage of one command (its lines of shardctl --help) to f, or
+ * all of it where cmd is NULL or no command of that name. */
+void ctl_usage_of(FILE *f, const char *cmd);
 
 /* ------------------------------------------------------------------------ */
 /* What every command shares (common.c)                                      */

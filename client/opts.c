@@ -203,6 +203,32 @@ void ctl_usage(FILE *f)
     fputs(usage_text, f);
 }
 
+void ctl_usage_of(FILE *f, const char *cmd)
+{
+    const char *p = usage_text, *end;
+    size_t len = cmd != NULL ? strlen(cmd) : 0;
+
+    /* A command's lines start "  NAME " (two spaces); its other lines
+     * start with more spaces, and the next command's with two again. */
+    while (len > 0 && (p = strstr(p, "\n  ")) != NULL) {
+        p += 3;
+        if (strncmp(p, cmd, len) == 0 && p[len] == ' ')
+            break;
+    }
+    if (len == 0 || p == NULL) {
+        ctl_usage(f);
+        return;
+    }
+    for (end = strchr(p, '\n'); end != NULL && strncmp(end, "\n   ", 4) == 0;
+         end = strchr(end + 1, '\n'))
+        ;
+    fprintf(f, "usage: shardctl %.*s\n", (int)(end ? end - p : (long)strlen(p)),
+            p);
+    fputs("(shardctl --help: every command, the options' meanings and the "
+          "exit status)\n",
+          f);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Commands                                                                */
 
@@ -608,8 +634,17 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         o->help = true;
+        o->help_on = argc > 2 ? argv[2] : NULL;
         return 0;
     }
+    /* "shardctl plan --help": that command's usage, whatever else is
+     * given (a value is never "--help" or "-h"). */
+    for (c = 2; c < argc; c++)
+        if (strcmp(argv[c], "--help") == 0 || strcmp(argv[c], "-h") == 0) {
+            o->help = true;
+            o->help_on = argv[1];
+            return 0;
+        }
     for (k = 0; k < NOPTS; k++)
         longopts[k] = (struct option){opt_defs[k].name, opt_defs[k].has_arg,
                                       NULL, OPT_VAL + (int)k};

@@ -73,7 +73,7 @@ int main(int argc, char **argv)
     if (rv != 0)
         return rv;
     if (o.help) {
-        ctl_usage(stdout);
+        ctl_usage_of(stdout, o.help_on);
         return 0;
     }
     return commands[o.cmd](&o);

@@ -70,6 +70,16 @@ grep -q "^why: device [0-9]* is the slowest; driven by" "$DIR/human.txt" &&
     --out "$DIR/o.json" && [ -s "$DIR/o.json" ] && [ ! -e "$DIR/o.json.tmp" ] &&
     ok || bad "plan --out"
 "$CTL" --help | grep -q "gen-tables" && ok || bad "--help"
+# A command's --help (and "help COMMAND"): that command's usage alone.
+"$CTL" eval --tables x --help >"$DIR/help.txt" &&
+    grep -q "^usage: shardctl eval .*--tables FILE --plan FILE" "$DIR/help.txt" &&
+    grep -q "Measure a plan on the device" "$DIR/help.txt" &&
+    ! grep -q "gen-tables" "$DIR/help.txt" && ok || bad "eval --help"
+"$CTL" help gen-tasks | grep -q "^usage: shardctl gen-tasks .*--count N" &&
+    ! "$CTL" help gen-tasks | grep -q "Measure a plan" && ok ||
+    bad "help gen-tasks"
+"$CTL" help no-such-command | grep -q "^commands:" && ok ||
+    bad "help of an unknown command: the whole usage"
 
 # --- measuring: profile (resumable) and eval ---------------------------------
 FAST="--batch-size 64 --warmup 0 --repeats 2 --no-flush"
