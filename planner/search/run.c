@@ -33,6 +33,7 @@ void plan_options_default(struct plan_options *o)
     o->beam_depth = 10;
     o->candidates = 10;
     o->beam_evaluations = PLAN_BEAM_EVALUATIONS;
+    o->parallel_min = PLAN_PARALLEL_MIN;
 }
 
 int plan_alg_parse(const char *s, enum plan_alg *out, struct sd_diag *d)

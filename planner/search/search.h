@@ -69,6 +69,14 @@ struct plan_options {
 #define PLAN_BEAM_EVALUATIONS 4000000
     int32_t threads; /* neuroshard: scoring threads; 0: one per CPU */
     /*
+     * neuroshard: a beam level whose children would take fewer piece
+     * placements than this is scored on one thread (20,000; 0: every level
+     * on all of them).  Starting and joining a thread per level costs more
+     * than a small level gains; the plan is the same either way.
+     */
+    int64_t parallel_min;
+#define PLAN_PARALLEL_MIN 20000
+    /*
      * Pins (borrowed; NULL: none): pins[i] is the device table i must go
      * to whole, or -1 where it may go anywhere.  Every algorithm places
      * the pinned tables first and never splits them.

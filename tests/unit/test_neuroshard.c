@@ -212,6 +212,7 @@ static void test_threads_do_not_matter(void)
         plan_options_default(&o);
         o.alg = PLAN_ALG_NEUROSHARD;
         o.threads = 1;
+        o.parallel_min = 0; /* every level on all the threads, even small */
         if (run(tb, task[i].ntables, &topo, &o, &one, &d) != 0) {
             CHECK(!"the task plans");
             fprintf(stderr, "%zu tables: %s\n", task[i].ntables, d.msg);
