@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "image_edit.h"
 #include "planner.h"
+#include "ref_net.h"
 
 static void random_net(struct cost_net *m, uint64_t seed)
 {
@@ -44,48 +45,6 @@ static void make_table(struct table *t, int64_t rows, int32_t dim, double pf)
         t->bins[k] = 0.2 - 0.03 * k;
 }
 
-/* The architecture written out again in double precision, straight from
- * the documented layout: the reference the float code must match. */
-static double reference_ms(const struct cost_net *m, const struct table *t,
-                           const int32_t *cols, size_t n)
-{
-    double s[NET_LAT] = {0}, y;
-    size_t k;
-    int i, o;
-
-    for (k = 0; k < n; k++) {
-        float f[NET_IN];
-        double x[NET_IN], h[NET_H1];
-
-        net_features(&t[k], cols[k], f);
-        for (i = 0; i < NET_IN; i++)
-            x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
-        for (o = 0; o < NET_H1; o++) {
-            double a = m->p[NET_B1 + o];
-
-            for (i = 0; i < NET_IN; i++)
-                a += m->p[NET_W1 + o * NET_IN + i] * x[i];
-            h[o] = a > 0 ? a : 0;
-        }
-        for (o = 0; o < NET_LAT; o++) {
-            double a = m->p[NET_B2 + o];
-
-            for (i = 0; i < NET_H1; i++)
-                a += m->p[NET_W2 + o * NET_H1 + i] * h[i];
-            s[o] += a > 0 ? a : 0;
-        }
-    }
-    y = m->p[NET_B4];
-    for (o = 0; o < NET_H2; o++) {
-        double a = m->p[NET_B3 + o];
-
-        for (i = 0; i < NET_LAT; i++)
-            a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
-        y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
-    }
-    return y > 20 ? y : log1p(exp(y));
-}
-
 static void test_inference(void)
 {
     struct cost_net m;
@@ -109,8 +68,8 @@ static void test_inference(void)
     CHECK_NEAR(x[18], log1p(5.0), 1e-6);
     CHECK_NEAR(x[19], log(5e6), 1e-6);
 
-    CHECK_NEAR(net_shard_ms(&m, it, 1), reference_ms(&m, t, cols, 1), 1e-4);
-    CHECK_NEAR(net_shard_ms(&m, it, 3), reference_ms(&m, t, cols, 3), 1e-4);
+    CHECK_NEAR(net_shard_ms(&m, it, 1), ref_net_ms(&m, t, cols, 1), 1e-4);
+    CHECK_NEAR(net_shard_ms(&m, it, 3), ref_net_ms(&m, t, cols, 3), 1e-4);
     CHECK(net_shard_ms(&m, it, 0) == 0);
     CHECK(net_shard_ms(&m, it, 2) > 0);
 

@@ -10,6 +10,7 @@
 #include "harness.h"
 #include "image_edit.h"
 #include "planner.h"
+#include "ref_net.h"
 
 #define BATCH 4096
 
@@ -78,89 +79,6 @@ static void make_table(struct table *t, int64_t rows, int32_t dim, double pf,
         t->bins[k] = (0.3 - 0.05 * k) / 1.05;
 }
 
-/* The derived inputs written out again from their definitions
- * (models.h, docs/model-format.md), in double precision. */
-static double reference_extra(int id, const struct table *t, int32_t cols)
-{
-    double elem = t->dtype == TABLE_DTYPE_FP32 ? 4 : 2; /* fp16/bf16 here */
-    double lookups = t->pooling_factor * BATCH, per_row = 0, unique;
-    int k;
-
-    for (k = 0; k < TABLE_NBINS; k++)
-        per_row += t->bins[k] * (k == 0    ? 1.0
-                                 : k == 16 ? 65536.0
-                                           : 0.75 * pow(2, k) + 0.5);
-    unique = per_row > 0 && lookups > 0 ? lookups / per_row : 0;
-    if (unique > (double)t->rows)
-        unique = (double)t->rows;
-    switch (id) {
-    case NET_X_ELEM_BYTES:
-        return elem;
-    case NET_X_LOOKUPS:
-        return log(1 + lookups);
-    case NET_X_UNIQUE:
-        return log(1 + unique);
-    case NET_X_UNIQUE_BYTES:
-        return log(1 + unique * cols * elem);
-    case NET_X_TABLE_BYTES:
-        return log((double)t->rows * cols * elem);
-    case NET_X_LOG_DIM:
-        return log(cols);
-    case NET_X_LOOKUP_BYTES:
-        return log(1 + lookups * cols * elem);
-    default:
-        return NAN;
-    }
-}
-
-/* The whole network in double precision, with the derived inputs' columns
- * of the first layer from xw. */
-static double reference_ms(const struct cost_net *m, const struct table *t,
-                           const int32_t *cols, size_t n)
-{
-    double s[NET_LAT] = {0}, y;
-    size_t k;
-    int i, o;
-
-    for (k = 0; k < n; k++) {
-        float f[NET_IN];
-        double x[NET_IN_MAX], h[NET_H1];
-
-        net_features(&t[k], cols[k], f);
-        for (i = 0; i < NET_IN; i++)
-            x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
-        for (i = 0; i < m->x.n; i++)
-            x[NET_IN + i] = (reference_extra(m->x.id[i], &t[k], cols[k]) -
-                             m->mean[NET_IN + i]) /
-                            (m->std[NET_IN + i] + 1e-6);
-        for (o = 0; o < NET_H1; o++) {
-            double a = m->p[NET_B1 + o];
-
-            for (i = 0; i < NET_IN; i++)
-                a += m->p[NET_W1 + o * NET_IN + i] * x[i];
-            for (i = 0; i < m->x.n; i++)
-                a += m->xw[o * NET_XMAX + i] * x[NET_IN + i];
-            h[o] = a > 0 ? a : 0;
-        }
-        for (o = 0; o < NET_LAT; o++) {
-            double a = m->p[NET_B2 + o];
-
-            for (i = 0; i < NET_H1; i++)
-                a += m->p[NET_W2 + o * NET_H1 + i] * h[i];
-            s[o] += a > 0 ? a : 0;
-        }
-    }
-    y = m->p[NET_B4];
-    for (o = 0; o < NET_H2; o++) {
-        double a = m->p[NET_B3 + o];
-
-        for (i = 0; i < NET_LAT; i++)
-            a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
-        y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
-    }
-    return y > 20 ? y : log1p(exp(y));
-}
-
 static void tables3(struct table t[3], int32_t cols[3], struct shard_item it[3])
 {
     make_table(&t[0], 1000000, 64, 20, TABLE_DTYPE_FP32);
@@ -189,7 +107,7 @@ static void test_inference_v2(void)
     /* Each derived input as defined, for every kind. */
     for (id = 1; id < NET_X_COUNT; id++)
         CHECK_NEAR(net_extra_value(id, &t[1], cols[1], BATCH),
-                   reference_extra(id, &t[1], cols[1]), 1e-12);
+                   ref_net_extra(id, &t[1], cols[1], BATCH), 1e-12);
     /* Unique rows: 12,288 lookups, each row accessed 4.95 / 1.05 times on
      * average by the bins (2,606.5 rows), capped at the table's 2,000; a
      * longer table is not capped. */
@@ -199,9 +117,9 @@ static void test_inference_v2(void)
     CHECK(net_extra_value(0, &t[0], 64, BATCH) == 0);
     net_features_of(&m, &t[0], 64, x);
     CHECK_NEAR(x[NET_IN + 1], log1p(20.0 * BATCH), 1e-6);
-    CHECK_NEAR(net_shard_ms(&m, it, 1), reference_ms(&m, t, cols, 1), 1e-4);
-    CHECK_NEAR(net_shard_ms(&m, it, 3), reference_ms(&m, t, cols, 3), 1e-4);
-    CHECK_NEAR(net_tables_ms(&m, t, 1), reference_ms(&m, t, cols, 1), 1e-4);
+    CHECK_NEAR(net_shard_ms(&m, it, 1), ref_net_ms(&m, t, cols, 1), 1e-4);
+    CHECK_NEAR(net_shard_ms(&m, it, 3), ref_net_ms(&m, t, cols, 3), 1e-4);
+    CHECK_NEAR(net_tables_ms(&m, t, 1), ref_net_ms(&m, t, cols, 1), 1e-4);
 }
 
 static void test_format_v3(void)
@@ -376,8 +294,8 @@ static void test_dtype(void)
     t16.dtype = TABLE_DTYPE_FP16;
     CHECK(net_tables_ms(&v1, &t32, 1) == net_tables_ms(&v1, &t16, 1));
     CHECK(net_tables_ms(&v2, &t32, 1) != net_tables_ms(&v2, &t16, 1));
-    CHECK_NEAR(net_tables_ms(&v2, &t16, 1),
-               reference_ms(&v2, &t16, &t16.dim, 1), 1e-4);
+    CHECK_NEAR(net_tables_ms(&v2, &t16, 1), ref_net_ms(&v2, &t16, &t16.dim, 1),
+               1e-4);
     for (k = 0; k < 2; k++) {
         struct net_memo *mm = net_memo_new(ms[k], 64);
 

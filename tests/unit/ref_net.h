@@ -1,0 +1,100 @@
+/*
+ * The compute model written out again in double precision for the model
+ * tests (test_net.c, test_net_features.c): the derived inputs from their
+ * definitions and the whole network from its documented layout.
+ */
+#ifndef SHARDD_TEST_REF_NET_H
+#define SHARDD_TEST_REF_NET_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "planner.h"
+
+/* The derived inputs written out again from their definitions
+ * (models.h, docs/model-format.md), in double precision. */
+static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
+                                   int64_t batch)
+{
+    double elem = t->dtype == TABLE_DTYPE_FP32 ? 4 : 2; /* fp16/bf16 here */
+    double lookups = t->pooling_factor * (double)batch, per_row = 0, unique;
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        per_row += t->bins[k] * (k == 0    ? 1.0
+                                 : k == 16 ? 65536.0
+                                           : 0.75 * pow(2, k) + 0.5);
+    unique = per_row > 0 && lookups > 0 ? lookups / per_row : 0;
+    if (unique > (double)t->rows)
+        unique = (double)t->rows;
+    switch (id) {
+    case NET_X_ELEM_BYTES:
+        return elem;
+    case NET_X_LOOKUPS:
+        return log(1 + lookups);
+    case NET_X_UNIQUE:
+        return log(1 + unique);
+    case NET_X_UNIQUE_BYTES:
+        return log(1 + unique * cols * elem);
+    case NET_X_TABLE_BYTES:
+        return log((double)t->rows * cols * elem);
+    case NET_X_LOG_DIM:
+        return log(cols);
+    case NET_X_LOOKUP_BYTES:
+        return log(1 + lookups * cols * elem);
+    default:
+        return NAN;
+    }
+}
+
+/* The whole network in double precision, straight from the documented
+ * layout, with the derived inputs' columns of the first layer from xw (none
+ * in a format 1 or 2 model): the reference the float code must match. */
+static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
+                                const int32_t *cols, size_t n)
+{
+    double s[NET_LAT] = {0}, y;
+    size_t k;
+    int i, o;
+
+    for (k = 0; k < n; k++) {
+        float f[NET_IN];
+        double x[NET_IN_MAX], h[NET_H1];
+
+        net_features(&t[k], cols[k], f);
+        for (i = 0; i < NET_IN; i++)
+            x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
+        for (i = 0; i < m->x.n; i++)
+            x[NET_IN + i] =
+                (ref_net_extra(m->x.id[i], &t[k], cols[k], m->batch_size) -
+                 m->mean[NET_IN + i]) /
+                (m->std[NET_IN + i] + 1e-6);
+        for (o = 0; o < NET_H1; o++) {
+            double a = m->p[NET_B1 + o];
+
+            for (i = 0; i < NET_IN; i++)
+                a += m->p[NET_W1 + o * NET_IN + i] * x[i];
+            for (i = 0; i < m->x.n; i++)
+                a += m->xw[o * NET_XMAX + i] * x[NET_IN + i];
+            h[o] = a > 0 ? a : 0;
+        }
+        for (o = 0; o < NET_LAT; o++) {
+            double a = m->p[NET_B2 + o];
+
+            for (i = 0; i < NET_H1; i++)
+                a += m->p[NET_W2 + o * NET_H1 + i] * h[i];
+            s[o] += a > 0 ? a : 0;
+        }
+    }
+    y = m->p[NET_B4];
+    for (o = 0; o < NET_H2; o++) {
+        double a = m->p[NET_B3 + o];
+
+        for (i = 0; i < NET_LAT; i++)
+            a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
+        y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
+    }
+    return y > 20 ? y : log1p(exp(y));
+}
+
+#endif
