@@ -1,6 +1,7 @@
 /*
  * Edits of a model file image for the format tests (test_net.c,
- * test_net_features.c): the CRC-32 the file ends with recomputed so that the
+ * test_net_features.c, and test_policy.c for policy files, which end with
+ * the same CRC-32): the CRC-32 the file ends with recomputed so that the
  * parser sees the edit rather than a damaged file, and the check that one such
  * edit is refused with a message naming the field.
  */

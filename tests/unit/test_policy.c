@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "image_edit.h"
 #include "planner.h"
 
 static const struct cost_net *net;
@@ -282,23 +283,6 @@ static void test_optimal(void)
     free(tb);
 }
 
-/* Rewrites the CRC-32 of an image after an edit (zlib's, as the file). */
-static void fix_crc(unsigned char *img, size_t len)
-{
-    uint32_t c = 0xFFFFFFFFu;
-    size_t i;
-    int k;
-
-    for (i = 0; i + 4 < len; i++) {
-        c ^= img[i];
-        for (k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    c = ~c;
-    for (k = 0; k < 4; k++)
-        img[len - 4 + k] = (unsigned char)(c >> (8 * k));
-}
-
 /* Parses an edited copy of img; returns the code and d. */
 static int parse_edit(const unsigned char *img, size_t len, size_t off,
                       unsigned char byte, bool crc, struct sd_diag *d)
@@ -310,7 +294,7 @@ static int parse_edit(const unsigned char *img, size_t len, size_t off,
     memcpy(buf, img, len);
     buf[off] = byte;
     if (crc)
-        fix_crc(buf, len);
+        recrc(buf, len);
     rv = policy_parse(buf, len, &pn, d);
     free(pn);
     free(buf);
@@ -360,7 +344,7 @@ static void test_format(void)
         CHECK(cut != NULL);
         memcpy(cut, img, len);
         cut[prof + 2] = 0;
-        fix_crc(cut, len);
+        recrc(cut, len);
         CHECK(policy_parse(cut, len, &back, &d) == 0);
         CHECK(back != NULL && strlen(back->profile) == 2);
         CHECK(back != NULL && policy_serialize(back, &img2, &len2) == 0);
@@ -374,7 +358,7 @@ static void test_format(void)
     /* The first parameter's four bytes made a NaN, the CRC right again. */
     params = len - 4 - POL_NPARAMS * 4;
     memcpy(img + params, &nan, 4);
-    fix_crc(img, len);
+    recrc(img, len);
     CHECK(policy_parse(img, len, &back, &d) == SD_EFORMAT);
     CHECK(strstr(d.msg, "params[0]") != NULL);
     free(buf);
