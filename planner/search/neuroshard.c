@@ -774,6 +774,26 @@ static bool budget_left(const struct plan_options *o, const struct timespec *t0,
     return !(o->time_budget_ms > 0 && left->time_budget_ms <= 0);
 }
 
+/*
+ * Keeps in *best the cheaper of *best and *cand (cand on equal costs where
+ * `ties`; never where it could not be priced), the other destroyed.  A
+ * plan kept over one chosen under the same budget carries that one's
+ * budget_exhausted too.  True where cand was kept.
+ */
+static bool keep_cheaper(struct plan *best, struct plan *cand, bool priced,
+                         bool ties)
+{
+    if (priced && (cand->cost_ms < best->cost_ms ||
+                   (ties && cand->cost_ms == best->cost_ms))) {
+        plan_destroy(best);
+        *best = *cand;
+        return true;
+    }
+    best->stats.budget_exhausted |= cand->stats.budget_exhausted;
+    plan_destroy(cand);
+    return false;
+}
+
 /* The notes of a column search that came out cheaper than the pass's
  * choices: row blocks (and replicas), or replicas alone. */
 #define NOTE_COLUMN_ALONE                                                      \
@@ -803,16 +823,9 @@ static int weigh_rows(const struct table *tables, size_t ntables,
         !budget_left(o, t0, &cwo) ||
         ns_search(tables, ntables, t, &cwo, NULL, NULL, &cw, d) != 0)
         return rv;
-    if (model_cost(&cw, tables, ntables, t, o) == 0 &&
-        cw.cost_ms <= out->cost_ms) {
-        plan_destroy(out);
-        *out = cw;
+    if (keep_cheaper(out, &cw, model_cost(&cw, tables, ntables, t, o) == 0,
+                     true))
         plan_note(out, NOTE_COLUMN_ALONE);
-    } else {
-        /* The plan kept was chosen under the same budget. */
-        out->stats.budget_exhausted |= cw.stats.budget_exhausted;
-        plan_destroy(&cw);
-    }
     return 0;
 }
 
@@ -872,23 +885,10 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
         return 0;
     }
     if (!out->stats.budget_exhausted && budget_left(o, t0, &ro) &&
-        search_rest(tables, ntables, t, &ro, sp, &rest, d) == 0) {
-        if (rest.cost_ms < rp.cost_ms) {
-            plan_destroy(&rp);
-            rp = rest;
-        } else {
-            rp.stats.budget_exhausted |= rest.stats.budget_exhausted;
-            plan_destroy(&rest);
-        }
-    }
-    if (rp.cost_ms < out->cost_ms) {
-        plan_destroy(out);
-        *out = rp;
-    } else {
-        out->stats.budget_exhausted |= rp.stats.budget_exhausted;
-        plan_destroy(&rp);
+        search_rest(tables, ntables, t, &ro, sp, &rest, d) == 0)
+        keep_cheaper(&rp, &rest, true, false);
+    if (!keep_cheaper(out, &rp, true, false))
         plan_note(out, NOTE_NO_REPLICAS);
-    }
     return 0;
 }
 
