@@ -158,13 +158,17 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
         memcpy(name, p, len);
         name[len] = '\0';
         id = net_extra_parse(name);
-        if (id == 0)
+        if (id == 0) {
+            char known[256] = "";
+            size_t at = 0;
+
+            for (id = 1; id < NET_X_COUNT && at < sizeof(known); id++)
+                at += (size_t)snprintf(known + at, sizeof(known) - at, "%s%s",
+                                       id > 1 ? ", " : "", extra_names[id]);
             return sd_diag_set(d, SD_EINVAL,
-                               "\"%s\" is not v1, v2 or a derived input "
-                               "(elem_bytes, lookups, unique_rows, "
-                               "unique_bytes, table_bytes, log_dim, "
-                               "lookup_bytes)",
-                               name);
+                               "\"%s\" is not v1, v2 or a derived input (%s)",
+                               name, known);
+        }
         if (x.n == NET_XMAX)
             return sd_diag_set(d, SD_EINVAL, "more than %d derived inputs",
                                NET_XMAX);
