@@ -33,39 +33,23 @@ int tier_parse(const char *s, enum table_tier *out)
     return SD_EINVAL;
 }
 
-/* The mean access count of the rows of bin k (problem.h). */
-static double bin_count(int k)
-{
-    if (k == 0)
-        return 1.0;
-    if (k == TABLE_NBINS - 1)
-        return ldexp(1.0, TABLE_NBINS - 1);
-    return 0.75 * ldexp(1.0, k) + 0.5;
-}
-
 double tier_miss_rate(const struct table *t, int64_t batch, double f)
 {
-    double per_row = 0, lookups, unique, cache, hot = 0, hits = 0, total = 0;
-    double room, cold_rows;
+    double unique = table_unique_rows(t, batch), cache, hot = 0, hits = 0;
+    double total = 0, room, cold_rows;
     int k;
 
-    for (k = 0; k < TABLE_NBINS; k++)
-        per_row += t->bins[k] * bin_count(k);
-    lookups = t->pooling_factor * (double)batch;
-    if (per_row <= 0 || lookups <= 0 || f >= 1)
+    if (!(unique > 0) || f >= 1)
         return 0;
     if (f <= 0)
         return 1;
-    unique = lookups / per_row;
-    if (unique > (double)t->rows)
-        unique = (double)t->rows;
     /* The hot rows (bins 1 to 16) fill the cache, hottest first. */
     cache = f * (double)t->rows;
     for (k = TABLE_NBINS - 1; k >= 1; k--) {
         double rows = t->bins[k] * unique, held = rows < cache ? rows : cache;
 
-        total += rows * bin_count(k);
-        hits += held * bin_count(k);
+        total += rows * table_bin_count(k);
+        hits += held * table_bin_count(k);
         hot += rows;
         cache -= held;
     }
