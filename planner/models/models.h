@@ -257,11 +257,13 @@ int net_nin(const struct cost_net *m);
  * m's compute parameters packed as one [out][in] layer after another, W1
  * of net_nin(m) columns (each row the 20 inputs' weights, then the derived
  * ones'), then b1 .. b4: the model file's layout and the device kernels'
- * (kernels.h).  net_packed_nparams(): NET_NPARAMS + NET_H1 x the derived
- * inputs; net_params_pack() writes that many floats into out.
+ * (kernels.h) and the trainer's.  net_packed_nparams(): NET_NPARAMS +
+ * NET_H1 x the derived inputs; net_params_pack() writes that many floats
+ * into out, net_params_unpack() reads them back into m (m->x set first).
  */
 size_t net_packed_nparams(const struct cost_net *m);
 void net_params_pack(const struct cost_net *m, float *out);
+void net_params_unpack(struct cost_net *m, const float *in);
 
 /* The transformed, normalised input of a table cut to `cols` columns: the
  * 20 of NeuroShard alone (what a placement policy encodes). */

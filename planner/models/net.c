@@ -84,6 +84,21 @@ void net_params_pack(const struct cost_net *m, float *out)
            (NET_NPARAMS - NET_B1) * sizeof(float));
 }
 
+void net_params_unpack(struct cost_net *m, const float *in)
+{
+    size_t nin = (size_t)net_nin(m);
+    int o;
+
+    for (o = 0; o < NET_H1; o++) {
+        memcpy(m->p + NET_W1 + (size_t)o * NET_IN, in + (size_t)o * nin,
+               NET_IN * sizeof(float));
+        memcpy(m->xw + (size_t)o * NET_XMAX, in + (size_t)o * nin + NET_IN,
+               (size_t)m->x.n * sizeof(float));
+    }
+    memcpy(m->p + NET_B1, in + NET_H1 * nin,
+           (NET_NPARAMS - NET_B1) * sizeof(float));
+}
+
 static const char *const extra_names[NET_X_COUNT] = {
     [NET_X_ELEM_BYTES] = "elem_bytes",
     [NET_X_LOOKUPS] = "lookups",

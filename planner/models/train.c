@@ -467,24 +467,6 @@ static struct adam *adam_new(int nin, size_t ntables)
     return a;
 }
 
-/* The trained parameters into the model's layout: W1's first NET_IN
- * columns and everything after W1 into p, the derived inputs' columns into
- * xw. */
-static void unpack_params(struct cost_net *m, const struct adam *a)
-{
-    const int nin = a->l.nin;
-    int o;
-
-    for (o = 0; o < NET_H1; o++) {
-        memcpy(m->p + NET_W1 + (size_t)o * NET_IN, a->p + (size_t)o * nin,
-               NET_IN * sizeof(float));
-        memcpy(m->xw + (size_t)o * NET_XMAX, a->p + (size_t)o * nin + NET_IN,
-               (size_t)(nin - NET_IN) * sizeof(float));
-    }
-    memcpy(m->p + NET_B1, a->p + a->l.b1,
-           (NET_NPARAMS - NET_B1) * sizeof(float));
-}
-
 static void adam_step(struct adam *a, int64_t step, double lr,
                       double weight_decay)
 {
@@ -957,7 +939,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
         goto out_free_block;
     }
 
-    unpack_params(t.m, t.a);
+    net_params_unpack(t.m, t.a->p); /* t.m->x is the extras trained */
     finish_model(&t, ord, profile, batch_size);
     *out = t.m;
     t.m = NULL;
