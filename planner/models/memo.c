@@ -74,8 +74,7 @@ static bool reads_dtype(const struct cost_net *m)
     int j;
 
     for (j = 0; j < m->x.n; j++)
-        if (m->x.id[j] != NET_X_UNIQUE && m->x.id[j] != NET_X_LOOKUPS &&
-            m->x.id[j] != NET_X_LOG_DIM)
+        if (net_extra_reads_dtype(m->x.id[j]))
             return true;
     return false;
 }

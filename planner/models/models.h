@@ -276,6 +276,9 @@ void net_input_all(const struct cost_net *m, const struct table *t,
  * at `batch` bags, transformed as its comment says; 0 for an unknown id. */
 double net_extra_value(int id, const struct table *t, int32_t cols,
                        int64_t batch);
+/* Whether derived input `id` reads the table's dtype (its element bytes):
+ * what a memo of m's latents must key on (true for an unknown id). */
+bool net_extra_reads_dtype(int id);
 /* The name of derived input id ("lookups", ...), or NULL; and the id of a
  * name, or 0. */
 const char *net_extra_name(int id);

@@ -226,6 +226,11 @@ double net_extra_value(int id, const struct table *t, int32_t cols,
     }
 }
 
+bool net_extra_reads_dtype(int id)
+{
+    return id != NET_X_UNIQUE && id != NET_X_LOOKUPS && id != NET_X_LOG_DIM;
+}
+
 /* The 20 transformed features of t (m's transforms) into x. */
 static void base_features(const struct cost_net *m, const struct table *t,
                           int32_t cols, float x[NET_IN])
