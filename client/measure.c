@@ -104,6 +104,13 @@ int measure_profile(const struct ctl_opts *o)
     pp.max_seconds = o->seconds;
     if (o->max_gb > 0)
         pp.shape.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
+    if (o->max_tables > PROF_SHARD_TABLES)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "profile: --max-tables %lld: a shard has at most %d "
+                        "tables",
+                        (long long)o->max_tables, PROF_SHARD_TABLES);
+    if (o->max_tables)
+        pp.shape.max_tables = (size_t)o->max_tables;
     timing_opts(o, &pp.timing);
     pp.stop = &ctl_stop_requested;
     pp.progress = show_progress;

@@ -85,12 +85,14 @@ static const char usage_text[] =
     "      Optimizers: sgd (default), adagrad, rowwise_adagrad, adam.\n"
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
-    "              [--family NAME|mix] [--row-blocks F] [--max-gb G] [TIMING]\n"
+    "              [--family NAME|mix] [--row-blocks F] [--max-gb G]\n"
+    "              [--max-tables K] [TIMING]\n"
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
-    "      default 4) into the store (resumable; Ctrl-C keeps every\n"
-    "      committed sample).  Tables of every family by default (mix); a\n"
-    "      share F of the samples (default 0.25; 0 for dlrm) are shards of\n"
-    "      row blocks, each table cut to 1/2 .. 1/64 of its rows.\n"
+    "      default 4; 1 .. K tables, default 15, at most 64) into the store\n"
+    "      (resumable; Ctrl-C keeps every committed sample).  Tables of every\n"
+    "      family by default (mix); a share F of the samples (default 0.25;\n"
+    "      0 for dlrm) are shards of row blocks, each table cut to 1/2 ..\n"
+    "      1/64 of its rows.\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
     "              [--backend cpu|cuda] [--features v1|v2|LIST]\n"
@@ -372,7 +374,8 @@ static const struct opt_def opt_defs[] = {
     {"trace", ARG, O(trace), CMD(FEATURES), set_str, 0, 0},
     {"dim", ARG, O(dim), CMD(FEATURES), set_int, TABLE_DIM_MIN, TABLE_DIM_MAX},
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
-    {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
+    {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS) | CMD(PROFILE), set_int,
+     1, 1e6},
     {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,
      1e9},
     /* Measuring: profile, train, score, eval */

@@ -304,7 +304,7 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
                        size_t *k)
 {
     struct prof_footprint f;
-    struct table shard[64];
+    struct table shard[PROF_SHARD_TABLES];
     size_t j;
     int tries, rv;
 
@@ -330,10 +330,10 @@ static int measure_sample(const struct prof_run_params *p,
                           const struct table *pool, uint64_t i,
                           struct store_sample *s, struct sd_diag *d)
 {
-    size_t idx[64], k = 0, j;
-    int32_t dims[64];
-    struct trace traces[64];
-    struct prof_item items[64];
+    size_t idx[PROF_SHARD_TABLES], k = 0, j;
+    int32_t dims[PROF_SHARD_TABLES];
+    struct trace traces[PROF_SHARD_TABLES];
+    struct prof_item items[PROF_SHARD_TABLES];
     struct kern_timing tm;
     struct rng g, gr;
     bool rows, cut, any_cut = false;
@@ -423,7 +423,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     int rv;
 
     memset(res, 0, sizeof(*res));
-    if (p->shape.max_tables == 0 || p->shape.max_tables > 64 ||
+    if (p->shape.max_tables == 0 || p->shape.max_tables > PROF_SHARD_TABLES ||
         p->commit_every == 0 || p->pool_tables == 0 || p->family < 0 ||
         !(p->p_rows >= 0 && p->p_rows <= 1) || p->family > FAMILY_MIX)
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");

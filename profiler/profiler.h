@@ -109,6 +109,9 @@ int prof_profile_name(const struct kern_backend *be, int32_t device,
 typedef void (*prof_progress_cb)(void *ctx, uint64_t done, uint64_t target,
                                  uint64_t added, double elapsed_s);
 
+/* The most tables a profiled shard may have (shape.max_tables). */
+#define PROF_SHARD_TABLES 64
+
 struct prof_run_params {
     const struct kern_backend *be;
     int32_t device;
@@ -127,7 +130,7 @@ struct prof_run_params {
     uint64_t target_samples; /* total wanted in the profile */
     double max_seconds;      /* stop after this long; 0 = no limit */
     size_t commit_every;     /* samples per transaction, default 8 */
-    struct sample_params shape;
+    struct sample_params shape; /* max_tables at most PROF_SHARD_TABLES */
     struct kern_timing_opts timing;
     /*
      * The share of samples whose tables are row blocks (PROF_P_ROWS for the

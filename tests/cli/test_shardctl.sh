@@ -91,6 +91,20 @@ FAST="--batch-size 64 --warmup 0 --repeats 2 --no-flush"
 "$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST \
     2>"$DIR/err" && grep -q "2 samples added, 5 in the store" "$DIR/err" &&
     ok || bad "profile resume: $(cat "$DIR/err")"
+# --max-tables K: shards of 1 .. K tables (default 15; a device of a plan
+# often holds more).
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/mt.db" --samples 12 --max-gb 0.2 --seed 4 \
+    --family onehot --max-tables 40 $FAST 2>"$DIR/err" && ok ||
+    bad "profile --max-tables 40: $(cat "$DIR/err")"
+python3 - "$DIR/mt.db" <<'PY' && ok || bad "profile --max-tables 40: shard sizes"
+import sqlite3, sys
+n = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
+    "select ntables from samples where kind = 'compute'")]
+assert len(n) == 12 and max(n) <= 40 and max(n) > 15, n
+PY
+expect_fail 2 'at most 64 tables' profile --db "$DIR/mt.db" --samples 13 \
+    --max-tables 65
 # eval measures a plan made for small tables (real weights are allocated).
 python3 - "$DIR/t.json" "$DIR/small.json" <<'PY'
 import json, sys
