@@ -324,6 +324,13 @@ static int precision_key(const struct store_sample *s)
     return 0;
 }
 
+/* A sample's size: 1 for a shard of more tables than profile draws by
+ * default (a device of a plan often holds more), 0 for 1 .. 15. */
+static int many_tables_key(const struct store_sample *s)
+{
+    return s->ntables > 15;
+}
+
 /* A second look at the errors: the samples in two groups by a key. */
 struct ctl_split {
     const char *title;  /* the line above the table */
@@ -343,6 +350,11 @@ static const struct ctl_split by_precision = {
     "precision",
     {"fp32", "fp16/bf16"},
     precision_key};
+static const struct ctl_split by_tables = {
+    "by tables a shard (profile --max-tables draws more than 15):",
+    "tables",
+    {"1 .. 15", "16 or more"},
+    many_tables_key};
 
 /*
  * The errors of predictions pred on the picked samples (pick NULL: all) in
@@ -376,6 +388,21 @@ static int print_split(FILE *out, const struct ctl_split *by,
                 100 * e.signed_median);
     }
     free(scratch);
+    return rv;
+}
+
+/* print_split() of every split above.  0 or SD_ENOMEM. */
+static int print_splits(FILE *out, const struct store_sample *smp,
+                        const double *pred, size_t n, const bool *pick,
+                        const char *split)
+{
+    static const struct ctl_split *const all[] = {&by_shape, &by_precision,
+                                                  &by_tables};
+    size_t k;
+    int rv = 0;
+
+    for (k = 0; k < sizeof(all) / sizeof(all[0]) && rv == 0; k++)
+        rv = print_split(out, all[k], smp, pred, n, pick, split);
     return rv;
 }
 
@@ -440,10 +467,7 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
            100 * m->metrics.test_mape, (int)m->metrics.epochs,
            (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
     ctl_print_family_rows(stdout, rows, nrows, "test");
-    if (print_split(stdout, &by_shape, f->smp, f->pred, f->n, f->pick,
-                    "test") != 0 ||
-        print_split(stdout, &by_precision, f->smp, f->pred, f->n, f->pick,
-                    "test") != 0)
+    if (print_splits(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
         return ctl_fail(1, "train: out of memory");
     if (f->ens.k > 1 && f->nfit < f->n)
         print_ensemble_rows(f, hold);
@@ -616,8 +640,7 @@ static int score_report(const struct ctl_opts *o, const char *profile,
            100 * e.mape, 100 * e.median, 100 * e.p90, 100 * e.signed_median);
     printf("by family (the samples' families; mix: a shard of several):\n");
     ctl_print_family_rows(stdout, rows, nrows, "all");
-    if (print_split(stdout, &by_shape, smp, pred, n, NULL, "all") != 0 ||
-        print_split(stdout, &by_precision, smp, pred, n, NULL, "all") != 0)
+    if (print_splits(stdout, smp, pred, n, NULL, "all") != 0)
         return ctl_fail(1, "score: out of memory");
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }

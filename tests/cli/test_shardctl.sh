@@ -149,6 +149,12 @@ awk '/^samples:/ { n = $2 + $4 + $6 } END { exit n != 12 }' "$DIR/new.txt" &&
 "$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" --newest 7 \
     >"$DIR/score7.txt" 2>"$DIR/err" && grep -q " on 7 samples of " \
     "$DIR/score7.txt" && ok || bad "score --newest 7: $(cat "$DIR/err")"
+# score splits the errors by tables a shard: the --max-tables shards apart.
+MANY=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from samples where ntables > 15").fetchone()[0])' "$DIR/mt.db")
+"$CTL" score --db "$DIR/mt.db" --model "$DIR/m.sdcn" >"$DIR/score_mt.txt" \
+    2>"$DIR/err" && grep -q "^16 or more  *all  *$MANY " "$DIR/score_mt.txt" &&
+    grep -q "^1 \.\. 15  *all  *$((12 - MANY)) " "$DIR/score_mt.txt" && ok ||
+    bad "score by tables a shard: $(cat "$DIR/score_mt.txt" "$DIR/err")"
 expect_fail 2 '--newest' train --db "$DIR/p.db" --newest 0
 # Families: every sample records the families of its tables (the profile's
 # pool mixes them); train --hold-out-family keeps every sample with a table
