@@ -18,6 +18,11 @@
  * candidate models compare on plan quality, not only on MAPE; the policy
  * file, default the embedded policy, is dreamshard's, and must have been
  * trained against that model)
+ * Each plan is measured on its tables' own lookups: the generator's trace
+ * of each task table (synth_trace(), family_trace()), as the profile that
+ * trained the model measured them.  With SHARDD_BENCH_REBUILT=1 they are
+ * rebuilt from the tables' features instead (trace_from_table(), what
+ * `shardctl eval` does with a tables file).
  *        (defaults: 5 tasks, 5 timed repeats after 2 warm-ups, auto backend,
  *         3 rounds; "none" skips the measurement and reports predictions
  *         only).  Each device's compute is the median of `rounds`
@@ -54,6 +59,44 @@ static bool is_greedy(int a)
     return a >= PLAN_ALG_DIM_GREEDY && a <= PLAN_ALG_SIZE_LOOKUP_GREEDY;
 }
 
+/* Where a task's tables come from: exactly one of the two is set. */
+struct pool_source {
+    const struct synth_params *synth; /* the dlrm tables (synth.c) */
+    const struct family_params *fam;  /* a family's (families.c) */
+};
+
+/*
+ * The lookups of task tk's tables: each table's generator trace (its
+ * source in the pool), in *out (tk->ntables, trace_array_free() them);
+ * NULL where SHARDD_BENCH_REBUILT asks for lookups rebuilt from the
+ * features.  0 or the generator's error.
+ */
+static int task_traces(const struct pool_source *src, const struct task *tk,
+                       struct trace **out)
+{
+    const char *rebuilt = getenv("SHARDD_BENCH_REBUILT");
+    struct trace *tr;
+    size_t i;
+    int rv = 0;
+
+    *out = NULL;
+    if (rebuilt != NULL && strcmp(rebuilt, "1") == 0)
+        return 0;
+    tr = calloc(tk->ntables ? tk->ntables : 1, sizeof(*tr));
+    if (tr == NULL)
+        return SD_ENOMEM;
+    for (i = 0; i < tk->ntables && rv == 0; i++)
+        rv = src->fam != NULL
+                 ? family_trace(src->fam, tk->source[i], &tr[i], NULL)
+                 : synth_trace(src->synth, tk->source[i], &tr[i]);
+    if (rv != 0) {
+        trace_array_free(tr, tk->ntables);
+        return rv;
+    }
+    *out = tr;
+    return 0;
+}
+
 /*
  * The measured cost of every plan that exists (ok[a]): `rounds` rounds, each
  * timing every plan once in algorithm order; per device the median compute
@@ -61,6 +104,7 @@ static bool is_greedy(int a)
  */
 static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                            const bool *ok, const struct task *tk,
+                           const struct trace *traces,
                            const struct topology *topo,
                            const struct kern_timing_opts *to, int rounds,
                            double *meas)
@@ -82,8 +126,8 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
         for (a = 0; a < NALG; a++) {
             if (!ok[a])
                 continue;
-            if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, topo,
-                               OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
+            if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, traces,
+                               topo, OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
                 fprintf(stderr, "bench_quality: %s\n", d.msg);
                 continue;
             }
@@ -127,8 +171,9 @@ out_free:
 
 static int run_set(const struct cost_net *net, const struct policy_net *pn,
                    const struct kern_backend *be, const struct table *pool,
-                   size_t npool, const char *label, int32_t ndevices,
-                   size_t ntasks, const struct kern_timing_opts *to, int rounds)
+                   size_t npool, const struct pool_source *src,
+                   const char *label, int32_t ndevices, size_t ntasks,
+                   const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
     struct task *tasks;
@@ -182,8 +227,16 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
             search[a] = plans[a].stats.search_ms;
             meas[a] = NAN;
         }
-        if (be)
-            measure_rounds(be, plans, ok, tk, &topo, to, rounds, meas);
+        if (be) {
+            struct trace *traces;
+
+            if (task_traces(src, tk, &traces) != 0) {
+                fprintf(stderr, "bench_quality: cannot make the lookups\n");
+                exit(1);
+            }
+            measure_rounds(be, plans, ok, tk, traces, &topo, to, rounds, meas);
+            trace_array_free(traces, tk->ntables);
+        }
         for (a = 0; a < NALG; a++) {
             if (!ok[a])
                 continue;
@@ -263,6 +316,7 @@ static int run_families(const char *list, const struct cost_net *net,
 {
     bool want[FAMILY_MIX + 1];
     struct family_params fp;
+    struct pool_source src = {NULL, &fp};
     struct table *pool;
     struct sd_diag d;
     int f, rv = 0;
@@ -287,11 +341,11 @@ static int run_families(const char *list, const struct cost_net *net,
                     family_name(f));
             return 1;
         }
-        rv = run_set(net, pn, be, pool, fp.count, family_name(f), 4, ntasks, to,
-                     rounds);
+        rv = run_set(net, pn, be, pool, fp.count, &src, family_name(f), 4,
+                     ntasks, to, rounds);
         if (rv == 0)
-            rv = run_set(net, pn, be, pool, fp.count, family_name(f), 8, ntasks,
-                         to, rounds);
+            rv = run_set(net, pn, be, pool, fp.count, &src, family_name(f), 8,
+                         ntasks, to, rounds);
         free(pool);
     }
     return rv;
@@ -309,6 +363,7 @@ int main(int argc, char **argv)
     const struct kern_backend *be = NULL;
     struct kern_timing_opts to;
     struct synth_params sp;
+    struct pool_source src = {&sp, NULL};
     struct table *pool;
     struct sd_diag d;
     struct cost_net *owned = NULL;
@@ -367,9 +422,9 @@ int main(int argc, char **argv)
     if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
         rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, pn, be, ntasks,
                           &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
-    } else if (run_set(net, pn, be, pool, sp.count, "", 4, ntasks, &to,
+    } else if (run_set(net, pn, be, pool, sp.count, &src, "", 4, ntasks, &to,
                        rounds) == 0 &&
-               run_set(net, pn, be, pool, sp.count, "", 8, ntasks, &to,
+               run_set(net, pn, be, pool, sp.count, &src, "", 8, ntasks, &to,
                        rounds) == 0) {
         rv = 0;
     }

@@ -271,7 +271,7 @@ int measure_eval(const struct ctl_opts *o)
     rv = plan_validate(&p, tables, n, &topo, opt, &d);
     if (rv == 0) {
         timing_opts(o, &to);
-        rv = prof_eval_plan(be, &p, tables, n, &topo, opt, &to,
+        rv = prof_eval_plan(be, &p, tables, n, NULL, &topo, opt, &to,
                             (uint64_t)o->seed, NULL, &d);
     }
     if (rv != 0) {

@@ -526,7 +526,8 @@ struct measure_ctx {
     const struct kern_backend *be;
     const struct table *tables; /* base of the plan's tables */
     size_t ntables;
-    struct trace *traces; /* one per table, made on first use */
+    const struct trace *given; /* the tables' own lookups, or NULL */
+    struct trace *traces;      /* else one per table, made on first use */
     int64_t batch;
     uint64_t seed;
     const struct kern_timing_opts *o;
@@ -592,8 +593,10 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
         const struct table *tb = items[i].table;
         size_t ti = plan_table_of(c, tb);
 
-        if (ti < c->ntables) {
-            /* A table's own lookups, made once for all its slices. */
+        if (ti < c->ntables && c->given != NULL) {
+            pi[i].trace = &c->given[ti];
+        } else if (ti < c->ntables) {
+            /* A table's lookups rebuilt, once for all its slices. */
             if (c->traces[ti].offsets == NULL)
                 rv = trace_from_table(tb, c->batch, rng_derive(c->seed, ti),
                                       &c->traces[ti]);
@@ -636,19 +639,28 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
 
 int prof_eval_plan(const struct kern_backend *be, struct plan *p,
                    const struct table *tables, size_t ntables,
-                   const struct topology *t, enum optimizer opt,
-                   const struct kern_timing_opts *o, uint64_t seed,
-                   struct kern_timing *timings, struct sd_diag *d)
+                   const struct trace *traces, const struct topology *t,
+                   enum optimizer opt, const struct kern_timing_opts *o,
+                   uint64_t seed, struct kern_timing *timings,
+                   struct sd_diag *d)
 {
     struct measure_ctx c;
     struct cost_model m;
     size_t i;
     int rv;
 
+    for (i = 0; traces != NULL && i < ntables; i++)
+        if (traces[i].nbags != t->batch_size)
+            return sd_diag_set(d, SD_EINVAL,
+                               "the lookups of table \"%s\" have %lld bags, "
+                               "the batch is %lld",
+                               tables[i].name, (long long)traces[i].nbags,
+                               (long long)t->batch_size);
     memset(&c, 0, sizeof(c));
     c.be = be;
     c.tables = tables;
     c.ntables = ntables;
+    c.given = traces;
     c.batch = t->batch_size;
     c.seed = seed;
     c.o = o;

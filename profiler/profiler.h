@@ -226,8 +226,14 @@ int prof_run(struct store *st, const struct prof_run_params *p,
  * the backend (devices of the plan beyond the backend's are timed on
  * device 0), the communication is modelled with the alpha-beta model, and
  * p->devices / p->cost_ms are filled as plan_evaluate() does, with
- * cost_model "measured:<backend>".  Lookups of each table come from
- * trace_from_table() with the topology's batch, seeded per table by `seed`.
+ * cost_model "measured:<backend>".  Lookups of table i are traces[i]
+ * (borrowed; each of the topology's batch in bags) where the caller has
+ * the tables' own lookups; with traces NULL they are rebuilt from the
+ * table's features by trace_from_table() with the topology's batch, seeded
+ * per table by `seed`.  A rebuilt trace has the table's features, not its
+ * lookups' order or bag lengths: a one-hot table's rebuilt lookups took
+ * 1.04-1.84x the time of its own (docs/models.md, "Measured on the
+ * tables' own lookups").
  * Shards off HBM are timed in their tier where the backend times it
  * (prof_timed_tiers(): plan_evaluate_tiers(), the cost model then ending
  * in "+ host-link misses (measured)"); elsewhere (the cpu backend) they are
@@ -237,9 +243,10 @@ int prof_run(struct store *st, const struct prof_run_params *p,
  */
 int prof_eval_plan(const struct kern_backend *be, struct plan *p,
                    const struct table *tables, size_t ntables,
-                   const struct topology *t, enum optimizer opt,
-                   const struct kern_timing_opts *o, uint64_t seed,
-                   struct kern_timing *timings, struct sd_diag *d);
+                   const struct trace *traces, const struct topology *t,
+                   enum optimizer opt, const struct kern_timing_opts *o,
+                   uint64_t seed, struct kern_timing *timings,
+                   struct sd_diag *d);
 
 /* ------------------------------------------------------------------------ */
 /* Communication samples (comm.c)                                            */

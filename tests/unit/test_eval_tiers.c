@@ -7,7 +7,8 @@
  * not (the cpu backend), the shard is timed in HBM and the modelled
  * tier_shard_ms() is added, as before ("(modelled)").  A recording backend
  * stands in for a GPU: its tier mask is what the test sets, its shards cost
- * a fixed 2 ms; the cpu backend is the real one.
+ * a fixed 2 ms; the cpu backend is the real one.  Lookups given by the
+ * caller (the tables' own) are what reaches the kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -147,7 +148,8 @@ static int eval_rec(uint32_t tiers, struct table *tb, struct plan *p,
     memset(seen, 0, sizeof(seen));
     make_plan(tb, p, t);
     timing(&o);
-    rv = prof_eval_plan(&rec, p, tb, NT, t, OPTIMIZER_SGD, &o, 1, NULL, &d);
+    rv = prof_eval_plan(&rec, p, tb, NT, NULL, t, OPTIMIZER_SGD, &o, 1, NULL,
+                        &d);
     if (rv != 0)
         fprintf(stderr, "prof_eval_plan: %s\n", d.msg);
     return rv;
@@ -256,7 +258,8 @@ static void test_cpu(void)
     CHECK(prof_timed_tier(cpu, TIER_UVM_CACHING) == TIER_HBM);
     make_plan(tb, &p, &t);
     timing(&o);
-    rv = prof_eval_plan(cpu, &p, tb, NT, &t, OPTIMIZER_SGD, &o, 1, tm, &d);
+    rv =
+        prof_eval_plan(cpu, &p, tb, NT, NULL, &t, OPTIMIZER_SGD, &o, 1, tm, &d);
     CHECK(rv == 0);
     if (rv != 0)
         fprintf(stderr, "cpu eval: %s\n", d.msg);
@@ -268,10 +271,66 @@ static void test_cpu(void)
     plan_destroy(&p);
 }
 
+/* Where the caller gives the tables' own lookups, they are what is timed,
+ * in HBM and in a timed tier alike: table i's trace of 100 + i lookups
+ * (rebuilt ones have batch x pooling factor, about 1024).  Lookups of
+ * another batch are refused, naming the table. */
+static void test_given(void)
+{
+    struct trace tr[NT];
+    struct table tb[NT];
+    struct topology t;
+    struct plan p;
+    struct kern_timing_opts o;
+    struct sd_diag d;
+    int64_t b, j;
+    size_t i;
+
+    make_plan(tb, &p, &t);
+    memset(tr, 0, sizeof(tr));
+    for (i = 0; i < NT; i++) {
+        snprintf(tr[i].name, sizeof(tr[i].name), "t%zu", i);
+        tr[i].rows = tb[i].rows;
+        tr[i].dim = tb[i].dim;
+        tr[i].nbags = t.batch_size;
+        tr[i].nindices = 100 + (int64_t)i;
+        tr[i].offsets = calloc((size_t)tr[i].nbags + 1, sizeof(int64_t));
+        tr[i].indices = calloc((size_t)tr[i].nindices, sizeof(int64_t));
+        if (!tr[i].offsets || !tr[i].indices)
+            abort();
+        for (b = 0; b <= tr[i].nbags; b++) /* lookups dealt to the bags */
+            tr[i].offsets[b] = b * tr[i].nindices / tr[i].nbags;
+        for (j = 0; j < tr[i].nindices; j++)
+            tr[i].indices[j] = (j * 7919) % tr[i].rows;
+    }
+    timing(&o);
+    rec.tiers =
+        1u << KERN_TIER_HBM | 1u << KERN_TIER_UVM | 1u << KERN_TIER_UVM_CACHING;
+    nseen = 0;
+    CHECK(prof_eval_plan(&rec, &p, tb, NT, tr, &t, OPTIMIZER_SGD, &o, 1, NULL,
+                         &d) == 0);
+    CHECK(nseen == 2);
+    CHECK(seen[0].nindices[0] == 100 && seen[0].nindices[1] == 101);
+    CHECK(seen[1].nindices[0] == 102 && seen[1].nindices[1] == 103);
+    CHECK(seen[1].tier[0] == KERN_TIER_UVM_CACHING); /* its tier, its trace */
+    plan_destroy(&p);
+
+    make_plan(tb, &p, &t);
+    tr[2].nbags = t.batch_size / 2;
+    CHECK(prof_eval_plan(&rec, &p, tb, NT, tr, &t, OPTIMIZER_SGD, &o, 1, NULL,
+                         &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "\"t2\"") != NULL && strstr(d.msg, "128 bags") != NULL);
+    tr[2].nbags = t.batch_size;
+    plan_destroy(&p);
+    for (i = 0; i < NT; i++)
+        trace_destroy(&tr[i]);
+}
+
 int main(void)
 {
     test_measured();
     test_modelled();
     test_cpu();
+    test_given();
     return tap_done();
 }

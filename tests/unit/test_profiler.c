@@ -229,7 +229,8 @@ static void test_eval_plan(void)
     plan_add(&p, 1, 1, 8, 8);
     plan_add(&p, 2, 1, 0, 16);
     plan_sort(&p);
-    CHECK(prof_eval_plan(be, &p, tb, 3, &t, OPTIMIZER_SGD, &o, 1, tm, &d) == 0);
+    CHECK(prof_eval_plan(be, &p, tb, 3, NULL, &t, OPTIMIZER_SGD, &o, 1, tm,
+                         &d) == 0);
     CHECK(p.devices[0].compute_ms > 0 && p.devices[1].compute_ms > 0);
     CHECK(p.devices[2].compute_ms == 0); /* an empty device costs nothing */
     CHECK(tm[0].repeats == 2 && tm[0].median_ms == p.devices[0].compute_ms);
