@@ -147,6 +147,7 @@ struct ctl_opts {
     bool collectives; /* comm-profile --collectives */
     int64_t count, seed, devices, per_host, batch, threads, task;
     int64_t min_tables, max_tables;
+    int64_t plan_devices; /* profile --plan-devices */
     double max_gb;
     /* --mem-gb G, or G0,G1,... for devices of different capacities:
      * mem_gb is the first, mem_gbs[0 .. n_mem_gb) all of them. */

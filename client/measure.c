@@ -111,6 +111,7 @@ int measure_profile(const struct ctl_opts *o)
                         (long long)o->max_tables, PROF_SHARD_TABLES);
     if (o->max_tables)
         pp.shape.max_tables = (size_t)o->max_tables;
+    pp.plan_devices = (int32_t)o->plan_devices;
     timing_opts(o, &pp.timing);
     pp.stop = &ctl_stop_requested;
     pp.progress = show_progress;

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "profiler.h"
 
 static const char usage_text[] =
     "usage: shardctl COMMAND [OPTIONS]\n"
@@ -86,13 +87,14 @@ static const char usage_text[] =
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
     "              [--family NAME|mix] [--row-blocks F] [--max-gb G]\n"
-    "              [--max-tables K] [TIMING]\n"
+    "              [--max-tables K | --plan-devices N] [TIMING]\n"
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
     "      default 4; 1 .. K tables, default 15, at most 64) into the store\n"
     "      (resumable; Ctrl-C keeps every committed sample).  Tables of every\n"
     "      family by default (mix); a share F of the samples (default 0.25;\n"
     "      0 for dlrm) are shards of row blocks, each table cut to 1/2 ..\n"
-    "      1/64 of its rows.\n"
+    "      1/64 of its rows.  --plan-devices N: shards shaped like the\n"
+    "      devices of greedy plans of random tasks on N devices of 4 GiB.\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
     "              [--backend cpu|cuda] [--features v1|v2|LIST]\n"
@@ -376,6 +378,8 @@ static const struct opt_def opt_defs[] = {
     {"min-tables", ARG, O(min_tables), CMD(GEN_TASKS), set_int, 1, 1e6},
     {"max-tables", ARG, O(max_tables), CMD(GEN_TASKS) | CMD(PROFILE), set_int,
      1, 1e6},
+    {"plan-devices", ARG, O(plan_devices), CMD(PROFILE), set_int, 1,
+     PROF_PLAN_DEVICES},
     {"max-gb", ARG, O(max_gb), CMD(GEN_TASKS) | CMD(PROFILE), set_real, 1e-9,
      1e9},
     /* Measuring: profile, train, score, eval */

@@ -323,6 +323,98 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
     return SD_EINVAL;
 }
 
+/* The shard of the tables plan `pl` (of task tk) puts on device r, as
+ * pool indices and widths in idx, dims, *k; false where it has none, more
+ * than PROF_SHARD_TABLES, more than shape.max_bytes of fp32 tables, or is
+ * over the memory budget. */
+static bool device_shard(const struct prof_run_params *p,
+                         const struct table *pool, const struct task *tk,
+                         const struct plan *pl, int32_t r, size_t *idx,
+                         int32_t *dims, size_t *k)
+{
+    struct table shard[PROF_SHARD_TABLES];
+    struct prof_footprint f;
+    uint64_t bytes = 0;
+    size_t s, n = 0;
+
+    for (s = 0; s < pl->nshards; s++) {
+        if (pl->shards[s].device != r)
+            continue;
+        if (n == PROF_SHARD_TABLES)
+            return false;
+        idx[n] = tk->source[pl->shards[s].table];
+        dims[n] = pl->shards[s].col_width;
+        shard[n] = pool[idx[n]];
+        shard[n].dim = dims[n];
+        bytes += table_bytes(&shard[n], dims[n]);
+        n++;
+    }
+    *k = n;
+    if (n == 0 || bytes > p->shape.max_bytes)
+        return false;
+    if (p->max_footprint_bytes == 0)
+        return true;
+    prof_footprint(shard, n, p->batch_size, &f);
+    return prof_fits(&f, p->max_footprint_bytes);
+}
+
+/*
+ * Sample shard `g` shaped like a device of a plan (p->plan_devices N): a
+ * task of 10 .. 59 tables of the pool (task_generate(), neuroshard.md 2.4;
+ * at most 4 N - 1 GiB of them) planned on N devices of 4 GiB by a greedy
+ * baseline drawn from g, and the tables of one of its devices, drawn from
+ * g (the next one where it is empty or over the budget).  Plans put more
+ * and heavier tables on a device than random shards have: docs/models.md,
+ * "Measured on the tables' own lookups".
+ */
+static int draw_plan_device(const struct prof_run_params *p, struct rng *g,
+                            const struct table *pool, size_t *idx,
+                            int32_t *dims, size_t *k)
+{
+    static const enum plan_alg greedy[] = {
+        PLAN_ALG_DIM_GREEDY, PLAN_ALG_SIZE_GREEDY, PLAN_ALG_LOOKUP_GREEDY,
+        PLAN_ALG_SIZE_LOOKUP_GREEDY};
+    int32_t n = p->plan_devices, r0, j;
+    struct topology t;
+    int tries, rv;
+
+    topology_default(&t, n, 4ull << 30);
+    t.batch_size = p->batch_size;
+    for (tries = 0; tries < PROF_BUDGET_TRIES; tries++) {
+        struct task_params tp;
+        struct plan_options o;
+        struct task *tk;
+        struct plan pl;
+        struct sd_diag d;
+        bool found = false;
+
+        task_params_default(&tp);
+        tp.count = 1;
+        tp.seed = rng_next(g);
+        tp.max_bytes = (uint64_t)(4 * n - 1) << 30;
+        rv = task_generate(&tp, pool, p->pool_tables, &tk, &d);
+        if (rv != 0)
+            return rv;
+        plan_options_default(&o);
+        o.alg = greedy[rng_below(g, sizeof(greedy) / sizeof(greedy[0]))];
+        r0 = (int32_t)rng_below(g, (uint64_t)n);
+        rv = plan_run(tk->tables, tk->ntables, &t, &o, &cost_model_analytic,
+                      &pl, &d);
+        if (rv == 0) {
+            for (j = 0; j < n && !found; j++)
+                found =
+                    device_shard(p, pool, tk, &pl, (r0 + j) % n, idx, dims, k);
+            plan_destroy(&pl);
+        }
+        task_array_free(tk, 1);
+        if (found)
+            return 0;
+        if (rv != 0 && rv != SD_ENOSPACE)
+            return rv;
+    }
+    return SD_EINVAL;
+}
+
 /* One sample: draw shard i (row blocks of its tables with p->p_rows),
  * make its traces, time it, fill *s. */
 static int measure_sample(const struct prof_run_params *p,
@@ -342,7 +434,18 @@ static int measure_sample(const struct prof_run_params *p,
     rng_seed(&g, rng_derive(p->seed, i));
     rng_seed(&gr, rng_derive(p->seed ^ PROF_ROWS_STREAM, i));
     rows = p->p_rows > 0 && rng_uniform(&gr) < p->p_rows;
-    rv = draw_within(p, &g, pool, idx, dims, &k);
+    if (p->plan_devices > 0) {
+        rv = draw_plan_device(p, &g, pool, idx, dims, &k);
+        if (rv != 0)
+            return sd_diag_set(
+                d, rv,
+                "no device of a plan on %d devices fits in "
+                "the memory budget (%llu MiB)",
+                (int)p->plan_devices,
+                (unsigned long long)(p->max_footprint_bytes >> 20));
+    } else {
+        rv = draw_within(p, &g, pool, idx, dims, &k);
+    }
     if (rv != 0)
         return sd_diag_set(d, rv,
                            "no shard of at most %zu tables fits in "
@@ -424,6 +527,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
 
     memset(res, 0, sizeof(*res));
     if (p->shape.max_tables == 0 || p->shape.max_tables > PROF_SHARD_TABLES ||
+        p->plan_devices < 0 || p->plan_devices > PROF_PLAN_DEVICES ||
         p->commit_every == 0 || p->pool_tables == 0 || p->family < 0 ||
         !(p->p_rows >= 0 && p->p_rows <= 1) || p->family > FAMILY_MIX)
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
@@ -457,7 +561,10 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         pool = (struct table *)p->pool; /* borrowed: not freed below */
     else
         rv = family_shapes(&sp, &pool);
-    shard = calloc(p->shape.max_tables, sizeof(*shard));
+    /* A plan's device may hold up to PROF_SHARD_TABLES tables. */
+    shard =
+        calloc(p->plan_devices > 0 ? PROF_SHARD_TABLES : p->shape.max_tables,
+               sizeof(*shard));
     if (rv != 0 || shard == NULL) {
         rv = sd_diag_set(d, rv ? rv : SD_ENOMEM, "making the table pool: %s",
                          sd_strerror(rv ? rv : SD_ENOMEM));

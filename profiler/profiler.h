@@ -111,6 +111,8 @@ typedef void (*prof_progress_cb)(void *ctx, uint64_t done, uint64_t target,
 
 /* The most tables a profiled shard may have (shape.max_tables). */
 #define PROF_SHARD_TABLES 64
+/* The most devices of the plans profile --plan-devices shapes shards by. */
+#define PROF_PLAN_DEVICES 64
 
 struct prof_run_params {
     const struct kern_backend *be;
@@ -156,6 +158,10 @@ struct prof_run_params {
      * for the seed and the budget), and the backend's weight arena is
      * capped at half of it. */
     uint64_t max_footprint_bytes;
+    /* 0: random shards (shape).  N (1 .. PROF_PLAN_DEVICES): shards shaped
+     * like the devices of greedy plans of random tasks on N devices of
+     * 4 GiB (shape.max_tables does not apply). */
+    int32_t plan_devices;
 };
 
 /*

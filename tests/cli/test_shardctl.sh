@@ -105,6 +105,20 @@ assert len(n) == 12 and max(n) <= 40 and max(n) > 15, n
 PY
 expect_fail 2 'at most 64 tables' profile --db "$DIR/mt.db" --samples 13 \
     --max-tables 65
+# --plan-devices N: shards shaped like a device of a greedy plan of a task of
+# 10 .. 59 tables; on one device, the device holds the whole task.
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/pd.db" --samples 3 --max-gb 0.2 --seed 4 \
+    --family onehot --plan-devices 1 $FAST 2>"$DIR/err" && ok ||
+    bad "profile --plan-devices 1: $(cat "$DIR/err")"
+python3 - "$DIR/pd.db" <<'PY' && ok || bad "profile --plan-devices 1: shard sizes"
+import sqlite3, sys
+n = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
+    "select ntables from samples where kind = 'compute'")]
+assert len(n) == 3 and min(n) >= 10 and max(n) <= 59, n
+PY
+expect_fail 2 '--plan-devices' profile --db "$DIR/pd.db" --samples 4 \
+    --plan-devices 65
 # eval measures a plan made for small tables (real weights are allocated).
 python3 - "$DIR/t.json" "$DIR/small.json" <<'PY'
 import json, sys
