@@ -91,32 +91,34 @@ FAST="--batch-size 64 --warmup 0 --repeats 2 --no-flush"
 "$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST \
     2>"$DIR/err" && grep -q "2 samples added, 5 in the store" "$DIR/err" &&
     ok || bad "profile resume: $(cat "$DIR/err")"
-# --max-tables K: shards of 1 .. K tables (default 15; a device of a plan
-# often holds more).
-# shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/mt.db" --samples 12 --max-gb 0.2 --seed 4 \
-    --family onehot --max-tables 40 $FAST 2>"$DIR/err" && ok ||
-    bad "profile --max-tables 40: $(cat "$DIR/err")"
-python3 - "$DIR/mt.db" <<'PY' && ok || bad "profile --max-tables 40: shard sizes"
+# Profiles into store $1 with the options after $2 (and $FAST), then checks
+# the tables a shard of its samples by the Python expression $2 over their
+# list n.
+profile_sizes() {
+    db=$1
+    expr=$2
+    shift 2
+    # shellcheck disable=SC2086
+    "$CTL" profile --db "$db" "$@" $FAST 2>"$DIR/err" || return 1
+    python3 - "$db" "$expr" <<'PY'
 import sqlite3, sys
 n = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
     "select ntables from samples where kind = 'compute'")]
-assert len(n) == 12 and max(n) <= 40 and max(n) > 15, n
+assert eval(sys.argv[2]), n
 PY
+}
+# --max-tables K: shards of 1 .. K tables (default 15; a device of a plan
+# often holds more).
+profile_sizes "$DIR/mt.db" 'len(n) == 12 and max(n) <= 40 and max(n) > 15' \
+    --samples 12 --max-gb 0.2 --seed 4 --family onehot --max-tables 40 &&
+    ok || bad "profile --max-tables 40: $(cat "$DIR/err")"
 expect_fail 2 'at most 64 tables' profile --db "$DIR/mt.db" --samples 13 \
     --max-tables 65
 # --plan-devices N: shards shaped like a device of a greedy plan of a task of
 # 10 .. 59 tables; on one device, the device holds the whole task.
-# shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/pd.db" --samples 3 --max-gb 0.2 --seed 4 \
-    --family onehot --plan-devices 1 $FAST 2>"$DIR/err" && ok ||
-    bad "profile --plan-devices 1: $(cat "$DIR/err")"
-python3 - "$DIR/pd.db" <<'PY' && ok || bad "profile --plan-devices 1: shard sizes"
-import sqlite3, sys
-n = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
-    "select ntables from samples where kind = 'compute'")]
-assert len(n) == 3 and min(n) >= 10 and max(n) <= 59, n
-PY
+profile_sizes "$DIR/pd.db" 'len(n) == 3 and min(n) >= 10 and max(n) <= 59' \
+    --samples 3 --max-gb 0.2 --seed 4 --family onehot --plan-devices 1 &&
+    ok || bad "profile --plan-devices 1: $(cat "$DIR/err")"
 expect_fail 2 '--plan-devices' profile --db "$DIR/pd.db" --samples 4 \
     --plan-devices 65
 # eval measures a plan made for small tables (real weights are allocated).
