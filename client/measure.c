@@ -239,6 +239,54 @@ static int eval_inputs(const struct ctl_opts *o, const struct cost_net *net,
     return rv;
 }
 
+/*
+ * eval --traces F: the lookups of each of the n tables, by name, from trace
+ * file F, into *out (n shallow copies of the file's traces, whose arrays
+ * *file owns: free(*out), trace_array_free(*file, *nfile)).  A table
+ * without a trace, or whose trace has other rows or another batch, is a
+ * usage error naming it.  0 or an exit status (printed).
+ */
+static int eval_traces(const char *path, const struct table *tables, size_t n,
+                       int64_t batch, struct trace **out, struct trace **file,
+                       size_t *nfile)
+{
+    struct sd_diag d;
+    size_t i, j;
+    int rv;
+
+    *out = NULL;
+    rv = trace_file_read(path, file, nfile, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "eval: --traces: %s", d.msg);
+    *out = calloc(n ? n : 1, sizeof(**out));
+    if (*out == NULL)
+        return ctl_fail(1, "eval: out of memory");
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < *nfile; j++)
+            if (strcmp((*file)[j].name, tables[i].name) == 0)
+                break;
+        if (j == *nfile)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "eval: --traces: %s has no trace of table \"%s\"",
+                            path, tables[i].name);
+        if ((*file)[j].rows != tables[i].rows)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "eval: --traces: table \"%s\" has %lld rows, its "
+                            "trace %lld",
+                            tables[i].name, (long long)tables[i].rows,
+                            (long long)(*file)[j].rows);
+        if ((*file)[j].nbags != batch)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "eval: --traces: the trace of table \"%s\" has "
+                            "%lld bags, eval measures at batch %lld: pass "
+                            "--batch-size %lld",
+                            tables[i].name, (long long)(*file)[j].nbags,
+                            (long long)batch, (long long)(*file)[j].nbags);
+        (*out)[i] = (*file)[j];
+    }
+    return 0;
+}
+
 int measure_eval(const struct ctl_opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
@@ -250,7 +298,8 @@ int measure_eval(const struct ctl_opts *o)
     struct sd_diag d;
     struct plan p;
     uint64_t *caps = NULL;
-    size_t n;
+    struct trace *traces = NULL, *file = NULL;
+    size_t n, nfile = 0;
     char *text;
     int rv;
 
@@ -269,10 +318,16 @@ int measure_eval(const struct ctl_opts *o)
     rv = eval_inputs(o, cm.net, &tables, &n, &p, &topo, &caps);
     if (rv != 0)
         goto out_model;
+    if (o->traces != NULL) {
+        rv = eval_traces(o->traces, tables, n, topo.batch_size, &traces, &file,
+                         &nfile);
+        if (rv != 0)
+            goto out_plan;
+    }
     rv = plan_validate(&p, tables, n, &topo, opt, &d);
     if (rv == 0) {
         timing_opts(o, &to);
-        rv = prof_eval_plan(be, &p, tables, n, NULL, &topo, opt, &to,
+        rv = prof_eval_plan(be, &p, tables, n, traces, &topo, opt, &to,
                             (uint64_t)o->seed, NULL, &d);
     }
     if (rv != 0) {
@@ -286,8 +341,11 @@ int measure_eval(const struct ctl_opts *o)
                   : ctl_fail(1, "eval: out of memory");
         free(text);
     } else {
-        printf("measured at batch %lld (%s)\n", (long long)topo.batch_size,
-               o->batch ? "--batch-size" : "the model's");
+        printf("measured at batch %lld (%s), on %s\n",
+               (long long)topo.batch_size,
+               o->batch ? "--batch-size" : "the model's",
+               traces ? "the traces' lookups"
+                      : "lookups made from the tables' features");
         format_plan_text(stdout, &p, tables, n, &topo);
         rv = eval_compare(stdout, &p, tables, n, &topo, opt, cm.net);
         rv = rv != 0               ? ctl_fail(1, "eval: out of memory")
@@ -295,6 +353,8 @@ int measure_eval(const struct ctl_opts *o)
                                    : ctl_fail(1, "cannot write to stdout");
     }
 out_plan:
+    free(traces); /* shallow copies: the arrays are file's */
+    trace_array_free(file, nfile);
     plan_destroy(&p);
     free(caps);
     free(tables);

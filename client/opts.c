@@ -149,9 +149,12 @@ static const char usage_text[] =
     "  eval        --tables FILE --plan FILE [--task K] [--backend B]\n"
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--host-dram-gb G] [--host-link-gbps G]\n"
-    "              [--optimizer NAME] [--seed S] [--json] [TIMING]\n"
+    "              [--optimizer NAME] [--seed S] [--traces F] [--json]\n"
+    "              [TIMING]\n"
     "      Measure a plan on the device: each device's shard timed in turn,\n"
     "      communication modelled; per-device figures and the plan cost.\n"
+    "      Lookups from trace file F (by table name), else made from the\n"
+    "      tables' features.\n"
     "      Tables off HBM (fused_uvm, fused_uvm_caching) are timed in host\n"
     "      memory on cuda; on cpu their host-link time is modelled.\n"
     "  comm-profile [--db FILE] [--backend cpu|cuda] [--devices N]\n"
@@ -371,7 +374,7 @@ static const struct opt_def opt_defs[] = {
     /* gen-tables and gen-tasks */
     {"count", ARG, O(count), CMD(GEN_TABLES) | CMD(GEN_TASKS), set_int, 1, 1e6},
     {"family", ARG, O(family), CMD(GEN_TABLES) | CMD(PROFILE), set_str, 0, 0},
-    {"traces", ARG, O(traces), CMD(GEN_TABLES), set_str, 0, 0},
+    {"traces", ARG, O(traces), CMD(GEN_TABLES) | CMD(EVAL), set_str, 0, 0},
     /* features */
     {"trace", ARG, O(trace), CMD(FEATURES), set_str, 0, 0},
     {"dim", ARG, O(dim), CMD(FEATURES), set_int, TABLE_DIM_MIN, TABLE_DIM_MAX},

@@ -227,11 +227,43 @@ expect_fail 2 '--quantile: "1.5" is not a number in [0, 1]' plan --offline \
 # prints the prediction beside the measurement.
 "$CTL" eval --tables "$DIR/small.json" --plan "$DIR/sp.json" --warmup 0 \
     --repeats 2 --no-flush >"$DIR/ev.txt" 2>"$DIR/err" &&
-    grep -q "^measured at batch 4096 (the model's)$" "$DIR/ev.txt" &&
+    grep -q "^measured at batch 4096 (the model's), on lookups made from the tables' features$" \
+        "$DIR/ev.txt" &&
     grep -q "^predicted (neural:cpu/.*/4096 model, batch 4096) beside measured" \
         "$DIR/ev.txt" && [ "$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%' "$DIR/ev.txt")" -eq 3 ] &&
     grep -qE '^  plan +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%$' "$DIR/ev.txt" &&
     ok || bad "eval beside the prediction: $(cat "$DIR/ev.txt" "$DIR/err")"
+# eval --traces F: each table timed on its own lookups from a trace file
+# (by name; docs/trace-format.md), at the traces' batch; a table without a
+# trace, or a trace of another batch, is refused by name.
+python3 - "$DIR/tr.bin" <<'PY'
+import random, struct, sys
+random.seed(7)
+out = [b"SDTRACE1", struct.pack("<II", 1, 3)]
+for k, (name, rows) in enumerate([("ta", 3000), ("tb", 500), ("tc", 8000)]):
+    nbags, pf = 64, 2 + k
+    idx = [random.randrange(rows) for _ in range(nbags * pf)]
+    out.append(struct.pack("<H", len(name)) + name.encode())
+    out.append(struct.pack("<QIQQ", rows, 16, nbags, len(idx)))
+    out.append(struct.pack("<%dQ" % (nbags + 1), *[b * pf for b in range(nbags + 1)]))
+    out.append(struct.pack("<%dQ" % len(idx), *idx))
+open(sys.argv[1], "wb").write(b"".join(out))
+PY
+"$CTL" features --trace "$DIR/tr.bin" --out "$DIR/trt.json" 2>"$DIR/err" &&
+    "$CTL" plan --offline --tables "$DIR/trt.json" --devices 2 --mem-gb 1 \
+        --batch-size 64 --json --out "$DIR/trp.json" 2>>"$DIR/err" &&
+    ok || bad "tables and plan of a trace file: $(cat "$DIR/err")"
+# shellcheck disable=SC2086
+"$CTL" eval --tables "$DIR/trt.json" --plan "$DIR/trp.json" \
+    --traces "$DIR/tr.bin" $FAST >"$DIR/evt.txt" 2>"$DIR/err" &&
+    grep -q "^measured at batch 64 (--batch-size), on the traces' lookups$" \
+        "$DIR/evt.txt" && ok ||
+    bad "eval --traces: $(cat "$DIR/evt.txt" "$DIR/err")"
+expect_fail 2 'the trace of table "ta" has 64 bags, eval measures at batch 128: pass --batch-size 64' \
+    eval --tables "$DIR/trt.json" --plan "$DIR/trp.json" --traces "$DIR/tr.bin" \
+    --batch-size 128
+expect_fail 2 'has no trace of table "table_' eval --tables "$DIR/small.json" \
+    --plan "$DIR/sp.json" --traces "$DIR/tr.bin" --batch-size 64
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
     --model "$DIR/m.sdcn" --json --out "$DIR/mp.json" && ok ||
     bad "plan --model"
