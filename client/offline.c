@@ -333,7 +333,7 @@ int offline_plan(const struct ctl_opts *o)
     /* Every prediction's spread, where the model has an ensemble. */
     if (cm.ens != NULL &&
         net_ensemble_plan_spread(cm.ens, NULL, &p, tables, n, &topo,
-                                 po.optimizer, &spread) != 0) {
+                                 po.optimizer, NULL, &spread) != 0) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_plan;
     }

@@ -271,7 +271,8 @@ int net_ensemble_plan_spread(const struct net_ensemble *e,
                              struct net_memo *const *memos,
                              const struct plan *p, const struct table *tables,
                              size_t ntables, const struct topology *t,
-                             enum optimizer opt, struct plan_spread *out)
+                             enum optimizer opt, const atomic_bool *stop,
+                             struct plan_spread *out)
 {
     struct net_cost_model ncm;
     struct plan copy;
@@ -297,6 +298,11 @@ int net_ensemble_plan_spread(const struct net_ensemble *e,
     out->ndevices = p->ndevices;
     out->members = e->k;
     for (i = 0; i < e->k && rv == 0; i++) {
+        if (stop != NULL && atomic_load(stop)) {
+            plan_destroy(&copy);
+            plan_spread_free(out);
+            return 0;
+        }
         net_cost_model_init(&ncm, e->m[i]);
         ncm.memo = memos != NULL ? memos[i] : NULL;
         rv = plan_evaluate(&copy, tables, ntables, t, opt, &ncm.cm);

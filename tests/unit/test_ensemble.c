@@ -110,7 +110,7 @@ static void test_spread(void)
     CHECK(plan_add(&p, 0, 0, 0, 16) == 0 && plan_add(&p, 1, 0, 0, 16) == 0 &&
           plan_add(&p, 2, 1, 0, 16) == 0);
     CHECK(net_ensemble_plan_spread(e, NULL, &p, t, 3, &topo, OPTIMIZER_SGD,
-                                   &ps) == 0);
+                                   NULL, &ps) == 0);
     CHECK(ps.members == 5 && ps.ndevices == 2);
     if (ps.ndevices == 2) {
         CHECK_NEAR(ps.lo[0], 1, 1e-5);
@@ -132,7 +132,7 @@ static void test_spread(void)
             memos[i] = net_memo_new(e->m[i], 64);
         for (round = 0; round < 2; round++) {
             CHECK(net_ensemble_plan_spread(e, memos, &p, t, 3, &topo,
-                                           OPTIMIZER_SGD, &again) == 0);
+                                           OPTIMIZER_SGD, NULL, &again) == 0);
             CHECK(again.cost_lo == ps.cost_lo && again.cost_hi == ps.cost_hi);
             CHECK(again.ndevices == 2 && again.lo[1] == ps.lo[1] &&
                   again.hi[1] == ps.hi[1]);
@@ -145,6 +145,14 @@ static void test_spread(void)
         }
     }
     plan_spread_free(&ps);
+    /* A stop already set: the spread is given up, not an error. */
+    {
+        atomic_bool stop = true;
+
+        CHECK(net_ensemble_plan_spread(e, NULL, &p, t, 3, &topo, OPTIMIZER_SGD,
+                                       &stop, &ps) == 0);
+        CHECK(ps.members == 0 && ps.lo == NULL);
+    }
     /* Evaluated under the median, the plan's devices cost 3 ms. */
     net_ensemble_cost_model_init(&ecm, e, 0.5);
     CHECK(plan_evaluate(&p, t, 3, &topo, OPTIMIZER_SGD, &ecm.cm) == 0);
