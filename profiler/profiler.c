@@ -294,6 +294,26 @@ static int draw_shard(const struct prof_run_params *p, struct rng *g,
     return rv;
 }
 
+/* Whether the shard of pool tables idx[0..k) at widths dims fits the
+ * memory budget of one measurement (prof_fits(); none: any does). */
+static bool within_budget(const struct prof_run_params *p,
+                          const struct table *pool, const size_t *idx,
+                          const int32_t *dims, size_t k)
+{
+    struct table shard[PROF_SHARD_TABLES];
+    struct prof_footprint f;
+    size_t j;
+
+    if (p->max_footprint_bytes == 0)
+        return true;
+    for (j = 0; j < k; j++) {
+        shard[j] = pool[idx[j]];
+        shard[j].dim = dims[j];
+    }
+    prof_footprint(shard, k, p->batch_size, &f);
+    return prof_fits(&f, p->max_footprint_bytes);
+}
+
 /*
  * Draws sample shard `g` (neuroshard.md 2.2) until it fits the memory
  * budget too: the draws continue the same stream, so sample i stays the
@@ -303,22 +323,12 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
                        const struct table *pool, size_t *idx, int32_t *dims,
                        size_t *k)
 {
-    struct prof_footprint f;
-    struct table shard[PROF_SHARD_TABLES];
-    size_t j;
     int tries, rv;
 
     for (tries = 0; tries < PROF_BUDGET_TRIES; tries++) {
         rv = draw_shard(p, g, pool, idx, dims, k);
-        if (rv != 0 || p->max_footprint_bytes == 0)
+        if (rv != 0 || within_budget(p, pool, idx, dims, *k))
             return rv;
-        for (j = 0; j < *k; j++) {
-            shard[j] = pool[idx[j]];
-            shard[j].dim = dims[j];
-        }
-        prof_footprint(shard, *k, p->batch_size, &f);
-        if (prof_fits(&f, p->max_footprint_bytes))
-            return 0;
     }
     return SD_EINVAL;
 }
@@ -332,8 +342,6 @@ static bool device_shard(const struct prof_run_params *p,
                          const struct plan *pl, int32_t r, size_t *idx,
                          int32_t *dims, size_t *k)
 {
-    struct table shard[PROF_SHARD_TABLES];
-    struct prof_footprint f;
     uint64_t bytes = 0;
     size_t s, n = 0;
 
@@ -344,18 +352,12 @@ static bool device_shard(const struct prof_run_params *p,
             return false;
         idx[n] = tk->source[pl->shards[s].table];
         dims[n] = pl->shards[s].col_width;
-        shard[n] = pool[idx[n]];
-        shard[n].dim = dims[n];
-        bytes += table_bytes(&shard[n], dims[n]);
+        bytes += table_bytes(&pool[idx[n]], dims[n]);
         n++;
     }
     *k = n;
-    if (n == 0 || bytes > p->shape.max_bytes)
-        return false;
-    if (p->max_footprint_bytes == 0)
-        return true;
-    prof_footprint(shard, n, p->batch_size, &f);
-    return prof_fits(&f, p->max_footprint_bytes);
+    return n > 0 && bytes <= p->shape.max_bytes &&
+           within_budget(p, pool, idx, dims, n);
 }
 
 /*
