@@ -31,10 +31,18 @@
 
 #include "backend_cpu_int.h"
 
-/* Flush buffer bounds (bytes): used when the LLC size is unknown, and the
- * most one shard allocates whatever the LLC claims. */
+/*
+ * Flush buffer bounds (bytes): used when the LLC size is unknown, and the
+ * most a device keeps whatever the LLC claims.  128 MiB covers twice the
+ * L3 one core reaches on today's parts (32 MiB a Zen 5 CCD, 96 MiB a
+ * Genoa-X one), and most of a 105 MiB Sapphire Rapids socket.  A guest
+ * without sysfs cache entries reads CPUID's figure, which a hypervisor may
+ * inflate: Firecracker reports 508 MiB for a Zen 5's 32 MiB, and a 1 GiB
+ * buffer, kept for the daemon's life beside the profiler's 768 MiB budget,
+ * took its RSS to 1.5 GiB.
+ */
 #define CPU_FLUSH_DEFAULT (UINT64_C(64) << 20)
-#define CPU_FLUSH_MAX     (UINT64_C(1) << 30)
+#define CPU_FLUSH_MAX     (UINT64_C(128) << 20)
 
 /* Whether the timing was asked to stop (see cpu_shard.abort). */
 static bool shard_aborted(const struct cpu_shard *s)

@@ -96,7 +96,9 @@ class Limits(unittest.TestCase):
             self.assertEqual(st.profiler_memory_budget_bytes, 768 * MIB)
             self.assertLess(peak * 1024, 1 << 30, "peak RSS of an idle daemon")
             self.assertGreater(st.memory_rss_bytes, 0)
-            # Paused, the arena goes back: what the profiler keeps drops.
+            # Paused, the arena goes back: what the profiler keeps drops to
+            # the cache-flush buffer, at most 128 MiB (the cpu backend's
+            # CPU_FLUSH_MAX, whatever size of L3 a hypervisor reports).
             H.call(d.channel("unix"), H.SET_PROFILER,
                    H.admin_pb2.SetProfilerRequest(paused=True))
             kept = None
@@ -104,10 +106,10 @@ class Limits(unittest.TestCase):
                 time.sleep(0.2)
                 kept = H.call(d.channel("unix"), H.STATUS,
                               H.admin_pb2.GetStatusRequest()).profiler_memory_bytes
-                if kept < 128 * MIB:
+                if kept <= 128 * MIB:
                     break
             note("paused: the profiler keeps %d MiB", kept >> 20)
-            self.assertLess(kept, 128 * MIB, "the arena given back")
+            self.assertLessEqual(kept, 128 * MIB, "the arena given back")
         finally:
             self.assertEqual(d.stop(), 0)
             d.cleanup()
