@@ -4,11 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shardd/log.h"
 
 int audit_init(struct audit *au, const char *db_path)
 {
+    pthread_condattr_t ca;
+
     memset(au, 0, sizeof(*au));
     au->q = calloc(AUDIT_QUEUE_MAX, sizeof(*au->q));
     au->batch = calloc(AUDIT_QUEUE_MAX, sizeof(*au->batch));
@@ -19,7 +22,12 @@ int audit_init(struct audit *au, const char *db_path)
     }
     snprintf(au->db_path, sizeof(au->db_path), "%s", db_path);
     pthread_mutex_init(&au->mu, NULL);
-    pthread_cond_init(&au->cv, NULL);
+    /* gather()'s timed wait is on the monotonic clock: a wall-clock step
+     * neither holds a batch back nor writes it early. */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&au->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&au->idle, NULL);
     atomic_init(&au->written, 0);
     atomic_init(&au->dropped, 0);
@@ -38,7 +46,10 @@ void audit_put(struct audit *au, const struct store_plan_audit *a, char *json)
     au->q[au->n] = *a;
     au->q[au->n].plan_json = json;
     au->n++;
-    pthread_cond_signal(&au->cv);
+    /* The thread waits for a first record, then for half a queue (or its
+     * gathering time): nothing in between wakes it. */
+    if (au->n == 1 || au->n == AUDIT_QUEUE_MAX / 2)
+        pthread_cond_signal(&au->cv);
     pthread_mutex_unlock(&au->mu);
 }
 
@@ -65,6 +76,23 @@ static void write_batch(struct audit *au, size_t n, bool *failing)
         free((char *)au->batch[i].plan_json);
 }
 
+/* Waits (mu held) until AUDIT_GATHER_MS after now, or until half the
+ * queue is taken, a sync or a stop asks for the batch at once. */
+static void gather(struct audit *au)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += AUDIT_GATHER_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (au->n < AUDIT_QUEUE_MAX / 2 && !au->stopping && au->syncing == 0)
+        if (pthread_cond_timedwait(&au->cv, &au->mu, &until) != 0)
+            break; /* timed out (or failed: write what there is) */
+}
+
 /* Takes everything queued, writes it outside the lock; ends when stopping
  * with nothing left. */
 static void *audit_main(void *arg)
@@ -79,6 +107,7 @@ static void *audit_main(void *arg)
             pthread_cond_wait(&au->cv, &au->mu);
         if (au->n == 0)
             break; /* stopping, and all written */
+        gather(au);
         n = au->n;
         memcpy(au->batch, au->q, n * sizeof(*au->batch));
         au->n = 0;
@@ -115,8 +144,11 @@ int audit_start(struct audit *au, struct sd_diag *d)
 void audit_sync(struct audit *au)
 {
     pthread_mutex_lock(&au->mu);
+    au->syncing++;
+    pthread_cond_signal(&au->cv); /* a gathering batch is written now */
     while (au->started && !au->stopping && (au->n > 0 || au->busy))
         pthread_cond_wait(&au->idle, &au->mu);
+    au->syncing--;
     pthread_mutex_unlock(&au->mu);
 }
 

@@ -12,6 +12,12 @@
  * batch, logged.  audit_destroy() writes what is queued before it returns,
  * so a clean stop loses nothing; a crash loses at most the queue.
  * Thread-safe.
+ *
+ * The thread gathers a batch for up to AUDIT_GATHER_MS after its first
+ * record (at once when half the queue is taken, a sync or a stop asks):
+ * a transaction per plan rewrote the table's last page, its index pages
+ * and a WAL frame header for each 12 KB plan, and woke the thread for
+ * every one, at 1,900 plans a second.
  */
 #ifndef SHARDD_DAEMON_AUDIT_H
 #define SHARDD_DAEMON_AUDIT_H
@@ -26,6 +32,7 @@
 #include "store.h"
 
 #define AUDIT_QUEUE_MAX 1024 /* records waiting; more are dropped */
+#define AUDIT_GATHER_MS 20   /* a batch waits this long for more records */
 #define AUDIT_PATH_MAX  4096
 
 struct audit {
@@ -36,6 +43,7 @@ struct audit {
     bool started;
     bool stopping;              /* (mu) */
     bool busy;                  /* (mu) the thread is writing a batch */
+    unsigned syncing;           /* (mu) audit_sync() calls waiting */
     struct store_plan_audit *q; /* (mu) [AUDIT_QUEUE_MAX], plan_json owned */
     size_t n;                   /* (mu) queued */
     /* The thread's: its connection and the batch it writes now. */
