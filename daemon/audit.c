@@ -80,14 +80,8 @@ static void write_batch(struct audit *au, size_t n, bool *failing)
  * queue is taken, a sync or a stop asks for the batch at once. */
 static void gather(struct audit *au)
 {
-    struct timespec until;
+    struct timespec until = sd_after_ms(CLOCK_MONOTONIC, AUDIT_GATHER_MS);
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += AUDIT_GATHER_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     while (au->n < AUDIT_QUEUE_MAX / 2 && !au->stopping && au->syncing == 0)
         if (pthread_cond_timedwait(&au->cv, &au->mu, &until) != 0)
             break; /* timed out (or failed: write what there is) */

@@ -31,16 +31,9 @@ struct fleet_sync {
 /* Waits period ms or until asked to stop; true when asked. */
 static bool nap(struct fleet_sync *f, uint32_t ms)
 {
-    struct timespec until;
+    struct timespec until = sd_after_ms(CLOCK_MONOTONIC, ms);
     bool stop;
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&f->mu);
     while (!f->stop &&
            pthread_cond_timedwait(&f->cv, &f->mu, &until) != ETIMEDOUT)

@@ -354,14 +354,8 @@ static void release_kept(struct profw *p)
 /* Sleeps until signalled or PROFW_POLL_MS passed (mu held). */
 static void wait_a_while(struct profw *p)
 {
-    struct timespec until;
+    struct timespec until = sd_after_ms(CLOCK_REALTIME, PROFW_POLL_MS);
 
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += PROFW_POLL_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     pthread_cond_timedwait(&p->cv, &p->mu, &until);
 }
 

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Numbered as the config key log_level (error, warn, info, debug). */
 enum sd_log_level {
@@ -45,5 +46,8 @@ int64_t sd_now_ms(void);
 double sd_now_ms_f(void);
 /* Wall-clock milliseconds since the Unix epoch (for records). */
 int64_t sd_wall_ms(void);
+/* The time ms (>= 0) milliseconds from now on `clock`: the deadline of a
+ * pthread_cond_timedwait() on a condition of that clock. */
+struct timespec sd_after_ms(clockid_t clock, int64_t ms);
 
 #endif /* SHARDD_LOG_H */
