@@ -17,9 +17,9 @@
  * Errors: 0 or a negative SD_E* code (include/shardd/err.h), and d (when not
  * NULL) holds one line that starts with where the bad value came from and
  * names the key:
- *   /etc/shardd/shardd.conf:12: threads: "abc" is not an integer in [1, 256]
- *   SHARDD_THREADS: "0" is not an integer in [1, 256]
- *   --threads: "abc" is not an integer in [1, 256]
+ *   /etc/shardd/shardd.conf:12: threads: "abc" is not an integer in [0, 256]
+ *   SHARDD_THREADS: "300" is not an integer in [0, 256]
+ *   --threads: "abc" is not an integer in [0, 256]
  * Codes: SD_EINVAL (bad syntax, unknown key, bad value, key given twice,
  * conflicting keys, an unsafe token file), SD_ERANGE (an integer out of its
  * range, a path too long), SD_ENOENT (a named file does not exist), SD_EIO
@@ -82,8 +82,8 @@
       "Admin RPCs over TCP need it; none: unix: only")                         \
     X(ADMIN_TOKEN_FILE, admin_token_file, PATH, 0, 0, NULL, CONF_RELOAD,       \
       "FILE", "the admin token: FILE's first line (mode 0600)")                \
-    X(THREADS, threads, U32, 1, 256, "4", CONF_RESTART, "N",                   \
-      "planner worker threads, 1..256")                                        \
+    X(THREADS, threads, U32, 0, 256, "0", CONF_RESTART, "N",                   \
+      "planner workers; 0: one per CPU, at least 2")                           \
     X(MAX_MESSAGE_MB, max_message_mb, U32, 1, 1024, "64", CONF_RESTART, "MIB", \
       "largest request in MiB, 1..1024")                                       \
     X(MAX_TABLES, max_tables, U32, 1, 1000000, "65536", CONF_RELOAD, "N",      \

@@ -98,7 +98,7 @@ static void test_defaults(void)
     CHECK(c.config == NULL);
     CHECK(strcmp(c.admin_token, "") == 0);
     CHECK(c.admin_token_file == NULL);
-    CHECK(c.threads == 4);
+    CHECK(c.threads == 0); /* one per CPU, at least 2: shardd.c */
     CHECK(c.max_message_mb == 64);
     CHECK(c.max_tables == 65536);
     CHECK(c.default_batch == 0);
@@ -123,7 +123,7 @@ static void test_defaults(void)
     /* Nothing given: the defaults, out of the box. */
     CHECK(resolve(NULL, NULL, &c, &d) == 0);
     CHECK(c.nlisten == 1 && strcmp(c.listen[0], "127.0.0.1:7411") == 0);
-    CHECK(c.threads == 4 && c.config == NULL);
+    CHECK(c.threads == 0 && c.config == NULL);
     conf_free(&c);
 }
 
@@ -172,7 +172,7 @@ static void test_file_format(void)
     path = write_file("empty.conf", "", 0644);
     conf_default(&c);
     CHECK(conf_load_file(&c, path, &d) == 0);
-    CHECK(c.threads == 4 && c.nlisten == 1);
+    CHECK(c.threads == 0 && c.nlisten == 1);
     conf_free(&c);
 }
 
@@ -315,23 +315,23 @@ static void test_errors(void)
         const char *args[] = {"--config", path, NULL};
 
         snprintf(msg, sizeof(msg),
-                 "%s:3: threads: \"abc\" is not an integer in [1, 256]", path);
+                 "%s:3: threads: \"abc\" is not an integer in [0, 256]", path);
         expect_error(args, NULL, SD_EINVAL, msg, true);
     }
     /* Out of range, in the environment and as a flag. */
     {
         char *env[] = {(char *)"SHARDD_THREADS=300", NULL};
-        const char *f1[] = {"--threads=0", NULL};
+        const char *f1[] = {"--threads=257", NULL};
         const char *f2[] = {"--max-message-mb", "1025", NULL};
         const char *f3[] = {"--default-batch=16777217", NULL};
         const char *f4[] = {"--threads", "-1", NULL};
         const char *f5[] = {"--grace-s", "99999999999999999999999", NULL};
 
         expect_error(NULL, env, SD_ERANGE,
-                     "SHARDD_THREADS: \"300\" is not an integer in [1, 256]",
+                     "SHARDD_THREADS: \"300\" is not an integer in [0, 256]",
                      true);
         expect_error(f1, NULL, SD_ERANGE,
-                     "--threads: \"0\" is not an integer in [1, 256]", true);
+                     "--threads: \"257\" is not an integer in [0, 256]", true);
         expect_error(f2, NULL, SD_ERANGE, "--max-message-mb: \"1025\"", false);
         expect_error(f3, NULL, SD_ERANGE, "--default-batch:", false);
         expect_error(f4, NULL, SD_EINVAL, "--threads: \"-1\"", false);
