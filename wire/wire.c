@@ -1229,7 +1229,8 @@ int wire_plan_response_in(const Shardd__V1__PlanResponse *r,
     if (r->search != NULL && strcmp(p->algorithm, "neuroshard") == 0) {
         p->stats.search_ms = r->search->search_time_ms;
         p->stats.greedy_runs = (int64_t)r->search->candidates_evaluated;
-        p->stats.splits = (int32_t)(p->nshards - n);
+        /* Not nshards - n: row blocks and replicas are no splits. */
+        p->stats.splits = plan_column_splits(p);
         p->stats.budget_exhausted = r->search->time_budget_exhausted;
         p->stats.states = -1;
         p->stats.levels = -1;

@@ -75,6 +75,17 @@ static int cmp_shard(const void *a, const void *b)
     return (x->device > y->device) - (x->device < y->device);
 }
 
+int32_t plan_column_splits(const struct plan *p)
+{
+    int32_t n = 0;
+    size_t k;
+
+    for (k = 0; k < p->nshards; k++)
+        n += p->shards[k].row_count == 0 && p->shards[k].scheme != SCHEME_DP &&
+             p->shards[k].col_offset != 0;
+    return n;
+}
+
 void plan_sort(struct plan *p)
 {
     if (p->nshards > 1)

@@ -544,6 +544,10 @@ int plan_add(struct plan *p, uint32_t table, int32_t device, int32_t col_offset,
 int plan_add_shard(struct plan *p, const struct shard *s);
 /* Sorts shards by (table, col_offset, row_offset, device). */
 void plan_sort(struct plan *p);
+/* The column splits in p: its column pieces (shards of every row, not
+ * replicas) beyond the first of each table, the one at column 0.  Row
+ * blocks and replicas are not column splits (stats.splits). */
+int32_t plan_column_splits(const struct plan *p);
 /*
  * The scheme of the table whose sorted shards start at `first`: as they
  * say, except that shards of every row are table-wise alone and column-wise

@@ -637,7 +637,7 @@ static int ns_search(const struct table *tables, size_t ntables,
         st.evaluations += s.work[k].evaluations;
         st.states += s.work[k].states;
     }
-    st.splits = (int32_t)(out->nshards - ntables); /* forced ones too */
+    st.splits = plan_column_splits(out); /* forced ones too */
     st.search_ms = search_elapsed_ms(&s.t0);
     out->stats = st;
     out->cost_ms = best.cost; /* the search's score, until plan_evaluate() */

@@ -110,6 +110,29 @@ ctl plan $P0 --mem-gb 8,8,2,4 --pin table_0003=2 --json >"$DIR/on.json" &&
 json_check "$DIR/on.json" "[[(s['device'], s['col_offset']) for s in t['shards']] for t in d['tables'] if t['name'] == 'table_0003'] == [[(2, 0)]] and all(dv['memory_bytes'] <= g * 2**30 for dv, g in zip(d['devices'], (8, 8, 2, 4)))"
 expect_fail 2 'options.constraints.pins: device 2' --addr "$ADDR" plan $P0 \
     --mem-gb 8,8,0.01,4 --pin table_0003=2
+# Row blocks from the scheme pass (a TorchRec sharding_types constraint):
+# the same plan both ways, and the same column splits (the client counted
+# the row blocks as splits: 4 online against 1 offline here).
+cat >"$DIR/rw.json" <<'EOF_RW'
+{"tables":[
+ {"name":"big","num_embeddings":4000000,"embedding_dim":64,"feature_names":["f0"],"data_type":"FP32","pooling":"SUM"},
+ {"name":"t1","num_embeddings":200000,"embedding_dim":32,"feature_names":["f1"],"data_type":"FP32","pooling":"SUM"},
+ {"name":"t2","num_embeddings":500000,"embedding_dim":64,"feature_names":["f2"],"data_type":"FP32","pooling":"SUM"},
+ {"name":"t3","num_embeddings":100000,"embedding_dim":128,"feature_names":["f3"],"data_type":"FP32","pooling":"SUM"},
+ {"name":"t4","num_embeddings":300000,"embedding_dim":16,"feature_names":["f4"],"data_type":"FP32","pooling":"SUM"}],
+ "constraints":{"big":{"sharding_types":["row_wise"],"pooling_factors":[20.0]},
+                "t1":{"pooling_factors":[4.0]},"t2":{"pooling_factors":[8.0]}}}
+EOF_RW
+RW="--tables $DIR/rw.json --devices 4 --mem-gb 4 --batch-size 4096 --json"
+# shellcheck disable=SC2086
+if "$CTL" plan --offline $RW >"$DIR/off.json" 2>"$DIR/err" &&
+    ctl plan $RW >"$DIR/on.json" 2>>"$DIR/err"; then
+    same_plan "$DIR/off.json" "$DIR/on.json" && ok ||
+        bad "online plan with row blocks differs from offline"
+    json_check "$DIR/on.json" "[t['scheme'] for t in d['tables'] if t['name'] == 'big'] == ['row_wise'] and d['search']['column_splits'] == sum(len(t['shards']) - 1 for t in d['tables'] if t['scheme'] == 'column_wise')"
+else
+    bad "plan with row blocks: $(cat "$DIR/err")"
+fi
 P="$P0 --mem-gb 8 --batch-size 4096"
 
 # The human report: equal but for the lines with figures the API lacks.
