@@ -261,8 +261,8 @@ static int listen_addresses(const struct sd_config *c, struct rpc_config *r,
  * The planner workers: `threads`, or where it is 0 one per CPU this
  * process may run on (libuv reads its affinity), at least 2 so that a big
  * search leaves one to small plans.  More workers than CPUs only
- * time-slice the searches: on 2 CPUs, 4 workers added 4-7 ms to the p99
- * of 50-table plans at 64 clients (docs/daemon.md, "Workers").
+ * time-slice the searches: on 2 CPUs, 4 workers added 2-7 ms to the p99
+ * of 50-table plans at 64 clients (docs/daemon.md, "Workers: one per CPU").
  */
 static unsigned workers_of(const struct sd_config *c)
 {
@@ -274,10 +274,10 @@ static unsigned workers_of(const struct sd_config *c)
     return n < 2 ? 2 : n > 256 ? 256 : n;
 }
 
-/* The rpc server's settings from the configuration (main's listen list
- * and admin socket path are borrowed). */
-static void rpc_config_of(const struct sd_config *c, struct svc *svc,
-                          struct rpc_config *r)
+/* The rpc server's settings from the configuration and the worker count
+ * (main's listen list and admin socket path are borrowed). */
+static void rpc_config_of(const struct sd_config *c, unsigned workers,
+                          struct svc *svc, struct rpc_config *r)
 {
     r->max_message_bytes = (size_t)c->max_message_mb << 20;
     r->grace_ms = (uint64_t)c->grace_s * 1000;
@@ -289,7 +289,7 @@ static void rpc_config_of(const struct sd_config *c, struct svc *svc,
     r->unix_mode = c->socket_mode;
     /* Big searches leave at least one worker to small requests. */
     r->max_big = c->big_searches > 0 ? c->big_searches
-                 : workers_of(c) > 1 ? workers_of(c) - 1
+                 : workers > 1       ? workers - 1
                                      : 1;
     r->big_per_peer = c->big_searches_per_peer;
     r->methods = svc_methods;
@@ -314,16 +314,16 @@ static void watch_signals(uv_loop_t *loop, struct daemon_state *st)
  * data directory, its pidfile lock, and sockets no other server answers
  * on.  *pidpath and *pidfd are set as soon as they exist.
  */
-static int prepare(const struct sd_config *cfg, struct rpc_config *rcfg,
-                   char *admin, size_t admin_size, char **pidpath, int *pidfd,
-                   struct sd_diag *d)
+static int prepare(const struct sd_config *cfg, unsigned workers,
+                   struct rpc_config *rcfg, char *admin, size_t admin_size,
+                   char **pidpath, int *pidfd, struct sd_diag *d)
 {
     char threads[24];
     size_t i;
     int rv;
 
     /* libuv sizes its threadpool from the environment on first use. */
-    snprintf(threads, sizeof(threads), "%u", workers_of(cfg));
+    snprintf(threads, sizeof(threads), "%u", workers);
     if (setenv("UV_THREADPOOL_SIZE", threads, 1) != 0)
         return sd_diag_set(d, SD_EIO, "cannot set UV_THREADPOOL_SIZE: %s",
                            strerror(errno));
@@ -382,6 +382,7 @@ int main(int argc, char **argv)
     struct sd_diag d = {{0}};
     struct svc *svc = NULL;
     uv_loop_t *loop;
+    unsigned workers;
     char admin[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], what[512];
     char *pidpath = NULL;
     bool help = false;
@@ -420,7 +421,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     memset(&rcfg, 0, sizeof(rcfg));
-    rv = prepare(&cfg, &rcfg, admin, sizeof(admin), &pidpath, &pidfd, &d);
+    /* Resolved once: the threadpool, the lanes and the log agree. */
+    workers = workers_of(&cfg);
+    rv = prepare(&cfg, workers, &rcfg, admin, sizeof(admin), &pidpath, &pidfd,
+                 &d);
     if (rv == 0)
         rv = svc_open(&cfg, &svc, &d);
     if (rv != 0) {
@@ -428,7 +432,7 @@ int main(int argc, char **argv)
         goto fail_prepare;
     }
     loop = uv_default_loop();
-    rpc_config_of(&cfg, svc, &rcfg);
+    rpc_config_of(&cfg, workers, svc, &rcfg);
     if (rpc_server_start(loop, &rcfg, &st.rpc, &d) != 0) {
         sd_log(SD_LOG_ERROR, "%s", d.msg);
         goto fail_svc;
@@ -455,7 +459,7 @@ int main(int argc, char **argv)
     svc_describe(svc, what, sizeof(what));
     sd_log(SD_LOG_INFO,
            "shardd %s: serving on %s; %u planner workers; %s; data in %s",
-           SHARDD_VERSION, rpc_server_address(st.rpc), workers_of(&cfg), what,
+           SHARDD_VERSION, rpc_server_address(st.rpc), workers, what,
            cfg.data_dir);
     if (st.http != NULL)
         sd_log(SD_LOG_INFO, "http: metrics and status page on http://%s/",
