@@ -135,7 +135,8 @@ struct ctl_opts {
     const char *features;        /* train --features: v1, v2 or a list */
     int64_t ensemble;            /* train --ensemble K */
     double quantile;             /* plan --quantile (offline); < 0: none */
-    double row_blocks; /* profile --row-blocks (share); < 0: the default */
+    double row_blocks;      /* profile --row-blocks (share); < 0: the default */
+    double quiet_tolerance; /* profile --quiet-tolerance; < 0: the default */
     double seconds, time_budget_ms;
     int64_t epochs;
     double weight_decay; /* train --weight-decay; < 0: the default */

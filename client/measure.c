@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -42,6 +43,26 @@ static void show_progress(void *ctx, uint64_t done, uint64_t target,
         fprintf(stderr, "profile: %llu/%llu samples, %.2f/s\n",
                 (unsigned long long)done, (unsigned long long)target, rate);
     }
+}
+
+/* The quiet check dropped a sample: say so once in a while (a busy machine
+ * drops many in a row). */
+static void show_busy(void *ctx, double slowdown)
+{
+    static double last;
+    struct timespec ts;
+    double now;
+
+    (void)ctx;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (now - last < 10)
+        return;
+    last = now;
+    fprintf(stderr,
+            "%sprofile: the device is busy (the probe runs %.2fx its quiet "
+            "time): measuring again when it is quiet\n",
+            isatty(STDERR_FILENO) ? "\n" : "", slowdown);
 }
 
 /* The timing options shared by profile and eval. */
@@ -87,6 +108,8 @@ int measure_profile(const struct ctl_opts *o)
     }
     if (o->row_blocks >= 0)
         pp.p_rows = o->row_blocks;
+    if (o->quiet_tolerance >= 0)
+        pp.quiet_tolerance = o->quiet_tolerance;
     pp.be = ctl_pick_backend(o->backend);
     if (pp.be == NULL)
         return CTL_EXIT_USAGE;
@@ -115,6 +138,7 @@ int measure_profile(const struct ctl_opts *o)
     timing_opts(o, &pp.timing);
     pp.stop = &ctl_stop_requested;
     pp.progress = show_progress;
+    pp.busy = show_busy;
 
     rv = store_open(o->db, 0, &st, &d);
     if (rv != 0)
@@ -125,6 +149,14 @@ int measure_profile(const struct ctl_opts *o)
     fprintf(stderr, "profile %s: %llu samples added, %llu in the store\n",
             res.profile, (unsigned long long)res.added,
             (unsigned long long)(res.existing + res.added));
+    if (res.remeasured > 0 || res.kept_busy > 0)
+        fprintf(stderr,
+                "profile: %llu measurements dropped and made again while the "
+                "device was busy (probe up to %.2fx its quiet time)%s\n",
+                (unsigned long long)res.remeasured, res.max_slowdown,
+                res.kept_busy ? "; some samples were kept after a minute of "
+                                "retries: the device stayed slower"
+                              : "");
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv),
                         "profile: %s (committed samples are kept)", d.msg);

@@ -87,7 +87,8 @@ static const char usage_text[] =
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
     "              [--family NAME|mix] [--row-blocks F] [--max-gb G]\n"
-    "              [--max-tables K | --plan-devices N] [TIMING]\n"
+    "              [--max-tables K | --plan-devices N]\n"
+    "              [--quiet-tolerance T] [TIMING]\n"
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
     "      default 4; 1 .. K tables, default 15, at most 64) into the store\n"
     "      (resumable; Ctrl-C keeps every committed sample).  Tables of every\n"
@@ -95,6 +96,9 @@ static const char usage_text[] =
     "      0 for dlrm) are shards of row blocks, each table cut to 1/2 ..\n"
     "      1/64 of its rows.  --plan-devices N: shards shaped like the\n"
     "      devices of greedy plans of random tasks on N devices of 4 GiB.\n"
+    "      A sample is measured again while a probe timed beside it runs\n"
+    "      more than T (default 0.10; 0: no check) slower than when the\n"
+    "      device was quiet (another process on it), a minute at most.\n"
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
     "              [--backend cpu|cuda] [--features v1|v2|LIST]\n"
@@ -412,6 +416,7 @@ static const struct opt_def opt_defs[] = {
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
     {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
     {"row-blocks", ARG, O(row_blocks), CMD(PROFILE), set_real, 0, 1},
+    {"quiet-tolerance", ARG, O(quiet_tolerance), CMD(PROFILE), set_real, 0, 10},
     /* import-model and comm-fit */
     {"neuroshard", ARG, O(neuroshard), CMD(IMPORT_MODEL), set_str, 0, 0},
     {"comm-fw", ARG, O(comm_fw), CMD(IMPORT_MODEL), set_str, 0, 0},
@@ -633,10 +638,11 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     size_t k;
 
     memset(o, 0, sizeof(*o));
-    o->warmup = -1;       /* unset: 0 is a valid count */
-    o->weight_decay = -1; /* unset: 0 is plain Adam */
-    o->quantile = -1;     /* unset: 0 is the members' least */
-    o->row_blocks = -1;   /* unset: 0 is none */
+    o->warmup = -1;          /* unset: 0 is a valid count */
+    o->weight_decay = -1;    /* unset: 0 is plain Adam */
+    o->quantile = -1;        /* unset: 0 is the members' least */
+    o->row_blocks = -1;      /* unset: 0 is none */
+    o->quiet_tolerance = -1; /* unset: 0 is no check */
     if (argc < 2) {
         ctl_usage(stderr);
         return CTL_EXIT_USAGE;

@@ -120,6 +120,8 @@
       CONF_RELOAD, "N", "stop at this many samples in the profile")            \
     X(PROFILER_MAX_MB, profiler_max_mb, U32, 64, 1u << 20, "768", CONF_RELOAD, \
       "MIB", "memory one measurement may take, MiB")                           \
+    X(PROFILER_QUIET_PCT, profiler_quiet_pct, U32, 0, 1000, "10", CONF_RELOAD, \
+      "PCT", "retime while a probe runs PCT % slow; 0: off")                   \
     X(PROFILER_BATCH, profiler_batch, U32, 1, 1u << 20, "4096", CONF_RESTART,  \
       "N", "batch size of the measurements")                                   \
     X(RETRAIN_EVERY_SAMPLES, retrain_every_samples, U32, 0, 10000000, "1000",  \

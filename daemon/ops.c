@@ -166,11 +166,11 @@ static void render_profiler(struct svc *s, struct mtext *t)
     static const enum profw_state all[] = {PROFW_RUNNING, PROFW_PAUSED,
                                            PROFW_DISABLED};
     enum profw_state now = profw_state(&s->profw);
-    uint64_t measured, samples, kept, budget, skipped;
+    uint64_t measured, samples, kept, budget, skipped, remeasured;
     size_t i;
 
     profw_counts(&s->profw, &measured, &samples);
-    profw_memory(&s->profw, &kept, &budget, &skipped);
+    profw_memory(&s->profw, &kept, &budget, &skipped, &remeasured);
     mtext_head(t, "shardd_profiler_state", "gauge",
                "The background profiler's state (1 for the current one).");
     for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -183,6 +183,10 @@ static void render_profiler(struct svc *s, struct mtext *t)
     counter(t, "shardd_profiler_proposals_skipped_total",
             "Proposed shards skipped for not fitting the memory budget.",
             (unsigned long long)skipped);
+    counter(t, "shardd_profiler_measurements_retried_total",
+            "Measurements dropped and made again because a probe timed "
+            "beside them ran slower than quiet (profiler_quiet_pct).",
+            (unsigned long long)remeasured);
     gauge(t, "shardd_profiler_memory_bytes",
           "Memory the profiler keeps between measurements.", (double)kept);
     gauge(t, "shardd_profiler_memory_budget_bytes",

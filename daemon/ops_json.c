@@ -122,15 +122,16 @@ static json_t *serving_json(struct svc *s)
 
 static json_t *profiler_json(struct svc *s)
 {
-    uint64_t measured, samples, kept, budget, skipped;
+    uint64_t measured, samples, kept, budget, skipped, remeasured;
 
     profw_counts(&s->profw, &measured, &samples);
-    profw_memory(&s->profw, &kept, &budget, &skipped);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I}", "state",
+    profw_memory(&s->profw, &kept, &budget, &skipped, &remeasured);
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "state",
                      svc__profiler_state_name(profw_state(&s->profw)),
                      "measured", (json_int_t)measured, "profile_samples",
                      (json_int_t)samples, "memory_bytes", (json_int_t)kept,
-                     "memory_budget_bytes", (json_int_t)budget);
+                     "memory_budget_bytes", (json_int_t)budget, "retried",
+                     (json_int_t)remeasured);
 }
 
 int svc_status_json(struct svc *s, char **out, size_t *len, struct sd_diag *d)

@@ -131,13 +131,14 @@ void profw_counts(struct profw *p, uint64_t *measured,
 }
 
 void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
-                  uint64_t *skipped)
+                  uint64_t *skipped, uint64_t *remeasured)
 {
     pthread_mutex_lock(&p->mu);
     *kept =
         p->be != NULL && p->be->kept_bytes != NULL ? p->be->kept_bytes(0) : 0;
     *budget_bytes = budget(p);
     *skipped = p->skipped;
+    *remeasured = p->remeasured;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -309,7 +310,8 @@ static void random_params(const struct profw *p, struct prof_run_params *rp)
  * drawn from *pool, made on first use and kept for the thread's life.
  */
 static int measure_random(struct profw *p, struct store *st, uint64_t target,
-                          uint64_t budget, struct table **pool,
+                          uint64_t budget, double quiet_tolerance,
+                          struct table **pool, struct prof_quiet **quiet,
                           struct prof_run_result *res, struct sd_diag *d)
 {
     struct prof_run_params rp;
@@ -331,6 +333,13 @@ static int measure_random(struct profw *p, struct store *st, uint64_t target,
     rp.commit_every = 1; /* a kill loses at most the sample being timed */
     rp.stop = &p->abort;
     rp.timing.abort = &p->abort;
+    rp.quiet_tolerance = quiet_tolerance;
+    if (quiet_tolerance > 0 && *quiet == NULL) {
+        rv = prof_quiet_open(p->be, rp.device, &rp.timing, quiet, d);
+        if (rv != 0)
+            return rv;
+    }
+    rp.quiet = *quiet;
     return prof_run(st, &rp, res, d);
 }
 
@@ -362,7 +371,8 @@ static void wait_a_while(struct profw *p)
 /* One measurement, unlocked: a proposal, or the next random samples. */
 static int measure_once(struct profw *p, struct store *st,
                         struct profw_proposal *pr, uint64_t target,
-                        uint64_t budget, struct table **pool,
+                        uint64_t budget, double quiet_tolerance,
+                        struct table **pool, struct prof_quiet **quiet,
                         struct prof_run_result *res, struct sd_diag *d)
 {
     struct kern_timing_opts topts;
@@ -378,7 +388,8 @@ static int measure_once(struct profw *p, struct store *st,
         if (rv == 0)
             res->added = 1;
     } else {
-        rv = measure_random(p, st, target, budget, pool, res, d);
+        rv = measure_random(p, st, target, budget, quiet_tolerance, pool, quiet,
+                            res, d);
     }
     atomic_store(&p->measuring, false);
     if (atomic_load(&p->abort_ms) != 0)
@@ -396,8 +407,10 @@ static void *prof_main(void *arg)
     struct profw_proposal pr;
     struct prof_run_result res;
     struct table *pool = NULL;
+    struct prof_quiet *quiet = NULL; /* the probe: this thread's alone */
     struct sd_diag d;
     uint64_t target, limit;
+    double quiet_tolerance;
     bool have_proposal, on;
     int rv;
 
@@ -427,8 +440,11 @@ static void *prof_main(void *arg)
             /* Nothing to measure for a while (paused, off, done): what the
              * backend keeps between shards goes back.  A request in flight
              * keeps it: measuring resumes right after. */
-            if (p->arena_held && !busy_only(p))
+            if (p->arena_held && !busy_only(p)) {
                 release_kept(p);
+                prof_quiet_close(quiet); /* its quiet time is learnt again */
+                quiet = NULL;
+            }
             wait_a_while(p);
             continue;
         }
@@ -442,6 +458,7 @@ static void *prof_main(void *arg)
         if (target > p->cf->c.profiler_max_samples)
             target = p->cf->c.profiler_max_samples;
         limit = budget(p);
+        quiet_tolerance = p->cf->c.profiler_quiet_pct / 100.0;
         /* A smaller budget (a reload) also bounds what is kept. */
         if (p->be->kept_bytes != NULL && p->be->kept_bytes(0) > limit / 2)
             release_kept(p);
@@ -449,7 +466,7 @@ static void *prof_main(void *arg)
         pthread_mutex_unlock(&p->mu);
 
         rv = measure_once(p, st, have_proposal ? &pr : NULL, target, limit,
-                          &pool, &res, &d);
+                          quiet_tolerance, &pool, &quiet, &res, &d);
 
         pthread_mutex_lock(&p->mu);
         if (!have_proposal && rv == 0)
@@ -457,6 +474,17 @@ static void *prof_main(void *arg)
         else
             p->compute_samples += res.added;
         p->measured += res.added;
+        p->remeasured += res.remeasured;
+        if (res.remeasured > 0)
+            sd_log(SD_LOG_DEBUG,
+                   "profiler: %llu measurements made again: the device was "
+                   "busy (probe up to %.2fx its quiet time)",
+                   (unsigned long long)res.remeasured, res.max_slowdown);
+        if (res.kept_busy > 0)
+            sd_log(SD_LOG_WARN,
+                   "profiler: the device stayed %.2fx slower than quiet for "
+                   "a minute; samples are measured at that speed now",
+                   res.max_slowdown);
         if (rv != 0 && rv != SD_ECANCELED && !have_proposal) {
             /* A failing device is not retried in a tight loop. */
             p->paused = true;
@@ -465,6 +493,7 @@ static void *prof_main(void *arg)
         }
     }
     pthread_mutex_unlock(&p->mu);
+    prof_quiet_close(quiet);
     free(pool);
     store_close(st);
     return NULL;

@@ -58,6 +58,7 @@ struct profw {
     bool paused, stopping;    /* (mu) */
     uint64_t measured;        /* (mu) samples this daemon measured */
     uint64_t skipped;         /* (mu) proposals over the memory budget */
+    uint64_t remeasured;      /* (mu) measurements the quiet check dropped */
     bool arena_held;          /* (mu) the backend may keep memory for us */
     uint64_t compute_samples; /* (mu) of the profile, as last counted */
 
@@ -115,9 +116,10 @@ void profw_counts(struct profw *p, uint64_t *measured,
                   uint64_t *compute_samples);
 
 /* What the backend keeps for the profiler now, the memory budget of one
- * measurement (profiler_max_mb), and proposals skipped for it. */
+ * measurement (profiler_max_mb), proposals skipped for it, and
+ * measurements the quiet check dropped and made again. */
 void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
-                  uint64_t *skipped);
+                  uint64_t *skipped, uint64_t *remeasured);
 
 /*
  * Queues the device shards of a plan made at the profile's batch for

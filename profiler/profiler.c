@@ -106,22 +106,20 @@ int prof_measure_shard(const struct kern_backend *be, int32_t device,
     return prof_measure_shard_capped(be, device, items, n, o, 0, out, d);
 }
 
-int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
-                              const struct prof_item *items, size_t n,
-                              const struct kern_timing_opts *o,
-                              uint64_t arena_max_bytes, struct kern_timing *out,
-                              struct sd_diag *d)
+/* Opens n items as one shard on `device`, its weights in the device's
+ * arena (capped at arena_max_bytes, 0: no cap) or, with arena false, in an
+ * allocation of its own (the probe, open beside the samples).  *out is the
+ * caller's (be->shard_close). */
+static int open_shard(const struct kern_backend *be, int32_t device,
+                      const struct prof_item *items, size_t n, bool arena,
+                      uint64_t arena_max_bytes, struct kern_shard **out,
+                      struct sd_diag *d)
 {
     struct kern_table_desc *td;
     struct kern_shard_desc sd;
-    struct kern_shard *s = NULL;
     size_t i;
     int rv;
 
-    if (n == 0) {
-        memset(out, 0, sizeof(*out));
-        return 0;
-    }
     td = calloc(n, sizeof(*td));
     if (td == NULL)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
@@ -152,10 +150,27 @@ int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
     sd.nbags = items[0].trace->nbags;
     sd.learning_rate = 0.01f;
     sd.seed = 1;
-    sd.reuse_weights = true; /* weights' values do not change the time */
+    sd.reuse_weights = arena; /* weights' values do not change the time */
     sd.arena_max_bytes = arena_max_bytes;
-    rv = be->shard_open(device, &sd, &s, d);
+    rv = be->shard_open(device, &sd, out, d);
     free(td);
+    return rv;
+}
+
+int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
+                              const struct prof_item *items, size_t n,
+                              const struct kern_timing_opts *o,
+                              uint64_t arena_max_bytes, struct kern_timing *out,
+                              struct sd_diag *d)
+{
+    struct kern_shard *s = NULL;
+    int rv;
+
+    if (n == 0) {
+        memset(out, 0, sizeof(*out));
+        return 0;
+    }
+    rv = open_shard(be, device, items, n, true, arena_max_bytes, &s, d);
     if (rv != 0)
         return rv;
     rv = be->shard_time(s, o, out);
@@ -164,6 +179,126 @@ int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
                     (int)device, sd_strerror(rv));
     be->shard_close(s);
     return rv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The quiet check (profiler.h)                                           */
+
+#define PROBE_TABLES 2
+#define PROBE_BAGS   4096
+
+struct prof_quiet {
+    const struct kern_backend *be;
+    struct kern_shard *shard;
+    struct kern_timing_opts timing; /* 1 warm-up, 5 steps */
+    double quiet_ms;
+};
+
+int prof_quiet_open(const struct kern_backend *be, int32_t device,
+                    const struct kern_timing_opts *timing,
+                    struct prof_quiet **out, struct sd_diag *d)
+{
+    /* One table of 64 MiB (fp32, 2^18 rows of 64) whose 32 Ki lookups a
+     * step go to distinct rows: memory bound, beyond any CPU's last-level
+     * cache here; one of 1 MiB whose rows are looked up 17 to 32 times a
+     * step: compute bound, inside the caches. */
+    static const struct {
+        int64_t rows;
+        int32_t dim;
+        int bin;
+    } shape[PROBE_TABLES] = {{1 << 18, 64, 0}, {2048, 128, 5}};
+    struct trace traces[PROBE_TABLES];
+    struct prof_item items[PROBE_TABLES];
+    struct prof_quiet *q;
+    double slowdown;
+    size_t i, made = 0;
+    int rv = 0, k;
+
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return sd_diag_set(d, SD_ENOMEM, "out of memory");
+    q->be = be;
+    q->timing = *timing;
+    q->timing.warmup = 1;
+    q->timing.repeats = 5;
+    memset(traces, 0, sizeof(traces));
+    memset(items, 0, sizeof(items));
+    for (i = 0; i < PROBE_TABLES && rv == 0; i++, made++) {
+        struct table t;
+
+        memset(&t, 0, sizeof(t));
+        snprintf(t.name, sizeof(t.name), "probe%zu", i);
+        t.rows = shape[i].rows;
+        t.dim = shape[i].dim;
+        t.pooling_factor = 8;
+        t.bins[shape[i].bin] = 1;
+        rv = trace_from_table(&t, PROBE_BAGS, 0x7175696574ull + i, &traces[i]);
+        items[i].trace = &traces[i];
+        items[i].cols = shape[i].dim;
+    }
+    if (rv != 0)
+        sd_diag_set(d, rv, "making the quiet probe: %s", sd_strerror(rv));
+    else
+        rv =
+            open_shard(be, device, items, PROBE_TABLES, false, 0, &q->shard, d);
+    for (i = 0; i < made; i++)
+        trace_destroy(&traces[i]);
+    if (rv != 0)
+        goto out_free_q;
+    q->quiet_ms = INFINITY;
+    for (k = 0; k < 3 && rv == 0; k++)
+        rv = prof_quiet_probe(q, &slowdown);
+    if (rv != 0) {
+        if (rv != SD_ECANCELED)
+            sd_diag_set(d, rv, "%s device %d: timing the quiet probe: %s",
+                        be->name, (int)device, sd_strerror(rv));
+        goto out_close_shard;
+    }
+    *out = q;
+    return 0;
+
+out_close_shard:
+    be->shard_close(q->shard);
+out_free_q:
+    free(q);
+    return rv;
+}
+
+void prof_quiet_close(struct prof_quiet *q)
+{
+    if (q == NULL)
+        return;
+    q->be->shard_close(q->shard);
+    free(q);
+}
+
+/* Times the probe: *ms, the median; the quiet time lowered to it. */
+static int quiet_time(struct prof_quiet *q, double *ms)
+{
+    struct kern_timing tm;
+    int rv = q->be->shard_time(q->shard, &q->timing, &tm);
+
+    if (rv != 0)
+        return rv;
+    *ms = tm.median_ms;
+    if (tm.median_ms < q->quiet_ms)
+        q->quiet_ms = tm.median_ms;
+    return 0;
+}
+
+int prof_quiet_probe(struct prof_quiet *q, double *slowdown)
+{
+    double ms;
+    int rv = quiet_time(q, &ms);
+
+    if (rv == 0)
+        *slowdown = q->quiet_ms > 0 ? ms / q->quiet_ms : 1;
+    return rv;
+}
+
+double prof_quiet_ms(const struct prof_quiet *q)
+{
+    return q->quiet_ms;
 }
 
 int prof_profile_name(const struct kern_backend *be, int32_t device,
@@ -195,6 +330,8 @@ void prof_run_params_default(struct prof_run_params *p)
     p->p_rows = PROF_P_ROWS;
     sample_params_default(&p->shape);
     kern_timing_opts_default(&p->timing);
+    p->quiet_tolerance = PROF_QUIET_TOLERANCE;
+    p->quiet_wait_s = PROF_QUIET_WAIT_S;
 }
 
 void prof_run_params_family(struct prof_run_params *p, int family)
@@ -496,6 +633,69 @@ static int measure_sample(const struct prof_run_params *p,
     return 0;
 }
 
+/* Sleeps about `s` seconds, returning early on a stop or an abort. */
+static void pause_s(const struct prof_run_params *p, double s)
+{
+    struct timespec slice = {0, 50 * 1000 * 1000};
+    double until = now_s() + s;
+
+    while (now_s() < until) {
+        if ((p->stop != NULL && atomic_load(p->stop) != 0) ||
+            (p->timing.abort != NULL && atomic_load(p->timing.abort) != 0))
+            return;
+        nanosleep(&slice, NULL);
+    }
+}
+
+/*
+ * One sample between two probes (the quiet check, profiler.h): *keep false
+ * when either probe was too slow and the sample is to be measured again.
+ * *busy_since is when the sample's first slow try was (0: none yet).
+ */
+static int measure_quiet(const struct prof_run_params *p,
+                         const struct family_params *sp,
+                         const struct table *pool, uint64_t i,
+                         struct prof_quiet *q, double *busy_since,
+                         struct store_sample *s, bool *keep,
+                         struct prof_run_result *res, struct sd_diag *d)
+{
+    double before, after, slow;
+    int rv;
+
+    *keep = true;
+    if (q == NULL)
+        return measure_sample(p, sp, pool, i, s, d);
+    rv = quiet_time(q, &before);
+    if (rv == 0)
+        rv = measure_sample(p, sp, pool, i, s, d);
+    if (rv == 0)
+        rv = quiet_time(q, &after);
+    if (rv != 0)
+        return rv;
+    slow = (before > after ? before : after) / q->quiet_ms;
+    if (slow > res->max_slowdown)
+        res->max_slowdown = slow;
+    if (slow <= 1 + p->quiet_tolerance) {
+        *busy_since = 0;
+        return 0;
+    }
+    if (*busy_since == 0)
+        *busy_since = now_s();
+    if (now_s() - *busy_since < p->quiet_wait_s) {
+        *keep = false;
+        res->remeasured++;
+        if (p->busy != NULL)
+            p->busy(p->progress_ctx, slow);
+        pause_s(p, 0.5);
+        return 0;
+    }
+    /* Slow for quiet_wait_s: the device is this slow now. */
+    res->kept_busy++;
+    q->quiet_ms = before < after ? before : after;
+    *busy_since = 0;
+    return 0;
+}
+
 /* The pool's tables at the profile's batch. */
 static void pool_params(const struct prof_run_params *p,
                         struct family_params *sp)
@@ -523,15 +723,19 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     struct family_params sp;
     struct store_sample s;
     struct table *pool = NULL, *shard = NULL;
+    struct prof_quiet *own_quiet = NULL, *quiet;
     uint64_t have = 0, pending = 0;
-    double start = now_s();
+    double start = now_s(), busy_since = 0;
+    bool keep;
     int rv;
 
     memset(res, 0, sizeof(*res));
     if (p->shape.max_tables == 0 || p->shape.max_tables > PROF_SHARD_TABLES ||
         p->plan_devices < 0 || p->plan_devices > PROF_PLAN_DEVICES ||
         p->commit_every == 0 || p->pool_tables == 0 || p->family < 0 ||
-        !(p->p_rows >= 0 && p->p_rows <= 1) || p->family > FAMILY_MIX)
+        !(p->p_rows >= 0 && p->p_rows <= 1) || p->family > FAMILY_MIX ||
+        !(p->quiet_tolerance >= 0 && p->quiet_tolerance <= 10) ||
+        !(p->quiet_wait_s >= 0 && p->quiet_wait_s <= 86400))
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
     rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
                            sizeof(res->profile), d);
@@ -573,6 +777,18 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         goto out_free;
     }
 
+    if (p->quiet_tolerance > 0 && p->quiet == NULL) {
+        rv = prof_quiet_open(p->be, p->device, &p->timing, &own_quiet, d);
+        if (rv == SD_ECANCELED) {
+            rv = 0;
+            res->interrupted = true;
+            goto out_free;
+        }
+        if (rv != 0)
+            goto out_free;
+    }
+    quiet = p->quiet_tolerance > 0 ? (p->quiet ? p->quiet : own_quiet) : NULL;
+
     while (have + res->added < p->target_samples) {
         if ((p->stop != NULL && atomic_load(p->stop) != 0) ||
             (p->max_seconds > 0 && now_s() - start >= p->max_seconds)) {
@@ -585,7 +801,10 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         s.tables = shard;
         snprintf(s.device, sizeof(s.device), "%s", info.name);
         snprintf(s.source, sizeof(s.source), "random");
-        rv = measure_sample(p, &sp, pool, have + res->added + pending, &s, d);
+        rv = measure_quiet(p, &sp, pool, have + res->added + pending, quiet,
+                           &busy_since, &s, &keep, res, d);
+        if (rv == 0 && !keep)
+            continue; /* measured while the device was busy: again */
         if (rv == SD_ECANCELED) { /* p->timing.abort: the sample is dropped */
             rv = 0;
             res->interrupted = true;
@@ -622,6 +841,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
                     res->added, now_s() - start);
 
 out_free:
+    prof_quiet_close(own_quiet);
     free(shard);
     if (p->pool == NULL)
         free(pool);

@@ -162,7 +162,60 @@ struct prof_run_params {
      * like the devices of greedy plans of random tasks on N devices of
      * 4 GiB (shape.max_tables does not apply). */
     int32_t plan_devices;
+    /*
+     * The quiet check (struct prof_quiet below): a sample whose probe,
+     * timed just before and just after it, ran more than quiet_tolerance
+     * slower than the device's quiet time is measured again; 0 turns the
+     * check off.  Default PROF_QUIET_TOLERANCE.  quiet_wait_s bounds the
+     * retries of one sample (default PROF_QUIET_WAIT_S): after that long
+     * the device is taken to be that slow now and the sample is kept.
+     */
+    double quiet_tolerance;
+    double quiet_wait_s;
+    /* The probe and its quiet time, kept by a caller that runs prof_run()
+     * repeatedly (the daemon), so the quiet time outlives a run; NULL:
+     * prof_run() opens one for the run. */
+    struct prof_quiet *quiet;
+    /* Called before a contended sample is measured again, with the probe's
+     * time over its quiet time (e.g. 1.4); may be NULL.  progress_ctx. */
+    void (*busy)(void *ctx, double slowdown);
 };
+
+/* Defaults of the quiet check: 10 % (about three times a quiet probe's own
+ * spread here), and a minute's retries for one sample. */
+#define PROF_QUIET_TOLERANCE 0.10
+#define PROF_QUIET_WAIT_S    60.0
+
+/*
+ * The quiet check.  Labels measured while another process shares the device
+ * (a build on the other core of a 2-CPU VM, a second job on a GPU) are slower
+ * than the device is, by 5 to 70 % here (docs/models.md, "Quiet samples"),
+ * and a cost model trained on them learns the neighbour's load.  The probe is
+ * a fixed shard of two tables, one beyond the last-level cache and one
+ * inside it, timed (1 warm-up, 5 steps, the median) before and after each
+ * sample; its quiet time is the fastest probe seen.  A sample either probe of
+ * which is slower than (1 + tolerance) x the quiet time is dropped and
+ * measured again after a short pause, so every kept sample was measured
+ * between two quiet probes.
+ */
+struct prof_quiet;
+
+/* Opens a probe on `device` of `be` (its weights and lookups: about 70 MB)
+ * and times it three times for a first quiet time.  *out is owned by the
+ * caller (prof_quiet_close()).  Returns 0, SD_ENOMEM or the backend's
+ * error, with d set. */
+int prof_quiet_open(const struct kern_backend *be, int32_t device,
+                    const struct kern_timing_opts *timing,
+                    struct prof_quiet **out, struct sd_diag *d);
+void prof_quiet_close(struct prof_quiet *q);
+
+/* Times the probe once: *slowdown is its time over the quiet time (which
+ * it lowers when faster).  Returns 0, SD_ECANCELED (timing.abort) or the
+ * backend's error. */
+int prof_quiet_probe(struct prof_quiet *q, double *slowdown);
+
+/* The quiet time in ms (the fastest probe so far). */
+double prof_quiet_ms(const struct prof_quiet *q);
 
 /*
  * The table pool of a run: the shapes of pool_tables tables of `family` and
@@ -210,10 +263,15 @@ void prof_family_label(int pool_family, const size_t *idx, size_t k, char *out,
 struct prof_run_result {
     char profile[STORE_NAME_MAX];
     int64_t profile_id;
-    uint64_t existing; /* samples the profile had before */
-    uint64_t added;    /* committed by this run */
-    bool interrupted;  /* stopped by *stop, timing.abort (the sample being
-                          timed is dropped) or max_seconds */
+    uint64_t existing;   /* samples the profile had before */
+    uint64_t added;      /* committed by this run */
+    bool interrupted;    /* stopped by *stop, timing.abort (the sample being
+                            timed is dropped) or max_seconds */
+    uint64_t remeasured; /* samples dropped by the quiet check and measured
+                            again */
+    uint64_t kept_busy;  /* samples kept after quiet_wait_s of retries */
+    double max_slowdown; /* the slowest probe beside a sample, over the
+                            quiet time (0 with the check off) */
 };
 
 /*

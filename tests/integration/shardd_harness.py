@@ -309,6 +309,13 @@ class Daemon:
         if ("--policy-after-activation" in _flags(binary) and
                 "--policy-after-activation" not in args):
             self.argv += ["--policy-after-activation", "off"]
+        # No quiet check: tests run daemons and builds side by side on a
+        # 2-CPU machine, where every profiler's probe sees the others and
+        # would retime each sample for a minute (test_profiler checks it).
+        if ("--profiler-quiet-pct" in _flags(binary) and
+                "profiler_quiet_pct" not in from_config and
+                "--profiler-quiet-pct" not in args):
+            self.argv += ["--profiler-quiet-pct", "0"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:

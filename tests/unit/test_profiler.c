@@ -24,6 +24,7 @@ static void params(struct prof_run_params *p, uint64_t target)
     p->timing.warmup = 0;
     p->timing.repeats = 2;
     p->timing.flush = false;
+    p->quiet_tolerance = 0; /* test_quiet() checks the quiet check */
 }
 
 static struct store *open_db(const char *name)
@@ -239,6 +240,104 @@ static void test_eval_plan(void)
     plan_destroy(&p);
 }
 
+/*
+ * The quiet check with a scripted probe: the cpu backend times the samples,
+ * and the probe (the one shard opened outside the arena) takes 1 ms, or 2 ms
+ * on the calls listed in slow_calls.  Calls 1-3 are prof_quiet_open()'s;
+ * sample k is measured between calls 4 + 2k and 5 + 2k while kept.
+ */
+static const struct kern_backend *cpu_be;
+static struct kern_shard *probe_shard;
+static int probe_calls, slow_from, slow_to;
+
+static int scripted_open(int32_t device, const struct kern_shard_desc *desc,
+                         struct kern_shard **out, struct sd_diag *d)
+{
+    int rv = cpu_be->shard_open(device, desc, out, d);
+
+    if (rv == 0 && !desc->reuse_weights)
+        probe_shard = *out;
+    return rv;
+}
+
+static int scripted_time(struct kern_shard *s, const struct kern_timing_opts *o,
+                         struct kern_timing *out)
+{
+    int rv = cpu_be->shard_time(s, o, out);
+
+    if (rv != 0 || s != probe_shard)
+        return rv;
+    probe_calls++;
+    out->median_ms =
+        probe_calls >= slow_from && probe_calls <= slow_to ? 2.0 : 1.0;
+    return 0;
+}
+
+static void test_quiet(void)
+{
+    struct kern_backend be;
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *a = open_db("quiet.db"), *b = open_db("noquiet.db"),
+                 *c = open_db("busy.db");
+    struct store_sample *sa = NULL, *sb = NULL;
+    size_t na = 0, nb = 0, i, t;
+    struct sd_diag d;
+    int same = 1;
+
+    CHECK(a != NULL && b != NULL && c != NULL);
+    if (a == NULL || b == NULL || c == NULL)
+        return;
+    cpu_be = kern_backend_get("cpu", NULL);
+    be = *cpu_be;
+    be.shard_open = scripted_open;
+    be.shard_time = scripted_time;
+
+    /* Sample 1's second probe (call 7) is slow: it is measured again (calls
+     * 8 and 9), and the profile holds the same shards as without the check. */
+    params(&p, 3);
+    p.be = &be;
+    p.quiet_tolerance = 0.10;
+    probe_calls = 0, slow_from = slow_to = 7;
+    CHECK(prof_run(a, &p, &r, &d) == 0);
+    CHECK(r.added == 3 && r.remeasured == 1 && r.kept_busy == 0);
+    CHECK(r.max_slowdown == 2.0);
+    CHECK(probe_calls == 3 + 2 * 4);
+    p.be = cpu_be;
+    p.quiet_tolerance = 0;
+    CHECK(prof_run(b, &p, &r, &d) == 0 && r.added == 3 && r.remeasured == 0);
+    load(a, r.profile_id, &sa, &na);
+    load(b, r.profile_id, &sb, &nb);
+    CHECK(na == 3 && nb == 3);
+    for (i = 0; i < na && i < nb; i++) {
+        same &= sa[i].ntables == sb[i].ntables;
+        for (t = 0; t < sa[i].ntables && same; t++)
+            same &= sa[i].tables[t].rows == sb[i].tables[t].rows &&
+                    sa[i].tables[t].dim == sb[i].tables[t].dim;
+    }
+    CHECK(same);
+
+    /* Slow from the first sample on, and no time to wait: the first sample
+     * is kept as measured and the slower probe becomes the quiet time, so
+     * the next ones pass. */
+    p.be = &be;
+    p.quiet_tolerance = 0.10;
+    p.quiet_wait_s = 0;
+    probe_calls = 0, slow_from = 4, slow_to = 1000;
+    CHECK(prof_run(c, &p, &r, &d) == 0);
+    CHECK(r.added == 3 && r.remeasured == 0 && r.kept_busy == 1);
+    CHECK(probe_calls == 3 + 2 * 3);
+
+    /* A tolerance out of range is refused, not ignored. */
+    p.quiet_tolerance = -0.5;
+    CHECK(prof_run(c, &p, &r, &d) == SD_EINVAL);
+    store_samples_free(sa, na);
+    store_samples_free(sb, nb);
+    store_close(a);
+    store_close(b);
+    store_close(c);
+}
+
 int main(void)
 {
     char cmd[128];
@@ -251,6 +350,7 @@ int main(void)
     test_dtypes();
     test_stop();
     test_eval_plan();
+    test_quiet();
     rv = tap_done();
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
