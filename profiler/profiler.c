@@ -296,11 +296,6 @@ int prof_quiet_probe(struct prof_quiet *q, double *slowdown)
     return rv;
 }
 
-double prof_quiet_ms(const struct prof_quiet *q)
-{
-    return q->quiet_ms;
-}
-
 int prof_profile_name(const struct kern_backend *be, int32_t device,
                       int64_t batch_size, char *buf, size_t cap,
                       struct sd_diag *d)

@@ -214,9 +214,6 @@ void prof_quiet_close(struct prof_quiet *q);
  * backend's error. */
 int prof_quiet_probe(struct prof_quiet *q, double *slowdown);
 
-/* The quiet time in ms (the fastest probe so far). */
-double prof_quiet_ms(const struct prof_quiet *q);
-
 /*
  * The table pool of a run: the shapes of pool_tables tables of `family` and
  * `seed` (family_shapes(): rows, dim, dtype, expected pooling factor; no
