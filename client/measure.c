@@ -152,11 +152,11 @@ int measure_profile(const struct ctl_opts *o)
     if (res.remeasured > 0 || res.kept_busy > 0)
         fprintf(stderr,
                 "profile: %llu measurements dropped and made again while the "
-                "device was busy (probe up to %.2fx its quiet time)%s\n",
+                "device was busy (probe up to %.2fx its quiet time); %llu "
+                "samples kept after a minute of retries (the device stayed "
+                "slower)\n",
                 (unsigned long long)res.remeasured, res.max_slowdown,
-                res.kept_busy ? "; some samples were kept after a minute of "
-                                "retries: the device stayed slower"
-                              : "");
+                (unsigned long long)res.kept_busy);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv),
                         "profile: %s (committed samples are kept)", d.msg);

@@ -83,14 +83,26 @@ grep -q "^why: device [0-9]* is the slowest; driven by" "$DIR/human.txt" &&
 
 # --- measuring: profile (resumable) and eval ---------------------------------
 FAST="--batch-size 64 --warmup 0 --repeats 2 --no-flush"
+# Profiles beside other tests: the quiet check would retime every sample
+# (it is checked on its own below and in test_profiler).
+QUIET="--quiet-tolerance 0"
 # shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/p.db" --samples 3 --max-gb 0.05 --seed 2 $FAST \
+"$CTL" profile --db "$DIR/p.db" --samples 3 --max-gb 0.05 --seed 2 $FAST $QUIET \
     2>"$DIR/err" && grep -q "3 samples added, 3 in the store" "$DIR/err" &&
     ok || bad "profile: $(cat "$DIR/err")"
 # shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST \
+"$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST $QUIET \
     2>"$DIR/err" && grep -q "2 samples added, 5 in the store" "$DIR/err" &&
     ok || bad "profile resume: $(cat "$DIR/err")"
+# The quiet check on the real backend: two samples, each between two probe
+# timings (on a busy machine a sample may be retimed, for a minute at
+# most), and a tolerance out of range named.
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/q.db" --samples 2 --max-gb 0.05 --seed 2 $FAST \
+    2>"$DIR/err" && grep -q "2 samples added, 2 in the store" "$DIR/err" &&
+    ok || bad "profile with the quiet check: $(cat "$DIR/err")"
+expect_fail 2 'quiet-tolerance' profile --db "$DIR/q.db" --samples 3 \
+    --quiet-tolerance -1
 # Profiles into store $1 with the options after $2 (and $FAST), then checks
 # the tables a shard of its samples by the Python expression $2 over their
 # list n.
@@ -99,7 +111,7 @@ profile_sizes() {
     expr=$2
     shift 2
     # shellcheck disable=SC2086
-    "$CTL" profile --db "$db" "$@" $FAST 2>"$DIR/err" || return 1
+    "$CTL" profile --db "$db" "$@" $FAST $QUIET 2>"$DIR/err" || return 1
     python3 - "$db" "$expr" <<'PY'
 import sqlite3, sys
 n = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
@@ -140,7 +152,7 @@ expect_fail 2 'not in the tables file' eval --tables "$DIR/small.json" \
 # train: a model from the store's samples, stored and written to a file that
 # plan --model uses; damaged or foreign files are refused.
 # shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/p.db" --samples 24 --max-gb 0.05 --seed 2 $FAST \
+"$CTL" profile --db "$DIR/p.db" --samples 24 --max-gb 0.05 --seed 2 $FAST $QUIET \
     2>"$DIR/err" && ok || bad "profile for train: $(cat "$DIR/err")"
 "$CTL" train --db "$DIR/p.db" --epochs 5 --activate --out "$DIR/m.sdcn" \
     >"$DIR/train.txt" 2>"$DIR/err" && ok || bad "train: $(cat "$DIR/err")"
@@ -362,7 +374,7 @@ expect_fail 2 '--model is for training without --db' train-policy \
 # Ctrl-C: the run stops after its current sample, keeps every committed
 # one (exit 130), and the same command resumes from there.
 # shellcheck disable=SC2086
-"$CTL" profile --db "$DIR/int.db" --samples 100000 --max-gb 0.05 $FAST \
+"$CTL" profile --db "$DIR/int.db" --samples 100000 --max-gb 0.05 $FAST $QUIET \
     2>"$DIR/int.err" &
 pid=$!
 # Interrupt once the first batch is committed (its progress line is out).
@@ -383,7 +395,7 @@ else
 fi
 # shellcheck disable=SC2086
 "$CTL" profile --db "$DIR/int.db" --samples $((kept + 1)) --max-gb 0.05 \
-    $FAST 2>"$DIR/err" &&
+    $FAST $QUIET 2>"$DIR/err" &&
     grep -q "1 samples added, $((kept + 1)) in the store" "$DIR/err" &&
     ok || bad "profile resume after Ctrl-C: $(cat "$DIR/err")"
 expect_fail 2 '--backend' profile --db "$DIR/p.db" --samples 1 \

@@ -70,7 +70,7 @@ class CrashTest(unittest.TestCase):
         ctl = os.path.join(os.path.dirname(SHARDD), "shardctl")
         r = subprocess.run([ctl, "profile", "--db", cls.db, "--samples", "24",
                             "--max-gb", "0.05", "--warmup", "1", "--repeats",
-                            "3", "--no-flush"],
+                            "3", "--no-flush", "--quiet-tolerance", "0"],
                            capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError("shardctl profile: " + r.stderr)

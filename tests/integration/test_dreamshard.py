@@ -155,7 +155,8 @@ class StoredModelTest(Base):
         cls.data = H.tempfile.mkdtemp(prefix="sdi-dream-")
         db = os.path.join(cls.data, "shardd.db")
         run(ctl(), "profile", "--db", db, "--samples", "24", "--max-gb", "0.05",
-            "--warmup", "1", "--repeats", "3", "--no-flush")
+            "--warmup", "1", "--repeats", "3", "--no-flush",
+            "--quiet-tolerance", "0")
         out = run(ctl(), "train", "--db", db, "--epochs", "20", "--activate")
         cls.model = re.match(r"model (\d+)", out).group(1)
         cls.d = H.Daemon(SHARDD, data_dir=cls.data,

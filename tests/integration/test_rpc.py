@@ -629,7 +629,8 @@ class RetrainTest(Base):
         p = subprocess.run([ctl, "profile", "--db",
                             os.path.join(cls.data, "shardd.db"), "--samples",
                             str(MAX_SAMPLES - 8), "--max-gb", "0.05", "--warmup", "1",
-                            "--repeats", "3", "--no-flush"],
+                            "--repeats", "3", "--no-flush",
+                            "--quiet-tolerance", "0"],
                            capture_output=True, text=True, timeout=300)
         if p.returncode != 0:
             raise RuntimeError("shardctl profile: " + p.stderr)
@@ -1118,7 +1119,8 @@ class GateTest(Base):
         p = subprocess.run([ctl, "profile", "--db", cls.db, "--samples", "30",
                             "--backend", "cpu", "--batch-size", "4096",
                             "--max-gb", "0.05", "--warmup", "1", "--repeats", "3",
-                            "--no-flush"], capture_output=True, text=True, timeout=300)
+                            "--no-flush", "--quiet-tolerance", "0"],
+                           capture_output=True, text=True, timeout=300)
         if p.returncode != 0:
             raise RuntimeError("shardctl profile: " + p.stderr)
         # A thousand times faster than measured: the embedded model (or none)
@@ -1309,7 +1311,8 @@ class ReloadTest(Base):
         ctl = os.path.join(os.path.dirname(SHARDD), "shardctl")
         p = subprocess.run([ctl, "profile", "--db", os.path.join(data, "shardd.db"),
                             "--samples", "24", "--backend", "cpu", "--batch-size", "4096",
-                            "--max-gb", "0.01", "--warmup", "0", "--repeats", "1"],
+                            "--max-gb", "0.01", "--warmup", "0", "--repeats", "1",
+                            "--quiet-tolerance", "0"],
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
 
