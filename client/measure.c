@@ -153,8 +153,8 @@ int measure_profile(const struct ctl_opts *o)
         fprintf(stderr,
                 "profile: %llu measurements dropped and made again while the "
                 "device was busy (probe up to %.2fx its quiet time); %llu "
-                "samples kept after a minute of retries (the device stayed "
-                "slower)\n",
+                "samples kept after half an hour of retries (the device "
+                "stayed slower)\n",
                 (unsigned long long)res.remeasured, res.max_slowdown,
                 (unsigned long long)res.kept_busy);
     if (rv != 0)

@@ -311,7 +311,8 @@ class Daemon:
             self.argv += ["--policy-after-activation", "off"]
         # No quiet check: tests run daemons and builds side by side on a
         # 2-CPU machine, where every profiler's probe sees the others and
-        # would retime each sample for a minute (test_profiler checks it).
+        # would retime each sample for up to half an hour (test_profiler
+        # checks it).
         if ("--profiler-quiet-pct" in _flags(binary) and
                 "profiler_quiet_pct" not in from_config and
                 "--profiler-quiet-pct" not in args):
