@@ -1308,7 +1308,7 @@ static void test_profiler_steps_aside(void)
     c.profiler = true;
     c.profiler_idle_ms = 0;
     c.profiler_max_samples = 1000;
-    c.profiler_max_mb = 64; /* small shards: see PROFW_TEST_BATCH */
+    c.profiler_max_mb = 64;   /* small shards: see PROFW_TEST_BATCH */
     c.profiler_quiet_pct = 0; /* the gate counts the samples' timings only */
     CHECK(conf_snap_new(&c, &cf) == 0);
     gated = kern_backend_cpu;
@@ -1388,7 +1388,7 @@ static void test_profiler_idle_at_start(void)
     setup(&c);
     c.profiler = true;
     c.profiler_idle_ms = 60000;
-    c.profiler_max_mb = 64; /* small shards: see PROFW_TEST_BATCH */
+    c.profiler_max_mb = 64;   /* small shards: see PROFW_TEST_BATCH */
     c.profiler_quiet_pct = 0; /* the gate counts the samples' timings only */
     CHECK(conf_snap_new(&c, &cf) == 0);
     gated = kern_backend_cpu;
@@ -1405,6 +1405,77 @@ static void test_profiler_idle_at_start(void)
      * nice 19 on busy CPUs), it would be timing by now. */
     CHECK(!wait_for(&gate_in, 1, 5000));
     CHECK(stored_samples(db, profile) == 0);
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+    teardown_dir();
+}
+
+/*
+ * The quiet check in the daemon's profiler, with a scripted probe: the
+ * probe (the one shard opened outside the weight arena) takes 1 ms, or
+ * 2 ms on its 7th timing (calls 1-3 are its calibration, sample k is
+ * timed between calls 4 + 2k and 5 + 2k): sample 1 is dropped and
+ * measured again, the profile gets its 3 samples, and the drop is counted
+ * where the metric and the status read it.
+ */
+static struct kern_shard *quiet_probe;
+static atomic_int quiet_calls;
+
+static int quiet_open(int32_t device, const struct kern_shard_desc *desc,
+                      struct kern_shard **out, struct sd_diag *d)
+{
+    int rv = kern_backend_cpu.shard_open(device, desc, out, d);
+
+    if (rv == 0 && !desc->reuse_weights)
+        quiet_probe = *out;
+    return rv;
+}
+
+static int quiet_time(struct kern_shard *sh, const struct kern_timing_opts *o,
+                      struct kern_timing *out)
+{
+    struct kern_timing_opts few = *o;
+    int rv;
+
+    few.warmup = 1;
+    few.repeats = 2;
+    rv = kern_backend_cpu.shard_time(sh, &few, out);
+    if (rv == 0 && sh == quiet_probe)
+        out->median_ms = atomic_fetch_add(&quiet_calls, 1) + 1 == 7 ? 2 : 1;
+    return rv;
+}
+
+static void test_profiler_quiet(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct kern_backend be = kern_backend_cpu;
+    struct sd_diag d;
+    char db[96], profile[STORE_NAME_MAX];
+    uint64_t kept, budget, skipped, remeasured;
+
+    setup(&c);
+    c.profiler = true;
+    c.profiler_idle_ms = 0;
+    c.profiler_max_samples = 3;
+    c.profiler_max_mb = 64;            /* small shards: see PROFW_TEST_BATCH */
+    CHECK(c.profiler_quiet_pct == 10); /* the default */
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    be.shard_open = quiet_open;
+    be.shard_time = quiet_time;
+    atomic_store(&quiet_calls, 0);
+    snprintf(db, sizeof(db), "%s/shardd.db", dir);
+    CHECK(prof_profile_name(&be, 0, PROFW_TEST_BATCH, profile, sizeof(profile),
+                            &d) == 0);
+    profw_init(&pw, &be, db, profile, 0, "cpu", PROFW_TEST_BATCH, 0, cf);
+    CHECK(profw_start(&pw, &d) == 0);
+    CHECK(worker_count(&pw, 3, 60000) == 3);
+    profw_memory(&pw, &kept, &budget, &skipped, &remeasured);
+    CHECK(remeasured == 1);
+    CHECK(atomic_load(&quiet_calls) == 3 + 2 * 4);
+    CHECK(stored_samples(db, profile) == 3);
     profw_destroy(&pw);
     conf_snap_unref(cf);
     conf_free(&c);
@@ -1458,5 +1529,6 @@ int main(void)
     test_proposal_ring();
     test_profiler_steps_aside();
     test_profiler_idle_at_start();
+    test_profiler_quiet();
     return tap_done();
 }
