@@ -483,7 +483,7 @@ static void *prof_main(void *arg)
         if (res.kept_busy > 0)
             sd_log(SD_LOG_WARN,
                    "profiler: the device stayed %.2fx slower than quiet for "
-                   "a minute; samples are measured at that speed now",
+                   "half an hour; samples are measured at that speed now",
                    res.max_slowdown);
         if (rv != 0 && rv != SD_ECANCELED && !have_proposal) {
             /* A failing device is not retried in a tight loop. */
