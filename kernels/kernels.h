@@ -335,9 +335,10 @@ struct kern_backend {
     /* Times forward + backward + SGD steps (gradients fixed, seeded). */
     int (*shard_time)(struct kern_shard *s, const struct kern_timing_opts *o,
                       struct kern_timing *out);
-    /* Frees what the device keeps between shards (the profiling arena),
-     * unless a shard holds it; NULL where a backend keeps nothing.  The
-     * next arena shard allocates and fills it again. */
+    /* Frees what the device keeps between shards (the profiling arena,
+     * unless a shard holds it, and the cpu's cache-flush buffer, unless a
+     * timing is using it); NULL where a backend keeps nothing.  The next
+     * shard that needs them allocates and fills them again. */
     void (*release)(int32_t device);
     /* Bytes the device keeps between shards now (0 for none). */
     uint64_t (*kept_bytes)(int32_t device);

@@ -23,9 +23,10 @@
 #define CPU_ARENA_TILE  (16 * CPU_ARENA_BLOCK)
 
 /*
- * Per device, for the life of the process: the weight arena of profiling
- * shards (kernels.h, reuse_weights) and the cache-flush buffer, both made
- * on first use so that repeated samples do not fault gigabytes in again.
+ * Per device: the weight arena of profiling shards (kernels.h,
+ * reuse_weights) and the cache-flush buffer, both made on first use and
+ * kept so that repeated samples do not fault gigabytes in again, until
+ * kern_cpu__arena_free() (the backend's release) gives them back.
  * Reachable from here until exit, by design.
  */
 struct cpu_devmem {
@@ -40,6 +41,7 @@ struct cpu_devmem {
     uint8_t *writers;
     uint64_t *flush;
     size_t flush_words;
+    int flush_users; /* timings using flush now (mu) */
 };
 static struct cpu_devmem devmem[CPU_SETSIZE];
 
@@ -301,6 +303,11 @@ void kern_cpu__arena_free(int32_t device)
         m->writers = NULL;
         m->arena_bytes = 0;
     }
+    if (m->flush_users == 0) {
+        free(m->flush);
+        m->flush = NULL;
+        m->flush_words = 0;
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -329,7 +336,8 @@ void kern_cpu__flush_caches(int32_t device)
         p[i] += 1;
 }
 
-/* Makes the device's flush buffer on first use; 0 or SD_ENOMEM. */
+/* Makes the device's flush buffer on first use and counts a timing in;
+ * 0 or SD_ENOMEM. */
 int kern_cpu__flush_get(int32_t device, uint64_t bytes)
 {
     struct cpu_devmem *m = &devmem[device];
@@ -345,6 +353,17 @@ int kern_cpu__flush_get(int32_t device, uint64_t bytes)
             memset(m->flush, 0, m->flush_words * sizeof(uint64_t));
         }
     }
+    if (rv == 0)
+        m->flush_users++;
     pthread_mutex_unlock(&m->mu);
     return rv;
+}
+
+void kern_cpu__flush_put(int32_t device)
+{
+    struct cpu_devmem *m = &devmem[device];
+
+    pthread_mutex_lock(&m->mu);
+    m->flush_users--;
+    pthread_mutex_unlock(&m->mu);
 }

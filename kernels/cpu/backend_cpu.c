@@ -418,6 +418,8 @@ static int cpu_shard_time(struct kern_shard *ks,
     s->abort = o->abort;
     rv = time_steps(s, o, samples);
     s->abort = NULL;
+    if (o->flush)
+        kern_cpu__flush_put(s->device);
     if (restore)
         pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 

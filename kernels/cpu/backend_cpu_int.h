@@ -134,7 +134,11 @@ void kern_cpu__arena_drop(int32_t device);
 void kern_cpu__arena_sanitise(struct cpu_shard *s);
 void kern_cpu__arena_free(int32_t device);
 uint64_t kern_cpu__kept_bytes(int32_t device);
+/* The flush buffer for one timing: kern_cpu__flush_get() makes it on first
+ * use and counts the timing in, kern_cpu__flush_put() counts it out;
+ * kern_cpu__arena_free() frees the buffer when no timing holds it. */
 int kern_cpu__flush_get(int32_t device, uint64_t bytes);
+void kern_cpu__flush_put(int32_t device);
 void kern_cpu__flush_caches(int32_t device);
 
 #endif /* SHARDD_BACKEND_CPU_INT_H */

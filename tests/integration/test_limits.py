@@ -96,9 +96,8 @@ class Limits(unittest.TestCase):
             self.assertEqual(st.profiler_memory_budget_bytes, 768 * MIB)
             self.assertLess(peak * 1024, 1 << 30, "peak RSS of an idle daemon")
             self.assertGreater(st.memory_rss_bytes, 0)
-            # Paused, the arena goes back: what the profiler keeps drops to
-            # the cache-flush buffer, at most 128 MiB (the cpu backend's
-            # CPU_FLUSH_MAX, whatever size of L3 a hypervisor reports).
+            # Paused, the arena and the cache-flush buffer go back: the
+            # profiler keeps nothing.
             H.call(d.channel("unix"), H.SET_PROFILER,
                    H.admin_pb2.SetProfilerRequest(paused=True))
             kept = None
@@ -106,10 +105,10 @@ class Limits(unittest.TestCase):
                 time.sleep(0.2)
                 kept = H.call(d.channel("unix"), H.STATUS,
                               H.admin_pb2.GetStatusRequest()).profiler_memory_bytes
-                if kept <= 128 * MIB:
+                if kept == 0:
                     break
             note("paused: the profiler keeps %d MiB", kept >> 20)
-            self.assertLessEqual(kept, 128 * MIB, "the arena given back")
+            self.assertEqual(kept, 0, "the arena and the flush buffer given back")
         finally:
             self.assertEqual(d.stop(), 0)
             d.cleanup()

@@ -683,6 +683,21 @@ static void test_arena_half(const struct kern_backend *be, uint64_t seed)
     CHECK(tm.repeats == 3 && tm.median_ms > 0.0);
     be->shard_close(s);
 
+    /* Released, the device keeps nothing: the arena and the flush buffer
+     * (made by a timing that flushes) both go back. */
+    kern_timing_opts_default(&o);
+    o.warmup = 0;
+    o.repeats = 1;
+    CHECK(be->shard_open(0, &f.desc, &s, &d) == 0);
+    if (s != NULL) {
+        CHECK(be->shard_time(s, &o, &tm) == 0);
+        be->release(0); /* the arena is held: only the buffer goes */
+        CHECK(be->kept_bytes(0) == need);
+        be->shard_close(s);
+    }
+    be->release(0);
+    CHECK(be->kept_bytes(0) == 0);
+
     /* A cap of these tables' bytes admits them, not all of them as fp32. */
     be->release(0);
     f.desc.arena_max_bytes = need;
