@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "profiler.h"
+#include "shardd/log.h"
 
 
 /* A progress bar on a terminal; a line per 10 % elsewhere (logs). */
@@ -49,14 +49,11 @@ static void show_progress(void *ctx, uint64_t done, uint64_t target,
  * drops many in a row). */
 static void show_busy(void *ctx, double slowdown)
 {
-    static double last;
-    struct timespec ts;
-    double now;
+    static int64_t last;
+    int64_t now = sd_now_ms();
 
     (void)ctx;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-    if (now - last < 10)
+    if (now - last < 10000)
         return;
     last = now;
     fprintf(stderr,

@@ -50,7 +50,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     struct kern_device_info info;
     struct dmodel *m = NULL, *serving = NULL;
     struct sd_diag why;
-    uint64_t n = 0, skipped, remeasured;
+    uint64_t n = 0, skipped;
     int rv;
 
     (void)call;
@@ -96,7 +96,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     jobs_counts(&s->jobs, &out.jobs_queued, &out.jobs_running);
     out.memory_rss_bytes = svc__rss_bytes();
     profw_memory(&s->profw, &out.profiler_memory_bytes,
-                 &out.profiler_memory_budget_bytes, &skipped, &remeasured);
+                 &out.profiler_memory_budget_bytes, &skipped);
     rv = wire_pack(&out.base, resp, resp_len, d);
     dmodel_release(serving);
     dmodel_release(m);

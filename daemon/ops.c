@@ -169,8 +169,8 @@ static void render_profiler(struct svc *s, struct mtext *t)
     uint64_t measured, samples, kept, budget, skipped, remeasured;
     size_t i;
 
-    profw_counts(&s->profw, &measured, &samples);
-    profw_memory(&s->profw, &kept, &budget, &skipped, &remeasured);
+    profw_counts(&s->profw, &measured, &samples, &remeasured);
+    profw_memory(&s->profw, &kept, &budget, &skipped);
     mtext_head(t, "shardd_profiler_state", "gauge",
                "The background profiler's state (1 for the current one).");
     for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)

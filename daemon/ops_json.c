@@ -124,8 +124,8 @@ static json_t *profiler_json(struct svc *s)
 {
     uint64_t measured, samples, kept, budget, skipped, remeasured;
 
-    profw_counts(&s->profw, &measured, &samples);
-    profw_memory(&s->profw, &kept, &budget, &skipped, &remeasured);
+    profw_counts(&s->profw, &measured, &samples, &remeasured);
+    profw_memory(&s->profw, &kept, &budget, &skipped);
     return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "state",
                      svc__profiler_state_name(profw_state(&s->profw)),
                      "measured", (json_int_t)measured, "profile_samples",

@@ -122,23 +122,23 @@ int profw_set_paused(struct profw *p, bool paused, enum profw_state *now,
 }
 
 void profw_counts(struct profw *p, uint64_t *measured,
-                  uint64_t *compute_samples)
+                  uint64_t *compute_samples, uint64_t *remeasured)
 {
     pthread_mutex_lock(&p->mu);
     *measured = p->measured;
     *compute_samples = p->compute_samples;
+    *remeasured = p->remeasured;
     pthread_mutex_unlock(&p->mu);
 }
 
 void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
-                  uint64_t *skipped, uint64_t *remeasured)
+                  uint64_t *skipped)
 {
     pthread_mutex_lock(&p->mu);
     *kept =
         p->be != NULL && p->be->kept_bytes != NULL ? p->be->kept_bytes(0) : 0;
     *budget_bytes = budget(p);
     *skipped = p->skipped;
-    *remeasured = p->remeasured;
     pthread_mutex_unlock(&p->mu);
 }
 

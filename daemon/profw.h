@@ -111,15 +111,15 @@ int profw_set_paused(struct profw *p, bool paused, enum profw_state *now,
                      struct sd_diag *d);
 enum profw_state profw_state(struct profw *p);
 
-/* Samples this daemon measured, and the profile's count. */
+/* Samples this daemon measured, the profile's count, and measurements the
+ * quiet check dropped and made again. */
 void profw_counts(struct profw *p, uint64_t *measured,
-                  uint64_t *compute_samples);
+                  uint64_t *compute_samples, uint64_t *remeasured);
 
 /* What the backend keeps for the profiler now, the memory budget of one
- * measurement (profiler_max_mb), proposals skipped for it, and
- * measurements the quiet check dropped and made again. */
+ * measurement (profiler_max_mb), and proposals skipped for it. */
 void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
-                  uint64_t *skipped, uint64_t *remeasured);
+                  uint64_t *skipped);
 
 /*
  * Queues the device shards of a plan made at the profile's batch for

@@ -194,6 +194,21 @@ struct prof_quiet {
     double quiet_ms;
 };
 
+/* Times the probe: *ms, the median; the quiet time lowered to it.  Returns
+ * 0, SD_ECANCELED (timing.abort) or the backend's error. */
+static int quiet_time(struct prof_quiet *q, double *ms)
+{
+    struct kern_timing tm;
+    int rv = q->be->shard_time(q->shard, &q->timing, &tm);
+
+    if (rv != 0)
+        return rv;
+    *ms = tm.median_ms;
+    if (tm.median_ms < q->quiet_ms)
+        q->quiet_ms = tm.median_ms;
+    return 0;
+}
+
 int prof_quiet_open(const struct kern_backend *be, int32_t device,
                     const struct kern_timing_opts *timing,
                     struct prof_quiet **out, struct sd_diag *d)
@@ -210,7 +225,7 @@ int prof_quiet_open(const struct kern_backend *be, int32_t device,
     struct trace traces[PROBE_TABLES];
     struct prof_item items[PROBE_TABLES];
     struct prof_quiet *q;
-    double slowdown;
+    double ms;
     size_t i, made = 0;
     int rv = 0, k;
 
@@ -247,7 +262,7 @@ int prof_quiet_open(const struct kern_backend *be, int32_t device,
         goto out_free_q;
     q->quiet_ms = INFINITY;
     for (k = 0; k < 3 && rv == 0; k++)
-        rv = prof_quiet_probe(q, &slowdown);
+        rv = quiet_time(q, &ms);
     if (rv != 0) {
         if (rv != SD_ECANCELED)
             sd_diag_set(d, rv, "%s device %d: timing the quiet probe: %s",
@@ -270,30 +285,6 @@ void prof_quiet_close(struct prof_quiet *q)
         return;
     q->be->shard_close(q->shard);
     free(q);
-}
-
-/* Times the probe: *ms, the median; the quiet time lowered to it. */
-static int quiet_time(struct prof_quiet *q, double *ms)
-{
-    struct kern_timing tm;
-    int rv = q->be->shard_time(q->shard, &q->timing, &tm);
-
-    if (rv != 0)
-        return rv;
-    *ms = tm.median_ms;
-    if (tm.median_ms < q->quiet_ms)
-        q->quiet_ms = tm.median_ms;
-    return 0;
-}
-
-int prof_quiet_probe(struct prof_quiet *q, double *slowdown)
-{
-    double ms;
-    int rv = quiet_time(q, &ms);
-
-    if (rv == 0)
-        *slowdown = q->quiet_ms > 0 ? ms / q->quiet_ms : 1;
-    return rv;
 }
 
 int prof_profile_name(const struct kern_backend *be, int32_t device,

@@ -204,17 +204,12 @@ struct prof_quiet;
 
 /* Opens a probe on `device` of `be` (its weights and lookups: about 70 MB)
  * and times it three times for a first quiet time.  *out is owned by the
- * caller (prof_quiet_close()).  Returns 0, SD_ENOMEM or the backend's
- * error, with d set. */
+ * caller (prof_quiet_close()).  Returns 0, SD_ECANCELED (timing->abort),
+ * SD_ENOMEM or the backend's error, with d set. */
 int prof_quiet_open(const struct kern_backend *be, int32_t device,
                     const struct kern_timing_opts *timing,
                     struct prof_quiet **out, struct sd_diag *d);
 void prof_quiet_close(struct prof_quiet *q);
-
-/* Times the probe once: *slowdown is its time over the quiet time (which
- * it lowers when faster).  Returns 0, SD_ECANCELED (timing.abort) or the
- * backend's error. */
-int prof_quiet_probe(struct prof_quiet *q, double *slowdown);
 
 /*
  * The table pool of a run: the shapes of pool_tables tables of `family` and

@@ -48,15 +48,32 @@ static void load(struct store *st, int64_t profile, struct store_sample **s,
                              &d) == 0);
 }
 
+/* Whether the first n samples of a and b are the same shards: as many
+ * tables, of the same rows and dims. */
+static bool same_shards(const struct store_sample *a,
+                        const struct store_sample *b, size_t n)
+{
+    size_t i, t;
+
+    for (i = 0; i < n; i++) {
+        if (a[i].ntables != b[i].ntables)
+            return false;
+        for (t = 0; t < a[i].ntables; t++)
+            if (a[i].tables[t].rows != b[i].tables[t].rows ||
+                a[i].tables[t].dim != b[i].tables[t].dim)
+                return false;
+    }
+    return true;
+}
+
 static void test_run_and_resume(void)
 {
     struct prof_run_params p;
     struct prof_run_result r1, r2, r3;
     struct store *a = open_db("a.db"), *b = open_db("b.db");
     struct store_sample *sa = NULL, *sb = NULL;
-    size_t na = 0, nb = 0, i, t;
+    size_t na = 0, nb = 0, i;
     struct sd_diag d;
-    int same = 1;
 
     CHECK(a != NULL && b != NULL);
     if (a == NULL || b == NULL)
@@ -74,15 +91,12 @@ static void test_run_and_resume(void)
     load(a, r1.profile_id, &sa, &na);
     load(b, r3.profile_id, &sb, &nb);
     CHECK(na == 7 && nb == 7);
-    for (i = 0; i < na && i < nb; i++) {
-        same &= sa[i].ntables == sb[i].ntables;
-        for (t = 0; t < sa[i].ntables && same; t++)
-            same &= sa[i].tables[t].rows == sb[i].tables[t].rows &&
-                    sa[i].tables[t].dim == sb[i].tables[t].dim;
+    for (i = 0; i < na; i++) {
         CHECK(sa[i].measured_ms > 0 && sa[i].spread_ms >= 0);
         CHECK(sa[i].ntables >= 1 && sa[i].ntables <= 3);
     }
-    CHECK(same); /* sample i is the same shard, resumed or not */
+    /* sample i is the same shard, resumed or not */
+    CHECK(na == nb && same_shards(sa, sb, na));
     store_samples_free(sa, na);
     store_samples_free(sb, nb);
     store_close(a);
@@ -281,9 +295,8 @@ static void test_quiet(void)
     struct store *a = open_db("quiet.db"), *b = open_db("noquiet.db"),
                  *c = open_db("busy.db");
     struct store_sample *sa = NULL, *sb = NULL;
-    size_t na = 0, nb = 0, i, t;
+    size_t na = 0, nb = 0;
     struct sd_diag d;
-    int same = 1;
 
     CHECK(a != NULL && b != NULL && c != NULL);
     if (a == NULL || b == NULL || c == NULL)
@@ -309,13 +322,7 @@ static void test_quiet(void)
     load(a, r.profile_id, &sa, &na);
     load(b, r.profile_id, &sb, &nb);
     CHECK(na == 3 && nb == 3);
-    for (i = 0; i < na && i < nb; i++) {
-        same &= sa[i].ntables == sb[i].ntables;
-        for (t = 0; t < sa[i].ntables && same; t++)
-            same &= sa[i].tables[t].rows == sb[i].tables[t].rows &&
-                    sa[i].tables[t].dim == sb[i].tables[t].dim;
-    }
-    CHECK(same);
+    CHECK(na == nb && same_shards(sa, sb, na));
 
     /* Slow from the first sample on, and no time to wait: the first sample
      * is kept as measured and the slower probe becomes the quiet time, so

@@ -1179,11 +1179,12 @@ static void test_proposal_ring(void)
     CHECK(taken == PROFW_PROPOSALS);
     CHECK(empty == 0);
     {
-        uint64_t kept, budget, skipped, remeasured;
+        uint64_t kept, budget, skipped, measured, samples, remeasured;
 
-        profw_memory(&pw, &kept, &budget, &skipped, &remeasured);
+        profw_memory(&pw, &kept, &budget, &skipped);
         CHECK(budget == (uint64_t)768 << 20);
         CHECK(skipped == 1);
+        profw_counts(&pw, &measured, &samples, &remeasured);
         CHECK(remeasured == 0); /* nothing measured */
     }
     profw_destroy(&pw);
@@ -1276,11 +1277,11 @@ static bool wait_for(atomic_int *flag, int want, long ms)
  */
 static uint64_t worker_count(struct profw *pw, uint64_t want, long ms)
 {
-    uint64_t measured, counted;
+    uint64_t measured, counted, remeasured;
     long t;
 
     for (t = 0;; t += 5) {
-        profw_counts(pw, &measured, &counted);
+        profw_counts(pw, &measured, &counted, &remeasured);
         if (counted == want || t >= ms)
             return counted;
         sleep_ms(5);
@@ -1454,7 +1455,7 @@ static void test_profiler_quiet(void)
     struct kern_backend be = kern_backend_cpu;
     struct sd_diag d;
     char db[96], profile[STORE_NAME_MAX];
-    uint64_t kept, budget, skipped, remeasured;
+    uint64_t measured, counted, remeasured;
 
     setup(&c);
     c.profiler = true;
@@ -1472,7 +1473,7 @@ static void test_profiler_quiet(void)
     profw_init(&pw, &be, db, profile, 0, "cpu", PROFW_TEST_BATCH, 0, cf);
     CHECK(profw_start(&pw, &d) == 0);
     CHECK(worker_count(&pw, 3, 60000) == 3);
-    profw_memory(&pw, &kept, &budget, &skipped, &remeasured);
+    profw_counts(&pw, &measured, &counted, &remeasured);
     CHECK(remeasured == 1);
     CHECK(atomic_load(&quiet_calls) == 3 + 2 * 4);
     CHECK(stored_samples(db, profile) == 3);
