@@ -8,8 +8,9 @@
  * the tables it left and the column search alone, the evaluation and the
  * explanation: what an offline plan waits for), the plan cost, its lower
  * bound and the gap, the greedy runs and how many devices were scored per
- * second of the search (stats.evaluations: one per piece placed, two per
- * move or swap the local search tried) on all its threads and per thread.
+ * second of the search (stats.evaluations: one per piece placed, one or
+ * two per move or swap the local search tried) on all its threads and per
+ * thread.
  *
  * usage: bench_search [repeats] [threads] [max tables]
  *   repeats     runs per case (default 3; 1 for cases of 10,000 tables and

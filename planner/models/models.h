@@ -332,6 +332,11 @@ double net_head_raw(const struct cost_net *m, const float z[NET_H2]);
  * z and result as the two apart. */
 double net_head_step(const struct cost_net *m, float z[NET_H2],
                      const float p[NET_H2], int sign);
+/* net_head_raw(m, t) of t = z + add[0] + add[1] - sub[0] - sub[1] (NULL
+ * terms left out; each column summed in that order), in one pass and
+ * without writing t (the local search's trial of a move or swap). */
+double net_head_delta(const struct cost_net *m, const float z[NET_H2],
+                      const float *const add[2], const float *const sub[2]);
 
 /* Predicted ms of one shard (items' tables cut to their cols). */
 double net_shard_ms(const struct cost_net *m, const struct shard_item *items,

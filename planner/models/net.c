@@ -464,6 +464,29 @@ double net_head_step(const struct cost_net *m, float z[NET_H2],
     return head_pass(m, z, p, sign, z);
 }
 
+double net_head_delta(const struct cost_net *m, const float z[NET_H2],
+                      const float *const add[2], const float *const sub[2])
+{
+    const float *w4 = m->p + NET_W4;
+    float acc[8] = {0};
+    int o, k, q;
+
+    for (o = 0; o < NET_H2; o += 8)
+        for (k = 0; k < 8; k++) {
+            float v = z[o + k];
+
+            for (q = 0; q < 2; q++)
+                if (add[q] != NULL)
+                    v += add[q][o + k];
+            for (q = 0; q < 2; q++)
+                if (sub[q] != NULL)
+                    v -= sub[q][o + k];
+            acc[k] += w4[o + k] * (v > 0 ? v : 0);
+        }
+    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 double net_head_z(const struct cost_net *m, const float z[NET_H2])
 {
     return net_activate(m, net_head_raw(m, z));

@@ -490,8 +490,10 @@ struct plan_search_stats {
     double search_ms;
     int64_t greedy_runs;   /* table-wise greedy placements */
     int64_t states;        /* distinct column-split states scored */
-    int64_t evaluations;   /* devices scored: one per piece placed, two
-                            * per move or swap the local search tries */
+    int64_t evaluations;   /* devices scored: one per piece placed, one
+                            * or two per move or swap the local search
+                            * tries (the second not where the first
+                            * already rules it out) */
     int32_t levels;        /* beam levels run */
     int32_t splits;        /* column splits in the plan */
     int32_t moves;         /* local-search moves and swaps applied */

@@ -616,9 +616,66 @@ static void test_format1_unchanged(void)
     CHECK(net_format_version(&c) == 2);
 }
 
+/*
+ * The local search's trial head (net_head_delta()) is, bit for bit, the
+ * head of z with the pieces added and taken away column by column in its
+ * order, and agrees with placing them one by one (net_head_step()): a
+ * trial that differed in the last bit from the move it stands for could
+ * take a step the search then finds no better.  Every NULL pattern of the
+ * four terms, on random z and projections with some columns near 0 (the
+ * ReLU's edge).
+ */
+static void test_head_delta(void)
+{
+    struct cost_net m;
+    struct rng g;
+    float z[NET_H2], p[4][NET_H2], t[NET_H2], step[NET_H2];
+    int mask, o, q;
+
+    random_net(&m, 7);
+    rng_seed(&g, 8);
+    for (o = 0; o < NET_H2; o++) {
+        z[o] = (float)rng_normal(&g);
+        for (q = 0; q < 4; q++)
+            p[q][o] = o % 5 == 0 ? 0 : (float)(0.5 * rng_normal(&g));
+    }
+    for (mask = 0; mask < 16; mask++) {
+        const float *add[2], *sub[2];
+        double want, got;
+
+        for (q = 0; q < 2; q++) {
+            add[q] = mask >> q & 1 ? p[q] : NULL;
+            sub[q] = mask >> (q + 2) & 1 ? p[q + 2] : NULL;
+        }
+        for (o = 0; o < NET_H2; o++) {
+            t[o] = z[o];
+            for (q = 0; q < 2; q++)
+                if (add[q] != NULL)
+                    t[o] += add[q][o];
+            for (q = 0; q < 2; q++)
+                if (sub[q] != NULL)
+                    t[o] -= sub[q][o];
+        }
+        want = net_head_raw(&m, t);
+        got = net_head_delta(&m, z, add, sub);
+        CHECK(got == want);
+        /* The same as stepping z through the terms in that order. */
+        memcpy(step, z, sizeof(step));
+        want = net_head_raw(&m, step);
+        for (q = 0; q < 2; q++)
+            if (add[q] != NULL)
+                want = net_head_step(&m, step, add[q], +1);
+        for (q = 0; q < 2; q++)
+            if (sub[q] != NULL)
+                want = net_head_step(&m, step, sub[q], -1);
+        CHECK(got == want);
+    }
+}
+
 int main(void)
 {
     test_inference();
+    test_head_delta();
     test_format();
     test_format_v2();
     test_format_v2_refusals();
