@@ -226,6 +226,9 @@ void ns_state_copy(struct ns_state *dst, const struct ns_state *src);
 
 /* ns_greedy.c: devices and the greedy grid search */
 void ns_devs_reset(const struct ns *s, struct ns_devs *d);
+/* dst = src, bit for bit (the tree too). */
+void ns_devs_copy(const struct ns *s, struct ns_devs *dst,
+                  const struct ns_devs *src);
 void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
                    const struct ns_level *lv, int sign);
 /* Adds (sign +1) or takes away (-1) piece lv of `table` on device r,

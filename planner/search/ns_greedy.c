@@ -97,8 +97,8 @@ void ns_devs_reset(const struct ns *s, struct ns_devs *d)
         tree_pull(d, i);
 }
 
-static void devs_copy(const struct ns *s, struct ns_devs *dst,
-                      const struct ns_devs *src)
+void ns_devs_copy(const struct ns *s, struct ns_devs *dst,
+                  const struct ns_devs *src)
 {
     size_t n = (size_t)s->n, t = 2 * (size_t)src->size;
 
@@ -271,7 +271,7 @@ void ns_devs_load(const struct ns *s, struct ns_work *w,
     size_t k, j;
 
     /* The base holds the pinned tables and the scheme pass's shards. */
-    devs_copy(s, &w->dv, &s->base);
+    ns_devs_copy(s, &w->dv, &s->base);
     if (s->fold)
         ns_rings(s, w, st);
     for (k = 0; k < st->np; k++) {
@@ -320,7 +320,7 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
         *next_cap = (double)dims;
     if (w->snap_taken)
         return;
-    devs_copy(s, &w->snap, &w->dv);
+    ns_devs_copy(s, &w->snap, &w->dv);
     w->snap_k = k;
     w->snap_taken = true;
 }
@@ -460,10 +460,10 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
 
     *next_cap = INFINITY;
     if (resume && w->snap_taken) {
-        devs_copy(s, d, &w->snap);
+        ns_devs_copy(s, d, &w->snap);
         k = w->snap_k;
     } else {
-        devs_copy(s, d, &s->base);
+        ns_devs_copy(s, d, &s->base);
     }
     w->snap_taken = false;
     w->greedy_runs++;

@@ -4,7 +4,9 @@
  * two devices of a step re-scored.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "search/neuroshard_int.h"
 
@@ -184,18 +186,86 @@ struct ns_step {
     double cost;
 };
 
+/* One thread's share of a critical round: the pieces on the critical
+ * device whose rank among them is `id` mod `n`, tried on w. */
+struct crit_job {
+    const struct ns *s;
+    struct ns_work *w;
+    const struct ns_state *st;
+    const int32_t *tg;
+    int32_t crit, ntg;
+    int id, n;
+    struct ns_step b; /* in: the cost to beat; out: the share's best */
+};
+
+static void *crit_trials(void *arg)
+{
+    struct crit_job *jb = arg;
+    const struct ns *s = jb->s;
+    const struct ns_state *st = jb->st;
+    struct ns_work *w = jb->w;
+    const int32_t *tg = jb->tg;
+    int32_t crit = jb->crit, q;
+    struct ns_step *b = &jb->b;
+    struct ns_chg cx, cy;
+    size_t i, j, rank = 0;
+
+    for (i = 0; i < st->np; i++) {
+        const struct ns_level *li = piece_level(s, &st->pc[i]);
+
+        if (st->assign[i] != crit || piece_pinned(s, i))
+            continue;
+        if (rank++ % (size_t)jb->n != (size_t)jb->id)
+            continue;
+        for (q = 0; q < jb->ntg; q++) {
+            double c;
+
+            if (!device_ok(s, st->pc[i].table, tg[q]) ||
+                !step_chg(s, w, st, i, tg[q], SIZE_MAX, &cx, &cy))
+                continue;
+            c = try_step(s, w, crit, &cx, tg[q], &cy, li->cols, b->cost);
+            if (c < b->cost)
+                *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
+        }
+        for (j = 0; j < st->np; j++) {
+            const struct ns_level *lj = piece_level(s, &st->pc[j]);
+            double c;
+
+            if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
+                !device_ok(s, st->pc[i].table, tg[0]) ||
+                !device_ok(s, st->pc[j].table, crit) ||
+                !step_chg(s, w, st, i, tg[0], j, &cx, &cy))
+                continue;
+            c = try_step(s, w, crit, &cx, tg[0], &cy, li->cols - lj->cols,
+                         b->cost);
+            if (c < b->cost)
+                *b = (struct ns_step){i, j, tg[0], c};
+        }
+    }
+    return NULL;
+}
+
 /*
  * One round of the critical-device neighbourhood: moves of pieces off the
  * critical device to one of the NS_TARGETS least ready devices, and swaps
- * with pieces of the least ready one.  Improves *b.
+ * with pieces of the least ready one.  Improves *b.  Where the round's
+ * trials would take o->parallel_min placements' worth or more (two
+ * devices scored a trial), the pieces are shared out over the worker
+ * threads, each on a bit-for-bit copy of w's devices; the best of the
+ * shares, the lowest piece on a tie, is the step one thread would take
+ * (it keeps the first best in piece order).  At 856 tables on 8 devices a
+ * round is some 11,000 trials.
  */
-static void round_critical(const struct ns *s, struct ns_work *w,
+static void round_critical(struct ns *s, struct ns_work *w,
                            const struct ns_state *st, struct ns_step *b)
 {
     int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
     double ready[NS_TARGETS];
-    struct ns_chg cx, cy;
-    size_t i, j;
+    struct crit_job job[NS_THREADS_MAX];
+    pthread_t th[NS_THREADS_MAX];
+    bool started[NS_THREADS_MAX] = {false};
+    size_t i, ncrit = 0, nt0 = 0;
+    int t, nt = s->nthreads;
 
     crit = ns_critical_device(s, w);
     /* The least ready devices, least first (insertion: NS_TARGETS is
@@ -220,34 +290,32 @@ static void round_critical(const struct ns *s, struct ns_work *w,
     if (ntg == 0)
         return;
     for (i = 0; i < st->np; i++) {
-        const struct ns_level *li = piece_level(s, &st->pc[i]);
-
-        if (st->assign[i] != crit || piece_pinned(s, i))
+        ncrit += st->assign[i] == crit;
+        nt0 += st->assign[i] == tg[0];
+    }
+    if (2.0 * (double)ncrit * (double)((size_t)ntg + nt0) <
+        (double)s->o->parallel_min)
+        nt = 1;
+    for (t = 0; t < nt; t++) {
+        job[t] =
+            (struct crit_job){s, &s->work[t], st, tg, crit, ntg, t, nt, *b};
+        if (t == 0)
             continue;
-        for (q = 0; q < ntg; q++) {
-            double c;
-
-            if (!device_ok(s, st->pc[i].table, tg[q]) ||
-                !step_chg(s, w, st, i, tg[q], SIZE_MAX, &cx, &cy))
-                continue;
-            c = try_step(s, w, crit, &cx, tg[q], &cy, li->cols, b->cost);
-            if (c < b->cost)
-                *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
-        }
-        for (j = 0; j < st->np; j++) {
-            const struct ns_level *lj = piece_level(s, &st->pc[j]);
-            double c;
-
-            if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
-                !device_ok(s, st->pc[i].table, tg[0]) ||
-                !device_ok(s, st->pc[j].table, crit) ||
-                !step_chg(s, w, st, i, tg[0], j, &cx, &cy))
-                continue;
-            c = try_step(s, w, crit, &cx, tg[0], &cy, li->cols - lj->cols,
-                         b->cost);
-            if (c < b->cost)
-                *b = (struct ns_step){i, j, tg[0], c};
-        }
+        ns_devs_copy(s, &s->work[t].dv, &w->dv);
+        memcpy(s->work[t].comp, w->comp, (size_t)s->n * sizeof(*w->comp));
+        memcpy(s->work[t].ring, w->ring, st->np * sizeof(*w->ring));
+        started[t] = pthread_create(&th[t], NULL, crit_trials, &job[t]) == 0;
+    }
+    crit_trials(&job[0]);
+    for (t = 0; t < nt; t++) {
+        if (t > 0 && started[t])
+            pthread_join(th[t], NULL);
+        else if (t > 0)
+            crit_trials(&job[t]); /* no thread: its share here */
+        if (job[t].b.i != SIZE_MAX &&
+            (job[t].b.cost < b->cost ||
+             (job[t].b.cost == b->cost && job[t].b.i < b->i)))
+            *b = job[t].b;
     }
 }
 
