@@ -303,7 +303,8 @@ static void round_critical(struct ns *s, struct ns_work *w,
             continue;
         ns_devs_copy(s, &s->work[t].dv, &w->dv);
         memcpy(s->work[t].comp, w->comp, (size_t)s->n * sizeof(*w->comp));
-        memcpy(s->work[t].ring, w->ring, st->np * sizeof(*w->ring));
+        if (s->fold) /* the rings ns_held() walks, made only then */
+            memcpy(s->work[t].ring, w->ring, st->np * sizeof(*w->ring));
         started[t] = pthread_create(&th[t], NULL, crit_trials, &job[t]) == 0;
     }
     crit_trials(&job[0]);
