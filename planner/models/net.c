@@ -396,6 +396,14 @@ static net_v4 v4_load(const float *p)
 }
 #endif
 
+/* The head's output from its eight lane sums, added in one fixed order
+ * (head_pass() and net_head_delta() must agree to the bit). */
+static double head_sum(const struct cost_net *m, const float acc[8])
+{
+    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 /*
  * The raw head over z, z + p (sign > 0) or z - p (p not NULL), the updated
  * z written to out (NULL: not kept).  Eight independent sums (a single
@@ -449,8 +457,7 @@ static double head_pass(const struct cost_net *m, const float *z,
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
 #endif
-    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    return head_sum(m, acc);
 }
 
 double net_head_raw(const struct cost_net *m, const float z[NET_H2])
@@ -483,8 +490,7 @@ double net_head_delta(const struct cost_net *m, const float z[NET_H2],
                     v -= sub[q][o + k];
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
-    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    return head_sum(m, acc);
 }
 
 double net_head_z(const struct cost_net *m, const float z[NET_H2])

@@ -265,5 +265,9 @@ int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other);
 
 /* ns_local.c */
 void ns_local(struct ns *s, struct ns_state *st);
+/* Runs fn on jobs[0..n) (n <= NS_THREADS_MAX, each `size` bytes): job 0 on
+ * this thread, the others on threads of their own, each joined (a job
+ * whose thread does not start runs here), so every job has run on return. */
+void ns_run_shares(int n, void *(*fn)(void *), void *jobs, size_t size);
 
 #endif

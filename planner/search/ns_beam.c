@@ -139,6 +139,25 @@ static void *score_kids(void *arg)
     return NULL;
 }
 
+void ns_run_shares(int n, void *(*fn)(void *), void *jobs, size_t size)
+{
+    pthread_t th[NS_THREADS_MAX];
+    bool started[NS_THREADS_MAX] = {false};
+    char *job = jobs;
+    int t;
+
+    for (t = 1; t < n; t++)
+        started[t] =
+            pthread_create(&th[t], NULL, fn, job + (size_t)t * size) == 0;
+    fn(job);
+    for (t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            fn(job + (size_t)t * size); /* no thread: its share here */
+    }
+}
+
 /* Scores kids[0..n) on the worker threads (this one included), or on this
  * one alone where they would take fewer than o->parallel_min placements
  * (`placements`, the caller's estimate).  The same costs either way. */
@@ -146,21 +165,15 @@ static void score_all(struct ns *s, struct ns_state *kids, size_t n,
                       double placements)
 {
     struct ns_batch b[NS_THREADS_MAX];
-    pthread_t th[NS_THREADS_MAX];
-    bool started[NS_THREADS_MAX] = {false};
     int t, nt = placements < (double)s->o->parallel_min ? 1 : s->nthreads;
 
     for (t = 0; t < nt; t++)
         b[t] = (struct ns_batch){s, kids, n, t, nt};
-    for (t = 1; t < nt && (size_t)t < n; t++)
-        started[t] = pthread_create(&th[t], NULL, score_kids, &b[t]) == 0;
-    score_kids(&b[0]);
-    for (t = 1; t < nt && (size_t)t < n; t++) {
-        if (started[t])
-            pthread_join(th[t], NULL);
-        else
-            score_kids(&b[t]); /* no thread: do its share here */
-    }
+    /* No more shares than children (the others would score none). */
+    ns_run_shares((size_t)nt < n ? nt
+                  : n > 0        ? (int)n
+                                 : 1,
+                  score_kids, b, sizeof(b[0]));
 }
 
 /* Piece placements scored so far, on all threads. */

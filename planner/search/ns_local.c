@@ -4,7 +4,6 @@
  * two devices of a step re-scored.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -262,8 +261,6 @@ static void round_critical(struct ns *s, struct ns_work *w,
     int32_t crit, tg[NS_TARGETS], ntg = 0, r, q;
     double ready[NS_TARGETS];
     struct crit_job job[NS_THREADS_MAX];
-    pthread_t th[NS_THREADS_MAX];
-    bool started[NS_THREADS_MAX] = {false};
     size_t i, ncrit = 0, nt0 = 0;
     int t, nt = s->nthreads;
 
@@ -297,27 +294,23 @@ static void round_critical(struct ns *s, struct ns_work *w,
         (double)s->o->parallel_min)
         nt = 1;
     for (t = 0; t < nt; t++) {
-        job[t] =
-            (struct crit_job){s, &s->work[t], st, tg, crit, ntg, t, nt, *b};
+        /* Share 0 on w itself, the others on copies of it. */
+        struct ns_work *wt = t == 0 ? w : &s->work[t];
+
+        job[t] = (struct crit_job){s, wt, st, tg, crit, ntg, t, nt, *b};
         if (t == 0)
             continue;
-        ns_devs_copy(s, &s->work[t].dv, &w->dv);
-        memcpy(s->work[t].comp, w->comp, (size_t)s->n * sizeof(*w->comp));
+        ns_devs_copy(s, &wt->dv, &w->dv);
+        memcpy(wt->comp, w->comp, (size_t)s->n * sizeof(*w->comp));
         if (s->fold) /* the rings ns_held() walks, made only then */
-            memcpy(s->work[t].ring, w->ring, st->np * sizeof(*w->ring));
-        started[t] = pthread_create(&th[t], NULL, crit_trials, &job[t]) == 0;
+            memcpy(wt->ring, w->ring, st->np * sizeof(*w->ring));
     }
-    crit_trials(&job[0]);
-    for (t = 0; t < nt; t++) {
-        if (t > 0 && started[t])
-            pthread_join(th[t], NULL);
-        else if (t > 0)
-            crit_trials(&job[t]); /* no thread: its share here */
+    ns_run_shares(nt, crit_trials, job, sizeof(job[0]));
+    for (t = 0; t < nt; t++)
         if (job[t].b.i != SIZE_MAX &&
             (job[t].b.cost < b->cost ||
              (job[t].b.cost == b->cost && job[t].b.i < b->i)))
             *b = job[t].b;
-    }
 }
 
 /*
