@@ -142,7 +142,7 @@ struct ctl_opts {
     double weight_decay; /* train --weight-decay; < 0: the default */
     int64_t newest;      /* train, score --newest: 0: every sample */
     bool activate;
-    bool no_splits, no_local_search;
+    bool no_splits, no_local_search, no_torchrec;
     int64_t samples, device, warmup, repeats;
     bool no_flush;
     bool collectives; /* comm-profile --collectives */

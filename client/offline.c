@@ -207,6 +207,7 @@ static int plan_opts(const struct ctl_opts *o, struct plan_options *po)
     po->time_budget_ms = o->time_budget_ms;
     po->column_splits = !o->no_splits;
     po->local_search = !o->no_local_search;
+    po->weigh_torchrec = !o->no_torchrec;
     po->threads = (int32_t)o->threads;
     return 0;
 }

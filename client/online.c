@@ -190,6 +190,8 @@ static int reject_offline_only(const struct ctl_opts *o)
         strcat(names, ", --policy");
     if (o->no_local_search)
         strcat(names, ", --no-local-search");
+    if (o->no_torchrec)
+        strcat(names, ", --no-torchrec");
     if (o->threads != 0)
         strcat(names, ", --threads");
     if (names[0] == '\0')

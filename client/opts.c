@@ -62,7 +62,8 @@ static const char usage_text[] =
     "              [--batch-size B] [--devices-per-host L] [--seed S]\n"
     "              [--model FILE] [--policy FILE] [--profile NAME]\n"
     "              [--time-budget-ms T] [--no-splits] [--no-local-search]\n"
-    "              [--threads T] [--json | --torchrec [--torchrec-module "
+    "              [--no-torchrec] [--threads T] [--json | --torchrec "
+    "[--torchrec-module "
     "PATH]]\n"
     "              [--svg FILE] [--quantile Q]\n"
     "      Plan the tables (or task K of a tasks file) on N devices of G GiB\n"
@@ -74,7 +75,9 @@ static const char usage_text[] =
     "      embedding_bags).  --svg also writes the per-device picture\n"
     "      (compute, comm, the wait, memory; the critical device outlined).\n"
     "      --quantile Q plans for the Q-quantile (0..1) of the model's\n"
-    "      ensemble's costs, a robust plan (online too).\n"
+    "      ensemble's costs, a robust plan (online too).  neuroshard also\n"
+    "      prices TorchRec's greedy proposal and returns it where it is\n"
+    "      cheaper (a note says so); --no-torchrec returns the search's own.\n"
     "      Algorithms: neuroshard (default), dreamshard (a learned policy:\n"
     "      --policy FILE, else the embedded one), random, dim_greedy,\n"
     "      size_greedy, lookup_greedy, size_lookup_greedy, torchrec_greedy.\n"
@@ -177,7 +180,8 @@ static const char usage_text[] =
     "\n"
     "online commands (ask a running shardd):\n"
     "  plan        --tables FILE --devices N --mem-gb G [plan options as\n"
-    "              above, without --model, --no-local-search, --threads]\n"
+    "              above, without --model, --no-local-search,\n"
+    "              --no-torchrec, --threads]\n"
     "      The daemon plans; the output is offline plan's, except figures\n"
     "      its API does not carry (null in --json).\n"
     "  estimate    --tables FILE --plan FILE --mem-gb G [--devices N]\n"
@@ -358,6 +362,7 @@ static const struct opt_def opt_defs[] = {
     {"no-splits", FLAG, O(no_splits), CMD(PLAN), set_flag, 0, 0},
     /* Offline-only; online plan refuses them with its own message. */
     {"no-local-search", FLAG, O(no_local_search), CMD(PLAN), set_flag, 0, 0},
+    {"no-torchrec", FLAG, O(no_torchrec), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
     {"model", ARG, O(model),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY),

@@ -801,6 +801,9 @@ static bool keep_cheaper(struct plan *best, struct plan *cand, bool priced,
     "out cheaper"
 #define NOTE_NO_REPLICAS                                                       \
     "replicas were weighed and the column search alone came out cheaper"
+#define NOTE_TORCHREC                                                          \
+    "TorchRec's greedy proposal was weighed and came out cheaper than the "    \
+    "search's plan"
 
 /*
  * The pass chose row blocks (and perhaps replicas): the search of the
@@ -893,6 +896,58 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
 }
 
 /*
+ * TorchRec's greedy proposal for the same request (torchrec.c: row-wise,
+ * table-row-wise and column-wise cuts chosen by TorchRec's estimator),
+ * priced by this search's model and kept where it comes out cheaper than
+ * the search's plan.  The beam cuts tables in columns and the scheme pass
+ * puts a table in row blocks only when it outgrows a device or its
+ * narrowest slice outweighs the mean device; tables of long bags each
+ * lighter than that can cost less in total in row blocks (their lookups
+ * spread, each block's rows nearer the cache), a plan the search never
+ * builds.  On bench_quality's family task sets TorchRec's plan was priced
+ * below the search's on 3 of the 4 seq tasks on 4 devices (by 3.3-7 %),
+ * one on 8 (by 11 %) and one dlrm task on 4 (by 40 %) (docs/models.md,
+ * "TorchRec's proposal weighed").  Nothing where the request is for whole
+ * tables, where some table is off HBM (tier pass), where TorchRec finds no
+ * fit or where o->weigh_torchrec is off (the search's own plan).  Its cost
+ * is a greedy pass and one evaluation.
+ */
+static int weigh_torchrec(const struct table *tables, size_t ntables,
+                          const struct topology *t,
+                          const struct plan_options *o, struct plan *out)
+{
+    struct sd_diag ignored = {{0}};
+    struct plan tr;
+    size_t i;
+    int rv;
+
+    if (!o->weigh_torchrec)
+        return 0;
+    for (i = 0; i < ntables; i++)
+        if (tables[i].tier != TIER_HBM)
+            return 0;
+    if (plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
+                             o->constraints, &tr, &ignored) != 0)
+        return 0; /* no fit by TorchRec's rules: nothing to weigh */
+    rv = plan_validate(&tr, tables, ntables, t, o->optimizer, &ignored);
+    if (rv == SD_ENOMEM ||
+        (rv == 0 && (rv = model_cost(&tr, tables, ntables, t, o)) != 0)) {
+        plan_destroy(&tr);
+        return rv;
+    }
+    if (rv != 0) { /* fits TorchRec's rules, not ours */
+        plan_destroy(&tr);
+        return 0;
+    }
+    /* out's cost is the model's already (a score is the evaluated cost:
+     * test_score_is_evaluated_cost). */
+    tr.stats = out->stats;
+    if (keep_cheaper(out, &tr, true, false))
+        plan_note(out, NOTE_TORCHREC);
+    return 0;
+}
+
+/*
  * The search proper (plan_neuroshard() without its memo): with column
  * splits, the scheme pass and, where it fixed tables, the searches that
  * weigh its choices against the column search alone.
@@ -921,6 +976,13 @@ static int ns_plan(const struct table *tables, size_t ntables,
     if (rv == 0 && out->nnotes == 0)
         scheme_pass_note(&sp, ntables, out); /* small tables kept too */
     scheme_pass_free(&sp);
+    if (rv == 0) {
+        rv = weigh_torchrec(tables, ntables, t, o, out);
+        if (rv != 0) {
+            plan_destroy(out);
+            return sd_diag_set(d, rv, "neuroshard: out of memory");
+        }
+    }
     return rv;
 }
 

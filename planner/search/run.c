@@ -29,6 +29,7 @@ void plan_options_default(struct plan_options *o)
     o->optimizer = OPTIMIZER_SGD;
     o->column_splits = true;
     o->local_search = true;
+    o->weigh_torchrec = true;
     o->beam_width = 3;
     o->beam_depth = 10;
     o->candidates = 10;

@@ -55,6 +55,9 @@ struct plan_options {
     double time_budget_ms;
     bool column_splits; /* neuroshard: allow column-wise splits */
     bool local_search;  /* neuroshard: final move/swap pass */
+    /* neuroshard, with column splits: TorchRec's greedy proposal priced by
+     * the same model and returned where it is cheaper (neuroshard.c) */
+    bool weigh_torchrec;
     int32_t beam_width; /* 3 */
     int32_t beam_depth; /* 10 */
     /* top-k by size and by cost to split; 10 (at most one in ten tables,

@@ -292,6 +292,7 @@ static void test_memory(void)
     uint64_t whole;
     size_t k;
     int32_t widest = 0, blocks = 0;
+    double search_ms = 0;
 
     tb[0].rows = 4000000;
     tb[0].dim = 128;
@@ -302,6 +303,7 @@ static void test_memory(void)
     o.alg = PLAN_ALG_SIZE_GREEDY;
     CHECK(run(tb, 6, &topo, &o, &p, &d) == SD_ENOSPACE);
     o.alg = PLAN_ALG_NEUROSHARD;
+    o.weigh_torchrec = false; /* the search's own plan */
     if (CHECK_OK(run(tb, 6, &topo, &o, &p, &d), d.msg)) {
         for (k = 0; k < p.nshards; k++)
             if (p.shards[k].table == 0) {
@@ -313,10 +315,37 @@ static void test_memory(void)
             }
         CHECK(blocks == 4); /* one host of four devices */
         CHECK(p.nnotes == 1 && strstr(p.notes[0], "split in rows") != NULL);
+        search_ms = p.cost_ms;
+        plan_destroy(&p);
+    }
+    /* TorchRec's proposal weighed too (the default): here its row-wise
+     * plan, priced by the same model, is cheaper than the search's, and is
+     * what comes back, said so; it fits the devices as well. */
+    o.weigh_torchrec = true;
+    if (CHECK_OK(run(tb, 6, &topo, &o, &p, &d), d.msg)) {
+        struct plan tr;
+        struct net_cost_model ncm;
+
+        CHECK(p.cost_ms < search_ms);
+        CHECK(p.nnotes == 1 && strstr(p.notes[0], "TorchRec") != NULL);
+        for (k = 0; k < p.nshards; k++)
+            CHECK(shard_block_bytes(&tb[p.shards[k].table], &p.shards[k],
+                                    OPTIMIZER_SGD) <= topo.mem_bytes);
+        net_cost_model_init(&ncm, net);
+        if (CHECK_OK(plan_torchrec_greedy(tb, 6, &topo, OPTIMIZER_SGD, NULL,
+                                          NULL, &tr, &d),
+                     d.msg)) {
+            CHECK(plan_evaluate(&tr, tb, 6, &topo, OPTIMIZER_SGD, &ncm.cm) ==
+                  0);
+            CHECK_NEAR(p.cost_ms, tr.cost_ms, 1e-9);
+            CHECK(p.nshards == tr.nshards);
+            plan_destroy(&tr);
+        }
         plan_destroy(&p);
     }
 
     /* Column slices only: the column search cuts it as before. */
+    o.weigh_torchrec = false;
     memset(cons, 0, sizeof(cons));
     for (k = 0; k < 6; k++)
         cons[k].host = -1;
@@ -1696,6 +1725,8 @@ static void test_greedy_is_the_grid(void)
         o.alg = PLAN_ALG_NEUROSHARD;
         o.column_splits = false;
         o.local_search = false;
+        o.weigh_torchrec =
+            false; /* the search's own plan, as the reference's */
         o.threads = 1;
         o.pins = task[i].pins ? pins : NULL;
         o.constraints = task[i].hosts || task[i].uvm ? cons : NULL;
@@ -1871,6 +1902,8 @@ static void test_beam_level(void)
         o.alg = PLAN_ALG_NEUROSHARD;
         o.beam_depth = 1;
         o.local_search = false;
+        o.weigh_torchrec =
+            false; /* the search's own plan, as the reference's */
         o.threads = 1;
         o.constraints = cons;
         if (run(tb, n, &topo, &o, &p, &d) != 0) {
@@ -1972,6 +2005,8 @@ static void test_beam_roots(void)
         o.alg = PLAN_ALG_NEUROSHARD;
         o.beam_depth = 1;
         o.local_search = false;
+        o.weigh_torchrec =
+            false; /* the search's own plan, as the reference's */
         o.threads = 1;
         o.constraints = cons;
         if (run(tb, n, &topo, &o, &p, &d) != 0) {
@@ -2040,6 +2075,8 @@ static void test_splits_never_worse(void)
             continue; /* too tight for splits too: test_memory's */
         }
         o.local_search = false;
+        o.weigh_torchrec =
+            false; /* the search's own plan, as the reference's */
         if (run(tb, n, &topo, &o, &p, &d) != 0) {
             CHECK(!"planned without the local search");
             plan_destroy(&ls);
@@ -2151,6 +2188,8 @@ static void test_local_search(void)
             continue;
         }
         o.local_search = false;
+        o.weigh_torchrec =
+            false; /* the search's own plan, as the reference's */
         if (!CHECK_OK(run(tb, n, &topo, &o, &start, &d), d.msg)) {
             plan_destroy(&p);
             free(tb);
