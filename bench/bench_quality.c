@@ -34,6 +34,10 @@
  * tables of each named family (mix: all of them in turn; "all" is every
  * family and mix), each at 4 and 8 devices: does a model's plan quality
  * carry over to tables of other shapes.
+ *
+ * SHARDD_BENCH_QUANTILE=Q (0..1): neuroshard plans for the Q-quantile of the
+ * embedded ensemble's costs (shardctl plan --quantile Q), a robust plan;
+ * with the embedded model only.  Its "predicted" is then that quantile.
  */
 #include <math.h>
 #include <stdio.h>
@@ -179,6 +183,9 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     struct task *tasks;
     struct topology topo;
     struct net_cost_model ncm;
+    struct net_ensemble_cost_model ecm;
+    const char *qs = getenv("SHARDD_BENCH_QUANTILE");
+    const struct net_ensemble *ens = NULL;
     struct acc acc[NALG];
     struct sd_diag d;
     size_t k;
@@ -196,6 +203,16 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     topology_default(&topo, ndevices, 4ull << 30);
     topo.batch_size = net->batch_size;
     net_cost_model_init(&ncm, net);
+    if (qs != NULL) {
+        ens = net_ensemble_embedded(NULL);
+        if (ens == NULL || net != net_embedded(NULL) || !(atof(qs) >= 0) ||
+            !(atof(qs) <= 1)) {
+            fprintf(stderr, "bench_quality: SHARDD_BENCH_QUANTILE needs a "
+                            "quantile in [0, 1] and the embedded model\n");
+            return 1;
+        }
+        net_ensemble_cost_model_init(&ecm, ens, atof(qs));
+    }
     memset(acc, 0, sizeof(acc));
 
     for (k = 0; k < ntasks; k++) {
@@ -218,8 +235,13 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
             o.net = net;
             o.policy = pn;
             o.seed = k;
-            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, &ncm.cm,
-                             &plans[a], &d) == 0;
+            if (ens != NULL && a == PLAN_ALG_NEUROSHARD) {
+                o.ensemble = ens;
+                o.quantile = ecm.q;
+            }
+            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o,
+                             o.ensemble != NULL ? &ecm.cm : &ncm.cm, &plans[a],
+                             &d) == 0;
             if (!ok[a])
                 continue;
             pred[a] = plans[a].cost_ms;
