@@ -910,8 +910,57 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
  * "TorchRec's proposal weighed").  Nothing where the request is for whole
  * tables, where some table is off HBM (tier pass), where TorchRec finds no
  * fit or where o->weigh_torchrec is off (the search's own plan).  Its cost
- * is a greedy pass and one evaluation.
+ * is a greedy pass and, where it loses, mostly the pricing of one device.
  */
+/*
+ * Whether some device of plan p computes `cost` ms or more under o's model,
+ * its shards priced as plan_evaluate() prices them (the same items in the
+ * same order): p then costs at least that, a device's total being its
+ * compute plus exchanges of 0 or more.  Devices in turn, stopping at the
+ * first: weighing a proposal that loses mostly prices one device of it.
+ * SD_ENOMEM in *err.
+ */
+static bool some_device_costs(const struct plan *p, const struct table *tables,
+                              const struct topology *t,
+                              const struct plan_options *o, double cost,
+                              int *err)
+{
+    size_t n = p->nshards ? p->nshards : 1, k, m;
+    struct shard_item *items = malloc(n * sizeof(*items));
+    struct table *blocks = malloc(n * sizeof(*blocks));
+    struct net_cost_model ncm;
+    bool over = false;
+    int32_t r;
+
+    *err = 0;
+    if (!items || !blocks) {
+        *err = SD_ENOMEM;
+        goto out_free;
+    }
+    net_cost_model_init(&ncm, o->net);
+    ncm.memo = o->memo;
+    for (r = 0; r < p->ndevices && !over; r++) {
+        for (k = 0, m = 0; k < p->nshards; k++) {
+            const struct shard *sh = &p->shards[k];
+            const struct table *tb = &tables[sh->table];
+
+            if (sh->device != r)
+                continue;
+            items[m] = (struct shard_item){tb, sh->col_width};
+            if (sh->row_count > 0 || sh->scheme == SCHEME_DP) {
+                shard_table(tb, sh, p->ndevices, &blocks[m]);
+                items[m].table = &blocks[m];
+            }
+            m++;
+        }
+        over = ncm.cm.shard_ms(ncm.cm.ctx, t, items, m) >= cost;
+    }
+out_free:
+    free(blocks);
+    free(items);
+    return over;
+}
+
 static int weigh_torchrec(const struct table *tables, size_t ntables,
                           const struct topology *t,
                           const struct plan_options *o, struct plan *out)
@@ -929,6 +978,10 @@ static int weigh_torchrec(const struct table *tables, size_t ntables,
     if (plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
                              o->constraints, &tr, &ignored) != 0)
         return 0; /* no fit by TorchRec's rules: nothing to weigh */
+    if (some_device_costs(&tr, tables, t, o, out->cost_ms, &rv) || rv != 0) {
+        plan_destroy(&tr);
+        return rv; /* it cannot be cheaper */
+    }
     rv = plan_validate(&tr, tables, ntables, t, o->optimizer, &ignored);
     if (rv == SD_ENOMEM ||
         (rv == 0 && (rv = model_cost(&tr, tables, ntables, t, o)) != 0)) {
