@@ -896,23 +896,6 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
 }
 
 /*
- * TorchRec's greedy proposal for the same request (torchrec.c: row-wise,
- * table-row-wise and column-wise cuts chosen by TorchRec's estimator),
- * priced by this search's model and kept where it comes out cheaper than
- * the search's plan.  The beam cuts tables in columns and the scheme pass
- * puts a table in row blocks only when it outgrows a device or its
- * narrowest slice outweighs the mean device; tables of long bags each
- * lighter than that can cost less in total in row blocks (their lookups
- * spread, each block's rows nearer the cache), a plan the search never
- * builds.  On bench_quality's family task sets TorchRec's plan was priced
- * below the search's on 3 of the 4 seq tasks on 4 devices (by 3.3-7 %),
- * one on 8 (by 11 %) and one dlrm task on 4 (by 40 %) (docs/models.md,
- * "TorchRec's proposal weighed").  Nothing where the request is for whole
- * tables, where some table is off HBM (tier pass), where TorchRec finds no
- * fit or where o->weigh_torchrec is off (the search's own plan).  Its cost
- * is a greedy pass and, where it loses, mostly the pricing of one device.
- */
-/*
  * Whether some device of plan p computes `cost` ms or more under o's model,
  * its shards priced as plan_evaluate() prices them (the same items in the
  * same order): p then costs at least that, a device's total being its
@@ -961,6 +944,24 @@ out_free:
     return over;
 }
 
+
+/*
+ * TorchRec's greedy proposal for the same request (torchrec.c: row-wise,
+ * table-row-wise and column-wise cuts chosen by TorchRec's estimator),
+ * priced by this search's model and kept where it comes out cheaper than
+ * the search's plan.  The beam cuts tables in columns and the scheme pass
+ * puts a table in row blocks only when it outgrows a device or its
+ * narrowest slice outweighs the mean device; tables of long bags each
+ * lighter than that can cost less in total in row blocks (their lookups
+ * spread, each block's rows nearer the cache), a plan the search never
+ * builds.  On bench_quality's family task sets TorchRec's plan was priced
+ * below the search's on 3 of the 4 seq tasks on 4 devices (by 3.3-7 %),
+ * one on 8 (by 11 %) and one dlrm task on 4 (by 40 %) (docs/models.md,
+ * "TorchRec's proposal weighed").  Nothing where the request is for whole
+ * tables, where some table is off HBM (tier pass), where TorchRec finds no
+ * fit or where o->weigh_torchrec is off (the search's own plan).  Its cost
+ * is a greedy pass and, where it loses, mostly the pricing of one device.
+ */
 static int weigh_torchrec(const struct table *tables, size_t ntables,
                           const struct topology *t,
                           const struct plan_options *o, struct plan *out)
