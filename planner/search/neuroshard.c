@@ -911,39 +911,50 @@ static bool some_device_costs(const struct plan *p, const struct table *tables,
     size_t n = p->nshards ? p->nshards : 1, k, m;
     struct shard_item *items = malloc(n * sizeof(*items));
     struct table *blocks = malloc(n * sizeof(*blocks));
+    /* The shards by device, each device's in plan order (a counting sort,
+     * as plan_evaluate() groups them). */
+    size_t *start = calloc((size_t)p->ndevices + 1, sizeof(*start));
+    size_t *order = malloc(n * sizeof(*order));
     struct net_cost_model ncm;
     bool over = false;
     int32_t r;
 
     *err = 0;
-    if (!items || !blocks) {
+    if (!items || !blocks || !start || !order) {
         *err = SD_ENOMEM;
         goto out_free;
     }
+    for (k = 0; k < p->nshards; k++)
+        start[p->shards[k].device + 1]++;
+    for (r = 0; r < p->ndevices; r++)
+        start[r + 1] += start[r];
+    for (k = 0; k < p->nshards; k++)
+        order[start[p->shards[k].device]++] = k;
+    for (r = p->ndevices; r > 0; r--) /* back to each device's first */
+        start[r] = start[r - 1];
+    start[0] = 0;
     net_cost_model_init(&ncm, o->net);
     ncm.memo = o->memo;
     for (r = 0; r < p->ndevices && !over; r++) {
-        for (k = 0, m = 0; k < p->nshards; k++) {
-            const struct shard *sh = &p->shards[k];
+        for (k = start[r], m = 0; k < start[r + 1]; k++, m++) {
+            const struct shard *sh = &p->shards[order[k]];
             const struct table *tb = &tables[sh->table];
 
-            if (sh->device != r)
-                continue;
             items[m] = (struct shard_item){tb, sh->col_width};
             if (sh->row_count > 0 || sh->scheme == SCHEME_DP) {
                 shard_table(tb, sh, p->ndevices, &blocks[m]);
                 items[m].table = &blocks[m];
             }
-            m++;
         }
         over = ncm.cm.shard_ms(ncm.cm.ctx, t, items, m) >= cost;
     }
 out_free:
+    free(order);
+    free(start);
     free(blocks);
     free(items);
     return over;
 }
-
 
 /*
  * TorchRec's greedy proposal for the same request (torchrec.c: row-wise,
