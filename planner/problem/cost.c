@@ -335,6 +335,70 @@ out_free:
     return rv;
 }
 
+/*
+ * The cost model's items of p's shards, grouped by device: device r's are
+ * items[start[r] .. start[r + 1]), in plan order (start: ndevices + 1
+ * entries, zeroed by the caller).  A shard of every row is its table to
+ * the model (the cost model takes the width apart); row blocks and
+ * replicas get their own view in blocks[k], and so does a shard whose tier
+ * the model times (`timed`, a mask of tiers), with the shard's tier.
+ */
+static void device_items(const struct plan *p, const struct table *tables,
+                         int32_t n, uint32_t timed, size_t *start,
+                         struct table *blocks, struct shard_item *items)
+{
+    size_t k;
+    int32_t r;
+
+    for (k = 0; k < p->nshards; k++)
+        start[p->shards[k].device + 1]++;
+    for (r = 0; r < n; r++)
+        start[r + 1] += start[r];
+    for (k = 0; k < p->nshards; k++) {
+        const struct shard *s = &p->shards[k];
+        const struct table *tb = &tables[s->table];
+        bool timed_here = s->tier != TIER_HBM && (timed & (1u << s->tier)) != 0;
+
+        shard_table(tb, s, n, &blocks[k]);
+        blocks[k].tier = s->tier;
+        blocks[k].cache_load_factor = s->cache_load_factor;
+        items[start[s->device]++] = (struct shard_item){
+            s->row_count > 0 || s->scheme == SCHEME_DP || timed_here
+                ? &blocks[k]
+                : tb,
+            s->col_width};
+    }
+    for (r = n; r > 0; r--) /* each start[r] is device r's end: shift back */
+        start[r] = start[r - 1];
+    start[0] = 0;
+}
+
+int plan_device_reaches(const struct plan *p, const struct table *tables,
+                        const struct topology *t, const struct cost_model *m,
+                        double bound, bool *reaches)
+{
+    size_t n = p->nshards ? p->nshards : 1;
+    struct shard_item *items = malloc(n * sizeof(*items));
+    struct table *blocks = malloc(n * sizeof(*blocks));
+    size_t *start = calloc((size_t)t->ndevices + 1, sizeof(*start));
+    int32_t r;
+    int rv = SD_ENOMEM;
+
+    *reaches = false;
+    if (!items || !blocks || !start)
+        goto out_free;
+    device_items(p, tables, t->ndevices, 0, start, blocks, items);
+    for (r = 0; r < t->ndevices && !*reaches; r++)
+        *reaches = m->shard_ms(m->ctx, t, items + start[r],
+                               start[r + 1] - start[r]) >= bound;
+    rv = 0;
+out_free:
+    free(start);
+    free(blocks);
+    free(items);
+    return rv;
+}
+
 int plan_evaluate(struct plan *p, const struct table *tables, size_t ntables,
                   const struct topology *t, enum optimizer opt,
                   const struct cost_model *m)
@@ -360,7 +424,7 @@ int plan_evaluate_tiers(struct plan *p, const struct table *tables,
     int32_t n = t->ndevices, r;
     struct shard_item *items = NULL;
     struct table *blocks = NULL; /* the cost model's view of each shard */
-    size_t *start = NULL, *fill = NULL, k;
+    size_t *start = NULL, k;
     int32_t *dim_sum = NULL;
     double *fwd = NULL, *bwd = NULL, *cfwd = NULL, *cbwd = NULL;
     double *compute = NULL;
@@ -371,40 +435,24 @@ int plan_evaluate_tiers(struct plan *p, const struct table *tables,
     items = malloc((p->nshards ? p->nshards : 1) * sizeof(*items));
     blocks = malloc((p->nshards ? p->nshards : 1) * sizeof(*blocks));
     start = calloc((size_t)n + 1, sizeof(*start));
-    fill = calloc((size_t)n, sizeof(*fill));
     dim_sum = calloc((size_t)n, sizeof(*dim_sum));
     fwd = calloc((size_t)n, sizeof(*fwd));
     bwd = calloc((size_t)n, sizeof(*bwd));
     cfwd = calloc((size_t)n, sizeof(*cfwd));
     cbwd = calloc((size_t)n, sizeof(*cbwd));
     compute = calloc((size_t)n, sizeof(*compute));
-    if (!items || !blocks || !start || !fill || !dim_sum || !fwd || !bwd ||
-        !cfwd || !cbwd || !compute)
+    if (!items || !blocks || !start || !dim_sum || !fwd || !bwd || !cfwd ||
+        !cbwd || !compute)
         goto out_free;
 
     memset(p->devices, 0, (size_t)n * sizeof(*p->devices));
-    /* Group the shards by device: counting sort into items[]. */
-    for (k = 0; k < p->nshards; k++)
-        start[p->shards[k].device + 1]++;
-    for (r = 0; r < n; r++)
-        start[r + 1] += start[r];
+    device_items(p, tables, n, timed, start, blocks, items);
     for (k = 0; k < p->nshards; k++) {
         const struct shard *s = &p->shards[k];
         const struct table *tb = &tables[s->table];
         struct plan_device *dev = &p->devices[s->device];
 
-        /* A shard of every row is its table to the model (the cost model
-         * takes the width apart); row blocks and replicas get their own,
-         * and so does a shard whose tier m times, with the shard's tier. */
         timed_here = s->tier != TIER_HBM && (timed & (1u << s->tier)) != 0;
-        shard_table(tb, s, n, &blocks[k]);
-        blocks[k].tier = s->tier;
-        blocks[k].cache_load_factor = s->cache_load_factor;
-        items[start[s->device] + fill[s->device]++] = (struct shard_item){
-            s->row_count > 0 || s->scheme == SCHEME_DP || timed_here
-                ? &blocks[k]
-                : tb,
-            s->col_width};
         dev->mem_bytes += shard_block_bytes(tb, s, opt);
         dev->ddr_bytes += shard_block_ddr_bytes(tb, s, opt);
         if (timed_here)
@@ -461,7 +509,6 @@ out_free:
     free(bwd);
     free(fwd);
     free(dim_sum);
-    free(fill);
     free(start);
     free(blocks);
     free(items);

@@ -779,4 +779,15 @@ int plan_evaluate_tiers(struct plan *p, const struct table *tables,
                         enum optimizer opt, const struct cost_model *m,
                         uint32_t timed);
 
+/*
+ * Whether some device of p computes `bound` ms or more under m, its shards
+ * priced as plan_evaluate() prices them (without the host-link time of
+ * tables off HBM), the devices in turn, stopping at the first: p then
+ * costs at least `bound`, a device's total being its compute plus
+ * exchanges of 0 or more.  Nothing of p is written.  0 or SD_ENOMEM.
+ */
+int plan_device_reaches(const struct plan *p, const struct table *tables,
+                        const struct topology *t, const struct cost_model *m,
+                        double bound, bool *reaches);
+
 #endif /* SHARDD_PLANNER_PROBLEM_H */

@@ -896,67 +896,6 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
 }
 
 /*
- * Whether some device of plan p computes `cost` ms or more under o's model,
- * its shards priced as plan_evaluate() prices them (the same items in the
- * same order): p then costs at least that, a device's total being its
- * compute plus exchanges of 0 or more.  Devices in turn, stopping at the
- * first: weighing a proposal that loses mostly prices one device of it.
- * SD_ENOMEM in *err.
- */
-static bool some_device_costs(const struct plan *p, const struct table *tables,
-                              const struct topology *t,
-                              const struct plan_options *o, double cost,
-                              int *err)
-{
-    size_t n = p->nshards ? p->nshards : 1, k, m;
-    struct shard_item *items = malloc(n * sizeof(*items));
-    struct table *blocks = malloc(n * sizeof(*blocks));
-    /* The shards by device, each device's in plan order (a counting sort,
-     * as plan_evaluate() groups them). */
-    size_t *start = calloc((size_t)p->ndevices + 1, sizeof(*start));
-    size_t *order = malloc(n * sizeof(*order));
-    struct net_cost_model ncm;
-    bool over = false;
-    int32_t r;
-
-    *err = 0;
-    if (!items || !blocks || !start || !order) {
-        *err = SD_ENOMEM;
-        goto out_free;
-    }
-    for (k = 0; k < p->nshards; k++)
-        start[p->shards[k].device + 1]++;
-    for (r = 0; r < p->ndevices; r++)
-        start[r + 1] += start[r];
-    for (k = 0; k < p->nshards; k++)
-        order[start[p->shards[k].device]++] = k;
-    for (r = p->ndevices; r > 0; r--) /* back to each device's first */
-        start[r] = start[r - 1];
-    start[0] = 0;
-    net_cost_model_init(&ncm, o->net);
-    ncm.memo = o->memo;
-    for (r = 0; r < p->ndevices && !over; r++) {
-        for (k = start[r], m = 0; k < start[r + 1]; k++, m++) {
-            const struct shard *sh = &p->shards[order[k]];
-            const struct table *tb = &tables[sh->table];
-
-            items[m] = (struct shard_item){tb, sh->col_width};
-            if (sh->row_count > 0 || sh->scheme == SCHEME_DP) {
-                shard_table(tb, sh, p->ndevices, &blocks[m]);
-                items[m].table = &blocks[m];
-            }
-        }
-        over = ncm.cm.shard_ms(ncm.cm.ctx, t, items, m) >= cost;
-    }
-out_free:
-    free(order);
-    free(start);
-    free(blocks);
-    free(items);
-    return over;
-}
-
-/*
  * TorchRec's greedy proposal for the same request (torchrec.c: row-wise,
  * table-row-wise and column-wise cuts chosen by TorchRec's estimator),
  * priced by this search's model and kept where it comes out cheaper than
@@ -978,7 +917,9 @@ static int weigh_torchrec(const struct table *tables, size_t ntables,
                           const struct plan_options *o, struct plan *out)
 {
     struct sd_diag ignored = {{0}};
+    struct net_cost_model ncm;
     struct plan tr;
+    bool dear;
     size_t i;
     int rv;
 
@@ -990,7 +931,12 @@ static int weigh_torchrec(const struct table *tables, size_t ntables,
     if (plan_torchrec_greedy(tables, ntables, t, o->optimizer, o->pins,
                              o->constraints, &tr, &ignored) != 0)
         return 0; /* no fit by TorchRec's rules: nothing to weigh */
-    if (some_device_costs(&tr, tables, t, o, out->cost_ms, &rv) || rv != 0) {
+    /* Priced a device at a time first: a proposal that loses mostly
+     * prices one device of it. */
+    net_cost_model_init(&ncm, o->net);
+    ncm.memo = o->memo;
+    rv = plan_device_reaches(&tr, tables, t, &ncm.cm, out->cost_ms, &dear);
+    if (rv != 0 || dear) {
         plan_destroy(&tr);
         return rv; /* it cannot be cheaper */
     }
