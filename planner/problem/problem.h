@@ -487,7 +487,9 @@ struct plan_explain {
  * here so that a plan carries it; only the algorithms (search.h) fill it.
  */
 struct plan_search_stats {
-    double search_ms;
+    double search_ms;      /* all of it, the alternatives it weighed too;
+                            * the counts below are those of the search
+                            * whose plan was kept */
     int64_t greedy_runs;   /* table-wise greedy placements */
     int64_t states;        /* distinct column-split states scored */
     int64_t evaluations;   /* devices scored: one per piece placed, one

@@ -27,6 +27,8 @@ struct pass {
     uint64_t *used;      /* [ndevices] bytes fixed so far (pins too) */
     double *load;        /* [ndevices] ms fixed so far, each shard alone */
     uint64_t dp_bytes;   /* replicas' bytes on every device */
+    bool lighter;        /* tables lighter in rows split so (REASON_LIGHTER) */
+    size_t nlighter;     /* such tables seen */
 };
 
 /* The model's cost of tb at cols alone. */
@@ -309,6 +311,36 @@ static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow,
     return rows < slice;
 }
 
+/*
+ * Whether table i's row blocks over a host cost its devices less in total
+ * than the table whole: each block's lookups and the group's exchange both
+ * ways, against the whole table's lookups and its columns in the
+ * all-to-all both ways, each weighed on the mean device.  Tables of long
+ * bags can, though lighter than a device (their lookups spread, each
+ * block's rows nearer the cache); the column search never cuts them so.
+ */
+static bool rows_lighter(const struct pass *ps, size_t i)
+{
+    const struct topology *t = ps->t;
+    const struct table *tb = &ps->tables[i];
+    int32_t L =
+        t->devices_per_host < t->ndevices ? t->devices_per_host : t->ndevices;
+    int32_t n = t->ndevices;
+    struct shard s = {.col_width = tb->dim, .row_count = tb->rows / L};
+    struct table view;
+    double a2a, whole, rows;
+
+    if (L < 2 || tb->rows < L)
+        return false;
+    shard_table(tb, &s, n, &view);
+    a2a = (double)t->batch_size * tb->dim * topology_comm_esz(t) *
+          (double)(n - 1) / (double)n / collective_link_bw(t, n > L);
+    whole = marginal_ms(ps, tb) + 2 * a2a;
+    rows = L * (marginal_ms(ps, &view) +
+                2 * collective_row_group_ms(t, tb->dim, L, false));
+    return rows < whole;
+}
+
 /* The scheme table i leaves the column search for, or SCHEME_TW to stay. */
 static enum plan_scheme choose(struct pass *ps, size_t i,
                                enum scheme_reason *why, double *dp_ms,
@@ -341,6 +373,14 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
             (!cw_ok || rows_pay(ps, i, narrow, narrow_ms))) {
             *why = REASON_HOT;
             return SCHEME_TWRW;
+        }
+        if (constraint_allows(c, SCHEME_TWRW) && tb->tier == TIER_HBM &&
+            rows_lighter(ps, i)) {
+            ps->nlighter++;
+            if (ps->lighter) {
+                *why = REASON_LIGHTER;
+                return SCHEME_TWRW;
+            }
         }
     }
     /* A table the tier pass put in host DRAM is never replicated (replicas
@@ -401,7 +441,7 @@ static int cmp_bytes_desc(const void *a, const void *b)
 
 int scheme_pass_run(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
-                    struct scheme_pass *sp, struct sd_diag *d)
+                    bool lighter, struct scheme_pass *sp, struct sd_diag *d)
 {
     struct pass ps;
     struct by_bytes *order = NULL;
@@ -410,6 +450,7 @@ int scheme_pass_run(const struct table *tables, size_t ntables,
 
     memset(sp, 0, sizeof(*sp));
     rv = pass_init(&ps, tables, ntables, t, o);
+    ps.lighter = lighter;
     sp->fixed = calloc(ntables ? ntables : 1, sizeof(*sp->fixed));
     sp->why = calloc(ntables ? ntables : 1, sizeof(*sp->why));
     sp->fwd = calloc((size_t)t->ndevices, sizeof(*sp->fwd));
@@ -451,6 +492,7 @@ int scheme_pass_run(const struct table *tables, size_t ntables,
             sp->tw_ms += tw_ms;
         }
     }
+    sp->nlighter = ps.nlighter;
     if (rv == 0) {
         plan_sort(&sp->shards);
         rv = plan_collectives(&sp->shards, tables, t, sp->fwd, sp->bwd);
@@ -496,6 +538,11 @@ void scheme_pass_note(const struct scheme_pass *sp, size_t ntables,
                   "narrowest column slice costs more than the mean device, "
                   "and row blocks split the lookups",
                   count[REASON_HOT]);
+    if (count[REASON_LIGHTER] > 0)
+        plan_note(p,
+                  "%zu table(s) split in rows over a host: their row blocks "
+                  "cost the devices less in total than the table whole",
+                  count[REASON_LIGHTER]);
     if (count[REASON_REPLICATE] > 0)
         plan_note(p,
                   "%zu table(s) replicated (data_parallel): together %.3g ms "

@@ -24,6 +24,8 @@ enum scheme_reason {
     REASON_NONE = 0,
     REASON_MEMORY,     /* bigger than any device: rows split */
     REASON_HOT,        /* its narrowest column slice outweighs a device */
+    REASON_LIGHTER,    /* its row blocks cost the devices less in total
+                        * (asked for: scheme_pass_run()'s `lighter`) */
     REASON_REPLICATE,  /* cheaper replicated than placed once */
     REASON_CONSTRAINT, /* the user's constraint says so */
     REASON_KEPT,       /* small, weighed for replication, kept: cheaper
@@ -44,6 +46,9 @@ struct scheme_pass {
     double *fwd, *bwd;       /* [ndevices]: plan_collectives() of shards */
     size_t nfixed;
     bool forced;
+    /* Tables whose row blocks over a host cost the devices less in total
+     * than the table whole, fixed so or not (`lighter`). */
+    size_t nlighter;
     /* Figures for the explanation: replicated tables' summed marginal
      * cost per device, replicated and placed once; the same for the small
      * tables kept whole. */
@@ -61,14 +66,19 @@ struct scheme_pass {
  * share of one bucketed gradient all-reduce) than placed once (its lookups
  * on one device and its columns in every device's all-to-all) is
  * replicated, while the replicas take at most a tenth of the smallest
- * device; constraints (o->constraints) allow, force or forbid each.  Costs
+ * device; constraints (o->constraints) allow, force or forbid each.  With
+ * `lighter`, a table whose row blocks over a host cost the devices less in
+ * total than the table whole (each block's lookups and the group's
+ * exchange, against its lookups and its columns in the all-to-all, weighed
+ * on the mean device) is split in rows over a host too; without, such
+ * tables are only counted (nlighter).  Costs
  * from o->net (through o->memo).  *out is initialised here; free it with
  * scheme_pass_free().  0, SD_ENOSPACE (a table fits no scheme: d names it)
  * or SD_ENOMEM.
  */
 int scheme_pass_run(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
-                    struct scheme_pass *out, struct sd_diag *d);
+                    bool lighter, struct scheme_pass *out, struct sd_diag *d);
 void scheme_pass_free(struct scheme_pass *sp);
 
 /* Notes (plan_note()) on what the pass fixed and why. */

@@ -38,12 +38,27 @@ plan = json.load(open(sys.argv[2]))
 dims = {t["name"]: t["dim"] for t in task}
 got = {t["name"]: sorted((s["col_offset"], s["col_width"]) for s in t["shards"]) for t in plan["tables"]}
 assert set(got) == set(dims), "tables differ"
+rows = {t["name"]: t["rows"] for t in task}
 # A replicated table: every device holds all of its columns, once.
 for t in plan["tables"]:
     if t.get("scheme") == "data_parallel":
         assert sorted(s["device"] for s in t["shards"]) == list(range(4)), t
         assert all((s["col_offset"], s["col_width"]) == (0, dims[t["name"]]) for s in t["shards"]), t
         got[t["name"]] = [(0, dims[t["name"]])]
+    # A table in row blocks: each of its column spans' blocks cover its
+    # rows once, in order.
+    if t.get("scheme") in ("table_row_wise", "row_wise"):
+        spans = {}
+        for s in t["shards"]:
+            spans.setdefault((s["col_offset"], s["col_width"]), []).append(
+                (s["row_offset"], s["row_count"]))
+        for blocks in spans.values():
+            pos = 0
+            for off, n in sorted(blocks):
+                assert off == pos and n > 0, (t["name"], blocks)
+                pos += n
+            assert pos == rows[t["name"]], (t["name"], pos)
+        got[t["name"]] = sorted(spans)
 for name, spans in got.items():
     pos = 0
     for off, width in spans:
@@ -54,7 +69,17 @@ assert abs(plan["plan_cost_ms"] - max(d["cost_ms"]["total"] for d in plan["devic
 PY
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
     --torchrec >"$DIR/tr.json" && ok || bad "plan --torchrec"
-json_check "$DIR/tr.json" 'all(v["sharding_type"] in ("table_wise", "column_wise") and v["compute_kernel"] == "fused" and v["shards"][0]["placement"].startswith("rank:") for v in d["plan"]["embedding_bags"].values())'
+# TorchRec's format: placed shards fused on ranks, replicas dense on every
+# rank; a table in row blocks (if the plan has one) has blocks whose sizes
+# add up to its rows.
+json_check "$DIR/tr.json" 'all((v["sharding_type"] in ("table_wise", "column_wise", "table_row_wise", "row_wise") and v["compute_kernel"] == "fused" and all(s["placement"].startswith("rank:") for s in v["shards"])) or (v["sharding_type"] == "data_parallel" and v["compute_kernel"] == "dense" and v["ranks"] == [0, 1, 2, 3]) for v in d["plan"]["embedding_bags"].values())'
+python3 - "$DIR/k.json" "$DIR/tr.json" <<'PY' && ok || bad "--torchrec row blocks do not cover their tables"
+import json, sys
+rows = {t["name"]: t["rows"] for t in json.load(open(sys.argv[1]))["tasks"][0]["tables"]}
+for name, v in json.load(open(sys.argv[2]))["plan"]["embedding_bags"].items():
+    if v["sharding_type"] in ("table_row_wise", "row_wise"):
+        assert sum(s["shard_sizes"][0] for s in v["shards"]) == rows[name], name
+PY
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
     >"$DIR/human.txt" && ok || bad "plan (human table)"
 grep -q "plan: neuroshard" "$DIR/human.txt" && grep -q "plan cost:" \
