@@ -3,14 +3,14 @@
  * (shardctl gen-tables at batch 4096) on devices whose memory is 1.5 x the
  * tables' total over the device count, from 856 tables on 8 devices to
  * 20,000 on 2,048 (issue #15's table).  For each case it prints the search's
- * wall time (the median of the repeats: the search that made the plan,
- * stats.search_ms), the whole plan_run()'s (the scheme pass, the search of
- * the tables it left and the column search alone, the evaluation and the
- * explanation: what an offline plan waits for), the plan cost, its lower
- * bound and the gap, the greedy runs and how many devices were scored per
- * second of the search (stats.evaluations: one per piece placed, one or
- * two per move or swap the local search tried) on all its threads and per
- * thread.
+ * wall time (the median of the repeats: stats.search_ms, the whole search
+ * with the alternatives it weighed, the scheme passes, the searches around
+ * their choices, the column search alone and TorchRec's proposal), the whole
+ * plan_run()'s (that, the evaluation and the explanation: what an offline
+ * plan waits for), the plan cost, its lower bound and the gap, the greedy
+ * runs of all those searches and how many devices they scored per second
+ * of the search (stats.evaluations: one per piece placed, one or two per
+ * move or swap the local search tried) on all its threads and per thread.
  *
  * usage: bench_search [repeats] [threads] [max tables]
  *   repeats     runs per case (default 3; 1 for cases of 10,000 tables and

@@ -749,7 +749,8 @@ static int with_fixed(const struct plan *cw, const struct scheme_pass *sp,
 
     if (rv != 0)
         return rv;
-    out->stats = cw->stats;
+    out->stats = cw->stats; /* its plan's figures; cw's work stays cw's */
+    out->stats.greedy_runs = out->stats.states = out->stats.evaluations = 0;
     for (k = 0; k < cw->nshards && rv == 0; k++)
         if (!sp->fixed[cw->shards[k].table])
             rv = plan_add_shard(out, &cw->shards[k]);
@@ -776,22 +777,34 @@ static bool budget_left(const struct plan_options *o, const struct timespec *t0,
 
 /*
  * Keeps in *best the cheaper of *best and *cand (cand on equal costs where
- * `ties`; never where it could not be priced), the other destroyed.  A
- * plan kept over one chosen under the same budget carries that one's
- * budget_exhausted too.  True where cand was kept.
+ * `ties`; never where it could not be priced), the other destroyed.  The
+ * kept plan's stats take in the other's work (greedy runs, states,
+ * evaluations) and its budget_exhausted: what the whole search did, the
+ * plan's own figures (levels, splits, moves) unchanged.  True where cand
+ * was kept.
  */
 static bool keep_cheaper(struct plan *best, struct plan *cand, bool priced,
                          bool ties)
 {
-    if (priced && (cand->cost_ms < best->cost_ms ||
-                   (ties && cand->cost_ms == best->cost_ms))) {
+    struct plan_search_stats *to = &best->stats, *from = &cand->stats;
+    bool keep = priced && (cand->cost_ms < best->cost_ms ||
+                           (ties && cand->cost_ms == best->cost_ms));
+
+    if (keep) {
+        to = &cand->stats;
+        from = &best->stats;
+    }
+    to->greedy_runs += from->greedy_runs;
+    to->states += from->states;
+    to->evaluations += from->evaluations;
+    to->budget_exhausted |= from->budget_exhausted;
+    if (keep) {
         plan_destroy(best);
         *best = *cand;
-        return true;
+    } else {
+        plan_destroy(cand);
     }
-    best->stats.budget_exhausted |= cand->stats.budget_exhausted;
-    plan_destroy(cand);
-    return false;
+    return keep;
 }
 
 /* The notes of a column search that came out cheaper than the pass's
@@ -984,8 +997,9 @@ static int weigh_torchrec(const struct table *tables, size_t ntables,
         return 0;
     }
     /* out's cost is the model's already (a score is the evaluated cost:
-     * test_score_is_evaluated_cost). */
-    tr.stats = out->stats;
+     * test_score_is_evaluated_cost).  TorchRec's plan did no search of
+     * its own: kept, it carries out's work and no levels or moves. */
+    memset(&tr.stats, 0, sizeof(tr.stats));
     if (keep_cheaper(out, &tr, true, false))
         plan_note(out, NOTE_TORCHREC);
     return 0;
