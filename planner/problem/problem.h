@@ -488,8 +488,9 @@ struct plan_explain {
  */
 struct plan_search_stats {
     double search_ms;      /* all of it, the alternatives it weighed too;
-                            * the counts below are those of the search
-                            * whose plan was kept */
+                            * greedy_runs, states and evaluations are
+                            * summed over every search it ran, levels,
+                            * splits and moves are the kept plan's */
     int64_t greedy_runs;   /* table-wise greedy placements */
     int64_t states;        /* distinct column-split states scored */
     int64_t evaluations;   /* devices scored: one per piece placed, one
