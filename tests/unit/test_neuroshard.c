@@ -698,6 +698,80 @@ static void test_rows_lighter(void)
     fprintf(stderr, "rows lighter: %d tasks, %d kept the row blocks\n", tasks,
             kept);
     CHECK(tasks == 12 && kept >= 1);
+
+    /* Constrained: on 2 hosts of 4 devices, the tables lighter in rows held
+     * to host 1 but one, which asks for at least 8 row blocks instead (more
+     * than a host has: row-wise over every device).  The plan keeps every
+     * constraint, and costs no more than with the tables held to host 1
+     * kept out of rows. */
+    kept = tasks = 0;
+    for (seed = 0; seed < 6; seed++) {
+        size_t n = 30 + (size_t)seed * 4, i, k;
+        struct table *tb = make_tables(n, 950 + (uint64_t)seed);
+        struct table_constraint *cons = calloc(n, sizeof(*cons)),
+                                *none = calloc(n, sizeof(*none));
+        struct scheme_pass sp;
+        struct plan p, q;
+        bool ok, first = true;
+
+        CHECK(tb != NULL && cons != NULL && none != NULL);
+        if (!tb || !cons || !none)
+            goto next_held;
+        for (i = 0; i < n; i++)
+            if (i % 3 == 1)
+                tb[i].pooling_factor = 60 + 10 * (double)(i % 7);
+        topology_default(&topo, 8, 8ull << 30);
+        topo.devices_per_host = 4;
+        topo.batch_size = net->batch_size;
+        o.net = net;
+        if (!CHECK_OK(scheme_pass_run(tb, n, &topo, &o, true, &sp, &d), d.msg))
+            goto next_held;
+        for (i = 0; i < n; i++) {
+            cons[i].host = none[i].host = -1;
+            if (sp.fixed[i] && sp.why[i] == REASON_LIGHTER) {
+                if (first) { /* no host: 8 blocks need both */
+                    cons[i].min_row_shards = none[i].min_row_shards = 8;
+                } else {
+                    cons[i].host = none[i].host = 1;
+                    none[i].schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW);
+                }
+                first = false;
+            }
+        }
+        scheme_pass_free(&sp);
+        if (first) /* none lighter in rows here */
+            goto next_held;
+        o.constraints = cons;
+        ok = CHECK_OK(run(tb, n, &topo, &o, &p, &d), d.msg);
+        o.constraints = none;
+        if (ok && !CHECK_OK(run(tb, n, &topo, &o, &q, &d), d.msg)) {
+            plan_destroy(&p);
+            ok = false;
+        }
+        o.constraints = NULL;
+        if (!ok)
+            goto next_held;
+        tasks++;
+        kept += has_note(&p, "cost the devices less in total");
+        CHECK(p.cost_ms <= q.cost_ms * (1 + 1e-9));
+        for (k = 0; k < p.nshards; k++) {
+            const struct shard *sh = &p.shards[k];
+
+            if (cons[sh->table].host == 1)
+                CHECK(sh->device / topo.devices_per_host == 1);
+            if (cons[sh->table].min_row_shards == 8)
+                CHECK(sh->scheme == SCHEME_RW && sh->row_count > 0);
+        }
+        plan_destroy(&q);
+        plan_destroy(&p);
+    next_held:
+        free(none);
+        free(cons);
+        free(tb);
+    }
+    fprintf(stderr, "rows lighter, held to a host: %d tasks, %d kept rows\n",
+            tasks, kept);
+    CHECK(tasks >= 1);
 }
 
 /* The tables' schemes in plan p (sorted), counted. */
