@@ -96,17 +96,43 @@ static int add_blocks(struct pass *ps, struct scheme_pass *sp, size_t i,
     return 0;
 }
 
-/* The cost of one of k row blocks of table i alone. */
-static double block_ms(const struct pass *ps, size_t i, int32_t k)
+/* The model's view of one of k row blocks of table i (at least a row). */
+static void block_view(const struct pass *ps, size_t i, int32_t k,
+                       struct table *view)
 {
     const struct table *tb = &ps->tables[i];
     struct shard s = {.col_width = tb->dim, .row_count = tb->rows / k};
-    struct table view;
 
     if (s.row_count < 1)
         s.row_count = 1;
-    shard_table(tb, &s, ps->t->ndevices, &view);
-    return alone_ms(ps, &view, tb->dim);
+    shard_table(tb, &s, ps->t->ndevices, view);
+}
+
+/* The cost of one of k row blocks of table i alone. */
+static double block_ms(const struct pass *ps, size_t i, int32_t k)
+{
+    struct table view;
+
+    block_view(ps, i, k, &view);
+    return alone_ms(ps, &view, ps->tables[i].dim);
+}
+
+/* A host's devices (all of them where they are fewer). */
+static int32_t host_devices(const struct topology *t)
+{
+    return t->devices_per_host < t->ndevices ? t->devices_per_host
+                                             : t->ndevices;
+}
+
+/* What `cols` columns of a table placed once cost in the all-to-all, one
+ * way: the batch's pooled outputs of the other devices' samples. */
+static double a2a_ms(const struct topology *t, int32_t cols)
+{
+    int32_t n = t->ndevices;
+
+    return (double)t->batch_size * cols * topology_comm_esz(t) *
+           (double)(n - 1) / (double)n /
+           collective_link_bw(t, n > host_devices(t));
 }
 
 /* Devices [first, first + k) can each take 1/k of table i's rows. */
@@ -299,12 +325,8 @@ static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow,
                      double narrow_ms)
 {
     const struct topology *t = ps->t;
-    int32_t L =
-        t->devices_per_host < t->ndevices ? t->devices_per_host : t->ndevices;
-    int32_t n = t->ndevices;
-    double a2a = (double)t->batch_size * narrow * topology_comm_esz(t) *
-                 (double)(n - 1) / (double)n / collective_link_bw(t, n > L);
-    double slice = narrow_ms + a2a;
+    int32_t L = host_devices(t);
+    double slice = narrow_ms + a2a_ms(t, narrow);
     double rows = block_ms(ps, i, L) +
                   collective_row_group_ms(t, ps->tables[i].dim, L, false);
 
@@ -323,19 +345,14 @@ static bool rows_lighter(const struct pass *ps, size_t i)
 {
     const struct topology *t = ps->t;
     const struct table *tb = &ps->tables[i];
-    int32_t L =
-        t->devices_per_host < t->ndevices ? t->devices_per_host : t->ndevices;
-    int32_t n = t->ndevices;
-    struct shard s = {.col_width = tb->dim, .row_count = tb->rows / L};
+    int32_t L = host_devices(t);
     struct table view;
-    double a2a, whole, rows;
+    double whole, rows;
 
     if (L < 2 || tb->rows < L)
         return false;
-    shard_table(tb, &s, n, &view);
-    a2a = (double)t->batch_size * tb->dim * topology_comm_esz(t) *
-          (double)(n - 1) / (double)n / collective_link_bw(t, n > L);
-    whole = marginal_ms(ps, tb) + 2 * a2a;
+    block_view(ps, i, L, &view);
+    whole = marginal_ms(ps, tb) + 2 * a2a_ms(t, tb->dim);
     rows = L * (marginal_ms(ps, &view) +
                 2 * collective_row_group_ms(t, tb->dim, L, false));
     return rows < whole;
