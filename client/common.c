@@ -72,14 +72,15 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
         cm->ens = cm->owned->k > 1 ? cm->owned : NULL;
         return 0;
     }
-    /* The reference profile (NeuroShard's released models) only when
-     * named: the embedded cpu model stays the default.  It has no
-     * ensemble. */
-    if (o->profile != NULL && strcmp(o->profile, NET_REFERENCE_PROFILE) == 0) {
-        cm->net = net_reference(&d);
-        if (cm->net == NULL)
+    /* A compiled-in model of another profile (NeuroShard's released
+     * models, the H200's) only when named: the embedded cpu model stays
+     * the default.  They have no ensemble. */
+    if (o->profile != NULL) {
+        cm->net = net_compiled(o->profile, &d);
+        if (cm->net != NULL)
+            return 0;
+        if (strcmp(o->profile, NET_REFERENCE_PROFILE) == 0)
             return ctl_fail(1, "%s: %s", cmd, d.msg);
-        return 0;
     }
     cm->net = net_embedded(&d);
     if (cm->net == NULL)

@@ -494,12 +494,18 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
                 size_t memo_entries, const struct kern_backend *resident_be,
                 struct sd_diag *d)
 {
-    const struct cost_net *emb = net_embedded(d);
+    /* On a GPU shardd has a model for, that model is this server's
+     * embedded one (what `activate embedded` returns to); the cpu default
+     * still answers for its own profile. */
+    const struct cost_net *cpu = net_embedded(d);
+    const struct cost_net *hw = net_compiled(own_profile, NULL);
+    const struct cost_net *emb = hw != NULL ? hw : cpu;
     struct store_profile *profs = NULL;
+    struct dmodel *m;
     size_t np = 0, i;
     int rv;
 
-    if (emb == NULL)
+    if (cpu == NULL)
         return SD_EFORMAT;
     memset(ms, 0, sizeof(*ms));
     pthread_mutex_init(&ms->mu, NULL);
@@ -523,6 +529,14 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
         dmodel_release(ms->embedded);
         rv = sd_diag_set(d, rv, "out of memory");
         goto fail;
+    }
+    if (hw != NULL) {
+        m = dmodel_new(ms, cpu, true, 0, NULL);
+        if (m == NULL || publish(ms, m) != 0) {
+            dmodel_release(m);
+            rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+            goto fail;
+        }
     }
     rv = publish_reference(ms, d);
     if (rv == 0)

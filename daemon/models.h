@@ -109,11 +109,14 @@ struct models {
 
 /*
  * Loads the embedded model and every profile's active stored model from
- * st.  own_profile ("" when the server measures nothing) answers requests
- * that name no profile once it has a model.  A stored model that no longer
- * parses is skipped with a warning (the embedded one or none serves its
- * profile).  resident_be (NULL: none) is the backend every model is made
- * resident on (device 0).  On failure nothing is left to free.
+ * st.  The embedded model is the one compiled in for own_profile where
+ * shardd has one (net_compiled(): an H200's), else the cpu default; the
+ * cpu default answers for its own profile either way.  own_profile ("" when the
+ * server measures nothing) answers requests that name no profile once it has a
+ * model.  A stored model that no longer parses is skipped with a warning (the
+ * embedded one or none serves its profile).  resident_be (NULL: none) is the
+ * backend every model is made resident on (device 0).  On failure nothing is
+ * left to free.
  */
 int models_init(struct models *ms, struct store *st, const char *own_profile,
                 size_t memo_entries, const struct kern_backend *resident_be,

@@ -400,6 +400,18 @@ const struct cost_net *net_embedded(struct sd_diag *d);
 const struct cost_net *net_reference(struct sd_diag *d);
 
 /*
+ * The compiled-in model that answers for `profile` alone: the reference
+ * (NET_REFERENCE_PROFILE) or one trained on a GPU, models/
+ * cuda-h200-default.sdcn (NET_H200_PROFILE: 16,166 samples profiled on an
+ * H200, docs/gpu.md), which a server on that GPU serves by default until
+ * it has a model of its own.  NULL for any other profile (and for the
+ * default model's: net_embedded()), or where the image is damaged (d says
+ * why, when given).  Shared, read-only, never freed.
+ */
+#define NET_H200_PROFILE "cuda/NVIDIA H200/4096"
+const struct cost_net *net_compiled(const char *profile, struct sd_diag *d);
+
+/*
  * A memo of one model's projected latents (net_project(net_latent())), the
  * part of scoring that depends on a table and a width alone: scoring a
  * shard then costs its 64-wide head, not an MLP per table.  A search, the

@@ -11,12 +11,14 @@
 #include "models/models.h"
 #include "problem/problem.h"
 
-/* The images made from models/cpu-default.sdcn and
- * models/neuroshard-v100.sdcn at build time (embed.cmake). */
+/* The images made from models/cpu-default.sdcn, models/neuroshard-v100.sdcn
+ * and models/cuda-h200-default.sdcn at build time (embed.cmake). */
 extern const unsigned char sd_embedded_model[];
 extern const size_t sd_embedded_model_len;
 extern const unsigned char sd_reference_model[];
 extern const size_t sd_reference_model_len;
+extern const unsigned char sd_h200_model[];
+extern const size_t sd_h200_model_len;
 
 /* The inputs format 1 transforms (table_features()' order). */
 #define NET_IN_PF   TABLE_FEATURE_PF
@@ -558,44 +560,73 @@ double net_tables_ms(const struct cost_net *m, const struct table *tables,
     return net_head_z(m, z);
 }
 
-static pthread_once_t embedded_once = PTHREAD_ONCE_INIT;
-static struct cost_net *embedded;   /* written once, under embedded_once */
-static struct sd_diag embedded_err; /* why it did not parse */
+/*
+ * The compiled-in models, parsed together on first use: the default (cpu)
+ * model first, then those that answer only for their own profile.  Each
+ * keeps why it did not parse.  Written once, under images_once.
+ */
+struct net_image {
+    const char *what; /* for errors */
+    const unsigned char *bytes;
+    const size_t *len;
+    struct cost_net *net; /* NULL: damaged */
+    struct sd_diag err;
+};
 
-static void embedded_parse(void)
+static struct net_image images[] = {
+    {"embedded model", sd_embedded_model, &sd_embedded_model_len, NULL, {{0}}},
+    {"reference model",
+     sd_reference_model,
+     &sd_reference_model_len,
+     NULL,
+     {{0}}},
+    {"embedded H200 model", sd_h200_model, &sd_h200_model_len, NULL, {{0}}},
+};
+#define NIMAGES (sizeof(images) / sizeof(images[0]))
+
+static pthread_once_t images_once = PTHREAD_ONCE_INIT;
+
+static void images_parse(void)
 {
-    if (net_parse(sd_embedded_model, sd_embedded_model_len, &embedded,
-                  &embedded_err) < 0)
-        embedded = NULL;
+    size_t i;
+
+    for (i = 0; i < NIMAGES; i++)
+        if (net_parse(images[i].bytes, *images[i].len, &images[i].net,
+                      &images[i].err) < 0)
+            images[i].net = NULL;
+}
+
+/* Image i's model, or NULL with why in d (when given). */
+static const struct cost_net *image_get(size_t i, struct sd_diag *d)
+{
+    pthread_once(&images_once, images_parse);
+    if (images[i].net == NULL && d)
+        snprintf(d->msg, sizeof(d->msg), "%s: %.480s", images[i].what,
+                 images[i].err.msg);
+    return images[i].net;
 }
 
 const struct cost_net *net_embedded(struct sd_diag *d)
 {
-    pthread_once(&embedded_once, embedded_parse);
-    if (!embedded && d)
-        snprintf(d->msg, sizeof(d->msg), "embedded model: %.480s",
-                 embedded_err.msg);
-    return embedded;
-}
-
-static pthread_once_t reference_once = PTHREAD_ONCE_INIT;
-static struct cost_net *reference;   /* written once, under reference_once */
-static struct sd_diag reference_err; /* why it did not parse */
-
-static void reference_parse(void)
-{
-    if (net_parse(sd_reference_model, sd_reference_model_len, &reference,
-                  &reference_err) < 0)
-        reference = NULL;
+    return image_get(0, d);
 }
 
 const struct cost_net *net_reference(struct sd_diag *d)
 {
-    pthread_once(&reference_once, reference_parse);
-    if (!reference && d)
-        snprintf(d->msg, sizeof(d->msg), "reference model: %.480s",
-                 reference_err.msg);
-    return reference;
+    return image_get(1, d);
+}
+
+const struct cost_net *net_compiled(const char *profile, struct sd_diag *d)
+{
+    const struct cost_net *m;
+    size_t i;
+
+    for (i = 1; profile != NULL && i < NIMAGES; i++) {
+        m = image_get(i, d);
+        if (m != NULL && strcmp(m->profile, profile) == 0)
+            return m;
+    }
+    return NULL;
 }
 
 static double net_cm_shard_ms(void *ctx, const struct topology *t,

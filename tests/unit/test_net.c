@@ -169,7 +169,7 @@ static void test_adapter_and_embedded(void)
     struct topology topo;
     struct table t;
     struct shard_item it;
-    const struct cost_net *e;
+    const struct cost_net *e, *h;
     struct sd_diag d = {{0}};
 
     random_net(&m, 4);
@@ -193,13 +193,25 @@ static void test_adapter_and_embedded(void)
         CHECK(e->batch_size >= 1);
         CHECK(e->metrics.train_samples > 0);
         CHECK(net_embedded(&d) == e); /* parsed once, shared */
-        /* A wider table costs more on any sane model. */
+        /* The models compiled in for one profile: each by its name only. */
+        CHECK(net_compiled(NET_REFERENCE_PROFILE, &d) == net_reference(&d));
+        CHECK(net_compiled(e->profile, &d) == NULL);
+        CHECK(net_compiled("cuda/NVIDIA H100 80GB HBM3/4096", &d) == NULL);
+        CHECK(net_compiled(NULL, &d) == NULL);
+        /* A wider table costs more on any sane model: the cpu default and
+         * the H200's (trained on the GPU's samples, docs/gpu.md). */
+        h = net_compiled(NET_H200_PROFILE, &d);
+        CHECK(h != NULL && strcmp(h->profile, NET_H200_PROFILE) == 0);
+        CHECK(h != NULL && h->batch_size == 4096);
+        CHECK(h != NULL && h->metrics.train_samples > 10000);
         make_table(&t, 1000000, 128, 20);
         it = (struct shard_item){&t, 128};
         {
             struct shard_item narrow = {&t, 8};
 
             CHECK(net_shard_ms(e, &it, 1) > net_shard_ms(e, &narrow, 1));
+            CHECK(h != NULL &&
+                  net_shard_ms(h, &it, 1) > net_shard_ms(h, &narrow, 1));
         }
     } else {
         fprintf(stderr, "embedded: %s\n", d.msg);

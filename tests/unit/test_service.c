@@ -388,6 +388,52 @@ static void test_estimate(struct svc *s)
  * as the library does with that set; a request naming no profile gets the
  * default, never the reference.
  */
+/*
+ * A server whose own profile is the H200's serves the model compiled in for
+ * it by default, as its embedded one (what a rollback returns to), and the
+ * cpu default still answers when named.  models_init() on a real store, as
+ * open_parts() calls it with the profile the backend names.
+ */
+static void test_hardware_model(void)
+{
+    const struct cost_net *hw = net_compiled(NET_H200_PROFILE, NULL);
+    const struct cost_net *cpu = net_embedded(NULL);
+    char db[96], prev[MODELS_VERSION_MAX];
+    struct store *st = NULL;
+    struct models ms;
+    struct dmodel *m = NULL;
+    struct sd_diag d = {{0}};
+
+    CHECK(hw != NULL && cpu != NULL && hw != cpu);
+    snprintf(db, sizeof(db), "%s/hardware.db", dir);
+    CHECK(store_open(db, 0, &st, &d) == 0);
+    if (hw == NULL || cpu == NULL || st == NULL)
+        goto out_store;
+    CHECK(models_init(&ms, st, NET_H200_PROFILE, 1024, NULL, &d) == 0);
+    CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
+    CHECK(m != NULL && m->net == hw && strcmp(m->version, "embedded") == 0);
+    dmodel_release(m);
+    CHECK(models_acquire(&ms, cpu->profile, &m, &d) == 0);
+    CHECK(m != NULL && m->net == cpu);
+    dmodel_release(m);
+    /* The rollback keeps the H200's model answering by default. */
+    CHECK(models_activate_embedded(&ms, st, prev, &d) == 0);
+    CHECK(strcmp(prev, "embedded") == 0);
+    CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
+    CHECK(m != NULL && m->net == hw);
+    dmodel_release(m);
+    models_destroy(&ms);
+    /* Any other hardware: the cpu default, as before. */
+    CHECK(models_init(&ms, st, "cuda/NVIDIA H100 80GB HBM3/4096", 1024, NULL,
+                      &d) == 0);
+    CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
+    CHECK(m != NULL && m->net == cpu);
+    dmodel_release(m);
+    models_destroy(&ms);
+out_store:
+    store_close(st);
+}
+
 static void test_reference_profile(struct svc *s)
 {
     struct ask dflt = {.ntables = NTABLES};
@@ -1513,6 +1559,7 @@ int main(void)
     test_unset_options_are_defaults(s);
     test_estimate(s);
     test_reference_profile(s);
+    test_hardware_model();
     test_pins_named(s);
     test_lane_reads_within(s);
     test_plan_lane(s, &c);
