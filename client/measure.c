@@ -146,13 +146,15 @@ int measure_profile(const struct ctl_opts *o)
     fprintf(stderr, "profile %s: %llu samples added, %llu in the store\n",
             res.profile, (unsigned long long)res.added,
             (unsigned long long)(res.existing + res.added));
-    if (res.remeasured > 0 || res.kept_busy > 0)
+    if (res.remeasured > 0)
         fprintf(stderr,
                 "profile: %llu measurements dropped and made again while the "
-                "device was busy (probe up to %.2fx its quiet time); %llu "
-                "samples kept after half an hour of retries (the device "
-                "stayed slower)\n",
-                (unsigned long long)res.remeasured, res.max_slowdown,
+                "device was busy (probe up to %.2fx its quiet time)\n",
+                (unsigned long long)res.remeasured, res.max_slowdown);
+    if (res.kept_busy > 0)
+        fprintf(stderr,
+                "profile: %llu samples kept after half an hour of retries "
+                "(the device stayed slower)\n",
                 (unsigned long long)res.kept_busy);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv),

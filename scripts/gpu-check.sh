@@ -198,9 +198,10 @@ step "profile --backend $BE (${P} s budget)" ./shardctl profile --db "$DB" \
 keep 'samples added'
 step "train --backend $BE (cuBLAS products on cuda)" ./shardctl train \
     --db "$DB" --backend $BE --activate --out "$OUT/model.sdcn"
-keep '^(model|samples|MAPE|epochs)|products on'
+FAMS='^(dlrm|zipf|exp|uniform|bimodal|seq|onehot|mix|whole tables|row blocks) '
+keep "^(model|samples|MAPE|epochs)|products on|$FAMS"
 step "score on the host" ./shardctl score --db "$DB" --model "$OUT/model.sdcn"
-keep MAPE
+keep "MAPE|$FAMS"
 step "score on the GPU (the model resident, one batch)" ./shardctl score \
     --db "$DB" --model "$OUT/model.sdcn" --backend $BE
 keep MAPE
