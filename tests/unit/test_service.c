@@ -28,6 +28,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "harness.h"
+#include "jobs_int.h"
 #include "service_int.h"
 #include "shardd/log.h"
 #include "shardd/v1/admin.pb-c.h"
@@ -391,8 +392,9 @@ static void test_estimate(struct svc *s)
 /*
  * A server whose own profile is the H200's serves the model compiled in for
  * it by default, as its embedded one (what a rollback returns to), and the
- * cpu default still answers when named.  models_init() on a real store, as
- * open_parts() calls it with the profile the backend names.
+ * cpu default still answers when named; having no compiled-in policy, it
+ * may be trained one (the cpu default may not).  models_init() on a real
+ * store, as open_parts() calls it with the profile the backend names.
  */
 static void test_hardware_model(void)
 {
@@ -400,10 +402,14 @@ static void test_hardware_model(void)
     const struct cost_net *cpu = net_embedded(NULL);
     char db[96], prev[MODELS_VERSION_MAX];
     struct store *st = NULL;
+    struct store_profile prof;
     struct models ms;
+    struct jobs jb;
     struct dmodel *m = NULL;
     struct sd_diag d = {{0}};
 
+    memset(&prof, 0, sizeof(prof));
+    memset(&jb, 0, sizeof(jb));
     CHECK(hw != NULL && cpu != NULL && hw != cpu);
     snprintf(db, sizeof(db), "%s/hardware.db", dir);
     CHECK(store_open(db, 0, &st, &d) == 0);
@@ -422,6 +428,10 @@ static void test_hardware_model(void)
     CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
     CHECK(m != NULL && m->net == hw);
     dmodel_release(m);
+    /* It has no compiled-in policy: a policy retrain may train one. */
+    jb.models = &ms;
+    snprintf(prof.name, sizeof(prof.name), "%s", NET_H200_PROFILE);
+    CHECK(jobs__policy_check(&jb, &prof, &d) == 0);
     models_destroy(&ms);
     /* Any other hardware: the cpu default, as before. */
     CHECK(models_init(&ms, st, "cuda/NVIDIA H100 80GB HBM3/4096", 1024, NULL,
@@ -429,6 +439,10 @@ static void test_hardware_model(void)
     CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
     CHECK(m != NULL && m->net == cpu);
     dmodel_release(m);
+    /* The cpu default's policy is compiled in: nothing to retrain. */
+    snprintf(prof.name, sizeof(prof.name), "%s", cpu->profile);
+    CHECK(jobs__policy_check(&jb, &prof, &d) == SD_ESTATE);
+    CHECK(strstr(d.msg, "compiled in") != NULL);
     models_destroy(&ms);
 out_store:
     store_close(st);
