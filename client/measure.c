@@ -318,6 +318,28 @@ static int eval_traces(const char *path, const struct table *tables, size_t n,
     return 0;
 }
 
+/*
+ * eval's model, for the prediction beside the measurement: --model or
+ * --profile as plan's, else the one compiled in for the measuring device
+ * where shardd has one (an H200's: a cpu model does not price a GPU),
+ * else the embedded one.
+ */
+static int eval_model(const struct ctl_opts *o, const struct kern_backend *be,
+                      struct ctl_model *cm)
+{
+    struct ctl_opts eo = *o;
+    struct prof_run_params pp;
+    struct sd_diag d;
+    char name[256];
+
+    prof_run_params_default(&pp);
+    if (o->model == NULL && o->profile == NULL &&
+        prof_profile_name(be, 0, pp.batch_size, name, sizeof(name), &d) == 0 &&
+        net_compiled(name, NULL) != NULL)
+        eo.profile = name;
+    return ctl_load_model(&eo, "eval", cm);
+}
+
 int measure_eval(const struct ctl_opts *o)
 {
     enum optimizer opt = OPTIMIZER_SGD;
@@ -343,7 +365,7 @@ int measure_eval(const struct ctl_opts *o)
     be = ctl_pick_backend(o->backend);
     if (be == NULL)
         return CTL_EXIT_USAGE;
-    rv = ctl_load_model(o, "eval", &cm);
+    rv = eval_model(o, be, &cm);
     if (rv != 0)
         return rv;
     rv = eval_inputs(o, cm.net, &tables, &n, &p, &topo, &caps);
