@@ -18,7 +18,7 @@ OUT=${1:-build-gpu-bundle}
 BUILD=${BUILD_DIR:-build-gpu}
 LIMIT_KB=$((64 * 1024))
 TARGETS="shardd shardctl test_parity_tbe test_parity_net test_gpu_comm \
-bench_kernels bench_net"
+bench_kernels bench_net bench_quality"
 
 [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null || {
     echo "gpu-bundle: no nvcc (CUDA toolkit) here" >&2

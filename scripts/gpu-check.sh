@@ -14,7 +14,8 @@
 #      sweep and NeuroShard comm samples (shardctl comm-profile);
 #   5. shardctl profile --backend cuda for a time budget (>= 3,000 samples
 #      is the aim), shardctl train with cuBLAS's products, the model scored
-#      on the GPU and on the host;
+#      on the GPU and on the host; plans by that model and by the greedy
+#      baselines measured on the GPU (bench_quality);
 #   6. shardd on the cuda backend with that model active and resident in
 #      GPU memory: status, an online plan equal to the offline one, an
 #      estimate;
@@ -190,7 +191,7 @@ keep '^(all-to-all|reduce-scatter|all-gather|all-reduce) .* 16777216|plan 0:|pla
 # --- 5. profile, train, score -----------------------------------------------------
 mkdir -p "$W/data"
 DB="$W/data/shardd.db"
-P=${PROFILE_SECONDS:-$(($(left) - 150))}
+P=${PROFILE_SECONDS:-$(($(left) - 210))}
 [ "$P" -gt 240 ] && P=240
 [ "$P" -lt 30 ] && P=30
 step "profile --backend $BE (${P} s budget)" ./shardctl profile --db "$DB" \
@@ -205,6 +206,15 @@ keep "MAPE|$FAMS"
 step "score on the GPU (the model resident, one batch)" ./shardctl score \
     --db "$DB" --model "$OUT/model.sdcn" --backend $BE
 keep MAPE
+# The product's claim on this GPU: plans of the new model against the
+# greedy baselines', each measured on the device (5 tasks on 4 and 8
+# devices, 3 interleaved rounds; one task and one round in a cpu
+# rehearsal, where measuring a plan takes a minute).
+if [ "$BE" = cpu ]; then QUALITY="1 1 cpu 1"; else QUALITY="5 5 $BE 3"; fi
+# shellcheck disable=SC2086
+step "plans measured on $BE: the new model against the greedy baselines" \
+    ./bench_quality $QUALITY "$OUT/model.sdcn"
+keep '^(bench_quality: model|[0-9] devices|algorithm|[a-z_]+ +[0-9]+/[0-9]+ )'
 
 # --- 6. shardd ----------------------------------------------------------------------
 SOCK="unix:$W/shardd.sock"
