@@ -286,12 +286,15 @@ void ctl_attach_comm(const struct cost_net *net, struct topology *t,
                      struct net_comm_model *ncm);
 
 /*
- * dreamshard's policy: --policy FILE, else the embedded one (NULL when it
- * is damaged: plan_run() then says to train one).  *owned is what the
- * caller frees.  Returns 0 or an exit code, the message naming cmd.
+ * dreamshard's policy for compute model net: --policy FILE, else the one
+ * compiled in for net (the embedded model's, the H200 model's), else the
+ * embedded one (NULL when it is damaged; with another model plan_run()
+ * says to train one).  *owned is what the caller frees.  Returns 0 or an
+ * exit code, the message naming cmd.
  */
 int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
-                    const struct policy_net **pn, struct policy_net **owned);
+                    const struct cost_net *net, const struct policy_net **pn,
+                    struct policy_net **owned);
 
 /* ------------------------------------------------------------------------ */
 /* The plan's picture (svg.c)                                                */

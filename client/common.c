@@ -132,7 +132,8 @@ void ctl_model_free(struct ctl_model *cm)
 }
 
 int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
-                    const struct policy_net **pn, struct policy_net **owned)
+                    const struct cost_net *net, const struct policy_net **pn,
+                    struct policy_net **owned)
 {
     struct sd_diag d = {{0}};
     int rv;
@@ -145,7 +146,9 @@ int ctl_load_policy(const struct ctl_opts *o, const char *cmd,
         *pn = *owned;
         return 0;
     }
-    *pn = policy_embedded(NULL);
+    *pn = net != NULL ? policy_compiled(net, NULL) : NULL;
+    if (*pn == NULL)
+        *pn = policy_embedded(NULL);
     return 0;
 }
 

@@ -174,9 +174,9 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
 }
 
 /*
- * dreamshard's policy into po: --policy, else the embedded one (trained
- * against the embedded model: with another --model, plan_run() says to
- * train one).  *owned is what the caller frees.
+ * dreamshard's policy into po: --policy, else the one compiled in for
+ * po->net (the embedded model's, the H200's: with another --model,
+ * plan_run() says to train one).  *owned is what the caller frees.
  */
 static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
                        struct policy_net **owned)
@@ -186,7 +186,7 @@ static int pick_policy(const struct ctl_opts *o, struct plan_options *po,
                    ? 0
                    : ctl_fail(CTL_EXIT_USAGE, "plan: --policy is for --alg "
                                               "dreamshard");
-    return ctl_load_policy(o, "plan", &po->policy, owned);
+    return ctl_load_policy(o, "plan", po->net, &po->policy, owned);
 }
 
 /* The search's options from the command line; 0 or an exit code. */

@@ -40,8 +40,7 @@ void jobs__prune(struct jobs *jb, struct store *st,
 
 /*
  * Checks that a policy retrain of prof can start: its active model is a
- * stored one, or an embedded one whose policy is not compiled in (an
- * H200's); SD_ESTATE otherwise, d says why.
+ * stored one (SD_ESTATE otherwise, d says why).
  */
 int jobs__policy_check(struct jobs *jb, const struct store_profile *prof,
                        struct sd_diag *d);

@@ -29,22 +29,17 @@ int jobs__policy_check(struct jobs *jb, const struct store_profile *prof,
                        struct sd_diag *d)
 {
     struct dmodel *m = NULL;
-    struct dpolicy *p = NULL;
     struct sd_diag why;
-    bool compiled = false;
+    bool embedded;
 
     if (models_acquire(jb->models, prof->name, &m, &why) != 0)
         return sd_diag_set(d, SD_ESTATE,
                            "profile \"%.128s\" has no active compute model to "
                            "train a policy for",
                            prof->name);
-    /* The cpu default's policy is compiled in; an embedded model without
-     * one (an H200's) is trained a policy like a stored model. */
-    if (m->embedded && models_acquire_policy(jb->models, m, &p, &why) == 0)
-        compiled = p->embedded;
-    dpolicy_release(p);
+    embedded = m->embedded;
     dmodel_release(m);
-    if (compiled)
+    if (embedded)
         return sd_diag_set(d, SD_ESTATE,
                            "the active model of \"%.128s\" is the embedded "
                            "one, whose policy is compiled in",

@@ -393,15 +393,18 @@ static int load_active_policy(struct models *ms, struct store *st,
     return 0;
 }
 
-/* The embedded policy into the embedded model's profile (a damaged image
- * is a warning: dreamshard then needs a trained policy). */
+/* The policy compiled in for the embedded model (the cpu default's, or an
+ * H200's) into its profile (a damaged image is a warning: dreamshard then
+ * needs a trained policy). */
 static int load_embedded_policy(struct models *ms, struct sd_diag *d)
 {
-    struct sd_diag why;
-    const struct policy_net *pn = policy_embedded(&why);
+    struct sd_diag why = {{0}};
+    const struct policy_net *pn = policy_compiled(ms->embedded->net, &why);
 
     if (pn == NULL) {
-        sd_log(SD_LOG_WARN, "%s; dreamshard needs a trained policy", why.msg);
+        sd_log(SD_LOG_WARN, "%s; dreamshard needs a trained policy",
+               why.msg[0] ? why.msg
+                          : "no policy is compiled in for the embedded model");
         return 0;
     }
     ms->embedded_policy = dpolicy_new(pn, true, 0, 0);

@@ -911,6 +911,16 @@ int policy_write_file(const char *path, const struct policy_net *pn,
 const struct policy_net *policy_embedded(struct sd_diag *d);
 
 /*
+ * The compiled-in policy trained against compute model m (its profile and
+ * policy_model_crc()): policy_embedded() for the embedded cpu model,
+ * models/cuda-h200-default.sdpol for the H200's (net_compiled()); NULL for
+ * any other model, or where the image is damaged (d says why, when given).
+ * Shared, read-only, never freed.
+ */
+const struct policy_net *policy_compiled(const struct cost_net *m,
+                                         struct sd_diag *d);
+
+/*
  * The estimated MDP of one task (DreamShard's environment): the devices'
  * shards as the compute model and the alpha-beta exchange see them, the
  * order the tables are placed in, and the policy's features and logits.

@@ -37,9 +37,12 @@
 static const unsigned char POL_MAGIC[4] = {'S', 'D', 'P', 'L'};
 #define POL_FILE_MAX (1u << 20)
 
-/* The image made from models/cpu-default.sdpol at build time (embed.cmake). */
+/* The images made from models/cpu-default.sdpol and
+ * models/cuda-h200-default.sdpol at build time (embed.cmake). */
 extern const unsigned char sd_embedded_policy[];
 extern const size_t sd_embedded_policy_len;
+extern const unsigned char sd_h200_policy[];
+extern const size_t sd_h200_policy_len;
 
 /* ------------------------------------------------------------------------ */
 /* The compute model's identity                                             */
@@ -921,22 +924,67 @@ int policy_write_file(const char *path, const struct policy_net *pn,
     return rv;
 }
 
-static pthread_once_t embedded_once = PTHREAD_ONCE_INIT;
-static struct policy_net *embedded; /* written once, under embedded_once */
-static struct sd_diag embedded_err; /* why it did not parse */
+/*
+ * The compiled-in policies, parsed together on first use, each with why it
+ * did not parse: the cpu default model's first, then the H200 model's.
+ * Written once, under images_once.
+ */
+struct policy_image {
+    const char *what; /* for errors */
+    const unsigned char *bytes;
+    const size_t *len;
+    struct policy_net *pn; /* NULL: damaged */
+    struct sd_diag err;
+};
 
-static void embedded_parse(void)
+static struct policy_image images[] = {
+    {"embedded policy",
+     sd_embedded_policy,
+     &sd_embedded_policy_len,
+     NULL,
+     {{0}}},
+    {"embedded H200 policy", sd_h200_policy, &sd_h200_policy_len, NULL, {{0}}},
+};
+#define NIMAGES (sizeof(images) / sizeof(images[0]))
+
+static pthread_once_t images_once = PTHREAD_ONCE_INIT;
+
+static void images_parse(void)
 {
-    if (policy_parse(sd_embedded_policy, sd_embedded_policy_len, &embedded,
-                     &embedded_err) < 0)
-        embedded = NULL;
+    size_t i;
+
+    for (i = 0; i < NIMAGES; i++)
+        if (policy_parse(images[i].bytes, *images[i].len, &images[i].pn,
+                         &images[i].err) < 0)
+            images[i].pn = NULL;
 }
 
 const struct policy_net *policy_embedded(struct sd_diag *d)
 {
-    pthread_once(&embedded_once, embedded_parse);
-    if (!embedded && d)
-        snprintf(d->msg, sizeof(d->msg), "embedded policy: %.480s",
-                 embedded_err.msg);
-    return embedded;
+    pthread_once(&images_once, images_parse);
+    if (!images[0].pn && d)
+        snprintf(d->msg, sizeof(d->msg), "%s: %.480s", images[0].what,
+                 images[0].err.msg);
+    return images[0].pn;
+}
+
+const struct policy_net *policy_compiled(const struct cost_net *m,
+                                         struct sd_diag *d)
+{
+    uint32_t crc = policy_model_crc(m);
+    size_t i;
+
+    pthread_once(&images_once, images_parse);
+    for (i = 0; i < NIMAGES; i++) {
+        if (images[i].pn == NULL) {
+            if (d)
+                snprintf(d->msg, sizeof(d->msg), "%s: %.480s", images[i].what,
+                         images[i].err.msg);
+            continue;
+        }
+        if (images[i].pn->model_crc == crc &&
+            strcmp(images[i].pn->profile, m->profile) == 0)
+            return images[i].pn;
+    }
+    return NULL;
 }

@@ -518,6 +518,51 @@ static void test_scale(void)
     free(tb);
 }
 
+/*
+ * The compiled-in policies, each for the model it was trained against: the
+ * embedded model's is the embedded policy; the H200 model's plans a task
+ * with dreamshard on that model; the reference set has none.
+ */
+static void test_compiled(void)
+{
+    const struct cost_net *h200 = net_compiled(NET_H200_PROFILE, NULL);
+    const struct policy_net *pn;
+    struct table *tb = make_tables(30, 17);
+    struct net_cost_model ncm;
+    struct plan_options o;
+    struct topology topo;
+    struct sd_diag d = {{0}};
+    struct plan p;
+
+    CHECK(policy_compiled(net, &d) == policy_embedded(NULL));
+    CHECK(policy_compiled(net_reference(NULL), &d) == NULL);
+    CHECK(h200 != NULL);
+    if (h200 == NULL)
+        goto out;
+    pn = policy_compiled(h200, &d);
+    CHECK(pn != NULL && pn != policy_embedded(NULL));
+    if (pn == NULL)
+        goto out;
+    CHECK(strcmp(pn->profile, NET_H200_PROFILE) == 0);
+    CHECK(pn->model_crc == policy_model_crc(h200));
+    topology_default(&topo, 4, 64ull << 30);
+    topo.batch_size = h200->batch_size;
+    net_cost_model_init(&ncm, h200);
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_DREAMSHARD;
+    o.net = h200;
+    o.policy = pn;
+    if (CHECK_OK(plan_run(tb, 30, &topo, &o, &ncm.cm, &p, &d), d.msg)) {
+        CHECK(p.ndevices == 4 && p.cost_ms > 0);
+        plan_destroy(&p);
+    }
+    /* The cpu policy does not plan for the H200's model. */
+    o.policy = policy_embedded(NULL);
+    CHECK(plan_run(tb, 30, &topo, &o, &ncm.cm, &p, &d) != 0);
+out:
+    free(tb);
+}
+
 int main(void)
 {
     struct sd_diag d;
@@ -533,6 +578,7 @@ int main(void)
     test_format();
     test_gate();
     test_cancel();
+    test_compiled();
     test_scale();
     return tap_done();
 }

@@ -392,8 +392,8 @@ static void test_estimate(struct svc *s)
 /*
  * A server whose own profile is the H200's serves the model compiled in for
  * it by default, as its embedded one (what a rollback returns to), and the
- * cpu default still answers when named; having no compiled-in policy, it
- * may be trained one (the cpu default may not).  models_init() on a real
+ * cpu default still answers when named; its compiled-in policy answers for
+ * it, as the cpu default's does for that one.  models_init() on a real
  * store, as open_parts() calls it with the profile the backend names.
  */
 static void test_hardware_model(void)
@@ -406,6 +406,7 @@ static void test_hardware_model(void)
     struct models ms;
     struct jobs jb;
     struct dmodel *m = NULL;
+    struct dpolicy *pol = NULL;
     struct sd_diag d = {{0}};
 
     memset(&prof, 0, sizeof(prof));
@@ -428,10 +429,17 @@ static void test_hardware_model(void)
     CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
     CHECK(m != NULL && m->net == hw);
     dmodel_release(m);
-    /* It has no compiled-in policy: a policy retrain may train one. */
+    /* Its policy is compiled in too: dreamshard serves at once, and a
+     * policy retrain has nothing to do. */
+    CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
+    pol = NULL;
+    CHECK(m != NULL && models_acquire_policy(&ms, m, &pol, &d) == 0);
+    CHECK(pol != NULL && pol->embedded && pol->pn == policy_compiled(hw, NULL));
+    dpolicy_release(pol);
+    dmodel_release(m);
     jb.models = &ms;
     snprintf(prof.name, sizeof(prof.name), "%s", NET_H200_PROFILE);
-    CHECK(jobs__policy_check(&jb, &prof, &d) == 0);
+    CHECK(jobs__policy_check(&jb, &prof, &d) == SD_ESTATE);
     models_destroy(&ms);
     /* Any other hardware: the cpu default, as before. */
     CHECK(models_init(&ms, st, "cuda/NVIDIA H100 80GB HBM3/4096", 1024, NULL,
