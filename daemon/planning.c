@@ -455,8 +455,8 @@ static int pick_quantile(const Shardd__V1__PlanOptions *o, struct scorer *sc,
     if (sc->ens == NULL)
         return sd_diag_set(d, SD_EINVAL,
                            "options.quantile: the model answering profile %s "
-                           "has no ensemble (only the embedded model has "
-                           "one); leave quantile unset",
+                           "has no ensemble (only the embedded cpu model "
+                           "has one); leave quantile unset",
                            sc->profile);
     po->ensemble = sc->ens;
     po->quantile = o->quantile->value;
