@@ -42,20 +42,29 @@ static struct table *make_tables(size_t n, uint64_t seed)
     return t;
 }
 
-static int run(const struct table *tb, size_t n, const struct topology *topo,
-               const struct policy_net *pn, const int32_t *pins, struct plan *p,
-               struct sd_diag *d)
+/* dreamshard with policy pn on model m. */
+static int run_on(const struct cost_net *m, const struct table *tb, size_t n,
+                  const struct topology *topo, const struct policy_net *pn,
+                  const int32_t *pins, struct plan *p, struct sd_diag *d)
 {
     struct net_cost_model ncm;
     struct plan_options o;
 
-    net_cost_model_init(&ncm, net);
+    net_cost_model_init(&ncm, m);
     plan_options_default(&o);
     o.alg = PLAN_ALG_DREAMSHARD;
-    o.net = net;
+    o.net = m;
     o.policy = pn;
     o.pins = pins;
     return plan_run(tb, n, topo, &o, &ncm.cm, p, d);
+}
+
+/* dreamshard with policy pn on the embedded model. */
+static int run(const struct table *tb, size_t n, const struct topology *topo,
+               const struct policy_net *pn, const int32_t *pins, struct plan *p,
+               struct sd_diag *d)
+{
+    return run_on(net, tb, n, topo, pn, pins, p, d);
 }
 
 /* A policy bound to the embedded model whose logit is 10 x the device's
@@ -528,8 +537,6 @@ static void test_compiled(void)
     const struct cost_net *h200 = net_compiled(NET_H200_PROFILE, NULL);
     const struct policy_net *pn;
     struct table *tb = make_tables(30, 17);
-    struct net_cost_model ncm;
-    struct plan_options o;
     struct topology topo;
     struct sd_diag d = {{0}};
     struct plan p;
@@ -547,18 +554,13 @@ static void test_compiled(void)
     CHECK(pn->model_crc == policy_model_crc(h200));
     topology_default(&topo, 4, 64ull << 30);
     topo.batch_size = h200->batch_size;
-    net_cost_model_init(&ncm, h200);
-    plan_options_default(&o);
-    o.alg = PLAN_ALG_DREAMSHARD;
-    o.net = h200;
-    o.policy = pn;
-    if (CHECK_OK(plan_run(tb, 30, &topo, &o, &ncm.cm, &p, &d), d.msg)) {
+    if (CHECK_OK(run_on(h200, tb, 30, &topo, pn, NULL, &p, &d), d.msg)) {
         CHECK(p.ndevices == 4 && p.cost_ms > 0);
         plan_destroy(&p);
     }
     /* The cpu policy does not plan for the H200's model. */
-    o.policy = policy_embedded(NULL);
-    CHECK(plan_run(tb, 30, &topo, &o, &ncm.cm, &p, &d) != 0);
+    CHECK(run_on(h200, tb, 30, &topo, policy_embedded(NULL), NULL, &p, &d) !=
+          0);
 out:
     free(tb);
 }
