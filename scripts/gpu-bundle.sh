@@ -60,6 +60,10 @@ for t in $TARGETS; do
     fi
 done
 cp scripts/gpu-check.sh "$OUT/"
+# The models and policies compiled in for GPUs (gpu-check.sh measures their
+# plans on the device it runs on, when one is this device's).
+mkdir -p "$OUT/models"
+cp models/cuda-*.sdcn models/cuda-*.sdpol "$OUT/models/"
 {
     echo "shardd GPU bundle"
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"

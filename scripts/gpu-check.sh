@@ -14,12 +14,14 @@
 #      sweep and NeuroShard comm samples (shardctl comm-profile);
 #   5. shardctl profile --backend cuda for a time budget (>= 3,000 samples
 #      is the aim), shardctl train with cuBLAS's products, the model scored
-#      on the GPU and on the host; plans by that model and by the greedy
-#      baselines measured on the GPU (bench_quality);
+#      on the GPU and on the host;
 #   6. shardd on the cuda backend with that model active and resident in
 #      GPU memory: status, an online plan equal to the offline one, an
-#      estimate;
-#   7. a summary.
+#      estimate; then on a data directory with no model, where the model
+#      compiled in for this GPU (when there is one) serves;
+#   7. plans measured on the GPU (bench_quality): the new model's, the
+#      compiled-in model and policy's, and those by table family;
+#   8. a summary.
 # Writes summary.txt, the samples database (shardd.db, gzipped when large),
 # the model (model.sdcn) and the logs (logs.txt) into OUT.  Exit 0 when
 # every step passed; every step runs whatever the others did.
@@ -56,6 +58,13 @@ FAILED=0
 
 say() { echo "$*" | tee -a "$SUM"; }
 left() { echo $((BUDGET - ($(date +%s) - START))); }
+# share K: seconds for one of K steps still to run, of what is left but 20
+# (at least 10).
+share() {
+    t=$((($(left) - 20) / $1))
+    [ $t -lt 10 ] && t=10
+    echo $t
+}
 # step NAME CMD...: runs CMD with its output in the log, and says how it
 # went (exit 77 is a skip, which counts as a failure here: a GPU is meant
 # to be at hand).
@@ -191,7 +200,7 @@ keep '^(all-to-all|reduce-scatter|all-gather|all-reduce) .* 16777216|plan 0:|pla
 # --- 5. profile, train, score -----------------------------------------------------
 mkdir -p "$W/data"
 DB="$W/data/shardd.db"
-P=${PROFILE_SECONDS:-$(($(left) - 210))}
+P=${PROFILE_SECONDS:-$(($(left) - 300))}
 [ "$P" -gt 240 ] && P=240
 [ "$P" -lt 30 ] && P=30
 step "profile --backend $BE (${P} s budget)" ./shardctl profile --db "$DB" \
@@ -206,55 +215,95 @@ keep "MAPE|$FAMS"
 step "score on the GPU (the model resident, one batch)" ./shardctl score \
     --db "$DB" --model "$OUT/model.sdcn" --backend $BE
 keep MAPE
-# The product's claim on this GPU: plans of the new model against the
-# greedy baselines', each measured on the device (5 tasks on 4 and 8
-# devices, 3 interleaved rounds; one task and one round in a cpu
-# rehearsal, where measuring a plan takes a minute).
-if [ "$BE" = cpu ]; then QUALITY="1 1 cpu 1"; else QUALITY="5 5 $BE 3"; fi
-# shellcheck disable=SC2086
-step "plans measured on $BE: the new model against the greedy baselines" \
-    ./bench_quality $QUALITY "$OUT/model.sdcn"
-keep '^(bench_quality: model|[0-9] devices|algorithm|[a-z_]+ +[0-9]+/[0-9]+ )'
-
 # --- 6. shardd ----------------------------------------------------------------------
-SOCK="unix:$W/shardd.sock"
-./shardd --data-dir "$W/data" --listen "$SOCK" --backend $BE \
-    --log-level debug --profiler-idle-ms 3600000 >"$W/shardd.log" 2>&1 &
-PID=$!
-i=0
-until ./shardctl health --addr "$SOCK" --timeout-s 2 >/dev/null 2>&1; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 $PID 2>/dev/null; then
-        say "[FAILED] shardd did not come up"
-        FAILED=$((FAILED + 1))
-        break
+# serve NAME DATA_DIR [--model FILE]: shardd on the backend with DATA_DIR's
+# active model (none there: the model compiled in for this device, else the
+# cpu one); its status, a plan through it equal to the offline plan by the
+# same model (FILE, or the profile shardd said it made resident), an
+# estimate, and the log line that says the model was resident.
+serve() {
+    sname=$1
+    dir=$2
+    shift 2
+    sock="unix:$W/$sname.sock"
+    slog="$W/shardd-$sname.log"
+    ./shardd --data-dir "$dir" --listen "$sock" --backend $BE \
+        --log-level debug --profiler-idle-ms 3600000 >"$slog" 2>&1 &
+    pid=$!
+    i=0
+    until ./shardctl health --addr "$sock" --timeout-s 2 >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 100 ] || ! kill -0 $pid 2>/dev/null; then
+            say "[FAILED] shardd ($sname) did not come up"
+            FAILED=$((FAILED + 1))
+            break
+        fi
+        sleep 0.2
+    done
+    if [ $# -eq 0 ]; then
+        prof=$(sed -n 's/.*model embedded of \(.*\) resident on .*/\1/p' \
+            "$slog" | head -n 1)
+        [ -n "$prof" ] && set -- --profile "$prof"
     fi
-    sleep 0.2
-done
-step "shardd status" ./shardctl status --addr "$SOCK" && keep '.'
-./shardctl gen-tables --count 60 --seed 1 --out "$W/tables.json" >/dev/null 2>&1
-step "plan through shardd ($BE backend, the new model)" ./shardctl plan \
-    --addr "$SOCK" --tables "$W/tables.json" --devices 8 --mem-gb 16 \
-    --json --out "$W/online.json" && keep '.'
-step "the same plan offline with the model file" ./shardctl plan --offline \
-    --tables "$W/tables.json" --devices 8 --mem-gb 16 --model "$OUT/model.sdcn" \
-    --json --out "$W/offline.json"
-step "online plan equals offline (cost, devices, placements)" python3 -c '
+    step "shardd ($sname) status" ./shardctl status --addr "$sock" && keep '.'
+    step "plan through shardd ($sname, $BE backend)" ./shardctl plan \
+        --addr "$sock" --tables "$W/tables.json" --devices 8 --mem-gb 16 \
+        --json --out "$W/online.json" && keep '.'
+    step "the same plan offline ($*)" ./shardctl plan --offline \
+        --tables "$W/tables.json" --devices 8 --mem-gb 16 "$@" \
+        --json --out "$W/offline.json"
+    step "online plan equals offline (cost, devices, placements)" python3 -c '
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 keys = ("plan_cost_ms", "cost_model", "devices", "tables")
-print("plan cost: online %r, offline %r" % (a["plan_cost_ms"], b["plan_cost_ms"]))
+print("plan cost: online %r, offline %r; %s" % (a["plan_cost_ms"], b["plan_cost_ms"], a["cost_model"]))
 sys.exit(any(a[k] != b[k] for k in keys))' "$W/online.json" "$W/offline.json"
-keep 'plan cost'
-step "estimate through shardd" ./shardctl estimate --addr "$SOCK" \
-    --tables "$W/tables.json" --plan "$W/online.json" --mem-gb 16
-kill -TERM $PID 2>/dev/null
-wait $PID 2>/dev/null
-cat "$W/shardd.log" >>"$LOG"
-step "the model was resident on the device" grep -E "resident on $BE device 0" \
-    "$W/shardd.log" && keep resident
+    keep 'plan cost'
+    step "estimate through shardd ($sname)" ./shardctl estimate --addr "$sock" \
+        --tables "$W/tables.json" --plan "$W/online.json" --mem-gb 16
+    kill -TERM $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    cat "$slog" >>"$LOG"
+    step "the model was resident on the device ($sname)" \
+        grep -E "resident on $BE device 0" "$slog" && keep resident
+}
+./shardctl gen-tables --count 60 --seed 1 --out "$W/tables.json" >/dev/null 2>&1
+prof=
+serve trained "$W/data" --model "$OUT/model.sdcn"
+# A data directory with no model: the one compiled in for this GPU serves.
+mkdir -p "$W/fresh"
+serve compiled "$W/fresh"
 
-# --- 7. summary ----------------------------------------------------------------------
+# --- 7. plans measured on the GPU ----------------------------------------------------
+# The product's claim on this GPU: plans by a model against the greedy
+# baselines', each measured on the device (5 tasks on 4 and 8 devices, 3
+# interleaved rounds; one task and one round in a cpu rehearsal, where
+# measuring a plan takes a minute): the model and policy compiled in for
+# this device (when there are: the file whose profile shardd made resident),
+# those on each table family's tasks, then the new model's.  Each is cut off
+# at its share of what is left of the budget.
+if [ "$BE" = cpu ]; then QUALITY="1 1 cpu 1"; else QUALITY="5 5 $BE 3"; fi
+QKEEP='^(bench_quality: model|[0-9] devices|[a-z]+, [0-9] devices|algorithm|[a-z_]+ +[0-9]+/[0-9]+ )'
+CM=
+[ -n "$prof" ] && CM=$(grep -l -F "$prof" "$B"/models/cuda-*.sdcn 2>/dev/null |
+    head -n 1)
+if [ -n "$CM" ]; then
+    # shellcheck disable=SC2086
+    step "plans measured on $BE: the compiled-in model and policy" \
+        timeout "$(share 3)" ./bench_quality $QUALITY "$CM" \
+        "${CM%.sdcn}.sdpol"
+    keep "$QKEEP"
+    step "plans measured on $BE by table family (compiled-in model)" \
+        env SHARDD_BENCH_FAMILIES=all timeout "$(share 2)" \
+        ./bench_quality 2 5 "$BE" 2 "$CM" "${CM%.sdcn}.sdpol"
+    keep "$QKEEP"
+fi
+# shellcheck disable=SC2086
+step "plans measured on $BE: the new model against the greedy baselines" \
+    timeout "$(share 1)" ./bench_quality $QUALITY "$OUT/model.sdcn"
+keep "$QKEEP"
+
+# --- 8. summary ----------------------------------------------------------------------
 if [ -f "$DB" ]; then
     if [ "$(du -k "$DB" | cut -f1)" -gt 15000 ]; then
         gzip -c "$DB" >"$OUT/shardd.db.gz"
