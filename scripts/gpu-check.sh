@@ -283,7 +283,7 @@ serve compiled "$W/fresh"
 # those on each table family's tasks, then the new model's.  Each is cut off
 # at its share of what is left of the budget.
 if [ "$BE" = cpu ]; then QUALITY="1 1 cpu 1"; else QUALITY="5 5 $BE 3"; fi
-QKEEP='^(bench_quality: model|[0-9] devices|[a-z]+, [0-9] devices|algorithm|[a-z_]+ +[0-9]+/[0-9]+ )'
+QKEEP='^(bench_quality: model|([a-z]+: )?[0-9] devices|algorithm|[a-z_]+ +[0-9]+/[0-9]+ )'
 CM=
 [ -n "$prof" ] && CM=$(grep -l -F "$prof" "$B"/models/cuda-*.sdcn 2>/dev/null |
     head -n 1)
