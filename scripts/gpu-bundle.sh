@@ -59,7 +59,7 @@ for t in $TARGETS; do
         exit 1
     fi
 done
-cp scripts/gpu-check.sh "$OUT/"
+cp scripts/gpu-check.sh scripts/gpu-tiers.sh "$OUT/"
 # The models and policies compiled in for GPUs (gpu-check.sh measures their
 # plans on the device it runs on, when one is this device's).
 mkdir -p "$OUT/models"
