@@ -36,8 +36,9 @@
  * carry over to tables of other shapes.
  *
  * SHARDD_BENCH_QUANTILE=Q (0..1): neuroshard plans for the Q-quantile of the
- * embedded ensemble's costs (shardctl plan --quantile Q), a robust plan;
- * with the embedded model only.  Its "predicted" is then that quantile.
+ * model's compiled-in ensemble's costs (shardctl plan --quantile Q), a
+ * robust plan; with a compiled-in model only (the embedded one, the
+ * H200's).  Its "predicted" is then that quantile.
  */
 #include <math.h>
 #include <stdio.h>
@@ -204,11 +205,12 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     topo.batch_size = net->batch_size;
     net_cost_model_init(&ncm, net);
     if (qs != NULL) {
-        ens = net_ensemble_embedded(NULL);
-        if (ens == NULL || net != net_embedded(NULL) || !(atof(qs) >= 0) ||
-            !(atof(qs) <= 1)) {
+        ens = net_ensemble_compiled(net);
+        if (ens == NULL || !(atof(qs) >= 0) || !(atof(qs) <= 1)) {
             fprintf(stderr, "bench_quality: SHARDD_BENCH_QUANTILE needs a "
-                            "quantile in [0, 1] and the embedded model\n");
+                            "quantile in [0, 1] and a compiled-in model "
+                            "with an ensemble (the embedded one, the "
+                            "H200's)\n");
             return 1;
         }
         net_ensemble_cost_model_init(&ecm, ens, atof(qs));

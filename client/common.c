@@ -74,11 +74,13 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
     }
     /* A compiled-in model of another profile (NeuroShard's released
      * models, the H200's) only when named: the embedded cpu model stays
-     * the default.  They have no ensemble. */
+     * the default.  The H200's has its ensemble; NeuroShard's none. */
     if (o->profile != NULL) {
         cm->net = net_compiled(o->profile, &d);
-        if (cm->net != NULL)
+        if (cm->net != NULL) {
+            cm->ens = net_ensemble_compiled(cm->net);
             return 0;
+        }
         if (strcmp(o->profile, NET_REFERENCE_PROFILE) == 0)
             return ctl_fail(1, "%s: %s", cmd, d.msg);
     }
@@ -86,9 +88,7 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
     if (cm->net == NULL)
         return ctl_fail(1, "%s: %s", cmd, d.msg);
     /* No spread where the embedded ensemble is missing: not an error. */
-    cm->ens = net_ensemble_embedded(NULL);
-    if (cm->ens != NULL && cm->ens->k < 2)
-        cm->ens = NULL;
+    cm->ens = net_ensemble_compiled(cm->net);
     return 0;
 }
 

@@ -223,9 +223,11 @@ static int pick_quantile(const struct ctl_opts *o, const struct ctl_model *cm,
         return 0;
     if (cm->ens == NULL)
         return ctl_fail(CTL_EXIT_USAGE,
-                        "plan: --quantile needs an ensemble (--model an "
-                        "ensemble file from train --ensemble; the embedded "
-                        "one is missing)");
+                        "plan: --quantile needs an ensemble: --model an "
+                        "ensemble file from train --ensemble, or a "
+                        "compiled-in model that has one (the embedded cpu "
+                        "model, --profile \"%s\")",
+                        NET_H200_PROFILE);
     po->ensemble = cm->ens;
     po->quantile = o->quantile;
     net_ensemble_cost_model_init(ecm, cm->ens, o->quantile);

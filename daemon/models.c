@@ -31,18 +31,18 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
 }
 
 /*
- * The embedded ensemble beside the model it was trained with (its member 0
- * has the model's profile: not beside the reference set), each member with
+ * The compiled-in ensemble beside the compiled-in model it was trained with
+ * (the cpu default's, the H200's; not the reference set's), each member with
  * a memo a quarter of the model's: a spread evaluates the plan once per
  * member, and without them every member recomputes every table's latents.
  */
 static void ens_attach(struct dmodel *m, const struct models *ms)
 {
     const struct net_ensemble *e =
-        m->embedded ? net_ensemble_embedded(NULL) : NULL;
+        m->embedded ? net_ensemble_compiled(m->net) : NULL;
     int32_t i;
 
-    if (e == NULL || e->k < 2 || strcmp(e->m[0]->profile, m->net->profile) != 0)
+    if (e == NULL)
         return;
     m->ens = e;
     for (i = 0; i < e->k; i++)

@@ -42,7 +42,7 @@ struct dmodel {
     atomic_int refs;
     const struct cost_net *net; /* owned (free()) unless embedded */
     struct net_memo *memo;      /* owned: net's latents; NULL: none */
-    /* The embedded ensemble whose member 0 is net (models.h), for the
+    /* The compiled-in ensemble whose member 0 is net (models.h), for the
      * spread of every prediction, and its members' latents (owned; NULL
      * entries: none).  ens NULL: no ensemble of 2 or more members. */
     const struct net_ensemble *ens;

@@ -54,8 +54,9 @@ struct scorer {
     struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
     /* The model's ensemble, for the spread of its predictions: the
-     * embedded one's (models.h) beside the embedded model; NULL for a
-     * stored model and the analytic one. */
+     * compiled-in one (models.h) beside a compiled-in model, the cpu
+     * default's or the H200's; NULL for a stored model and the analytic
+     * one. */
     const struct net_ensemble *ens;
 };
 
@@ -455,8 +456,9 @@ static int pick_quantile(const Shardd__V1__PlanOptions *o, struct scorer *sc,
     if (sc->ens == NULL)
         return sd_diag_set(d, SD_EINVAL,
                            "options.quantile: the model answering profile %s "
-                           "has no ensemble (only the embedded cpu model "
-                           "has one); leave quantile unset",
+                           "has no ensemble (only the compiled-in models "
+                           "have one: the cpu default and the H200's); "
+                           "leave quantile unset",
                            sc->profile);
     po->ensemble = sc->ens;
     po->quantile = o->quantile->value;

@@ -27,9 +27,12 @@ static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
 #define ENS_FORMAT_VERSION 1
 #define ENS_FILE_MAX       (16u << 20)
 
-/* The image made from models/cpu-default.sdce at build time (embed.cmake). */
+/* The images made from models/cpu-default.sdce and
+ * models/cuda-h200-default.sdce at build time (embed.cmake). */
 extern const unsigned char sd_embedded_ensemble[];
 extern const size_t sd_embedded_ensemble_len;
+extern const unsigned char sd_h200_ensemble[];
+extern const size_t sd_h200_ensemble_len;
 
 void net_ensemble_free(struct net_ensemble *e)
 {
@@ -332,41 +335,88 @@ void plan_spread_free(struct plan_spread *s)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The embedded ensemble                                                     */
+/* The compiled-in ensembles                                                 */
+
+/* Each answers only beside the compiled-in model it was trained with: its
+ * member 0 must be that model (net_compiled() of its profile, the cpu
+ * default net_embedded()), parameter for parameter.  Written once, under
+ * ens_once. */
+struct ens_image {
+    const char *what; /* for errors */
+    const unsigned char *bytes;
+    const size_t *len;
+    struct net_ensemble *ens; /* NULL: damaged, or not beside its model */
+    struct sd_diag err;
+};
+
+static struct ens_image ens_images[] = {
+    {"embedded ensemble",
+     sd_embedded_ensemble,
+     &sd_embedded_ensemble_len,
+     NULL,
+     {{0}}},
+    {"embedded H200 ensemble",
+     sd_h200_ensemble,
+     &sd_h200_ensemble_len,
+     NULL,
+     {{0}}},
+};
+#define NENS (sizeof(ens_images) / sizeof(ens_images[0]))
 
 static pthread_once_t ens_once = PTHREAD_ONCE_INIT;
-static struct net_ensemble *ens_embedded; /* written once, under ens_once */
-static struct sd_diag ens_err;
 
-/* The embedded ensemble answers only beside the embedded model it was
- * trained with: member 0 must be that model, parameter for parameter. */
+/* Whether a and b are one model, parameter for parameter. */
+static bool same_net(const struct cost_net *a, const struct cost_net *b)
+{
+    return memcmp(a->p, b->p, sizeof(a->p)) == 0 &&
+           memcmp(a->mean, b->mean, sizeof(a->mean)) == 0 &&
+           memcmp(a->std, b->std, sizeof(a->std)) == 0 &&
+           memcmp(&a->x, &b->x, sizeof(a->x)) == 0 &&
+           memcmp(a->xw, b->xw, sizeof(a->xw)) == 0 &&
+           strcmp(a->profile, b->profile) == 0;
+}
+
 static void ens_parse(void)
 {
-    const struct cost_net *m = net_embedded(&ens_err);
+    size_t i;
 
-    if (net_ensemble_parse(sd_embedded_ensemble, sd_embedded_ensemble_len,
-                           &ens_embedded, &ens_err) != 0) {
-        ens_embedded = NULL;
-        return;
-    }
-    if (m == NULL || memcmp(m->p, ens_embedded->m[0]->p, sizeof(m->p)) != 0 ||
-        memcmp(m->mean, ens_embedded->m[0]->mean, sizeof(m->mean)) != 0 ||
-        memcmp(m->std, ens_embedded->m[0]->std, sizeof(m->std)) != 0 ||
-        memcmp(&m->x, &ens_embedded->m[0]->x, sizeof(m->x)) != 0 ||
-        memcmp(m->xw, ens_embedded->m[0]->xw, sizeof(m->xw)) != 0 ||
-        strcmp(m->profile, ens_embedded->m[0]->profile) != 0) {
-        sd_diag_set(&ens_err, SD_EFORMAT,
-                    "its member 0 is not the embedded model");
-        net_ensemble_free(ens_embedded);
-        ens_embedded = NULL;
+    for (i = 0; i < NENS; i++) {
+        struct ens_image *im = &ens_images[i];
+        const struct cost_net *m;
+
+        if (net_ensemble_parse(im->bytes, *im->len, &im->ens, &im->err) != 0) {
+            im->ens = NULL;
+            continue;
+        }
+        m = i == 0 ? net_embedded(&im->err)
+                   : net_compiled(im->ens->m[0]->profile, &im->err);
+        if (m == NULL || !same_net(m, im->ens->m[0])) {
+            sd_diag_set(&im->err, SD_EFORMAT,
+                        "its member 0 is not the compiled-in model of its "
+                        "profile");
+            net_ensemble_free(im->ens);
+            im->ens = NULL;
+        }
     }
 }
 
 const struct net_ensemble *net_ensemble_embedded(struct sd_diag *d)
 {
     pthread_once(&ens_once, ens_parse);
-    if (ens_embedded == NULL && d != NULL)
+    if (ens_images[0].ens == NULL && d != NULL)
         snprintf(d->msg, sizeof(d->msg), "embedded ensemble: %.460s",
-                 ens_err.msg);
-    return ens_embedded;
+                 ens_images[0].err.msg);
+    return ens_images[0].ens;
+}
+
+const struct net_ensemble *net_ensemble_compiled(const struct cost_net *m)
+{
+    size_t i;
+
+    pthread_once(&ens_once, ens_parse);
+    for (i = 0; m != NULL && i < NENS; i++)
+        if (ens_images[i].ens != NULL && ens_images[i].ens->k >= 2 &&
+            same_net(m, ens_images[i].ens->m[0]))
+            return ens_images[i].ens;
+    return NULL;
 }

@@ -574,6 +574,15 @@ void plan_spread_free(struct plan_spread *s);
  */
 const struct net_ensemble *net_ensemble_embedded(struct sd_diag *d);
 
+/*
+ * The compiled-in ensemble whose member 0 is model m, parameter for
+ * parameter, with two members or more: the embedded ensemble beside the cpu
+ * default, models/cuda-h200-default.sdce beside the H200's model
+ * (net_compiled()).  NULL for any other model (a stored or file model has
+ * its own, or none).  Shared, read-only, never freed.
+ */
+const struct net_ensemble *net_ensemble_compiled(const struct cost_net *m);
+
 /* One measured shard for training. */
 struct train_sample {
     const struct table *tables; /* the shard; each table's dim is its width */

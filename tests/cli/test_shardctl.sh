@@ -259,6 +259,17 @@ expect_fail 2 'family "bogus" is unknown' train --db "$DIR/p.db" \
 expect_fail 2 '--quantile needs an ensemble' plan --offline --tables \
     "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
     --quantile 0.5
+# The H200's compiled-in model plans with its compiled-in ensemble: a
+# spread over its 5 members and a quantile; the reference set has none.
+"$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
+    --profile "cuda/NVIDIA H200/4096" --quantile 0.9 >"$DIR/h.txt" \
+    2>"$DIR/err" &&
+    grep -q "^spread: plan cost [0-9.]* to [0-9.]* ms over the 5 members" \
+    "$DIR/h.txt" && grep -q "neural:cuda/NVIDIA H200/4096 (q0.90 of 5)" \
+    "$DIR/h.txt" && ok || bad "plan --profile H200: $(cat "$DIR/h.txt" "$DIR/err")"
+expect_fail 2 '--quantile needs an ensemble' plan --offline --tables \
+    "$DIR/small.json" --devices 3 --mem-gb 1 --profile neuroshard/V100/65536 \
+    --quantile 0.5
 expect_fail 2 '--quantile: "1.5" is not a number in [0, 1]' plan --offline \
     --tables "$DIR/small.json" --devices 3 --mem-gb 1 --quantile 1.5
 # eval measures at the model's batch unless told, as plan predicts, and

@@ -347,6 +347,46 @@ static void test_embedded(void)
     CHECK(strcmp(e->m[0]->profile, m->profile) == 0);
 }
 
+/*
+ * Each compiled-in model with an ensemble gets the one whose member 0 it
+ * is: the cpu default the embedded ensemble, the H200's its own (five
+ * members, all of its profile, the others not equal to it); the reference
+ * set and a model nudged off the H200's get none.
+ */
+static void test_compiled(void)
+{
+    const struct cost_net *cpu = net_embedded(NULL),
+                          *h200 = net_compiled(NET_H200_PROFILE, NULL);
+    const struct net_ensemble *e;
+    struct cost_net *off;
+    int32_t i;
+
+    CHECK(cpu != NULL && h200 != NULL);
+    if (cpu == NULL || h200 == NULL)
+        return;
+    CHECK(net_ensemble_compiled(cpu) == net_ensemble_embedded(NULL));
+    e = net_ensemble_compiled(h200);
+    CHECK(e != NULL && e != net_ensemble_embedded(NULL));
+    if (e == NULL)
+        return;
+    CHECK(e->k == 5 && memcmp(e->m[0]->p, h200->p, sizeof(h200->p)) == 0);
+    for (i = 0; i < e->k; i++)
+        CHECK(strcmp(e->m[i]->profile, NET_H200_PROFILE) == 0 &&
+              e->m[i]->batch_size == h200->batch_size);
+    for (i = 1; i < e->k; i++)
+        CHECK(memcmp(e->m[i]->p, h200->p, sizeof(h200->p)) != 0);
+    CHECK(net_ensemble_compiled(net_reference(NULL)) == NULL);
+    CHECK(net_ensemble_compiled(NULL) == NULL);
+    off = malloc(sizeof(*off));
+    CHECK(off != NULL);
+    if (off == NULL)
+        return;
+    *off = *h200;
+    off->p[0] += 1e-3f;
+    CHECK(net_ensemble_compiled(off) == NULL);
+    free(off);
+}
+
 int main(void)
 {
     test_quantile();
@@ -355,5 +395,6 @@ int main(void)
     test_robust();
     test_members();
     test_embedded();
+    test_compiled();
     return tap_done();
 }

@@ -391,10 +391,11 @@ static void test_estimate(struct svc *s)
  */
 /*
  * A server whose own profile is the H200's serves the model compiled in for
- * it by default, as its embedded one (what a rollback returns to), and the
- * cpu default still answers when named; its compiled-in policy answers for
- * it, as the cpu default's does for that one.  models_init() on a real
- * store, as open_parts() calls it with the profile the backend names.
+ * it by default, as its embedded one (what a rollback returns to), with its
+ * compiled-in ensemble, and the cpu default still answers when named; its
+ * compiled-in policy answers for it, as the cpu default's does for that one.
+ * models_init() on a real store, as open_parts() calls it with the profile the
+ * backend names.
  */
 static void test_hardware_model(void)
 {
@@ -419,9 +420,13 @@ static void test_hardware_model(void)
     CHECK(models_init(&ms, st, NET_H200_PROFILE, 1024, NULL, &d) == 0);
     CHECK(models_acquire(&ms, NULL, &m, &d) == 0);
     CHECK(m != NULL && m->net == hw && strcmp(m->version, "embedded") == 0);
+    /* With its own ensemble: its plans carry a spread, and a quantile
+     * plans. */
+    CHECK(m != NULL && m->ens != NULL && m->ens == net_ensemble_compiled(hw) &&
+          m->ens != net_ensemble_embedded(NULL));
     dmodel_release(m);
     CHECK(models_acquire(&ms, cpu->profile, &m, &d) == 0);
-    CHECK(m != NULL && m->net == cpu);
+    CHECK(m != NULL && m->net == cpu && m->ens == net_ensemble_embedded(NULL));
     dmodel_release(m);
     /* The rollback keeps the H200's model answering by default. */
     CHECK(models_activate_embedded(&ms, st, prev, &d) == 0);
