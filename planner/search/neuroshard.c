@@ -55,8 +55,10 @@
 
 #include "search/neuroshard_int.h"
 
-/* The fewest candidates a beam state offers (ns_init()). */
-#define NS_CANDIDATES_MIN 5
+/* The fewest candidates a beam state offers, and the tables per candidate
+ * (ns_init()). */
+#define NS_CANDIDATES_MIN       3
+#define NS_TABLES_PER_CANDIDATE 16
 
 /* A piece of the no-fit diagnosis: one narrowest slice of a table. */
 struct ns_fit {
@@ -338,11 +340,14 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     if (ns_constraints(s) != 0)
         return SD_ENOMEM;
     /* Three lists of k candidates are most of a small model's tables: the
-     * beam would try nearly every split at every level.  One in ten tables,
-     * at least NS_CANDIDATES_MIN: on the benchmark tasks (10-59 tables)
-     * the plans cost the same (11.621 against 11.624 ms on 4 devices, 7.333
-     * on 8) for a fifth of the placements. */
-    s->candidates = (int32_t)(ntables / 10);
+     * beam would try nearly every split at every level.  One in sixteen
+     * tables, at least NS_CANDIDATES_MIN: bench_load's sixteen 50-table
+     * draws then cost 334.08 ms in all against 334.23 at one in ten and at
+     * least 5, for 58 % of the states (tasks of 10 to 150 tables: within
+     * 0.13 %), and the daemon answers a quarter more of them a second.
+     * One in ten, at least 5, had cost the same as ten candidates on the
+     * benchmark tasks for a fifth of the placements. */
+    s->candidates = (int32_t)(ntables / NS_TABLES_PER_CANDIDATE);
     if (s->candidates < NS_CANDIDATES_MIN)
         s->candidates = NS_CANDIDATES_MIN;
     if (s->candidates > o->candidates)
