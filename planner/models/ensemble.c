@@ -404,7 +404,7 @@ const struct net_ensemble *net_ensemble_embedded(struct sd_diag *d)
 {
     pthread_once(&ens_once, ens_parse);
     if (ens_images[0].ens == NULL && d != NULL)
-        snprintf(d->msg, sizeof(d->msg), "embedded ensemble: %.460s",
+        snprintf(d->msg, sizeof(d->msg), "%s: %.460s", ens_images[0].what,
                  ens_images[0].err.msg);
     return ens_images[0].ens;
 }
