@@ -59,6 +59,10 @@
  * (ns_init()). */
 #define NS_CANDIDATES_MIN       3
 #define NS_TABLES_PER_CANDIDATE 16
+/* Below this many tables the beam keeps at most NS_SMALL_BEAM states
+ * (ns_init()). */
+#define NS_SMALL_TABLES 160
+#define NS_SMALL_BEAM   2
 
 /* A piece of the no-fit diagnosis: one narrowest slice of a table. */
 struct ns_fit {
@@ -352,6 +356,14 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         s->candidates = NS_CANDIDATES_MIN;
     if (s->candidates > o->candidates)
         s->candidates = o->candidates;
+    /* A narrower beam where there are few tables: over bench_load's sixteen
+     * 50-table draws the plans cost 334.12 ms in all against 334.08 with
+     * three, for 77 % of the states (tasks of 10 to 150 tables: within
+     * 0.06 %; bench_quality's 20 tasks the same to 0.02 %), and the
+     * daemon answers 10 to 19 % more of them a second. */
+    s->beam_width = o->beam_width;
+    if (ntables < NS_SMALL_TABLES && s->beam_width > NS_SMALL_BEAM)
+        s->beam_width = NS_SMALL_BEAM;
     s->forced = calloc(ntables ? ntables : 1, sizeof(*s->forced));
     s->presplit = calloc(ntables ? ntables : 1, sizeof(*s->presplit));
     if (!s->forced || !s->presplit)

@@ -137,6 +137,7 @@ struct ns {
     size_t cap;            /* pieces a state can have */
     double dim_mean;
     int32_t candidates;  /* o->candidates, for this many tables */
+    int32_t beam_width;  /* o->beam_width, for this many tables */
     const int32_t *pins; /* per table: its device or -1; NULL: none */
     /* The exchanges of row-split and replicated tables (NULL: none). */
     const double *fixed_fwd, *fixed_bwd;

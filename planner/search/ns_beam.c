@@ -218,7 +218,7 @@ static int states_alloc(size_t n, size_t cap, struct ns_state **out,
 
 int ns_beam(struct ns *s, struct ns_state *best, const struct ns_state *other)
 {
-    int32_t w = s->o->beam_width, nbeam = 1, nnext, level, b, idle = 0;
+    int32_t w = s->beam_width, nbeam = 1, nnext, level, b, idle = 0;
     size_t maxkids = (size_t)w * 3 * (size_t)s->candidates, nkids, i;
     int64_t budget = s->o->beam_evaluations, spent = 0, before;
     double per_kid; /* placements one child costs: the roots' to start */

@@ -58,10 +58,11 @@ struct plan_options {
     /* neuroshard, with column splits: TorchRec's greedy proposal priced by
      * the same model and returned where it is cheaper (neuroshard.c) */
     bool weigh_torchrec;
-    int32_t beam_width; /* 3 */
+    /* the widest beam; 3 (2 for fewer than 160 tables: neuroshard.c) */
+    int32_t beam_width;
     int32_t beam_depth; /* 10 */
-    /* top-k by size and by cost to split; 10 (at most one in ten tables,
-     * never fewer than 5: neuroshard.c) */
+    /* top-k by size and by cost to split; 10 (at most one in sixteen
+     * tables, never fewer than 3: neuroshard.c) */
     int32_t candidates;
     /*
      * neuroshard: the beam's budget in piece placements (4,000,000; 0:
