@@ -9,7 +9,8 @@
 #   3. bench_kernels and bench_net on cuda; the memory tiers: one table
 #      timed in HBM, fused_uvm and fused_uvm_caching (bench_kernels ...
 #      tiers), and shardctl eval of a plan with cached tables, whose
-#      host-link time is then measured, not modelled;
+#      host-link time is then measured, not modelled; 42 single tables
+#      timed in each tier (gpu-tiers.sh, into tiers.csv);
 #   4. NCCL on every GPU (a 1-rank communicator on one): the collectives
 #      sweep and NeuroShard comm samples (shardctl comm-profile);
 #   5. shardctl profile --backend cuda for a time budget (>= 3,000 samples
@@ -23,7 +24,8 @@
 #      compiled-in model and policy's, and those by table family;
 #   8. a summary.
 # Writes summary.txt, the samples database (shardd.db, gzipped when large),
-# the model (model.sdcn) and the logs (logs.txt) into OUT.  Exit 0 when
+# the model (model.sdcn), the single tables' tier times (tiers.csv) and the
+# logs (logs.txt) into OUT.  Exit 0 when
 # every step passed; every step runs whatever the others did.
 #   usage: gpu-check.sh OUT [BUNDLE]
 #   GPU_CHECK_SECONDS  the whole run's budget (default 540: one device call)
@@ -190,6 +192,14 @@ step "eval of the same plan, text (prediction beside measurement)" \
     ./shardctl eval --tables "$W/t16.json" --plan "$W/t16.plan.json" \
     --backend $BE --host-dram-gb 64
 keep '^(plan cost|memory tiers|  plan |predicted)|^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[+-]'
+
+# The host-link time of 42 single tables (6 of each family) in each tier,
+# against TorchRec's formula the tier model uses (gpu-tiers.sh): the data
+# for refitting it on this GPU, into OUT/tiers.csv.
+step "host-link time of single tables (gpu-tiers.sh)" ./gpu-tiers.sh \
+    "$W/tiers" "$BE"
+keep '^(host-link|formula)'
+[ -f "$W/tiers/tiers.csv" ] && cp "$W/tiers/tiers.csv" "$OUT/tiers.csv"
 
 # --- 4. NCCL --------------------------------------------------------------------
 step "comm-profile: collectives sweep and NeuroShard comm samples" \
