@@ -1,7 +1,8 @@
 /*
  * Private to the models room (models.h): what its three trainers (train.c
  * for the compute model, train_comm.c for comm models, policy_train.c for
- * the placement policy) share.  No other room includes this.
+ * the placement policy) share, and the packed layers the memo computes
+ * with.  No other room includes this.
  */
 #ifndef SHARDD_PLANNER_MODELS_INT_H
 #define SHARDD_PLANNER_MODELS_INT_H
@@ -29,5 +30,30 @@ void models__shuffle(struct rng *g, size_t *a, size_t n);
 
 /* round(n * frac), at least 1 when frac > 0: the size of a split. */
 size_t models__split_count(size_t n, double frac);
+
+/*
+ * A compute model's first three layers in blocks of 8 rows, input-major
+ * (block b holds w[8b + k][i] at (b nin + i) 8 + k): one input's weights
+ * for 8 units are 8 adjacent floats, so a latent is vector steps instead
+ * of strided scalar ones.  Each unit's sum is still its bias then input 0,
+ * 1, ... in order, so the result is net_latent_of_input()'s and
+ * net_project()'s to the bit.  A copy: it goes stale if the model's
+ * parameters change (the memo that holds one makes it with the model and
+ * never outlives it).
+ */
+struct models__rows {
+    int nin; /* the first layer's inputs: NET_IN + the model's derived */
+    float w1[NET_H1 * NET_IN_MAX];
+    float w2[NET_LAT * NET_H1];
+    float w3[NET_H2 * NET_LAT];
+};
+
+void models__rows_pack(const struct cost_net *m, struct models__rows *r);
+
+/* net_latent_of_input() then net_project() of normalised inputs x, the
+ * same floats, from r (m's, packed). */
+void models__rows_project(const struct cost_net *m,
+                          const struct models__rows *r,
+                          const float x[NET_IN_MAX], float proj[NET_H2]);
 
 #endif /* SHARDD_PLANNER_MODELS_INT_H */

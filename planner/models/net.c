@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "models/models_int.h"
 #include "problem/problem.h"
 
 /* The images made from models/cpu-default.sdcn, models/neuroshard-v100.sdcn
@@ -297,6 +298,21 @@ void net_input_all(const struct cost_net *m, const struct table *t,
         x[i] = (x[i] - m->mean[i]) / (m->std[i] + eps);
 }
 
+#if defined(__GNUC__)
+/* Four floats in one vector register (GCC and clang's vector extension):
+ * the head's 64 multiply-adds as 16 vector steps. */
+typedef float net_v4 __attribute__((vector_size(16)));
+typedef int32_t net_v4i __attribute__((vector_size(16)));
+
+static net_v4 v4_load(const float *p)
+{
+    net_v4 v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+#endif
+
 /*
  * s[k] += sum over i < n of w[k stride + i] x[i], k < NET_ROWS: rows of
  * NET_ROWS outputs at once, each row's sum in the order i = 0, 1, ...  One
@@ -378,25 +394,104 @@ void net_project(const struct cost_net *m, const float lat[NET_LAT],
     }
 }
 
+/* Layer [nout][nin] at w (row stride `stride`) into 8-row blocks,
+ * input-major. */
+static void pack_rows(const float *w, size_t stride, int nin, int nout,
+                      float *out)
+{
+    int o, i, k;
+
+    for (o = 0; o < nout; o += NET_ROWS)
+        for (i = 0; i < nin; i++)
+            for (k = 0; k < NET_ROWS; k++)
+                out[((size_t)o * (size_t)nin) + (size_t)i * NET_ROWS +
+                    (size_t)k] = w[(size_t)(o + k) * stride + (size_t)i];
+}
+
+void models__rows_pack(const struct cost_net *m, struct models__rows *r)
+{
+    int o, i, k;
+
+    r->nin = net_nin(m);
+    /* The first layer: the 20 inputs' columns (W1), then the derived
+     * ones' (xw), in dot_rows()'s order. */
+    for (o = 0; o < NET_H1; o += NET_ROWS)
+        for (i = 0; i < r->nin; i++)
+            for (k = 0; k < NET_ROWS; k++)
+                r->w1[(size_t)o * (size_t)r->nin + (size_t)i * NET_ROWS +
+                      (size_t)k] =
+                    i < NET_IN ? m->p[NET_W1 + (o + k) * NET_IN + i]
+                               : m->xw[(o + k) * NET_XMAX + (i - NET_IN)];
+    pack_rows(m->p + NET_W2, NET_H1, NET_H1, NET_LAT, r->w2);
+    pack_rows(m->p + NET_W3, NET_LAT, NET_LAT, NET_H2, r->w3);
+}
+
+/*
+ * y = W x (+ b, then ReLU, where b is not NULL) of a packed [nout][nin]
+ * layer: each unit's bias (or 0) then its products in input order, as
+ * dense_relu() and net_project() add them.
+ */
+static void rows_dense(const float *w, const float *b, const float *x, int nin,
+                       int nout, float *y)
+{
+    int o, i;
+
+#if defined(__GNUC__)
+    net_v4 zero = {0, 0, 0, 0};
+
+    for (o = 0; o < nout; o += NET_ROWS) {
+        const float *wb = w + (size_t)o * (size_t)nin;
+        net_v4 s0 = zero, s1 = zero;
+
+        if (b != NULL) {
+            s0 = v4_load(b + o);
+            s1 = v4_load(b + o + 4);
+        }
+        for (i = 0; i < nin; i++) {
+            net_v4 xi = {x[i], x[i], x[i], x[i]};
+
+            s0 += v4_load(wb + (size_t)i * NET_ROWS) * xi;
+            s1 += v4_load(wb + (size_t)i * NET_ROWS + 4) * xi;
+        }
+        if (b != NULL) {
+            s0 = (net_v4)((net_v4i)s0 & (s0 > zero));
+            s1 = (net_v4)((net_v4i)s1 & (s1 > zero));
+        }
+        memcpy(y + o, &s0, sizeof(s0));
+        memcpy(y + o + 4, &s1, sizeof(s1));
+    }
+#else
+    int k;
+
+    for (o = 0; o < nout; o += NET_ROWS)
+        for (k = 0; k < NET_ROWS; k++) {
+            float s = b != NULL ? b[o + k] : 0;
+
+            for (i = 0; i < nin; i++)
+                s += w[(size_t)o * (size_t)nin + (size_t)i * NET_ROWS +
+                       (size_t)k] *
+                     x[i];
+            y[o + k] = b == NULL || s > 0 ? s : 0;
+        }
+#endif
+}
+
+void models__rows_project(const struct cost_net *m,
+                          const struct models__rows *r,
+                          const float x[NET_IN_MAX], float proj[NET_H2])
+{
+    float h[NET_H1], lat[NET_LAT];
+
+    rows_dense(r->w1, m->p + NET_B1, x, r->nin, NET_H1, h);
+    rows_dense(r->w2, m->p + NET_B2, h, NET_H1, NET_LAT, lat);
+    rows_dense(r->w3, NULL, lat, NET_LAT, NET_H2, proj);
+}
+
 void net_head_init(const struct cost_net *m, float z[NET_H2])
 {
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
 
-#if defined(__GNUC__)
-/* Four floats in one vector register (GCC and clang's vector extension):
- * the head's 64 multiply-adds as 16 vector steps. */
-typedef float net_v4 __attribute__((vector_size(16)));
-typedef int32_t net_v4i __attribute__((vector_size(16)));
-
-static net_v4 v4_load(const float *p)
-{
-    net_v4 v;
-
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-#endif
 
 /* The head's output from its eight lane sums, added in one fixed order
  * (head_pass() and net_head_delta() must agree to the bit). */
@@ -478,7 +573,34 @@ double net_head_delta(const struct cost_net *m, const float z[NET_H2],
 {
     const float *w4 = m->p + NET_W4;
     float acc[8] = {0};
-    int o, k, q;
+    int o, q;
+
+#if defined(__GNUC__)
+    /* head_pass()'s lanes, with the same adds in the same order. */
+    net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
+
+    for (o = 0; o < NET_H2; o += 8) {
+        net_v4 v0 = v4_load(z + o), v1 = v4_load(z + o + 4);
+
+        for (q = 0; q < 2; q++)
+            if (add[q] != NULL) {
+                v0 += v4_load(add[q] + o);
+                v1 += v4_load(add[q] + o + 4);
+            }
+        for (q = 0; q < 2; q++)
+            if (sub[q] != NULL) {
+                v0 -= v4_load(sub[q] + o);
+                v1 -= v4_load(sub[q] + o + 4);
+            }
+        v0 = (net_v4)((net_v4i)v0 & (v0 > zero));
+        v1 = (net_v4)((net_v4i)v1 & (v1 > zero));
+        a0 += v4_load(w4 + o) * v0;
+        a1 += v4_load(w4 + o + 4) * v1;
+    }
+    memcpy(acc, &a0, sizeof(a0));
+    memcpy(acc + 4, &a1, sizeof(a1));
+#else
+    int k;
 
     for (o = 0; o < NET_H2; o += 8)
         for (k = 0; k < 8; k++) {
@@ -492,6 +614,7 @@ double net_head_delta(const struct cost_net *m, const float z[NET_H2],
                     v -= sub[q][o + k];
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
+#endif
     return head_sum(m, acc);
 }
 
