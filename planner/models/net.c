@@ -300,7 +300,8 @@ void net_input_all(const struct cost_net *m, const struct table *t,
 
 #if defined(__GNUC__)
 /* Four floats in one vector register (GCC and clang's vector extension):
- * the head's 64 multiply-adds as 16 vector steps. */
+ * the head's 64 multiply-adds as 16 vector steps, a packed layer's eight
+ * units of one input as two. */
 typedef float net_v4 __attribute__((vector_size(16)));
 typedef int32_t net_v4i __attribute__((vector_size(16)));
 
@@ -426,13 +427,14 @@ void models__rows_pack(const struct cost_net *m, struct models__rows *r)
     pack_rows(m->p + NET_W3, NET_LAT, NET_LAT, NET_H2, r->w3);
 }
 
+_Static_assert(NET_H1 % 32 == 0 && NET_LAT % 32 == 0 && NET_H2 % 32 == 0,
+               "rows_dense() takes 32 units at a time");
+
 /*
  * y = W x (+ b, then ReLU, where b is not NULL) of a packed [nout][nin]
  * layer: each unit's bias (or 0) then its products in input order, as
  * dense_relu() and net_project() add them.
  */
-_Static_assert(NET_H1 % 32 == 0 && NET_LAT % 32 == 0 && NET_H2 % 32 == 0,
-               "rows_dense() takes 32 units at a time");
 
 static void rows_dense(const float *w, const float *b, const float *x, int nin,
                        int nout, float *y)
@@ -497,7 +499,6 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
 {
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
-
 
 /* The head's output from its eight lane sums, added in one fixed order
  * (head_pass() and net_head_delta() must agree to the bit). */
