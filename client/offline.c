@@ -333,10 +333,11 @@ int offline_plan(const struct ctl_opts *o)
         rv = ctl_fail(ctl_exit_for(rv), "plan: %s", d.msg);
         goto out_tables;
     }
-    /* Every prediction's spread, where the model has an ensemble. */
+    /* Every prediction's spread, where the model has an ensemble (its
+     * member 0 is the model: a plan scored by it has member 0's costs). */
     if (cm.ens != NULL &&
-        net_ensemble_plan_spread(cm.ens, NULL, &p, tables, n, &topo,
-                                 po.optimizer, NULL, &spread) != 0) {
+        net_ensemble_plan_spread(cm.ens, NULL, &p, scorer == &ncm.cm, tables, n,
+                                 &topo, po.optimizer, NULL, &spread) != 0) {
         rv = ctl_fail(1, "plan: out of memory");
         goto out_plan;
     }

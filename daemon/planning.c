@@ -564,8 +564,11 @@ static int spread_of(const struct scorer *sc, const struct plan *p,
     memset(out, 0, sizeof(*out));
     if (sc->ens == NULL)
         return 0;
-    return net_ensemble_plan_spread(sc->ens, sc->dm->ens_memo, p, tables, n, t,
-                                    opt, stop, out) == 0
+    /* The ensemble's member 0 is the model (models.c): a plan it scored
+     * (no quantile asked) has member 0's costs already. */
+    return net_ensemble_plan_spread(sc->ens, sc->dm->ens_memo, p,
+                                    sc->m == &sc->ncm.cm, tables, n, t, opt,
+                                    stop, out) == 0
                ? 0
                : SD_ENOMEM;
 }

@@ -270,16 +270,34 @@ void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,
     ecm->cm.ctx = ecm;
 }
 
+/* Takes member i's plan cost and devices' compute, q, into out. */
+static void spread_take(struct plan_spread *out, int32_t i,
+                        const struct plan *q)
+{
+    int32_t r;
+
+    for (r = 0; r < q->ndevices; r++) {
+        double c = q->devices[r].compute_ms;
+
+        out->lo[r] = i == 0 || c < out->lo[r] ? c : out->lo[r];
+        out->hi[r] = i == 0 || c > out->hi[r] ? c : out->hi[r];
+    }
+    out->cost_lo =
+        i == 0 || q->cost_ms < out->cost_lo ? q->cost_ms : out->cost_lo;
+    out->cost_hi =
+        i == 0 || q->cost_ms > out->cost_hi ? q->cost_ms : out->cost_hi;
+}
+
 int net_ensemble_plan_spread(const struct net_ensemble *e,
                              struct net_memo *const *memos,
-                             const struct plan *p, const struct table *tables,
-                             size_t ntables, const struct topology *t,
-                             enum optimizer opt, const atomic_bool *stop,
-                             struct plan_spread *out)
+                             const struct plan *p, bool member0_scored,
+                             const struct table *tables, size_t ntables,
+                             const struct topology *t, enum optimizer opt,
+                             const atomic_bool *stop, struct plan_spread *out)
 {
     struct net_cost_model ncm;
     struct plan copy;
-    int32_t i, r;
+    int32_t i;
     int rv;
 
     memset(out, 0, sizeof(*out));
@@ -300,7 +318,10 @@ int net_ensemble_plan_spread(const struct net_ensemble *e,
     out->hi = out->lo + p->ndevices;
     out->ndevices = p->ndevices;
     out->members = e->k;
-    for (i = 0; i < e->k && rv == 0; i++) {
+    i = 0;
+    if (member0_scored)
+        spread_take(out, i++, p);
+    for (; i < e->k && rv == 0; i++) {
         if (stop != NULL && atomic_load(stop)) {
             plan_destroy(&copy);
             plan_spread_free(out);
@@ -309,18 +330,8 @@ int net_ensemble_plan_spread(const struct net_ensemble *e,
         net_cost_model_init(&ncm, e->m[i]);
         ncm.memo = memos != NULL ? memos[i] : NULL;
         rv = plan_evaluate(&copy, tables, ntables, t, opt, &ncm.cm);
-        for (r = 0; rv == 0 && r < p->ndevices; r++) {
-            double c = copy.devices[r].compute_ms;
-
-            out->lo[r] = i == 0 || c < out->lo[r] ? c : out->lo[r];
-            out->hi[r] = i == 0 || c > out->hi[r] ? c : out->hi[r];
-        }
-        if (rv == 0) {
-            out->cost_lo = i == 0 || copy.cost_ms < out->cost_lo ? copy.cost_ms
-                                                                 : out->cost_lo;
-            out->cost_hi = i == 0 || copy.cost_ms > out->cost_hi ? copy.cost_ms
-                                                                 : out->cost_hi;
-        }
+        if (rv == 0)
+            spread_take(out, i, &copy);
     }
     plan_destroy(&copy);
     if (rv != 0)

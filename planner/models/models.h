@@ -555,16 +555,19 @@ struct plan_spread {
 };
 /* p evaluated or not (it is not changed); memos (NULL: none) holds e->k
  * memos, memos[i] made for member i (or NULL), so that a daemon scores
- * resent tables once per member.  Once *stop (NULL: never) is set, checked
- * before each member, the spread is given up: out->members 0, returned 0
- * (a stopping daemon answers without it).  Returns 0, SD_EINVAL or
- * SD_ENOMEM; *out is filled on success. */
+ * resent tables once per member.  member0_scored: p was evaluated with a
+ * model of member 0's parameters, on these tables, topology and optimizer
+ * (a plan of the model the ensemble was made with), so its devices' costs
+ * stand for member 0's, not evaluated again.  Once *stop (NULL: never) is
+ * set, checked before each member, the spread is given up: out->members 0,
+ * returned 0 (a stopping daemon answers without it).  Returns 0, SD_EINVAL
+ * or SD_ENOMEM; *out is filled on success. */
 int net_ensemble_plan_spread(const struct net_ensemble *e,
                              struct net_memo *const *memos,
-                             const struct plan *p, const struct table *tables,
-                             size_t ntables, const struct topology *t,
-                             enum optimizer opt, const atomic_bool *stop,
-                             struct plan_spread *out);
+                             const struct plan *p, bool member0_scored,
+                             const struct table *tables, size_t ntables,
+                             const struct topology *t, enum optimizer opt,
+                             const atomic_bool *stop, struct plan_spread *out);
 void plan_spread_free(struct plan_spread *s);
 
 /*

@@ -109,8 +109,8 @@ static void test_spread(void)
     CHECK(plan_init(&p, 2) == 0);
     CHECK(plan_add(&p, 0, 0, 0, 16) == 0 && plan_add(&p, 1, 0, 0, 16) == 0 &&
           plan_add(&p, 2, 1, 0, 16) == 0);
-    CHECK(net_ensemble_plan_spread(e, NULL, &p, t, 3, &topo, OPTIMIZER_SGD,
-                                   NULL, &ps) == 0);
+    CHECK(net_ensemble_plan_spread(e, NULL, &p, false, t, 3, &topo,
+                                   OPTIMIZER_SGD, NULL, &ps) == 0);
     CHECK(ps.members == 5 && ps.ndevices == 2);
     if (ps.ndevices == 2) {
         CHECK_NEAR(ps.lo[0], 1, 1e-5);
@@ -131,7 +131,7 @@ static void test_spread(void)
         for (i = 0; i < 5; i++)
             memos[i] = net_memo_new(e->m[i], 64);
         for (round = 0; round < 2; round++) {
-            CHECK(net_ensemble_plan_spread(e, memos, &p, t, 3, &topo,
+            CHECK(net_ensemble_plan_spread(e, memos, &p, false, t, 3, &topo,
                                            OPTIMIZER_SGD, NULL, &again) == 0);
             CHECK(again.cost_lo == ps.cost_lo && again.cost_hi == ps.cost_hi);
             CHECK(again.ndevices == 2 && again.lo[1] == ps.lo[1] &&
@@ -144,13 +144,39 @@ static void test_spread(void)
             net_memo_free(memos[i]);
         }
     }
+    /* A plan member 0's model scored: its costs stand for member 0's, the
+     * same spread, and member 0's memo is not asked. */
+    {
+        struct net_memo *memos[5];
+        struct net_memo_stats st;
+        struct net_cost_model ncm;
+        struct plan_spread scored;
+
+        net_cost_model_init(&ncm, e->m[0]);
+        CHECK(plan_evaluate(&p, t, 3, &topo, OPTIMIZER_SGD, &ncm.cm) == 0);
+        for (i = 0; i < 5; i++)
+            memos[i] = net_memo_new(e->m[i], 64);
+        CHECK(net_ensemble_plan_spread(e, memos, &p, true, t, 3, &topo,
+                                       OPTIMIZER_SGD, NULL, &scored) == 0);
+        CHECK(scored.members == 5 && scored.ndevices == 2);
+        CHECK(scored.cost_lo == ps.cost_lo && scored.cost_hi == ps.cost_hi);
+        for (i = 0; scored.ndevices == 2 && i < 2; i++)
+            CHECK(scored.lo[i] == ps.lo[i] && scored.hi[i] == ps.hi[i]);
+        net_memo_stats(memos[0], &st);
+        CHECK(st.hits == 0 && st.misses == 0);
+        net_memo_stats(memos[4], &st);
+        CHECK(st.misses == 3);
+        for (i = 0; i < 5; i++)
+            net_memo_free(memos[i]);
+        plan_spread_free(&scored);
+    }
     plan_spread_free(&ps);
     /* A stop already set: the spread is given up, not an error. */
     {
         atomic_bool stop = true;
 
-        CHECK(net_ensemble_plan_spread(e, NULL, &p, t, 3, &topo, OPTIMIZER_SGD,
-                                       &stop, &ps) == 0);
+        CHECK(net_ensemble_plan_spread(e, NULL, &p, false, t, 3, &topo,
+                                       OPTIMIZER_SGD, &stop, &ps) == 0);
         CHECK(ps.members == 0 && ps.lo == NULL);
     }
     /* Evaluated under the median, the plan's devices cost 3 ms. */
