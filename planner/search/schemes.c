@@ -23,7 +23,11 @@ struct pass {
     const struct plan_options *o;
     double scale;        /* the topology's batch / the model's */
     float zmean[NET_H2]; /* the head's input of the mean device */
+    double zmean_out;    /* the head's output there, unscaled */
     double mean_ms;      /* the mean device's cost, every table whole */
+    double *whole_ms;    /* [n] each table whole alone (alone_ms()) */
+    double *whole_add;   /* [n] each whole on the mean device
+                            (whole_add_ms()); NAN until asked */
     uint64_t *used;      /* [ndevices] bytes fixed so far (pins too) */
     double *load;        /* [ndevices] ms fixed so far, each shard alone */
     uint64_t dp_bytes;   /* replicas' bytes on every device */
@@ -31,7 +35,13 @@ struct pass {
     size_t nlighter;     /* such tables seen */
 };
 
-/* The model's cost of tb at cols alone. */
+/* The model's cost of z, the head's input (scaled to the topology). */
+static double z_ms(const struct pass *ps, const float z[NET_H2])
+{
+    return net_head_z(ps->o->net, z) * ps->scale;
+}
+
+/* The model's cost of tb at cols alone (of table i whole: ps->whole_ms). */
 static double alone_ms(const struct pass *ps, const struct table *tb,
                        int32_t cols)
 {
@@ -42,7 +52,7 @@ static double alone_ms(const struct pass *ps, const struct table *tb,
     net_projected(ps->o->net, ps->o->memo, tb, cols, proj);
     for (o = 0; o < NET_H2; o++)
         z[o] += proj[o];
-    return net_head_z(ps->o->net, z) * ps->scale;
+    return z_ms(ps, z);
 }
 
 /* What tb adds to the mean device. */
@@ -54,8 +64,16 @@ static double marginal_ms(const struct pass *ps, const struct table *tb)
     net_projected(ps->o->net, ps->o->memo, tb, tb->dim, proj);
     for (o = 0; o < NET_H2; o++)
         z[o] = ps->zmean[o] + proj[o];
-    return (net_head_z(ps->o->net, z) - net_head_z(ps->o->net, ps->zmean)) *
-           ps->scale;
+    return (net_head_z(ps->o->net, z) - ps->zmean_out) * ps->scale;
+}
+
+/* What table i whole adds to the mean device: asked for by two rules, kept
+ * from the first (a daemon's memo lookups were a twentieth of its time). */
+static double whole_add_ms(const struct pass *ps, size_t i)
+{
+    if (isnan(ps->whole_add[i]))
+        ps->whole_add[i] = marginal_ms(ps, &ps->tables[i]);
+    return ps->whole_add[i];
 }
 
 static const struct table_constraint *constraint(const struct pass *ps,
@@ -176,7 +194,7 @@ static bool spread_pays(const struct pass *ps, size_t i)
     const struct topology *t = ps->t;
     int32_t L = t->devices_per_host, n = t->ndevices, cols = ps->tables[i].dim;
     double host = block_ms(ps, i, L),
-           rest = fmax(0, ps->mean_ms * n - alone_ms(ps, &ps->tables[i], cols)),
+           rest = fmax(0, ps->mean_ms * n - ps->whole_ms[i]),
            on_host = host + collective_row_group_ms(t, cols, L, false),
            spread = block_ms(ps, i, n) +
                     collective_row_group_ms(t, cols, n, true) + rest / n;
@@ -278,7 +296,7 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
              collective_all_reduce_ms(t, (double)table_bytes(tb, tb->dim), n,
                                       n > L) -
              2 * (n - 1) * t->link_latency_ms; /* bucketed: latency once */
-    *tw_ms = fmax(0, marginal_ms(ps, tb)) / n +
+    *tw_ms = fmax(0, whole_add_ms(ps, i)) / n +
              2 * cols_bytes *
                  (remote / t->inter_host_bw + (1 - remote) / t->intra_host_bw);
 }
@@ -299,19 +317,29 @@ static int pass_init(struct pass *ps, const struct table *tables, size_t n,
     ps->scale = (double)t->batch_size / (double)o->net->batch_size;
     ps->used = calloc((size_t)t->ndevices, sizeof(*ps->used));
     ps->load = calloc((size_t)t->ndevices, sizeof(*ps->load));
-    if (!ps->used || !ps->load)
+    ps->whole_ms = malloc((n ? n : 1) * sizeof(*ps->whole_ms));
+    ps->whole_add = malloc((n ? n : 1) * sizeof(*ps->whole_add));
+    if (!ps->used || !ps->load || !ps->whole_ms || !ps->whole_add)
         return SD_ENOMEM;
     net_head_init(o->net, ps->zmean);
     for (i = 0; i < n; i++) {
+        float z[NET_H2];
+
         net_projected(o->net, o->memo, &tables[i], tables[i].dim, proj);
-        for (k = 0; k < NET_H2; k++)
+        net_head_init(o->net, z);
+        for (k = 0; k < NET_H2; k++) {
             ps->zmean[k] += proj[k] / (float)t->ndevices;
-        ps->mean_ms += alone_ms(ps, &tables[i], tables[i].dim);
+            z[k] += proj[k];
+        }
+        ps->whole_ms[i] = z_ms(ps, z);
+        ps->whole_add[i] = NAN;
+        ps->mean_ms += ps->whole_ms[i];
         if (pinned(ps, i))
             ps->used[o->pins[i]] +=
                 shard_bytes(&tables[i], tables[i].dim, o->optimizer);
     }
     ps->mean_ms /= t->ndevices;
+    ps->zmean_out = net_head_z(o->net, ps->zmean);
     return 0;
 }
 
@@ -352,7 +380,7 @@ static bool rows_lighter(const struct pass *ps, size_t i)
     if (L < 2 || tb->rows < L)
         return false;
     block_view(ps, i, L, &view);
-    whole = marginal_ms(ps, tb) + 2 * a2a_ms(t, tb->dim);
+    whole = whole_add_ms(ps, i) + 2 * a2a_ms(t, tb->dim);
     rows = L * (marginal_ms(ps, &view) +
                 2 * collective_row_group_ms(t, tb->dim, L, false));
     return rows < whole;
@@ -521,6 +549,8 @@ out_free:
     free(order);
     free(ps.used);
     free(ps.load);
+    free(ps.whole_ms);
+    free(ps.whole_add);
     if (rv != 0)
         scheme_pass_free(sp);
     return rv;
