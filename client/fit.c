@@ -501,10 +501,15 @@ static int train_on(const struct ctl_opts *o, struct store *st,
     rv = fit_select(&f, hold);
     if (rv != 0)
         goto out;
+    train_params_default(&tp);
+    if (o->weight_decay >= 0)
+        tp.weight_decay = o->weight_decay;
     fprintf(stderr,
             "train: %zu samples of profile %s (%zu held out), products on "
-            "%s\n",
-            f.nfit, prof.name, f.n - f.nfit, gemm_name);
+            "%s, weight decay %g%s\n",
+            f.nfit, prof.name, f.n - f.nfit, gemm_name,
+            train_decay(&tp, f.nfit),
+            o->weight_decay >= 0 ? "" : " (by the sample count)");
     ctl_catch_stop_signals();
     rv = fit_members(&f, o, &prof, gemm);
     if (rv != 0)

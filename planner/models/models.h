@@ -613,6 +613,8 @@ struct net_gemm {
 };
 extern const struct net_gemm net_gemm_cblas;
 
+#define TRAIN_DECAY_BY_SAMPLES (-1.0)
+#define TRAIN_DECAY_SAMPLES    4000
 struct train_params {
     uint64_t seed;
     int32_t max_epochs; /* default 400 */
@@ -623,8 +625,11 @@ struct train_params {
     double test_frac;   /* 0.1 */
     /* Decoupled (AdamW) decay of the weight matrices, not the biases: every
      * step multiplies them by 1 - lr * weight_decay.  0 is plain Adam; >= 0
-     * and lr * weight_decay < 1.  Default 1.0, which the small measured data
-     * sets (~1,000 shards) need against overfitting. */
+     * and lr * weight_decay < 1.  Default TRAIN_DECAY_BY_SAMPLES: 1.0
+     * under TRAIN_DECAY_SAMPLES samples, 0.3 from there (what the best of
+     * them was on the Zen 5 VM's profile at 1,000 and 3,000 samples, and
+     * at 5,000 and 10,000: docs/models.md, "Weight decay by sample
+     * count"). */
     double weight_decay;
     /* Called after every epoch; returning non-zero stops training (the best
      * weights so far are kept).  May be NULL. */
@@ -680,6 +685,9 @@ int net_train(const struct train_params *p, const struct train_sample *s,
 
 /* Checks train_params: SD_EINVAL naming the field out of range. */
 int train_params_check(const struct train_params *p, struct sd_diag *d);
+/* The weight decay training on n samples with p uses: p's own, or by the
+ * sample count (TRAIN_DECAY_BY_SAMPLES). */
+double train_decay(const struct train_params *p, size_t n);
 
 /* One measured exchange for training comm models (a store comm sample). */
 struct comm_sample {

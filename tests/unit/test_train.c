@@ -96,7 +96,16 @@ static void test_defaults(void)
     memset(&p, 0xff, sizeof(p));
     train_params_default(&p);
     CHECK(p.seed == 0 && p.max_epochs == 400 && p.patience == 40);
-    CHECK(p.batch == 128 && p.lr == 2e-3 && p.weight_decay == 1.0);
+    CHECK(p.batch == 128 && p.lr == 2e-3 &&
+          p.weight_decay == TRAIN_DECAY_BY_SAMPLES);
+    /* By the sample count: 1.0 for few samples, 0.3 for many; a value
+     * given is used as it is. */
+    CHECK(train_decay(&p, 1) == 1.0 &&
+          train_decay(&p, TRAIN_DECAY_SAMPLES - 1) == 1.0);
+    CHECK(train_decay(&p, TRAIN_DECAY_SAMPLES) == 0.3 &&
+          train_decay(&p, 100000) == 0.3);
+    p.weight_decay = 0.5;
+    CHECK(train_decay(&p, 1) == 0.5 && train_decay(&p, 100000) == 0.5);
     CHECK(p.val_frac == 0.1 && p.test_frac == 0.1);
     CHECK(p.progress == NULL);
     CHECK(p.extras.n == 0); /* NeuroShard's 20 inputs, format 1 */
@@ -359,6 +368,18 @@ static void test_weight_decay(const struct data *dt)
     }
     free(plain);
     free(decayed);
+    /* The default on 300 samples is decay 1.0: the same weights. */
+    {
+        struct cost_net *dflt = NULL, *one = NULL;
+
+        p.weight_decay = TRAIN_DECAY_BY_SAMPLES;
+        CHECK(net_train(&p, dt->s, 300, "x", 1, &dflt, NULL) == 0);
+        p.weight_decay = 1.0;
+        CHECK(net_train(&p, dt->s, 300, "x", 1, &one, NULL) == 0);
+        CHECK(dflt && one && memcmp(dflt->p, one->p, sizeof(one->p)) == 0);
+        free(dflt);
+        free(one);
+    }
 }
 
 /* With no validation split, early stopping watches the training loss. */
