@@ -479,7 +479,10 @@ rows_blocks(const float *w, const float *b, const float *x, int nin, int o,
  * either way (no FMA: a fused multiply-add rounds once), so the same
  * floats.  A latent's three layers took 0.47 us with four-float vectors,
  * a tenth of an 856-table plan's search. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) &&         \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+/* Not in sanitizer builds: the loader runs the clones' resolver before
+ * TSan's runtime is up, and it crashed there (SIGSEGV at start). */
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void
