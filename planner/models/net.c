@@ -300,8 +300,8 @@ void net_input_all(const struct cost_net *m, const struct table *t,
 
 #if defined(__GNUC__)
 /* Four floats in one vector register (GCC and clang's vector extension):
- * the head's 64 multiply-adds as 16 vector steps, a packed layer's eight
- * units of one input as two. */
+ * the head's 64 multiply-adds as 16 vector steps (the packed layers use
+ * eight-float vectors, net_v8, below). */
 typedef float net_v4 __attribute__((vector_size(16)));
 typedef int32_t net_v4i __attribute__((vector_size(16)));
 
