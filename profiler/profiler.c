@@ -186,16 +186,46 @@ int prof_measure_shard_capped(const struct kern_backend *be, int32_t device,
 
 #define PROBE_TABLES 2
 #define PROBE_BAGS   4096
+/* Probe timings at open, whose median is the first quiet time. */
+#define QUIET_OPEN_PROBES 5
+
+/* Quiet probe times kept: the quiet time is their median. */
+#define QUIET_WINDOW 32
 
 struct prof_quiet {
     const struct kern_backend *be;
     struct kern_shard *shard;
     struct kern_timing_opts timing; /* 1 warm-up, 5 steps */
-    double quiet_ms;
+    double quiet_ms;                /* the median of recent[] */
+    double recent[QUIET_WINDOW];    /* the newest quiet probe times, a ring */
+    size_t nrecent, next;
 };
 
-/* Times the probe: *ms, the median; the quiet time lowered to it.  Returns
- * 0, SD_ECANCELED (timing.abort) or the backend's error. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Adds a quiet probe time to the window and takes the quiet time anew. */
+static void quiet_add(struct prof_quiet *q, double ms)
+{
+    double v[QUIET_WINDOW];
+    size_t n;
+
+    q->recent[q->next] = ms;
+    q->next = (q->next + 1) % QUIET_WINDOW;
+    if (q->nrecent < QUIET_WINDOW)
+        q->nrecent++;
+    n = q->nrecent;
+    memcpy(v, q->recent, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), cmp_double);
+    q->quiet_ms = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times the probe: *ms, the median of its steps.  Returns 0, SD_ECANCELED
+ * (timing.abort) or the backend's error. */
 static int quiet_time(struct prof_quiet *q, double *ms)
 {
     struct kern_timing tm;
@@ -204,8 +234,6 @@ static int quiet_time(struct prof_quiet *q, double *ms)
     if (rv != 0)
         return rv;
     *ms = tm.median_ms;
-    if (tm.median_ms < q->quiet_ms)
-        q->quiet_ms = tm.median_ms;
     return 0;
 }
 
@@ -260,9 +288,11 @@ int prof_quiet_open(const struct kern_backend *be, int32_t device,
         trace_destroy(&traces[i]);
     if (rv != 0)
         goto out_free_q;
-    q->quiet_ms = INFINITY;
-    for (k = 0; k < 3 && rv == 0; k++)
+    for (k = 0; k < QUIET_OPEN_PROBES && rv == 0; k++) {
         rv = quiet_time(q, &ms);
+        if (rv == 0)
+            quiet_add(q, ms);
+    }
     if (rv != 0) {
         if (rv != SD_ECANCELED)
             sd_diag_set(d, rv, "%s device %d: timing the quiet probe: %s",
@@ -658,11 +688,15 @@ static int measure_quiet(const struct prof_run_params *p,
         rv = quiet_time(q, &after);
     if (rv != 0)
         return rv;
-    slow = (before > after ? before : after) / q->quiet_ms;
+    /* The faster probe: load that spans the sample slows both, while a
+     * host's one-off stall (one probe in five here) slows one. */
+    slow = (before < after ? before : after) / q->quiet_ms;
     if (slow > res->max_slowdown)
         res->max_slowdown = slow;
     if (slow <= 1 + p->quiet_tolerance) {
         *busy_since = 0;
+        quiet_add(q, before);
+        quiet_add(q, after);
         return 0;
     }
     if (*busy_since == 0)
@@ -677,7 +711,9 @@ static int measure_quiet(const struct prof_run_params *p,
     }
     /* Slow for quiet_wait_s: the device is this slow now. */
     res->kept_busy++;
-    q->quiet_ms = before < after ? before : after;
+    q->nrecent = q->next = 0;
+    quiet_add(q, before);
+    quiet_add(q, after);
     *busy_since = 0;
     return 0;
 }

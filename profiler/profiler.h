@@ -195,15 +195,20 @@ struct prof_run_params {
  * and a cost model trained on them learns the neighbour's load.  The probe is
  * a fixed shard of two tables, one beyond the last-level cache and one
  * inside it, timed (1 warm-up, 5 steps, the median) before and after each
- * sample; its quiet time is the fastest probe seen.  A sample either probe of
- * which is slower than (1 + tolerance) x the quiet time is dropped and
- * measured again after a short pause, so every kept sample was measured
- * between two quiet probes.
+ * sample; its quiet time is the median of the last 32 probe times of kept
+ * samples (the first: of 5 timings at open).  A sample whose faster probe is
+ * slower than (1 + tolerance) x the quiet time is dropped and measured again
+ * after a short pause, so every kept sample was measured between probes of
+ * which at least one was quiet.  The median, not the fastest probe: on a
+ * host whose probe moves by 10 to 20 % when nothing runs beside it (an
+ * Intel Xeon VM with a 260 MiB L3), the fastest moment's time rejected most
+ * samples; and only quiet probes enter it, so a sustained load is not
+ * taken for the quiet time before quiet_wait_s.
  */
 struct prof_quiet;
 
 /* Opens a probe on `device` of `be` (its weights and lookups: about 70 MB)
- * and times it three times for a first quiet time.  *out is owned by the
+ * and times it five times for a first quiet time.  *out is owned by the
  * caller (prof_quiet_close()).  Returns 0, SD_ECANCELED (timing->abort),
  * SD_ENOMEM or the backend's error, with d set. */
 int prof_quiet_open(const struct kern_backend *be, int32_t device,

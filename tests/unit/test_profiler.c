@@ -1,6 +1,8 @@
 /* The profiler on the cpu backend: samples land in the store, runs resume
  * with the same shards, a stop keeps what was measured, and plans are
  * measured per device. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -257,12 +259,14 @@ static void test_eval_plan(void)
 /*
  * The quiet check with a scripted probe: the cpu backend times the samples,
  * and the probe (the one shard opened outside the arena) takes 1 ms, or 2 ms
- * on the calls listed in slow_calls.  Calls 1-3 are prof_quiet_open()'s;
- * sample k is measured between calls 4 + 2k and 5 + 2k while kept.
+ * on calls slow_from .. slow_to; or, with noisy set, 1 ms on its first call
+ * and 1.15 ms after.  Calls 1-5 are prof_quiet_open()'s; sample k is
+ * measured between calls 6 + 2k and 7 + 2k while kept.
  */
 static const struct kern_backend *cpu_be;
 static struct kern_shard *probe_shard;
 static int probe_calls, slow_from, slow_to;
+static bool noisy;
 
 static int scripted_open(int32_t device, const struct kern_shard_desc *desc,
                          struct kern_shard **out, struct sd_diag *d)
@@ -282,8 +286,11 @@ static int scripted_time(struct kern_shard *s, const struct kern_timing_opts *o,
     if (rv != 0 || s != probe_shard)
         return rv;
     probe_calls++;
-    out->median_ms =
-        probe_calls >= slow_from && probe_calls <= slow_to ? 2.0 : 1.0;
+    if (noisy)
+        out->median_ms = probe_calls == 1 ? 1.0 : 1.15;
+    else
+        out->median_ms =
+            probe_calls >= slow_from && probe_calls <= slow_to ? 2.0 : 1.0;
     return 0;
 }
 
@@ -306,16 +313,17 @@ static void test_quiet(void)
     be.shard_open = scripted_open;
     be.shard_time = scripted_time;
 
-    /* Sample 1's second probe (call 7) is slow: it is measured again (calls
-     * 8 and 9), and the profile holds the same shards as without the check. */
+    /* Both probes of sample 1 (calls 8 and 9) are slow: it is measured
+     * again (calls 10 and 11), and the profile holds the same shards as
+     * without the check. */
     params(&p, 3);
     p.be = &be;
     p.quiet_tolerance = 0.10;
-    probe_calls = 0, slow_from = slow_to = 7;
+    probe_calls = 0, slow_from = 8, slow_to = 9;
     CHECK(prof_run(a, &p, &r, &d) == 0);
     CHECK(r.added == 3 && r.remeasured == 1 && r.kept_busy == 0);
     CHECK(r.max_slowdown == 2.0);
-    CHECK(probe_calls == 3 + 2 * 4);
+    CHECK(probe_calls == 5 + 2 * 4);
     p.be = cpu_be;
     p.quiet_tolerance = 0;
     CHECK(prof_run(b, &p, &r, &d) == 0 && r.added == 3 && r.remeasured == 0);
@@ -324,16 +332,34 @@ static void test_quiet(void)
     CHECK(na == 3 && nb == 3);
     CHECK(na == nb && same_shards(sa, sb, na));
 
-    /* Slow from the first sample on, and no time to wait: the first sample
-     * is kept as measured and the slower probe becomes the quiet time, so
-     * the next ones pass. */
+    /* One slow probe of a sample (a host's one-off stall, call 9): kept. */
     p.be = &be;
     p.quiet_tolerance = 0.10;
+    probe_calls = 0, slow_from = slow_to = 9;
+    CHECK(prof_run(c, &p, &r, &d) == 0);
+    CHECK(r.added == 3 && r.remeasured == 0 && r.kept_busy == 0);
+    CHECK(probe_calls == 5 + 2 * 3);
+
+    /* A host that was 15 % faster once, at open: the quiet time is the
+     * probes' median, not that moment's, and nothing is measured again
+     * (with the fastest probe as the quiet time, every sample was). */
+    noisy = true;
+    probe_calls = 0;
+    p.target_samples = 6;
+    CHECK(prof_run(c, &p, &r, &d) == 0);
+    CHECK(r.added == 3 && r.remeasured == 0 && r.kept_busy == 0);
+    CHECK(fabs(r.max_slowdown - 1.0) < 1e-9);
+    noisy = false;
+
+    /* Slow from the first sample on, and no time to wait: the first sample
+     * is kept as measured and its probes become the quiet time, so the
+     * next ones pass. */
     p.quiet_wait_s = 0;
-    probe_calls = 0, slow_from = 4, slow_to = 1000;
+    probe_calls = 0, slow_from = 6, slow_to = 1000;
+    p.target_samples = 9;
     CHECK(prof_run(c, &p, &r, &d) == 0);
     CHECK(r.added == 3 && r.remeasured == 0 && r.kept_busy == 1);
-    CHECK(probe_calls == 3 + 2 * 3);
+    CHECK(probe_calls == 5 + 2 * 3);
 
     /* A tolerance out of range is refused, not ignored. */
     p.quiet_tolerance = -0.5;
