@@ -298,22 +298,6 @@ void net_input_all(const struct cost_net *m, const struct table *t,
         x[i] = (x[i] - m->mean[i]) / (m->std[i] + eps);
 }
 
-#if defined(__GNUC__)
-/* Four floats in one vector register (GCC and clang's vector extension):
- * the head's 64 multiply-adds as 16 vector steps (the packed layers use
- * eight-float vectors, net_v8, below). */
-typedef float net_v4 __attribute__((vector_size(16)));
-typedef int32_t net_v4i __attribute__((vector_size(16)));
-
-static net_v4 v4_load(const float *p)
-{
-    net_v4 v;
-
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-#endif
-
 /*
  * s[k] += sum over i < n of w[k stride + i] x[i], k < NET_ROWS: rows of
  * NET_ROWS outputs at once, each row's sum in the order i = 0, 1, ...  One
@@ -473,21 +457,25 @@ rows_blocks(const float *w, const float *b, const float *x, int nin, int o,
 }
 #endif
 
-/* Built twice on x86-64 (GCC): for AVX2, where a vector of eight is one
- * register, and for the baseline, where it is two; the loader picks the
- * one the CPU runs.  The same adds and multiplies in the same order
- * either way (no FMA: a fused multiply-add rounds once), so the same
- * floats.  A latent's three layers took 0.47 us with four-float vectors,
- * a tenth of an 856-table plan's search. */
+/*
+ * NET_CLONES: built twice on x86-64 (GCC): for AVX2, where a vector of
+ * eight is one register, and for the baseline, where it is two; the loader
+ * picks the one the CPU runs.  The same adds and multiplies in the same
+ * order either way (no FMA: a fused multiply-add rounds once), so the same
+ * floats.  A latent's three layers took 0.47 us with four-float vectors, a
+ * tenth of an 856-table plan's search.  Not in sanitizer builds: the loader
+ * runs the clones' resolver before TSan's runtime is up, and it crashed
+ * there (SIGSEGV at start).
+ */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) &&         \
     !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-/* Not in sanitizer builds: the loader runs the clones' resolver before
- * TSan's runtime is up, and it crashed there (SIGSEGV at start). */
-__attribute__((target_clones("avx2", "default")))
+#    define NET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#    define NET_CLONES
 #endif
-static void
-rows_dense(const float *w, const float *b, const float *x, int nin, int nout,
-           float *y)
+
+NET_CLONES static void rows_dense(const float *w, const float *b,
+                                  const float *x, int nin, int nout, float *y)
 {
     int o;
 
@@ -559,33 +547,34 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
     int o, q;
 
 #if defined(__GNUC__)
-    net_v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0}, zero = {0, 0, 0, 0};
+    net_v8 a = {0, 0, 0, 0, 0, 0, 0, 0}, zero = {0, 0, 0, 0, 0, 0, 0, 0};
 
     for (o = 0; o < NET_H2; o += 8) {
-        net_v4 v0 = v4_load(z + o), v1 = v4_load(z + o + 4);
+        net_v8 v, wo;
 
+        memcpy(&v, z + o, sizeof(v));
         for (q = 0; q < 2; q++)
             if (add[q] != NULL) {
-                v0 += v4_load(add[q] + o);
-                v1 += v4_load(add[q] + o + 4);
+                net_v8 t;
+
+                memcpy(&t, add[q] + o, sizeof(t));
+                v += t;
             }
         for (q = 0; q < 2; q++)
             if (sub[q] != NULL) {
-                v0 -= v4_load(sub[q] + o);
-                v1 -= v4_load(sub[q] + o + 4);
+                net_v8 t;
+
+                memcpy(&t, sub[q] + o, sizeof(t));
+                v -= t;
             }
-        if (out != NULL) {
-            memcpy(out + o, &v0, sizeof(v0));
-            memcpy(out + o + 4, &v1, sizeof(v1));
-        }
+        if (out != NULL)
+            memcpy(out + o, &v, sizeof(v));
         /* max(t, 0): the lanes where t > 0 kept, the others +0. */
-        v0 = (net_v4)((net_v4i)v0 & (v0 > zero));
-        v1 = (net_v4)((net_v4i)v1 & (v1 > zero));
-        a0 += v4_load(w4 + o) * v0;
-        a1 += v4_load(w4 + o + 4) * v1;
+        v = (net_v8)((net_v8i)v & (v > zero));
+        memcpy(&wo, w4 + o, sizeof(wo));
+        a += wo * v;
     }
-    memcpy(acc, &a0, sizeof(a0));
-    memcpy(acc + 4, &a1, sizeof(a1));
+    memcpy(acc, &a, sizeof(a));
 #else
     int k;
 
@@ -607,15 +596,15 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
     return head_sum(m, acc);
 }
 
-double net_head_raw(const struct cost_net *m, const float z[NET_H2])
+NET_CLONES double net_head_raw(const struct cost_net *m, const float z[NET_H2])
 {
     const float *none[2] = {NULL, NULL};
 
     return head_pass(m, z, none, none, NULL);
 }
 
-double net_head_step(const struct cost_net *m, float z[NET_H2],
-                     const float p[NET_H2], int sign)
+NET_CLONES double net_head_step(const struct cost_net *m, float z[NET_H2],
+                                const float p[NET_H2], int sign)
 {
     const float *on[2] = {p, NULL}, *none[2] = {NULL, NULL};
 
@@ -623,8 +612,10 @@ double net_head_step(const struct cost_net *m, float z[NET_H2],
                     : head_pass(m, z, none, on, z);
 }
 
-double net_head_delta(const struct cost_net *m, const float z[NET_H2],
-                      const float *const add[2], const float *const sub[2])
+NET_CLONES double net_head_delta(const struct cost_net *m,
+                                 const float z[NET_H2],
+                                 const float *const add[2],
+                                 const float *const sub[2])
 {
     return head_pass(m, z, add, sub, NULL);
 }
