@@ -650,6 +650,28 @@ static int score_report(const struct ctl_opts *o, const char *profile,
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }
 
+/* The refusal of score when the store has no samples of the model's own
+ * profile, in one line naming the store's profiles. */
+static int no_own_profile(struct store *st, const char *model_profile)
+{
+    struct store_profile *all = NULL;
+    struct sd_diag d;
+    char names[512];
+    size_t n = 0, i, len = 0;
+
+    names[0] = '\0';
+    if (store_profile_list(st, &all, &n, &d) == 0)
+        for (i = 0; i < n && len < sizeof(names); i++)
+            len += (size_t)snprintf(names + len, sizeof(names) - len,
+                                    "%s\"%s\"", i ? ", " : "", all[i].name);
+    free(all);
+    return ctl_fail(CTL_EXIT_USAGE,
+                    "score: --profile: no such profile \"%s\" (the model's) "
+                    "in the store; --profile NAME scores the model on "
+                    "another profile's samples (the store has %s)",
+                    model_profile, n > 0 ? names : "none");
+}
+
 /* How well a model predicts the measured samples of a store: the held-out
  * check for samples measured after it was trained.  The signed median says
  * whether the error is a drift of the whole machine (most samples off the
@@ -679,14 +701,22 @@ int measure_score(const struct ctl_opts *o)
         rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
         goto out_model;
     }
+    /* The model's own profile by default; --profile names another one on
+     * purpose (does a model carry over to another machine?). */
+    if (o->profile == NULL &&
+        store_profile_get(st, cm.net->profile, &prof, &d) == SD_ENOENT) {
+        rv = no_own_profile(st, cm.net->profile);
+        goto out_store;
+    }
     rv = pick_profile(st, "score", o->profile ? o->profile : cm.net->profile,
                       &prof);
     if (rv != 0)
         goto out_store;
-    if (net_check_profile(cm.net, prof.name, &d) != 0) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "score: %s", d.msg);
-        goto out_store;
-    }
+    if (net_check_profile(cm.net, prof.name, &d) != 0)
+        fprintf(stderr,
+                "shardctl: score: the model is for profile \"%s\": scored "
+                "on the samples of \"%s\" as asked\n",
+                cm.net->profile, prof.name);
     rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
                                    (size_t)o->newest, &smp, &n, &d);
     if (rv != 0) {

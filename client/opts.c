@@ -134,6 +134,8 @@ static const char usage_text[] =
     "              [--backend cpu|cuda]\n"
     "      A model's error (MAPE, median, p90, signed median) on a store's\n"
     "      measured samples: the held-out check for samples it never saw.\n"
+    "      The samples of the model's own profile; --profile NAME scores\n"
+    "      it on another's (does a model carry over to another machine?).\n"
     "      --backend: every sample scored in one batch by the model resident\n"
     "      on that backend's device 0.\n"
     "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"

@@ -209,6 +209,15 @@ MANY=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execu
     2>"$DIR/err" && grep -q "^16 or more  *all  *$MANY " "$DIR/score_mt.txt" &&
     grep -q "^1 \.\. 15  *all  *$((12 - MANY)) " "$DIR/score_mt.txt" && ok ||
     bad "score by tables a shard: $(cat "$DIR/score_mt.txt" "$DIR/err")"
+# The embedded model (its profile is batch 4096's, p.db's batch 64's): not
+# scored on another profile's samples unless asked, and the refusal names
+# the store's profile; asked with --profile, scored, and said so.
+PNAME=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("select name from profiles").fetchone()[0])' "$DIR/p.db")
+expect_fail 2 "the store has \"$PNAME\"" score --db "$DIR/p.db"
+"$CTL" score --db "$DIR/p.db" --profile "$PNAME" >"$DIR/out" 2>"$DIR/err" &&
+    grep -q "^model (embedded) on 24 samples of " "$DIR/out" &&
+    grep -qF "scored on the samples of \"$PNAME\" as asked" "$DIR/err" &&
+    ok || bad "score --profile of another profile: $(cat "$DIR/err")"
 expect_fail 2 '--newest' train --db "$DIR/p.db" --newest 0
 # Families: every sample records the families of its tables (the profile's
 # pool mixes them); train --hold-out-family keeps every sample with a table
