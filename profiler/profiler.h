@@ -163,9 +163,10 @@ struct prof_run_params {
      * 4 GiB (shape.max_tables does not apply). */
     int32_t plan_devices;
     /*
-     * The quiet check (struct prof_quiet below): a sample whose probe,
-     * timed just before and just after it, ran more than quiet_tolerance
-     * slower than the device's quiet time is measured again; 0 turns the
+     * The quiet check (struct prof_quiet below): a sample whose probes,
+     * timed just before and just after it, both ran more than
+     * quiet_tolerance slower than the device's quiet time is measured
+     * again; 0 turns the
      * check off.  Default PROF_QUIET_TOLERANCE.  quiet_wait_s bounds the
      * retries of one sample (default PROF_QUIET_WAIT_S): after that long
      * the device is taken to be that slow now and the sample is kept.
