@@ -24,6 +24,7 @@ python3-scipy).
 
 usage: physical-prior.py --db STORE [--shardctl PATH] [--epochs N]
                          [--families dlrm,seq,...] [--core C]
+                         [--train-arg ARG ...]
 """
 import argparse
 import os
@@ -159,6 +160,9 @@ def main():
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--core", type=int, default=None,
                     help="run shardctl pinned to this CPU")
+    ap.add_argument("--train-arg", action="append", default=[],
+                    help="passed to shardctl train (repeat: "
+                    "--train-arg=--weight-decay --train-arg=0.3)")
     a = ap.parse_args()
 
     samples = load(a.db)
@@ -195,7 +199,7 @@ def main():
                 copy_store(db, ho, keep=held_ids)
                 run([a.shardctl, "train", "--db", db, "--seed", "0",
                      "--epochs", str(a.epochs), "--hold-out-family", fam,
-                     "--out", model], a.core)
+                     "--out", model] + a.train_arg, a.core)
                 row.append(score_mape(run([a.shardctl, "score", "--db", ho,
                                            "--model", model], a.core)))
             print("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" % ((fam, held.sum()) +
