@@ -201,27 +201,20 @@ struct prof_quiet {
     size_t nrecent, next;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Adds a quiet probe time to the window and takes the quiet time anew. */
+/* Adds a quiet probe time to the window and takes the quiet time anew
+ * (kern_timing_summarize() sorts a copy: the ring keeps its order). */
 static void quiet_add(struct prof_quiet *q, double ms)
 {
     double v[QUIET_WINDOW];
-    size_t n;
+    struct kern_timing tm;
 
     q->recent[q->next] = ms;
     q->next = (q->next + 1) % QUIET_WINDOW;
     if (q->nrecent < QUIET_WINDOW)
         q->nrecent++;
-    n = q->nrecent;
-    memcpy(v, q->recent, n * sizeof(*v));
-    qsort(v, n, sizeof(*v), cmp_double);
-    q->quiet_ms = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    memcpy(v, q->recent, q->nrecent * sizeof(*v));
+    kern_timing_summarize(v, (int)q->nrecent, &tm);
+    q->quiet_ms = tm.median_ms;
 }
 
 /* Times the probe: *ms, the median of its steps.  Returns 0, SD_ECANCELED

@@ -166,10 +166,10 @@ struct prof_run_params {
      * The quiet check (struct prof_quiet below): a sample whose probes,
      * timed just before and just after it, both ran more than
      * quiet_tolerance slower than the device's quiet time is measured
-     * again; 0 turns the
-     * check off.  Default PROF_QUIET_TOLERANCE.  quiet_wait_s bounds the
-     * retries of one sample (default PROF_QUIET_WAIT_S): after that long
-     * the device is taken to be that slow now and the sample is kept.
+     * again; 0 turns the check off.  Default PROF_QUIET_TOLERANCE.
+     * quiet_wait_s bounds the retries of one sample (default
+     * PROF_QUIET_WAIT_S): after that long the device is taken to be that
+     * slow now and the sample is kept.
      */
     double quiet_tolerance;
     double quiet_wait_s;
