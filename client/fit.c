@@ -703,13 +703,15 @@ int measure_score(const struct ctl_opts *o)
     }
     /* The model's own profile by default; --profile names another one on
      * purpose (does a model carry over to another machine?). */
-    if (o->profile == NULL &&
-        store_profile_get(st, cm.net->profile, &prof, &d) == SD_ENOENT) {
-        rv = no_own_profile(st, cm.net->profile);
-        goto out_store;
+    if (o->profile != NULL) {
+        rv = pick_profile(st, "score", o->profile, &prof);
+    } else {
+        rv = store_profile_get(st, cm.net->profile, &prof, &d);
+        if (rv == SD_ENOENT)
+            rv = no_own_profile(st, cm.net->profile);
+        else if (rv != 0)
+            rv = ctl_fail(ctl_exit_for(rv), "score: %s", d.msg);
     }
-    rv = pick_profile(st, "score", o->profile ? o->profile : cm.net->profile,
-                      &prof);
     if (rv != 0)
         goto out_store;
     if (net_check_profile(cm.net, prof.name, &d) != 0)
