@@ -5,12 +5,13 @@
  * a GPU.
  *
  * This file is the backend itself: the devices (the cores, their memory,
- * the cache size the flush is sized by), a shard's open, step, weights and
- * close, the timing harness, the refusal of tiers it does not time, and
- * the ops table.  It is split, over backend_cpu_int.h, into tbe_cpu.c (a
- * table's weights in its dtype, and the forward and backward + SGD loops
- * per dtype) and arena_cpu.c (each device's weight arena and cache-flush
- * buffer); the compute cost model, sgemm and collectives are net_cpu.c and
+ * the cache size a flush buffer is sized by off x86), a shard's open,
+ * step, weights and close, the timing harness, the refusal of tiers it
+ * does not time, and the ops table.  It is split, over backend_cpu_int.h,
+ * into tbe_cpu.c (a table's weights in its dtype, and the forward and
+ * backward + SGD loops per dtype), arena_cpu.c (each device's weight arena
+ * and cache-flush buffer) and flush_cpu.c (the flush before each timed
+ * step); the compute cost model, sgemm and collectives are net_cpu.c and
  * comm_cpu.c (cpu_internal.h).
  *
  * Device i is the i-th CPU of the process's affinity mask at the first
@@ -32,14 +33,15 @@
 #include "backend_cpu_int.h"
 
 /*
- * Flush buffer bounds (bytes): used when the LLC size is unknown, and the
- * most a device keeps whatever the LLC claims.  128 MiB covers twice the
- * L3 one core reaches on today's parts (32 MiB a Zen 5 CCD, 96 MiB a
- * Genoa-X one), and most of a 105 MiB Sapphire Rapids socket.  A guest
- * without sysfs cache entries reads CPUID's figure, which a hypervisor may
- * inflate: Firecracker reports 508 MiB for a Zen 5's 32 MiB, and a 1 GiB
- * buffer, kept for the daemon's life beside the profiler's 768 MiB budget,
- * took its RSS to 1.5 GiB.
+ * Flush buffer bounds (bytes), off x86 (flush_cpu.c): used when the
+ * LLC size is unknown, and the most a device keeps whatever the LLC
+ * claims.  128 MiB covers twice the L3 one core reaches on today's parts
+ * (32 MiB a Zen 5 CCD, 96 MiB a Genoa-X one), and most of a 105 MiB
+ * Sapphire Rapids socket.  A guest without sysfs cache entries reads
+ * CPUID's figure, which a hypervisor may inflate: Firecracker reports
+ * 508 MiB for a Zen 5's 32 MiB, and a 1 GiB buffer, kept for the
+ * daemon's life beside the profiler's 768 MiB budget, took its RSS to
+ * 1.5 GiB.
  */
 #define CPU_FLUSH_DEFAULT (UINT64_C(64) << 20)
 #define CPU_FLUSH_MAX     (UINT64_C(128) << 20)
@@ -357,7 +359,7 @@ static bool aborted(const struct kern_timing_opts *o)
 /* The timed loop proper; the caller has pinned the thread.  Returns 0 or
  * SD_ECANCELED. */
 static int time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
-                      double *samples)
+                      const struct cpu_flush *flush, double *samples)
 {
     double t0;
     int r;
@@ -371,8 +373,8 @@ static int time_steps(struct cpu_shard *s, const struct kern_timing_opts *o,
     for (r = 0; r < o->repeats; r++) {
         if (aborted(o))
             return SD_ECANCELED;
-        if (o->flush)
-            kern_cpu__flush_caches(s->device);
+        if (flush != NULL)
+            kern_cpu__flush_run(s, flush);
         t0 = now_ms();
         forward(s, s->pooled);
         backward_sgd(s, s->grad);
@@ -393,6 +395,7 @@ static int cpu_shard_time(struct kern_shard *ks,
 {
     struct cpu_shard *s = to_cpu(ks);
     struct kern_timing_opts def;
+    struct cpu_flush *flush = NULL;
     cpu_set_t old, one;
     double *samples;
     int restore, rv;
@@ -406,7 +409,7 @@ static int cpu_shard_time(struct kern_shard *ks,
     samples = calloc((size_t)o->repeats, sizeof(*samples));
     if (samples == NULL)
         return SD_ENOMEM;
-    if (o->flush && kern_cpu__flush_get(s->device, topo.flush_bytes) != 0) {
+    if (o->flush && kern_cpu__flush_open(s, topo.flush_bytes, &flush) != 0) {
         free(samples);
         return SD_ENOMEM;
     }
@@ -416,10 +419,9 @@ static int cpu_shard_time(struct kern_shard *ks,
     restore = pthread_getaffinity_np(pthread_self(), sizeof(old), &old) == 0;
     pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
     s->abort = o->abort;
-    rv = time_steps(s, o, samples);
+    rv = time_steps(s, o, flush, samples);
     s->abort = NULL;
-    if (o->flush)
-        kern_cpu__flush_put(s->device);
+    kern_cpu__flush_close(flush);
     if (restore)
         pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 

@@ -3,13 +3,13 @@
  * else sees: a shard and its tables as this backend holds them, and the
  * calls between the backend (backend_cpu.c: devices, shards, timing, the
  * ops table), its table kernels (tbe_cpu.c: weights in their dtype and
- * the forward and backward + SGD passes) and its per-device memory
- * (arena_cpu.c: the weight arena and the cache-flush buffer), named
- * kern_cpu__* (left out in the comments below).  Included only by those
- * three files.  Thread: a shard and its tables are used by one thread at a
- * time; of the per-device calls, arena_sanitise and flush_caches work on
- * what the calling shard holds (the arena, a flush buffer made before),
- * the others take the device's lock.
+ * the forward and backward + SGD passes), its per-device memory
+ * (arena_cpu.c: the weight arena and the cache-flush buffer) and the
+ * flush before each timed step (flush_cpu.c), named kern_cpu__* (left out
+ * in the comments below).  Included only by those four files.  Thread: a shard
+ * and its tables are used by one thread at a time; of the per-device calls,
+ * arena_sanitise and flush_caches work on what the calling shard holds (the
+ * arena, a flush buffer made before), the others take the device's lock.
  */
 #ifndef SHARDD_BACKEND_CPU_INT_H
 #define SHARDD_BACKEND_CPU_INT_H
@@ -140,5 +140,19 @@ uint64_t kern_cpu__kept_bytes(int32_t device);
 int kern_cpu__flush_get(int32_t device, uint64_t bytes);
 void kern_cpu__flush_put(int32_t device);
 void kern_cpu__flush_caches(int32_t device);
+
+/*
+ * flush_cpu.c: the cache flush before each timed step of shard s.  On x86
+ * it evicts the lines the step touches and sweeps the TLB; elsewhere it
+ * flushes through the device's buffer of buffer_bytes (flush_get above).
+ * flush_open readies it for one timing (0 or SD_ENOMEM; *out is freed by
+ * flush_close, which takes NULL), flush_run flushes (the shard and its
+ * lookups unchanged since flush_open).
+ */
+struct cpu_flush;
+int kern_cpu__flush_open(const struct cpu_shard *s, uint64_t buffer_bytes,
+                         struct cpu_flush **out);
+void kern_cpu__flush_run(const struct cpu_shard *s, const struct cpu_flush *f);
+void kern_cpu__flush_close(struct cpu_flush *f);
 
 #endif /* SHARDD_BACKEND_CPU_INT_H */

@@ -305,7 +305,7 @@ static void test_time(const struct kern_backend *be, uint64_t seed)
     CHECK(tm.min_ms <= tm.p10_ms && tm.p10_ms <= tm.median_ms);
     CHECK(tm.median_ms <= tm.p90_ms && tm.p90_ms <= tm.max_ms);
 
-    /* With the cache flush (a buffer of twice the LLC, made once). */
+    /* With the cache flush before each timed step. */
     o.flush = true;
     o.warmup = 1;
     o.repeats = 3;
@@ -316,6 +316,69 @@ static void test_time(const struct kern_backend *be, uint64_t seed)
     o.repeats = 0;
     CHECK(be->shard_time(s, &o, &tm) == SD_EINVAL);
     be->shard_close(s);
+    fixture_free(&f);
+}
+
+/*
+ * The flush leaves the shard's data as it was: a shard timed with it
+ * (1 warm-up and 3 timed steps) holds the weights of the same shard after
+ * 4 plain steps, and the steps moved them (the fixture's seed weights
+ * differ).  On x86 the flush evicts lines and keeps no buffer: the device
+ * keeps nothing after it.
+ */
+static void test_flush_keeps_data(const struct kern_backend *be, uint64_t seed)
+{
+    struct fixture f;
+    struct kern_shard *a = NULL, *b = NULL;
+    struct kern_timing_opts o;
+    struct kern_timing tm;
+    float *wa, *wb, *w0;
+    int64_t n, e, diff = 0, moved = 0;
+    int t, r;
+
+    fixture_init(&f, seed);
+    CHECK(be->shard_open(0, &f.desc, &a, NULL) == 0);
+    CHECK(be->shard_open(0, &f.desc, &b, NULL) == 0);
+    if (a == NULL || b == NULL)
+        goto out_close;
+    if (be->release != NULL)
+        be->release(0);
+    n = f.tables[0].rows * f.tables[0].dim;
+    w0 = calloc((size_t)n, sizeof(float));
+    CHECK(be->shard_read_weights(a, 0, w0) == 0);
+    kern_timing_opts_default(&o);
+    o.warmup = 1;
+    o.repeats = 3;
+    CHECK(o.flush);
+    CHECK(be->shard_time(a, &o, &tm) == 0);
+#if defined(__x86_64__) || defined(__i386__)
+    if (strcmp(be->name, "cpu") == 0)
+        CHECK(be->kept_bytes(0) == 0);
+#endif
+    for (r = 0; r < 4; r++)
+        CHECK(be->shard_step(b, NULL, NULL) == 0);
+    for (t = 0; t < NTABLES; t++) {
+        n = f.tables[t].rows * f.tables[t].dim;
+        wa = calloc((size_t)n, sizeof(float));
+        wb = calloc((size_t)n, sizeof(float));
+        CHECK(be->shard_read_weights(a, (size_t)t, wa) == 0);
+        CHECK(be->shard_read_weights(b, (size_t)t, wb) == 0);
+        for (e = 0; e < n; e++) {
+            diff += wa[e] != wb[e];
+            moved += t == 0 && wa[e] != w0[e];
+        }
+        free(wa);
+        free(wb);
+    }
+    CHECK(diff == 0);
+    CHECK(moved > 0);
+    free(w0);
+
+out_close:
+    if (a != NULL)
+        be->shard_close(a);
+    if (b != NULL)
+        be->shard_close(b);
     fixture_free(&f);
 }
 
@@ -943,6 +1006,7 @@ int main(int argc, char **argv)
     test_seeding(be, seed);
     test_bad_descriptions(be, seed);
     test_time(be, seed);
+    test_flush_keeps_data(be, seed);
 
     test_f16_conversions();
     test_bf16_conversions();
