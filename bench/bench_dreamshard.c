@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "planner.h"
+#include "shardd/sort.h"
 
 static double now_ms(void)
 {
@@ -35,13 +36,6 @@ static double now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
 }
 
 /* The ways a case is planned: an algorithm and its options. */
@@ -174,8 +168,8 @@ static int at_scale(const struct ctx *c, size_t ntables, int32_t ndevices,
         for (k = 0; k < n && k < 64; k++)
             cost =
                 plan_way(c, (enum way)w, t, ntables, &topo, &ms[k], &place[k]);
-        qsort(ms, (size_t)n, sizeof(ms[0]), cmp_double);
-        qsort(place, (size_t)n, sizeof(place[0]), cmp_double);
+        qsort(ms, (size_t)n, sizeof(ms[0]), sd_cmp_double);
+        qsort(place, (size_t)n, sizeof(place[0]), sd_cmp_double);
         if (w == WAY_DREAMSHARD)
             dream = cost;
         printf("%-24s %10.3f %12.4f %14.2f %13.2f\n", way_names[w], cost,

@@ -35,6 +35,7 @@
 
 #include "client.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "shardd/sort.h"
 #include "shardd/v1/planner.pb-c.h"
 
 #define VARIANTS   16     /* different requests per size */
@@ -68,13 +69,6 @@ static double now_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
 }
 
 /* "1,4,16" into v (at most LEVELS_MAX); the count, or 0 if malformed. */
@@ -260,7 +254,7 @@ static int run_level(const char *addr, const char *kind,
         at += cs[i].n;
     }
     if (rv == 0) {
-        qsort(all, total, sizeof(*all), cmp_double);
+        qsort(all, total, sizeof(*all), sd_cmp_double);
         printf("%6s %7zu %8ld %9zu %7zu %10.1f", kind, k, n, total, errors,
                (double)total / elapsed);
         if (total > 0)

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "planner.h"
+#include "shardd/sort.h"
 
 struct bench_case {
     size_t ntables;
@@ -58,13 +59,6 @@ static const struct variant variants[] = {
     {"pins + 2 capacities", true, true, -1, true, -1},
 };
 #define NVARIANTS (sizeof(variants) / sizeof(variants[0]))
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
 
 /* The case's tables, and its devices' memory: 1.5 x the total / devices. */
 static int make_case(const struct cost_net *net, const struct bench_case *c,
@@ -140,8 +134,8 @@ static int run(const struct cost_net *net, const struct table *tables, size_t n,
         }
         t[i] = out->p.stats.search_ms / 1e3;
     }
-    qsort(t, (size_t)repeats, sizeof(t[0]), cmp_double);
-    qsort(all, (size_t)repeats, sizeof(all[0]), cmp_double);
+    qsort(t, (size_t)repeats, sizeof(t[0]), sd_cmp_double);
+    qsort(all, (size_t)repeats, sizeof(all[0]), sd_cmp_double);
     out->wall_s = t[repeats / 2];
     out->plan_s = all[repeats / 2];
     return 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kern_internal.h"
+#include "shardd/sort.h"
 
 /* Shards bigger than this are rejected as descriptions, so that byte
  * counts below never overflow: 2^60 bytes is far beyond any device. */
@@ -179,13 +180,6 @@ void kern_timing_opts_default(struct kern_timing_opts *o)
     o->abort = NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /* Quantile q of n sorted samples, interpolating linearly between the two
  * nearest ranks (numpy's default): position q * (n - 1). */
 static double quantile(const double *sorted, int n, double q)
@@ -201,7 +195,7 @@ static double quantile(const double *sorted, int n, double q)
 
 void kern_timing_summarize(double *samples_ms, int n, struct kern_timing *out)
 {
-    qsort(samples_ms, (size_t)n, sizeof(*samples_ms), cmp_double);
+    qsort(samples_ms, (size_t)n, sizeof(*samples_ms), sd_cmp_double);
     out->median_ms = quantile(samples_ms, n, 0.5);
     out->min_ms = samples_ms[0];
     out->max_ms = samples_ms[n - 1];

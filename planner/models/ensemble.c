@@ -21,6 +21,7 @@
 #include "problem/problem.h"
 #include "shardd/file.h"
 #include "shardd/le.h"
+#include "shardd/sort.h"
 
 static const unsigned char ENS_MAGIC[4] = {'S', 'D', 'C', 'E'};
 static const unsigned char NET_MAGIC[4] = {'S', 'D', 'C', 'N'};
@@ -205,13 +206,6 @@ int net_ensemble_write_file(const char *path, const struct net_ensemble *e,
 /* ------------------------------------------------------------------------ */
 /* Quantiles and spreads                                                     */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 double net_quantile(double *v, int32_t k, double q)
 {
     double pos, lo;
@@ -219,7 +213,7 @@ double net_quantile(double *v, int32_t k, double q)
 
     if (k < 1)
         return 0;
-    qsort(v, (size_t)k, sizeof(*v), cmp_double);
+    qsort(v, (size_t)k, sizeof(*v), sd_cmp_double);
     if (!(q > 0))
         return v[0];
     if (q >= 1)

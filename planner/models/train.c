@@ -36,6 +36,7 @@
 
 #include "models/models_int.h"
 #include "problem/problem.h"
+#include "shardd/sort.h"
 
 #define ADAM_BETA1        0.9
 #define ADAM_BETA2        0.999
@@ -87,13 +88,6 @@ double net_mape(const struct cost_net *m, const struct train_sample *s,
     return sum / (double)n;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 int net_errors(const double *pred, const double *meas, size_t n,
                struct net_errors *out)
 {
@@ -111,8 +105,8 @@ int net_errors(const double *pred, const double *meas, size_t n,
         ape[i] = fabs(err[i]);
         sum += ape[i];
     }
-    qsort(ape, n, sizeof(*ape), cmp_double);
-    qsort(err, n, sizeof(*err), cmp_double);
+    qsort(ape, n, sizeof(*ape), sd_cmp_double);
+    qsort(err, n, sizeof(*err), sd_cmp_double);
     out->n = n;
     out->mape = sum / (double)n;
     out->median = ape[n / 2];

@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "profiler.h"
+#include "shardd/sort.h"
 
 #define NSHARDS          20000
 #define MAX_TABLES       15
@@ -188,13 +189,6 @@ out:
     free(c);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /* The median and 95th percentile of two models' relative differences. */
 static void differences(const struct cost_net *x, const struct cost_net *y,
                         const struct shards *sh, double *median, double *p95)
@@ -213,7 +207,7 @@ static void differences(const struct cost_net *x, const struct cost_net *y,
         e[n++] = fabs(u - v) / u;
     }
     if (n > 0) {
-        qsort(e, n, sizeof(*e), cmp_double);
+        qsort(e, n, sizeof(*e), sd_cmp_double);
         *median = e[n / 2];
         *p95 = e[(size_t)(0.95 * (double)(n - 1))];
     }

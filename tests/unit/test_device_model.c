@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "profiler.h"
+#include "shardd/sort.h"
 
 #define NSHARDS    300
 #define MAX_TABLES 15
@@ -308,13 +309,6 @@ static void train_with(const struct shards *sh, size_t n,
     *rv = net_train(&p, sh->s, n, "test", 4096, out, &d);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /* How two models' predictions differ over the first n samples, relative:
  * the median, the 95th percentile and the largest (all 1 when a model is
  * missing). */
@@ -337,7 +331,7 @@ static struct diff differences(const struct cost_net *a,
         y = net_tables_ms(b, sh->s[i].tables, sh->s[i].ntables);
         e[i] = fabs(x - y) / x;
     }
-    qsort(e, n, sizeof(e[0]), cmp_double);
+    qsort(e, n, sizeof(e[0]), sd_cmp_double);
     r.median = e[n / 2];
     r.p95 = e[(size_t)(0.95 * (double)(n - 1))];
     r.max = e[n - 1];
