@@ -22,8 +22,8 @@ Runs shardctl (train, score) on copies of the store in a temporary folder;
 the store itself is only read.  Needs numpy and scipy (python3-numpy,
 python3-scipy).
 
-usage: physical-prior.py --db STORE [--shardctl PATH] [--epochs N]
-                         [--families dlrm,seq,...] [--core C]
+usage: physical-prior.py --db STORE [--hold HOLD] [--shardctl PATH]
+                         [--epochs N] [--families dlrm,seq,...] [--core C]
                          [--train-arg ARG ...]
 """
 import argparse
@@ -152,9 +152,41 @@ def score_mape(out):
     raise RuntimeError("no MAPE line in shardctl score's output:\n" + out)
 
 
+def print_hold(a, x, y, ids, batch, beta, tmp):
+    """The "none" row: physical, net and physical x net fitted and trained
+    on every sample of a.db, scored on a.hold's."""
+    hold = load(a.hold)
+    if batch_of(a.hold) != batch:
+        sys.exit("--hold: batch %d, --db's is %d" % (batch_of(a.hold), batch))
+    hx = np.array([terms(s[1], batch) for s in hold])
+    hy = np.array([s[2] for s in hold])
+    hbase = hx @ beta
+    row = [mape(hbase, hy)]
+    base = x @ beta
+    for name, labels, hlabels in (
+            ("plain", None, None),
+            ("ratio", {i: float(v / p) for i, v, p in zip(ids, y, base)
+                       if p > 0},
+             {s[0]: float(v / p) for s, v, p in zip(hold, hy, hbase)
+              if p > 0})):
+        db = os.path.join(tmp, "%s-all.db" % name)
+        ho = os.path.join(tmp, "%s-hold.db" % name)
+        model = os.path.join(tmp, "%s-all.sdcn" % name)
+        copy_store(a.db, db, labels=labels)
+        copy_store(a.hold, ho, labels=hlabels)
+        run([a.shardctl, "train", "--db", db, "--seed", "0", "--epochs",
+             str(a.epochs), "--out", model] + a.train_arg, a.core)
+        row.append(score_mape(run([a.shardctl, "score", "--db", ho,
+                                   "--model", model], a.core)))
+    print("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" % (("none", len(hold)) +
+                                                tuple(row)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=True)
+    ap.add_argument("--hold", default=None,
+                    help="score models trained on all of --db on this store")
     ap.add_argument("--shardctl", default="build/shardctl")
     ap.add_argument("--epochs", type=int, default=400)
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -205,6 +237,8 @@ def main():
             print("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" % ((fam, held.sum()) +
                                                         tuple(row)))
             sys.stdout.flush()
+        if a.hold:
+            print_hold(a, x, y, ids, batch, beta, tmp)
     finally:
         shutil.rmtree(tmp)
 
