@@ -97,12 +97,13 @@ static void lines_out(const char *p, const char *end)
  * line) at both ends. */
 static void range_out(const void *p, uint64_t n, uintptr_t align)
 {
-    const char *b = (const char *)((uintptr_t)p & ~(align - 1));
-    const char *e = (const char *)(((uintptr_t)p + (uintptr_t)n + align - 1) &
-                                   ~(align - 1));
+    uintptr_t a = (uintptr_t)p;
+    const char *b, *e;
 
     if (p == NULL || n == 0)
         return;
+    b = (const char *)(a & ~(align - 1));
+    e = (const char *)((a + (uintptr_t)n + align - 1) & ~(align - 1));
     if (evict.opt)
         lines_out_opt(b, e);
     else
