@@ -16,8 +16,10 @@
  *        (bench_production.c: a production-like set, by the model)
  * (the model file, default the embedded model, is what plans and predicts:
  * candidate models compare on plan quality, not only on MAPE; the policy
- * file, default the embedded policy, is dreamshard's, and must have been
- * trained against that model)
+ * file is dreamshard's, and must have been trained against that model:
+ * without one, the policy compiled in for the model, if any; a policy
+ * trained against another model, or none, leaves dreamshard planning
+ * nothing, with a note saying why)
  * Each plan is measured on its tables' own lookups: the generator's trace
  * of each task table (synth_trace(), family_trace()), as the profile that
  * trained the model measured them.  With SHARDD_BENCH_REBUILT=1 they are
@@ -389,7 +391,7 @@ int main(int argc, char **argv)
     struct synth_params sp;
     struct pool_source src = {&sp, NULL};
     struct table *pool;
-    struct sd_diag d;
+    struct sd_diag d = {{0}};
     struct cost_net *owned = NULL;
     struct policy_net *owned_pn = NULL;
     const struct cost_net *net;
@@ -408,11 +410,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
-    /* dreamshard's policy; without one it plans nothing (0 valid). */
-    if (argc > 6)
+    /* dreamshard's policy, trained against this model: the file's, else
+     * the one compiled in for it; without one it plans nothing (0 valid). */
+    if (argc > 6) {
         pn = policy_read_file(argv[6], &owned_pn, &d) == 0 ? owned_pn : NULL;
-    else
-        pn = policy_embedded(&d);
+        if (pn && policy_check_model(pn, net, &d) != 0)
+            pn = NULL;
+    } else {
+        d.msg[0] = '\0';
+        pn = policy_compiled(net, &d);
+        if (!pn && d.msg[0] == '\0')
+            snprintf(d.msg, sizeof(d.msg),
+                     "no policy compiled in for this model (give one "
+                     "trained against it: shardctl train-policy)");
+    }
     if (!pn)
         fprintf(stderr, "bench_quality: %s: dreamshard will plan nothing\n",
                 d.msg);
