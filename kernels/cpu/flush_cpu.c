@@ -142,39 +142,48 @@ void kern_cpu__flush_close(struct cpu_flush *f)
     free(f);
 }
 
-int kern_cpu__flush_open(const struct cpu_shard *s, uint64_t buffer_bytes,
-                         struct cpu_flush **out)
+#if CPU_EVICT
+/* f->rows: a bitmap per table of s of the rows its lookups read.  0 or
+ * SD_ENOMEM (what was made is f's, freed by kern_cpu__flush_close()). */
+static int rows_read(struct cpu_flush *f, const struct cpu_shard *s)
 {
-    struct cpu_flush *f = calloc(1, sizeof(*f));
     size_t t;
     int64_t i, row;
 
-    *out = NULL;
-    if (f == NULL)
-        return SD_ENOMEM;
-    f->device = s->device;
-#if CPU_EVICT
-    (void)buffer_bytes;
-    pthread_once(&evict.once, evict_probe);
     f->rows = calloc(s->ntables > 0 ? s->ntables : 1, sizeof(*f->rows));
     if (f->rows == NULL)
-        goto fail_free;
+        return SD_ENOMEM;
     f->ntables = s->ntables;
     for (t = 0; t < s->ntables; t++) {
         const struct cpu_table *tb = &s->tables[t];
 
         f->rows[t] = calloc((size_t)(tb->rows + 63) / 64 + 1, sizeof(uint64_t));
         if (f->rows[t] == NULL)
-            goto fail_free;
+            return SD_ENOMEM;
         for (i = 0; i < tb->nindices; i++) {
             row = tb->indices[i];
             f->rows[t][row / 64] |= UINT64_C(1) << (row % 64);
         }
     }
+    return 0;
+}
+#endif /* CPU_EVICT */
+
+int kern_cpu__flush_open(const struct cpu_shard *s, uint64_t buffer_bytes,
+                         struct cpu_flush **out)
+{
+    struct cpu_flush *f = calloc(1, sizeof(*f));
+
+    *out = NULL;
+    if (f == NULL)
+        return SD_ENOMEM;
+    f->device = s->device;
+#if CPU_EVICT
+    (void)buffer_bytes; /* no buffer: the step's own lines are evicted */
+    pthread_once(&evict.once, evict_probe);
+    if (rows_read(f, s) != 0)
+        goto fail_free;
 #else
-    (void)t;
-    (void)i;
-    (void)row;
     if (kern_cpu__flush_get(s->device, buffer_bytes) != 0)
         goto fail_free;
     f->buffer = true;
