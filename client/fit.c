@@ -440,6 +440,22 @@ static int fit_store(struct store *st, const struct store_profile *prof,
     return rv == 0 ? 0 : ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
 }
 
+/* A prior model's fitted coefficients (format 4, --features v3). */
+static void print_prior(const struct cost_net *m)
+{
+    int j, k = 0;
+
+    if (!net_has_prior(m))
+        return;
+    printf("physical prior, ms per unit of each term:");
+    for (j = 0; j < m->x.n; j++)
+        if (NET_X_IS_PHYS(m->x.id[j]))
+            printf("%s %s %.3g", k++ ? "," : "",
+                   net_extra_name(m->x.id[j]) + strlen("phys_"),
+                   net_prior_coef(m, m->x.id[j]));
+    printf("\n");
+}
+
 static int fit_report(const struct ctl_opts *o, const struct fit *f,
                       const struct store_profile *prof, int64_t id,
                       const struct ctl_family_row *rows, size_t nrows,
@@ -466,6 +482,7 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
            100 * m->metrics.train_mape, 100 * m->metrics.val_mape,
            100 * m->metrics.test_mape, (int)m->metrics.epochs,
            (int)m->metrics.best_epoch, (unsigned long long)m->metrics.seed);
+    print_prior(m);
     ctl_print_family_rows(stdout, rows, nrows, "test");
     if (print_splits(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
         return ctl_fail(1, "train: out of memory");

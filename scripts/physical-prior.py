@@ -17,7 +17,10 @@ F of
   - the net (`shardctl train --hold-out-family F`) on the measured times,
   - the net trained on measured / physical (the labels divided by the
     physical model fitted without F), whose MAPE on that ratio is the MAPE
-    of physical x net in ms.
+    of physical x net in ms;
+  - with --v3, `shardctl train --features v3`: the same physical x net as
+    shardd builds it (the prior fitted in C on the training split, inside
+    the model; per-table L2 re-reads), scored in ms.
 Runs shardctl (train, score) on copies of the store in a temporary folder;
 the store itself is only read.  Needs numpy and scipy (python3-numpy,
 python3-scipy).
@@ -163,23 +166,26 @@ def print_hold(a, x, y, ids, batch, beta, tmp):
     hbase = hx @ beta
     row = [mape(hbase, hy)]
     base = x @ beta
-    for name, labels, hlabels in (
-            ("plain", None, None),
-            ("ratio", {i: float(v / p) for i, v, p in zip(ids, y, base)
-                       if p > 0},
-             {s[0]: float(v / p) for s, v, p in zip(hold, hy, hbase)
-              if p > 0})):
+    variants = [("plain", None, None),
+                ("ratio", {i: float(v / p) for i, v, p in zip(ids, y, base)
+                           if p > 0},
+                 {s[0]: float(v / p) for s, v, p in zip(hold, hy, hbase)
+                  if p > 0})]
+    if a.v3:
+        variants.append(("v3", None, None))
+    for name, labels, hlabels in variants:
         db = os.path.join(tmp, "%s-all.db" % name)
         ho = os.path.join(tmp, "%s-hold.db" % name)
         model = os.path.join(tmp, "%s-all.sdcn" % name)
         copy_store(a.db, db, labels=labels)
         copy_store(a.hold, ho, labels=hlabels)
         run([a.shardctl, "train", "--db", db, "--seed", "0", "--epochs",
-             str(a.epochs), "--out", model] + a.train_arg, a.core)
+             str(a.epochs), "--out", model] + a.train_arg +
+            (["--features", "v3"] if name == "v3" else []), a.core)
         row.append(score_mape(run([a.shardctl, "score", "--db", ho,
                                    "--model", model], a.core)))
-    print("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" % (("none", len(hold)) +
-                                                tuple(row)))
+    print(("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" + " %9.1f%%" * (len(row) - 3))
+          % (("none", len(hold)) + tuple(row)))
 
 
 def main():
@@ -192,6 +198,9 @@ def main():
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--core", type=int, default=None,
                     help="run shardctl pinned to this CPU")
+    ap.add_argument("--v3", action="store_true",
+                    help="also train shardd's own prior model "
+                    "(train --features v3)")
     ap.add_argument("--train-arg", action="append", default=[],
                     help="passed to shardctl train (repeat: "
                     "--train-arg=--weight-decay --train-arg=0.3)")
@@ -207,8 +216,9 @@ def main():
     print("physical model on every sample: MAPE %.1f %%; coefficients (ms): "
           "%s" % (mape(x @ beta, y), ", ".join(
               "%s %.3g" % t for t in zip(TERMS, beta))))
-    print("%-8s %7s %10s %10s %14s" % ("held out", "shards", "physical",
-                                       "net", "physical x net"))
+    print("%-8s %7s %10s %10s %14s%s" % ("held out", "shards", "physical",
+                                         "net", "physical x net",
+                                         " %10s" % "v3" if a.v3 else ""))
     tmp = tempfile.mkdtemp(prefix="physical-prior-")
     try:
         for fam in a.families.split(","):
@@ -220,10 +230,12 @@ def main():
             base = x @ b
             held_ids = [i for i, h in zip(ids, held) if h]
             row = [mape(base[held], y[held])]
-            for name, labels in (
-                    ("plain", None),
-                    ("ratio", {i: float(v / p) for i, v, p in
-                               zip(ids, y, base) if p > 0})):
+            variants = [("plain", None),
+                        ("ratio", {i: float(v / p) for i, v, p in
+                                   zip(ids, y, base) if p > 0})]
+            if a.v3:
+                variants.append(("v3", None))
+            for name, labels in variants:
                 db = os.path.join(tmp, "%s-%s.db" % (name, fam))
                 ho = os.path.join(tmp, "%s-%s-held.db" % (name, fam))
                 model = os.path.join(tmp, "%s-%s.sdcn" % (name, fam))
@@ -231,11 +243,13 @@ def main():
                 copy_store(db, ho, keep=held_ids)
                 run([a.shardctl, "train", "--db", db, "--seed", "0",
                      "--epochs", str(a.epochs), "--hold-out-family", fam,
-                     "--out", model] + a.train_arg, a.core)
+                     "--out", model] + a.train_arg +
+                    (["--features", "v3"] if name == "v3" else []), a.core)
                 row.append(score_mape(run([a.shardctl, "score", "--db", ho,
                                            "--model", model], a.core)))
-            print("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" % ((fam, held.sum()) +
-                                                        tuple(row)))
+            print(("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" +
+                   " %9.1f%%" * (len(row) - 3)) % ((fam, held.sum()) +
+                                                   tuple(row)))
             sys.stdout.flush()
         if a.hold:
             print_hold(a, x, y, ids, batch, beta, tmp)

@@ -58,7 +58,7 @@ static int comm_check(const struct comm_net *c, const float *p,
                            (int)c->sizes[0], (int)c->sizes[c->nlayers],
                            c->dir == COMM_FWD ? "forward" : "backward", (int)n,
                            (int)(c->dir == COMM_FWD ? 2 * n : n), (int)n);
-    if (c->activation < 0 || c->activation >= NET_ACT_COUNT)
+    if (c->activation < 0 || c->activation > NET_ACT_SOFTPLUS)
         return sd_diag_set(d, SD_EINVAL,
                            "comm model: activation %d is not 0 or 1",
                            (int)c->activation);

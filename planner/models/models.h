@@ -69,13 +69,40 @@ enum net_extra {
     NET_X_TABLE_BYTES = 5,  /* log(rows x row bytes) */
     NET_X_LOG_DIM = 6,      /* log(width) */
     NET_X_LOOKUP_BYTES = 7, /* log(1 + L x row bytes) */
+    /*
+     * The physical prior's terms (format 4; "A physical prior" in
+     * docs/models.md): what one table does in a step of B bags, untransformed,
+     * each z-scored with mean 0.  They feed one reserved unit alone
+     * (NET_PRIOR_H1), whose weights are the prior's non-negative fitted
+     * coefficients, so the unit is the table's physical ms; see
+     * NET_ACT_PRIOR for how the head uses it.
+     */
+    NET_X_PHYS_TABLES = 8,        /* 1 */
+    NET_X_PHYS_BAGS = 9,          /* B */
+    NET_X_PHYS_BAG_COLS = 10,     /* B x width */
+    NET_X_PHYS_LOOKUPS = 11,      /* L */
+    NET_X_PHYS_LOOKUP_COLS = 12,  /* L x width */
+    NET_X_PHYS_UNIQUE_BYTES = 13, /* U x row bytes */
+    /* The re-reads of rows past the L2 (NET_PRIOR_L2_BYTES): (L - U) x row
+     * bytes x (U x row bytes - L2) / (U x row bytes), 0 when they fit. */
+    NET_X_PHYS_L2_REREADS = 14,
+    NET_X_PHYS_HALF_COLS = 15, /* L x width of a 16-bit table, else 0 */
     NET_X_COUNT
 };
-#define NET_XMAX 8 /* derived inputs of one model */
+#define NET_XMAX           16 /* derived inputs of one model */
+#define NET_PRIOR_L2_BYTES (2 << 20)
+/* Whether derived input id is one of the physical prior's terms. */
+#define NET_X_IS_PHYS(id)                                                      \
+    ((id) >= NET_X_PHYS_TABLES && (id) <= NET_X_PHYS_HALF_COLS)
 /* The derived inputs of `train --features v2`, in their order. */
 #define NET_EXTRAS_V2                                                          \
     NET_X_ELEM_BYTES, NET_X_LOOKUPS, NET_X_UNIQUE, NET_X_UNIQUE_BYTES,         \
         NET_X_TABLE_BYTES
+/* `train --features v3`: v2's, then the physical prior's terms. */
+#define NET_EXTRAS_V3                                                          \
+    NET_EXTRAS_V2, NET_X_PHYS_TABLES, NET_X_PHYS_BAGS, NET_X_PHYS_BAG_COLS,    \
+        NET_X_PHYS_LOOKUPS, NET_X_PHYS_LOOKUP_COLS, NET_X_PHYS_UNIQUE_BYTES,   \
+        NET_X_PHYS_L2_REREADS, NET_X_PHYS_HALF_COLS
 #define NET_IN_MAX (NET_IN + NET_XMAX) /* inputs of any model */
 
 /* A model's derived inputs, in their order after the 20 (n 0: none, the
@@ -89,10 +116,11 @@ struct net_extras {
  * The model file's newest format version (docs/model-format.md): 1 holds a
  * compute model with format 1's fixed inputs and output; 2 adds per-input
  * transforms, the output activation, communication models and a notice; 3
- * adds derived inputs (struct net_extras) after the 20.  All are read;
- * net_serialize() writes the oldest that holds the model.
+ * adds derived inputs (struct net_extras) after the 20; 4 the physical
+ * prior (NET_ACT_PRIOR).  All are read; net_serialize() writes the oldest
+ * that holds the model.
  */
-#define NET_FORMAT_VERSION 3
+#define NET_FORMAT_VERSION 4
 #define NET_PROFILE_MAX    128
 #define NET_NOTICE_MAX     2048 /* bytes, terminating NUL included */
 
@@ -122,8 +150,24 @@ enum net_activation {
     NET_ACT_NONE = 0,     /* the raw output (NeuroShard's); a time below 0
                            * is read as 0 */
     NET_ACT_SOFTPLUS = 1, /* log(1 + e^x) */
+    /*
+     * softplus(x) x the shard's physical ms (format 4, the physical prior):
+     * the net learns the ratio of the time to the prior's.  The prior rides
+     * in reserved units whose weights are fixed (net_prior_check()): hidden
+     * unit NET_PRIOR_H1 reads the prior's inputs alone, with their fitted
+     * coefficients as weights, so it is the table's physical ms; latent
+     * NET_PRIOR_LAT copies it, and head unit NET_PRIOR_H2 copies the
+     * latents' sum, so a shard's z[NET_PRIOR_H2] is its physical ms
+     * whatever tables the search adds and takes, while W4 ignores it.  No
+     * other unit reads the prior's inputs or units.  net_head_raw() is then
+     * the cost itself.
+     */
+    NET_ACT_PRIOR = 2,
     NET_ACT_COUNT
 };
+#define NET_PRIOR_H1  (NET_H1 - 1)
+#define NET_PRIOR_LAT (NET_LAT - 1)
+#define NET_PRIOR_H2  (NET_H2 - 1)
 
 /*
  * A compute model's inputs and output.  custom false (a zeroed struct, a
@@ -373,6 +417,25 @@ int net_parse(const void *buf, size_t len, struct cost_net **out,
 int net_read_file(const char *path, struct cost_net **out, struct sd_diag *d);
 int net_write_file(const char *path, const struct cost_net *m,
                    struct sd_diag *d);
+
+/* Whether m is a physical-prior model (NET_ACT_PRIOR, format 4), and
+ * whether derived inputs x make one (a physical term among them). */
+bool net_has_prior(const struct cost_net *m);
+bool net_extras_have_prior(const struct net_extras *x);
+
+/*
+ * Checks a prior model's reserved units (NET_ACT_PRIOR says which): only
+ * the prior's inputs feed NET_PRIOR_H1, with weights >= 0 and no bias;
+ * NET_PRIOR_LAT and NET_PRIOR_H2 copy the unit before them; nothing else
+ * reads the prior's inputs or units.  Also that m has prior inputs exactly
+ * when its activation is NET_ACT_PRIOR.  0, or SD_EINVAL with d naming the
+ * first weight that breaks it.
+ */
+int net_prior_check(const struct cost_net *m, struct sd_diag *d);
+
+/* The prior's coefficient of physical term id (ms per unit of the term, as
+ * NET_X_PHYS_* defines it) in m; 0 where m has no such input. */
+double net_prior_coef(const struct cost_net *m, int id);
 
 /*
  * Checks that m answers for `profile`; SD_EINVAL with both names in d when

@@ -56,4 +56,23 @@ void models__rows_project(const struct cost_net *m,
                           const struct models__rows *r,
                           const float x[NET_IN_MAX], float proj[NET_H2]);
 
+/*
+ * The physical prior's fit (prior.c, for train.c): the non-negative
+ * coefficients coef[nt] (ms per unit of each term) that minimise the
+ * relative error of sum_j coef[j] terms[k nt + j] against ms[k] over n
+ * shards, reweighted towards its absolute value (MAPE).  0, SD_EINVAL when
+ * no term fits (every coefficient 0; d says) or SD_ENOMEM.
+ */
+int models__prior_fit(const double *terms, const double *ms, size_t n, int nt,
+                      double *coef, struct sd_diag *d);
+
+/*
+ * Fixes the reserved units of a prior model (NET_ACT_PRIOR) in parameters
+ * p of the packed layout (net_params_pack(), inputs NET_IN + x->n): unit
+ * NET_PRIOR_H1 reads derived input j with weight w[j] where x->id[j] is a
+ * physical term and nothing else; the copies to NET_PRIOR_LAT and
+ * NET_PRIOR_H2; no other unit reads them.  What net_prior_check() checks.
+ */
+void models__prior_pin(float *p, const struct net_extras *x, const float *w);
+
 #endif /* SHARDD_PLANNER_MODELS_INT_H */

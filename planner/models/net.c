@@ -110,6 +110,14 @@ static const char *const extra_names[NET_X_COUNT] = {
     [NET_X_TABLE_BYTES] = "table_bytes",
     [NET_X_LOG_DIM] = "log_dim",
     [NET_X_LOOKUP_BYTES] = "lookup_bytes",
+    [NET_X_PHYS_TABLES] = "phys_tables",
+    [NET_X_PHYS_BAGS] = "phys_bags",
+    [NET_X_PHYS_BAG_COLS] = "phys_bag_cols",
+    [NET_X_PHYS_LOOKUPS] = "phys_lookups",
+    [NET_X_PHYS_LOOKUP_COLS] = "phys_lookup_cols",
+    [NET_X_PHYS_UNIQUE_BYTES] = "phys_unique_bytes",
+    [NET_X_PHYS_L2_REREADS] = "phys_l2_rereads",
+    [NET_X_PHYS_HALF_COLS] = "phys_half_cols",
 };
 
 const char *net_extra_name(int id)
@@ -149,7 +157,7 @@ int net_extras_check(const struct net_extras *x, const char *what,
 
 int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
 {
-    static const uint8_t v2[] = {NET_EXTRAS_V2};
+    static const uint8_t v2[] = {NET_EXTRAS_V2}, v3[] = {NET_EXTRAS_V3};
     struct net_extras x;
     char name[32];
     const char *p = s;
@@ -167,6 +175,12 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
         *out = x;
         return 0;
     }
+    if (strcmp(s, "v3") == 0) {
+        x.n = (int32_t)sizeof(v3);
+        memcpy(x.id, v3, sizeof(v3));
+        *out = x;
+        return 0;
+    }
     for (;;) {
         len = strcspn(p, ",");
         if (len == 0 || len >= sizeof(name))
@@ -177,15 +191,16 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
         name[len] = '\0';
         id = net_extra_parse(name);
         if (id == 0) {
-            char known[256] = "";
+            char known[512] = "";
             size_t at = 0;
 
             for (id = 1; id < NET_X_COUNT && at < sizeof(known); id++)
                 at += (size_t)snprintf(known + at, sizeof(known) - at, "%s%s",
                                        id > 1 ? ", " : "", extra_names[id]);
-            return sd_diag_set(d, SD_EINVAL,
-                               "\"%s\" is not v1, v2 or a derived input (%s)",
-                               name, known);
+            return sd_diag_set(
+                d, SD_EINVAL,
+                "\"%s\" is not v1, v2, v3 or a derived input (%s)", name,
+                known);
         }
         if (x.n == NET_XMAX)
             return sd_diag_set(d, SD_EINVAL, "more than %d derived inputs",
@@ -201,6 +216,41 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
     return 0;
 }
 
+/* The physical prior's terms (enum net_extra's NET_X_PHYS_*). */
+static double phys_value(int id, const struct table *t, int32_t cols,
+                         int64_t batch, double lookups, double row)
+{
+    double unique, ubytes;
+
+    switch (id) {
+    case NET_X_PHYS_TABLES:
+        return 1;
+    case NET_X_PHYS_BAGS:
+        return (double)batch;
+    case NET_X_PHYS_BAG_COLS:
+        return (double)batch * (double)cols;
+    case NET_X_PHYS_LOOKUPS:
+        return lookups;
+    case NET_X_PHYS_LOOKUP_COLS:
+        return lookups * (double)cols;
+    case NET_X_PHYS_HALF_COLS:
+        return t->dtype == TABLE_DTYPE_FP16 || t->dtype == TABLE_DTYPE_BF16
+                   ? lookups * (double)cols
+                   : 0;
+    default:
+        break;
+    }
+    unique = table_unique_rows(t, batch);
+    ubytes = unique * row;
+    if (id == NET_X_PHYS_UNIQUE_BYTES)
+        return ubytes;
+    /* NET_X_PHYS_L2_REREADS: the share of the distinct rows past the L2
+     * is read again from further out on every lookup after the first. */
+    if (!(ubytes > NET_PRIOR_L2_BYTES) || !(lookups > unique))
+        return 0;
+    return (lookups - unique) * row * (ubytes - NET_PRIOR_L2_BYTES) / ubytes;
+}
+
 double net_extra_value(int id, const struct table *t, int32_t cols,
                        int64_t batch)
 {
@@ -209,6 +259,8 @@ double net_extra_value(int id, const struct table *t, int32_t cols,
 
     if (!(lookups > 0))
         lookups = 0;
+    if (NET_X_IS_PHYS(id))
+        return phys_value(id, t, cols, batch, lookups, row);
     switch (id) {
     case NET_X_ELEM_BYTES:
         return (double)table_dtype_size(t->dtype);
@@ -231,7 +283,10 @@ double net_extra_value(int id, const struct table *t, int32_t cols,
 
 bool net_extra_reads_dtype(int id)
 {
-    return id != NET_X_UNIQUE && id != NET_X_LOOKUPS && id != NET_X_LOG_DIM;
+    return id != NET_X_UNIQUE && id != NET_X_LOOKUPS && id != NET_X_LOG_DIM &&
+           id != NET_X_PHYS_TABLES && id != NET_X_PHYS_BAGS &&
+           id != NET_X_PHYS_BAG_COLS && id != NET_X_PHYS_LOOKUPS &&
+           id != NET_X_PHYS_LOOKUP_COLS;
 }
 
 /* The 20 transformed features of t (m's transforms) into x. */
@@ -518,11 +573,18 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
 
-/* The head's output from its eight lane sums, added in one fixed order. */
-static double head_sum(const struct cost_net *m, const float acc[8])
+/* The head's output from its eight lane sums, added in one fixed order;
+ * of a prior model (NET_ACT_PRIOR), softplus of it times the shard's
+ * physical ms, t[NET_PRIOR_H2] (never below 0: a sum of units >= 0). */
+static double head_sum(const struct cost_net *m, const float acc[8], float phys)
 {
-    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    double raw = (double)m->p[NET_B4] +
+                 ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+                 ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+
+    if (m->io.activation == NET_ACT_PRIOR && m->io.custom)
+        return net_softplus(raw) * (phys > 0 ? (double)phys : 0);
+    return raw;
 }
 
 /*
@@ -543,7 +605,7 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
           const float *const sub[2], float *out)
 {
     const float *w4 = m->p + NET_W4;
-    float acc[8] = {0};
+    float acc[8] = {0}, phys = 0;
     int o, q;
 
 #if defined(__GNUC__)
@@ -569,6 +631,8 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
             }
         if (out != NULL)
             memcpy(out + o, &v, sizeof(v));
+        if (o == NET_H2 - 8)
+            phys = v[NET_PRIOR_H2 - (NET_H2 - 8)];
         /* max(t, 0): the lanes where t > 0 kept, the others +0. */
         v = (net_v8)((net_v8i)v & (v > zero));
         memcpy(&wo, w4 + o, sizeof(wo));
@@ -590,10 +654,12 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
                     v -= sub[q][o + k];
             if (out != NULL)
                 out[o + k] = v;
+            if (o + k == NET_PRIOR_H2)
+                phys = v;
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
 #endif
-    return head_sum(m, acc);
+    return head_sum(m, acc, phys);
 }
 
 NET_CLONES double net_head_raw(const struct cost_net *m, const float z[NET_H2])
@@ -629,7 +695,8 @@ double net_activate(const struct cost_net *m, double raw)
 {
     if (net_io_activation(m) == NET_ACT_SOFTPLUS)
         return net_softplus(raw);
-    return raw > 0 ? raw : 0; /* no time is below 0 */
+    /* none: no time is below 0; a prior model's raw head is its ms */
+    return raw > 0 ? raw : 0;
 }
 
 double net_softplus(double x)

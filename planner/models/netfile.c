@@ -83,6 +83,8 @@ static bool io_is_format1(const struct cost_net *m)
 
 int net_format_version(const struct cost_net *m)
 {
+    if (net_has_prior(m))
+        return 4;
     if (m->x.n > 0)
         return 3;
     return io_is_format1(m) && m->ncomm == 0 && m->notice[0] == '\0' ? 1 : 2;
@@ -194,7 +196,7 @@ int net_serialize(const struct cost_net *m, void **out, size_t *len)
         sd_wbuf_u32(&b, (uint32_t)net_io_activation(m));
         sd_wbuf_f32(&b, net_io_eps(m));
     }
-    if (version == 3) {
+    if (version >= 3) {
         sd_wbuf_u32(&b, (uint32_t)m->x.n);
         memset(b.p + b.len, 0, extras_len(m) - 4);
         memcpy(b.p + b.len, m->x.id, (size_t)m->x.n);
@@ -477,7 +479,7 @@ static int get_comm_head(struct rbuf *b, struct comm_net *c, int32_t k,
                            (int)k, (int)c->sizes[0], (int)c->sizes[nl],
                            dir == COMM_FWD ? "forward" : "backward", nd,
                            dir == COMM_FWD ? 2 * nd : nd, nd);
-    if (act >= NET_ACT_COUNT)
+    if (act > NET_ACT_SOFTPLUS)
         return sd_diag_set(d, SD_EFORMAT,
                            "model file: comm[%d].activation %u is not 0 "
                            "(none) or 1 (softplus)",
@@ -604,8 +606,8 @@ static int get_io_notice(struct rbuf *b, struct cost_net *m, bool before_norm,
         act = get_u32(b);
         if (!b->short_read && act >= NET_ACT_COUNT)
             return sd_diag_set(d, SD_EFORMAT,
-                               "model file: activation %u is not 0 (none) or "
-                               "1 (softplus)",
+                               "model file: activation %u is not 0 (none), "
+                               "1 (softplus) or 2 (prior)",
                                act);
         m->io.activation = (uint8_t)act;
         m->io.eps = get_f32(b);
@@ -651,11 +653,11 @@ static int parse_v2(const unsigned char *buf, size_t len, uint32_t version,
                            "model file: sizes[0] %u inputs, format 2 has "
                            "20",
                            nin);
-    if (version == 3 && (nin <= NET_IN || nin > NET_IN_MAX))
+    if (version >= 3 && (nin <= NET_IN || nin > NET_IN_MAX))
         return sd_diag_set(d, SD_EFORMAT,
-                           "model file: sizes[0] %u inputs, format 3 has "
+                           "model file: sizes[0] %u inputs, format %u has "
                            "21 to %d",
-                           nin, NET_IN_MAX);
+                           nin, version, NET_IN_MAX);
     if (get_u32(&b) != NET_H1 || get_u32(&b) != NET_LAT ||
         get_u32(&b) != NET_H2)
         return sd_diag_set(d, SD_EFORMAT,
@@ -672,7 +674,7 @@ static int parse_v2(const unsigned char *buf, size_t len, uint32_t version,
     rv = get_common(&b, *mp, d);
     if (rv == 0)
         rv = get_io_notice(&b, *mp, true, d);
-    if (rv == 0 && version == 3)
+    if (rv == 0 && version >= 3)
         rv = get_extras(&b, *mp, nin, d);
     if (rv == 0)
         rv = b.short_read ? 0 : get_compute(&b, *mp, d);
@@ -688,6 +690,14 @@ static int parse_v2(const unsigned char *buf, size_t len, uint32_t version,
         return sd_diag_set(d, SD_EFORMAT,
                            "model file: %zu bytes after the last comm model",
                            b.end - b.off);
+    /* Format 4 is format 3 with the physical prior, and only it has one. */
+    if ((version == 4) != net_has_prior(*mp))
+        return sd_diag_set(d, SD_EFORMAT,
+                           "model file: format %u with activation %d: the "
+                           "prior (2) is format 4's alone, and format 4 has it",
+                           version, (int)net_io_activation(*mp));
+    if (net_prior_check(*mp, d) != 0)
+        return SD_EFORMAT;
     return 0;
 
 out_short:

@@ -72,6 +72,10 @@ static uint32_t crc_floats(uint32_t crc, const float *v, size_t n)
 uint32_t policy_model_crc(const struct cost_net *m)
 {
     uint32_t crc = (uint32_t)crc32_z(0, NULL, 0);
+    /* xw as the [NET_H1][8] array it was before NET_XMAX grew, so the CRCs
+     * policies hold still match; all x.n columns past 8. */
+    const size_t cols = m->x.n > 8 ? (size_t)m->x.n : 8;
+    int o;
 
     crc = crc_floats(crc, m->mean, NET_IN);
     crc = crc_floats(crc, m->std, NET_IN);
@@ -82,7 +86,8 @@ uint32_t policy_model_crc(const struct cost_net *m)
         crc = (uint32_t)crc32_z(crc, m->x.id, (size_t)m->x.n);
         crc = crc_floats(crc, m->mean + NET_IN, (size_t)m->x.n);
         crc = crc_floats(crc, m->std + NET_IN, (size_t)m->x.n);
-        crc = crc_floats(crc, m->xw, NET_H1 * NET_XMAX);
+        for (o = 0; o < NET_H1; o++)
+            crc = crc_floats(crc, m->xw + (size_t)o * NET_XMAX, cols);
     }
     return crc;
 }

@@ -212,8 +212,16 @@ static void work_carve(struct work *w, float *block, size_t rows, size_t shards)
 struct dataset {
     const struct train_sample *ord;
     const size_t *off;
-    const float *x; /* [tables][nin] */
+    const float *x;     /* [tables][nin] */
+    const double *phys; /* a prior model's: sample k's physical ms; or NULL */
 };
+
+/* What the head learns of sample k: its ms, or of a prior model (NET_ACT_PRIOR)
+ * the ratio of its ms to the prior's, whose relative error is the model's. */
+static double label(const struct dataset *ds, size_t k)
+{
+    return ds->phys != NULL ? ds->ord[k].ms / ds->phys[k] : ds->ord[k].ms;
+}
 
 /* log(softplus(o)), exact also where softplus(o) underflows to 0. */
 static double log_softplus(double o)
@@ -333,7 +341,7 @@ static double backward(const float *p, const struct dataset *ds,
         g[l->w4 + o] = 0;
     for (b = 0; b < nb; b++) {
         double y = w->out[b];
-        double e = log_softplus(y) - log(ds->ord[pos[b]].ms);
+        double e = log_softplus(y) - log(label(ds, pos[b]));
         float dout = (float)(2.0 * e * dlog_softplus(y) / (double)nb);
         const float *zb = w->z + b * NET_H2;
         float *dzb = w->dz + b * NET_H2;
@@ -397,7 +405,7 @@ static void evaluate(const float *p, const struct dataset *ds, size_t *pos,
             pos[b] = first + i + b;
         forward(p, ds, pos, nb, w);
         for (b = 0; b < nb; b++) {
-            double ms = ds->ord[pos[b]].ms;
+            double ms = label(ds, pos[b]);
             double e = log_softplus(w->out[b]) - log(ms);
 
             sse += e * e;
@@ -657,6 +665,11 @@ struct trainer {
     size_t first; /* position of the first training sample */
     size_t bmax;  /* largest minibatch */
     double decay; /* the weight decay (p's, or by the sample count) */
+    /* A prior model's (p->extras has physical terms): each sample's
+     * physical ms in split order (n entries), and the reserved unit's
+     * weights on the derived inputs; phys NULL otherwise. */
+    double *phys;
+    float prior_w[NET_XMAX];
 };
 
 /* Few samples need more decay against overfitting, many need less to
@@ -669,18 +682,94 @@ double train_decay(const struct train_params *p, size_t n)
 }
 
 /*
+ * The physical prior of a prior model, from the features x (before they
+ * are z-scored) of n samples in split order: its terms z-scored with mean
+ * 0 and their root mean square over the training rows (so the reserved
+ * unit's weights are the coefficients scaled back), the coefficients
+ * fitted on the training samples, and every sample's physical ms into
+ * t->phys.  0, or SD_EINVAL (no term fits, or a sample the prior gives
+ * no time) or SD_ENOMEM, d says.
+ */
+static int fit_prior(struct trainer *t, const struct train_sample *ord,
+                     const size_t *off, const float *x, size_t n,
+                     struct sd_diag *d)
+{
+    struct cost_net *m = t->m;
+    const struct net_extras *xs = &t->p->extras;
+    const int nin = NET_IN + xs->n;
+    const size_t r0 = off[t->first], r1 = off[n];
+    double coef[NET_XMAX], *terms, *ms;
+    int col[NET_XMAX], nt = 0, j, q;
+    size_t k, r;
+    int rv;
+
+    for (j = 0; j < xs->n; j++)
+        if (NET_X_IS_PHYS(xs->id[j]))
+            col[nt++] = NET_IN + j;
+    for (q = 0; q < nt; q++) {
+        double ss = 0;
+
+        for (r = r0; r < r1; r++)
+            ss += (double)x[r * nin + col[q]] * x[r * nin + col[q]];
+        ss = r1 > r0 ? sqrt(ss / (double)(r1 - r0)) : 0;
+        m->mean[col[q]] = 0;
+        m->std[col[q]] = ss > 1e-6 ? (float)ss : 1.0f;
+    }
+    terms = calloc(n * (size_t)nt, sizeof(*terms));
+    ms = malloc(n * sizeof(*ms));
+    if (terms == NULL || ms == NULL) {
+        rv = sd_diag_set(d, SD_ENOMEM, "train: out of memory");
+        goto out_free;
+    }
+    for (k = 0; k < n; k++) {
+        ms[k] = ord[k].ms;
+        for (r = off[k]; r < off[k + 1]; r++)
+            for (q = 0; q < nt; q++)
+                terms[k * (size_t)nt + q] += x[r * nin + col[q]];
+    }
+    rv = models__prior_fit(terms + t->first * (size_t)nt, ms + t->first,
+                           t->ntrain, nt, coef, d);
+    if (rv != 0)
+        goto out_free;
+    for (k = 0; k < n; k++) {
+        t->phys[k] = 0;
+        for (q = 0; q < nt; q++)
+            t->phys[k] += coef[q] * terms[k * (size_t)nt + q];
+        if (!(t->phys[k] > 0)) {
+            rv = sd_diag_set(d, SD_EINVAL,
+                             "train: the physical prior gives a shard of %zu "
+                             "tables (%.4g ms measured) no time; train without "
+                             "the prior (--features v2)",
+                             ord[k].ntables, ord[k].ms);
+            goto out_free;
+        }
+    }
+    memset(t->prior_w, 0, sizeof(t->prior_w));
+    for (q = 0; q < nt; q++)
+        t->prior_w[col[q] - NET_IN] =
+            (float)(coef[q] * ((double)m->std[col[q]] + 1e-6));
+    t->ds.phys = t->phys;
+out_free:
+    free(ms);
+    free(terms);
+    return rv;
+}
+
+/*
  * Shuffles and splits the samples into ord[] (split order), computes every
  * table's features into x (rows off[k] .. off[k + 1] for ord[k]), fits the
- * z-score constants on the training rows and normalises every row.
+ * z-score constants on the training rows (and a prior model's prior,
+ * fit_prior()) and normalises every row.  0, or fit_prior()'s error.
  */
-static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
-                    struct train_sample *ord, size_t *off, float *x)
+static int prepare(struct trainer *t, const struct train_sample *s, size_t n,
+                   struct train_sample *ord, size_t *off, float *x,
+                   struct sd_diag *d)
 {
     struct cost_net *m = t->m;
     const int nin = t->a->l.nin;
     float f[NET_IN_MAX];
     size_t i, j, k;
-    int c;
+    int c, rv;
 
     for (i = 0; i < n; i++)
         t->pos[i] = i;
@@ -714,6 +803,9 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
             memcpy(x + (off[k] + j) * nin, f, (size_t)nin * sizeof(*f));
         }
     fit_normaliser(m, x, nin, off[t->first], off[n] - off[t->first]);
+    rv = t->phys != NULL ? fit_prior(t, ord, off, x, n, d) : 0;
+    if (rv != 0)
+        return rv;
     /* The same float expression as net_input_all(), so the model is fitted
      * on exactly what it will be asked. */
     for (i = 0; i < off[n]; i++)
@@ -723,6 +815,7 @@ static void prepare(struct trainer *t, const struct train_sample *s, size_t n,
     t->ds.ord = ord;
     t->ds.off = off;
     t->ds.x = x;
+    return 0;
 }
 
 /* The inverse of softplus, for y > 0. */
@@ -745,8 +838,10 @@ static void init_params(struct trainer *t)
     models__init_layer(&t->g, p + l->w2, NET_LAT, NET_H1);
     models__init_layer(&t->g, p + l->w3, NET_H2, NET_LAT);
     models__init_layer(&t->g, p + l->w4, 1, NET_H2);
+    if (t->phys != NULL)
+        models__prior_pin(p, &t->p->extras, t->prior_w);
     for (k = t->first; k < t->first + t->ntrain; k++)
-        sum += log(t->ds.ord[k].ms);
+        sum += log(label(&t->ds, k));
     p[l->b4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
 }
 
@@ -786,6 +881,8 @@ static void run_epochs(struct trainer *t)
             if (t->w.err != 0)
                 return; /* a product failed: nothing more is computed */
             adam_step(a, ++step, p->lr, t->decay);
+            if (t->phys != NULL) /* the prior's units stay as fitted */
+                models__prior_pin(a->p, &p->extras, t->prior_w);
         }
         train_loss = sse / (double)t->ntrain;
         m->metrics.epochs = epoch;
@@ -940,9 +1037,20 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     t.w.g = p->gemm != NULL ? p->gemm : &net_gemm_cblas;
     t.w.l = &t.a->l;
     t.m->batch_size = batch_size; /* what the derived inputs read */
+    if (net_extras_have_prior(&p->extras)) {
+        t.phys = malloc(n * sizeof(*t.phys));
+        if (t.phys == NULL) {
+            rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
+            goto out_free_block;
+        }
+        net_io_format1(&t.m->io);
+        t.m->io.activation = NET_ACT_PRIOR;
+    }
 
     /* The rng's draws, in order: split, weights, every epoch's shuffle. */
-    prepare(&t, s, n, ord, off, t.a->x);
+    rv = prepare(&t, s, n, ord, off, t.a->x, d);
+    if (rv != 0)
+        goto out_free_block;
     init_params(&t);
     run_epochs(&t);
     if (t.w.err != 0) {
@@ -958,6 +1066,7 @@ int net_train(const struct train_params *p, const struct train_sample *s,
     rv = 0;
 
 out_free_block:
+    free(t.phys);
     free(block);
 out_free_adam:
     free(t.a);

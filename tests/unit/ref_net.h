@@ -42,6 +42,28 @@ static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
         return log(cols);
     case NET_X_LOOKUP_BYTES:
         return log(1 + lookups * cols * elem);
+    /* The physical prior's terms, untransformed. */
+    case NET_X_PHYS_TABLES:
+        return 1;
+    case NET_X_PHYS_BAGS:
+        return (double)batch;
+    case NET_X_PHYS_BAG_COLS:
+        return (double)batch * cols;
+    case NET_X_PHYS_LOOKUPS:
+        return lookups;
+    case NET_X_PHYS_LOOKUP_COLS:
+        return lookups * cols;
+    case NET_X_PHYS_UNIQUE_BYTES:
+        return unique * cols * elem;
+    case NET_X_PHYS_L2_REREADS: {
+        double ub = unique * cols * elem, l2 = 2 << 20;
+
+        return ub > l2 && lookups > unique
+                   ? (lookups - unique) * cols * elem * (ub - l2) / ub
+                   : 0;
+    }
+    case NET_X_PHYS_HALF_COLS:
+        return elem == 2 ? lookups * cols : 0;
     default:
         return NAN;
     }
@@ -53,7 +75,7 @@ static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
 static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
                                 const int32_t *cols, size_t n)
 {
-    double s[NET_LAT] = {0}, y;
+    double s[NET_LAT] = {0}, y, phys = 0;
     size_t k;
     int i, o;
 
@@ -62,6 +84,13 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
         double x[NET_IN_MAX], h[NET_H1];
 
         net_features(&t[k], cols[k], f);
+        /* A prior model (NET_ACT_PRIOR): the shard's physical ms from the
+         * terms' definitions and the model's coefficients. */
+        for (i = 0; i < m->x.n && net_has_prior(m); i++)
+            if (NET_X_IS_PHYS(m->x.id[i]))
+                phys +=
+                    net_prior_coef(m, m->x.id[i]) *
+                    ref_net_extra(m->x.id[i], &t[k], cols[k], m->batch_size);
         for (i = 0; i < NET_IN; i++)
             x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
         for (i = 0; i < m->x.n; i++)
@@ -94,7 +123,8 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
             a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
         y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
     }
-    return y > 20 ? y : log1p(exp(y));
+    y = y > 20 ? y : log1p(exp(y));
+    return net_has_prior(m) ? y * phys : y;
 }
 
 #endif

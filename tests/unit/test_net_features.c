@@ -327,8 +327,11 @@ static void test_names(void)
           x.id[4] == NET_X_TABLE_BYTES);
     CHECK(net_extras_parse("log_dim,lookup_bytes", &x, &d) == 0 && x.n == 2 &&
           x.id[0] == NET_X_LOG_DIM && x.id[1] == NET_X_LOOKUP_BYTES);
-    CHECK(net_extras_parse("v3", &x, &d) == SD_EINVAL &&
-          strstr(d.msg, "\"v3\"") != NULL);
+    CHECK(net_extras_parse("v3", &x, &d) == 0 && x.n == 13 &&
+          x.id[4] == NET_X_TABLE_BYTES && x.id[5] == NET_X_PHYS_TABLES &&
+          x.id[12] == NET_X_PHYS_HALF_COLS && net_extras_have_prior(&x));
+    CHECK(net_extras_parse("v4", &x, &d) == SD_EINVAL &&
+          strstr(d.msg, "\"v4\"") != NULL);
     CHECK(net_extras_parse("lookups,lookups", &x, &d) == SD_EINVAL &&
           strstr(d.msg, "repeats") != NULL);
     CHECK(net_extras_parse("lookups,", &x, &d) == SD_EINVAL);
