@@ -20,7 +20,9 @@
  * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs the search's
  * parts switched off in turn (one thread, no local search, no beam, the
  * table-wise grid alone, pins and two capacities); with a variant's name
- * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.
+ * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.  With
+ * SHARDD_BENCH_MODEL=FILE it plans with that model file instead of the
+ * embedded one (a prior model's head, format 4, costs a softplus more).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,19 +166,26 @@ int main(int argc, char **argv)
     const char *only = getenv("SHARDD_BENCH_VARIANTS");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = threads > 0 ? threads : ncpu > 0 ? (int)ncpu : 1;
+    const char *model = getenv("SHARDD_BENCH_MODEL");
     struct sd_diag d;
-    const struct cost_net *net = net_embedded(&d);
+    struct cost_net *own = NULL;
+    const struct cost_net *net;
     size_t c, v;
 
+    if (model != NULL && net_read_file(model, &own, &d) != 0) {
+        fprintf(stderr, "bench_search: SHARDD_BENCH_MODEL: %s\n", d.msg);
+        return 1;
+    }
+    net = own != NULL ? own : net_embedded(&d);
     if (!net) {
         fprintf(stderr, "bench_search: %s\n", d.msg);
         return 1;
     }
     if (repeats < 1 || repeats > 16)
         repeats = 3;
-    printf("bench_search: neuroshard with the embedded model %s, %d "
-           "thread(s) of %ld CPUs\n",
-           net->profile, nthreads, ncpu);
+    printf("bench_search: neuroshard with %s model %s, %d thread(s) of %ld "
+           "CPUs\n",
+           own != NULL ? model : "the embedded", net->profile, nthreads, ncpu);
     printf("%-21s %7s %7s %9s %9s %9s %9s %7s %9s %8s %8s\n", "variant",
            "tables", "devices", "wall s", "plan s", "cost ms", "bound ms",
            "gap %", "greedy", "Meval/s", "/thread");
@@ -225,5 +234,6 @@ int main(int argc, char **argv)
         free(pins);
         free(tables);
     }
+    free(own);
     return 0;
 }
