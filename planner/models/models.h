@@ -151,7 +151,7 @@ enum net_activation {
                            * is read as 0 */
     NET_ACT_SOFTPLUS = 1, /* log(1 + e^x) */
     /*
-     * softplus(x) x the shard's physical ms (format 4, the physical prior):
+     * squareplus(x) x the shard's physical ms (format 4, the physical prior):
      * the net learns the ratio of the time to the prior's.  The prior rides
      * in reserved units whose weights are fixed (net_prior_check()): hidden
      * unit NET_PRIOR_H1 reads the prior's inputs alone, with their fitted
@@ -366,6 +366,11 @@ void net_head_init(const struct cost_net *m, float z[NET_H2]); /* z = b3 */
 double net_head_z(const struct cost_net *m, const float z[NET_H2]);
 /* log(1 + e^x), format 1's output activation. */
 double net_softplus(double x);
+/* (x + sqrt(x^2 + 4)) / 2 (Barron 2021), a prior model's ratio
+ * (NET_ACT_PRIOR): positive, smooth and monotone like softplus, about x
+ * for large x, and a square root where softplus takes an exp and a log,
+ * paid on every score the search makes. */
+double net_squareplus(double x);
 /* m's output activation of a raw head output: ms. */
 double net_activate(const struct cost_net *m, double raw);
 /* The head before its activation: cost = net_activate(raw), a monotone

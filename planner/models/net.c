@@ -583,7 +583,7 @@ static double head_sum(const struct cost_net *m, const float acc[8], float phys)
                  ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 
     if (m->io.activation == NET_ACT_PRIOR && m->io.custom)
-        return net_softplus(raw) * (phys > 0 ? (double)phys : 0);
+        return net_squareplus(raw) * (phys > 0 ? (double)phys : 0);
     return raw;
 }
 
@@ -697,6 +697,15 @@ double net_activate(const struct cost_net *m, double raw)
         return net_softplus(raw);
     /* none: no time is below 0; a prior model's raw head is its ms */
     return raw > 0 ? raw : 0;
+}
+
+double net_squareplus(double x)
+{
+    /* (x + sqrt(x^2 + 4)) / 2, and for x < 0 the same as 2 / (sqrt(x^2 +
+     * 4) - x), which does not cancel */
+    double r = sqrt(x * x + 4);
+
+    return x >= 0 ? (x + r) / 2 : 2 / (r - x);
 }
 
 double net_softplus(double x)

@@ -150,16 +150,17 @@ static void layout_of(struct layout *l, int nin)
  * tables any minibatch can hold (work_floats()).
  */
 struct work {
-    float *x;                 /* [rows][nin] gathered normalised inputs */
-    float *h1;                /* [rows][NET_H1] after ReLU */
-    float *lat;               /* [rows][NET_LAT] after ReLU */
-    float *dlat;              /* [rows][NET_LAT] loss gradient before ReLU */
-    float *dh1;               /* [rows][NET_H1] loss gradient before ReLU */
-    float *lsum;              /* [shards][NET_LAT] latent sums */
-    float *z;                 /* [shards][NET_H2] after ReLU */
-    float *dlsum;             /* [shards][NET_LAT] loss gradient of lsum */
-    float *dz;                /* [shards][NET_H2] loss gradient before ReLU */
-    float *out;               /* [shards] head output, softplus(out) = ms */
+    float *x;     /* [rows][nin] gathered normalised inputs */
+    float *h1;    /* [rows][NET_H1] after ReLU */
+    float *lat;   /* [rows][NET_LAT] after ReLU */
+    float *dlat;  /* [rows][NET_LAT] loss gradient before ReLU */
+    float *dh1;   /* [rows][NET_H1] loss gradient before ReLU */
+    float *lsum;  /* [shards][NET_LAT] latent sums */
+    float *z;     /* [shards][NET_H2] after ReLU */
+    float *dlsum; /* [shards][NET_LAT] loss gradient of lsum */
+    float *dz;    /* [shards][NET_H2] loss gradient before ReLU */
+    float *out;   /* [shards] head output: softplus(out) = ms, or a prior
+                   * model's squareplus(out) = ms / physical ms */
     const struct net_gemm *g; /* where the products run */
     const struct layout *l;   /* of the parameters, and nin */
     int err; /* the first failed product's code (0: none); the passes'
@@ -223,15 +224,21 @@ static double label(const struct dataset *ds, size_t k)
     return ds->phys != NULL ? ds->ord[k].ms / ds->phys[k] : ds->ord[k].ms;
 }
 
-/* log(softplus(o)), exact also where softplus(o) underflows to 0. */
-static double log_softplus(double o)
+/* log(softplus(o)), exact also where softplus(o) underflows to 0; of a
+ * prior model (ds->phys), log(squareplus(o)). */
+static double log_act(const struct dataset *ds, double o)
 {
+    if (ds->phys != NULL)
+        return log(net_squareplus(o));
     return o < -30 ? o : log(net_softplus(o));
 }
 
-/* The derivative of log(softplus(o)): sigmoid(o) / softplus(o). */
-static double dlog_softplus(double o)
+/* The derivative of log_act(): sigmoid(o) / softplus(o), or
+ * squareplus'(o) / squareplus(o) = 1 / sqrt(o^2 + 4). */
+static double dlog_act(const struct dataset *ds, double o)
 {
+    if (ds->phys != NULL)
+        return 1 / sqrt(o * o + 4);
     return o < -30 ? 1 : 1 / (1 + exp(-o)) / net_softplus(o);
 }
 
@@ -323,7 +330,7 @@ static void add_col_sums(float *g, const float *y, size_t n, int cols)
 
 /*
  * Backward pass after forward() over the same shards: writes into g (every
- * entry, w->l->n) the gradient of mean((log softplus(out) - log ms)^2)
+ * entry, w->l->n) the gradient of mean((log_act(out) - log ms)^2)
  * over the nb shards, and returns the sum of their squared errors.
  */
 static double backward(const float *p, const struct dataset *ds,
@@ -341,8 +348,8 @@ static double backward(const float *p, const struct dataset *ds,
         g[l->w4 + o] = 0;
     for (b = 0; b < nb; b++) {
         double y = w->out[b];
-        double e = log_softplus(y) - log(label(ds, pos[b]));
-        float dout = (float)(2.0 * e * dlog_softplus(y) / (double)nb);
+        double e = log_act(ds, y) - log(label(ds, pos[b]));
+        float dout = (float)(2.0 * e * dlog_act(ds, y) / (double)nb);
         const float *zb = w->z + b * NET_H2;
         float *dzb = w->dz + b * NET_H2;
 
@@ -406,10 +413,10 @@ static void evaluate(const float *p, const struct dataset *ds, size_t *pos,
         forward(p, ds, pos, nb, w);
         for (b = 0; b < nb; b++) {
             double ms = label(ds, pos[b]);
-            double e = log_softplus(w->out[b]) - log(ms);
+            double e = log_act(ds, w->out[b]) - log(ms);
 
             sse += e * e;
-            ape += fabs(net_softplus(w->out[b]) - ms) / ms;
+            ape += fabs(exp(log_act(ds, w->out[b])) - ms) / ms;
         }
     }
     *loss = n ? sse / (double)n : 0;
@@ -842,7 +849,9 @@ static void init_params(struct trainer *t)
         models__prior_pin(p, &t->p->extras, t->prior_w);
     for (k = t->first; k < t->first + t->ntrain; k++)
         sum += log(label(&t->ds, k));
-    p[l->b4] = (float)softplus_inv(exp(sum / (double)t->ntrain));
+    /* squareplus(x) = y at x = y - 1 / y */
+    sum = exp(sum / (double)t->ntrain);
+    p[l->b4] = (float)(t->phys != NULL ? sum - 1 / sum : softplus_inv(sum));
 }
 
 /*

@@ -123,8 +123,9 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
             a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
         y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
     }
-    y = y > 20 ? y : log1p(exp(y));
-    return net_has_prior(m) ? y * phys : y;
+    if (net_has_prior(m)) /* squareplus(y) x phys */
+        return (y + sqrt(y * y + 4)) / 2 * phys;
+    return y > 20 ? y : log1p(exp(y));
 }
 
 #endif
