@@ -453,7 +453,7 @@ static void print_prior(const struct cost_net *m)
             printf("%s %s %.3g", k++ ? "," : "",
                    net_extra_name(m->x.id[j]) + strlen("phys_"),
                    net_prior_coef(m, m->x.id[j]));
-    printf("\n");
+    printf(", tables x bag columns %.3g\n", net_prior_pair_coef(m));
 }
 
 static int fit_report(const struct ctl_opts *o, const struct fit *f,

@@ -72,8 +72,8 @@ enum net_extra {
     /*
      * The physical prior's terms (format 4; "A physical prior" in
      * docs/models.md): what one table does in a step of B bags, untransformed,
-     * each z-scored with mean 0.  They feed one reserved unit alone
-     * (NET_PRIOR_H1), whose weights are the prior's non-negative fitted
+     * each z-scored with mean 0.  They feed reserved units alone
+     * (NET_PRIOR_H1()), whose weights are the prior's non-negative fitted
      * coefficients, so the unit is the table's physical ms; see
      * NET_ACT_PRIOR for how the head uses it.
      */
@@ -153,21 +153,30 @@ enum net_activation {
     /*
      * squareplus(x) x the shard's physical ms (format 4, the physical prior):
      * the net learns the ratio of the time to the prior's.  The prior rides
-     * in reserved units whose weights are fixed (net_prior_check()): hidden
-     * unit NET_PRIOR_H1 reads the prior's inputs alone, with their fitted
-     * coefficients as weights, so it is the table's physical ms; latent
-     * NET_PRIOR_LAT copies it, and head unit NET_PRIOR_H2 copies the
-     * latents' sum, so a shard's z[NET_PRIOR_H2] is its physical ms
-     * whatever tables the search adds and takes, while W4 ignores it.  No
-     * other unit reads the prior's inputs or units.  net_head_raw() is then
+     * in reserved units whose weights are fixed (net_prior_check()), three
+     * of each layer (NET_PRIOR_*(k)): k = 0, the base, reads the prior's
+     * inputs with their fitted coefficients as weights, so it is the
+     * table's physical ms; k = 1 the table count (phys_tables) and k = 2
+     * its bag columns (phys_bag_cols).  Each has a hidden unit, a latent
+     * that copies it and a head unit that copies the latents' sum (k = 1
+     * scaled by the pair coefficient), so a shard's z holds its base, count
+     * and bag columns whatever tables the search adds and takes, and its
+     * physical ms is z[base] + z[count] x z[cols]: the pair term, tables x
+     * bag columns, is what the output's [bags][all columns] layout costs
+     * each table of a wide shard.  No other unit reads the reserved ones
+     * or the prior's inputs, and W4 ignores them.  net_head_raw() is then
      * the cost itself.
      */
     NET_ACT_PRIOR = 2,
     NET_ACT_COUNT
 };
-#define NET_PRIOR_H1  (NET_H1 - 1)
-#define NET_PRIOR_LAT (NET_LAT - 1)
-#define NET_PRIOR_H2  (NET_H2 - 1)
+#define NET_PRIOR_UNITS  3
+#define NET_PRIOR_BASE   0
+#define NET_PRIOR_COUNT  1
+#define NET_PRIOR_COLS   2
+#define NET_PRIOR_H1(k)  (NET_H1 - 1 - (k))
+#define NET_PRIOR_LAT(k) (NET_LAT - 1 - (k))
+#define NET_PRIOR_H2(k)  (NET_H2 - 1 - (k))
 
 /*
  * A compute model's inputs and output.  custom false (a zeroed struct, a
@@ -429,18 +438,20 @@ bool net_has_prior(const struct cost_net *m);
 bool net_extras_have_prior(const struct net_extras *x);
 
 /*
- * Checks a prior model's reserved units (NET_ACT_PRIOR says which): only
- * the prior's inputs feed NET_PRIOR_H1, with weights >= 0 and no bias;
- * NET_PRIOR_LAT and NET_PRIOR_H2 copy the unit before them; nothing else
- * reads the prior's inputs or units.  Also that m has prior inputs exactly
- * when its activation is NET_ACT_PRIOR.  0, or SD_EINVAL with d naming the
- * first weight that breaks it.
+ * Checks a prior model's reserved units (NET_ACT_PRIOR says which): each
+ * reserved hidden unit reads its inputs alone, with weights >= 0 and no
+ * bias; the reserved latents and head units copy the unit before them;
+ * nothing else reads the prior's inputs or units.  Also that m has prior
+ * inputs exactly when its activation is NET_ACT_PRIOR.  0, or SD_EINVAL
+ * with d naming the first weight that breaks it.
  */
 int net_prior_check(const struct cost_net *m, struct sd_diag *d);
 
 /* The prior's coefficient of physical term id (ms per unit of the term, as
- * NET_X_PHYS_* defines it) in m; 0 where m has no such input. */
+ * NET_X_PHYS_* defines it) in m; 0 where m has no such input.  And the
+ * pair term's: ms per table x bag column of the whole shard. */
 double net_prior_coef(const struct cost_net *m, int id);
+double net_prior_pair_coef(const struct cost_net *m);
 
 /*
  * Checks that m answers for `profile`; SD_EINVAL with both names in d when

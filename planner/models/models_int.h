@@ -66,13 +66,22 @@ void models__rows_project(const struct cost_net *m,
 int models__prior_fit(const double *terms, const double *ms, size_t n, int nt,
                       double *coef, struct sd_diag *d);
 
+/* A prior model's reserved weights (models.h, NET_ACT_PRIOR), as the
+ * trainer fits them. */
+struct models__prior {
+    float base[NET_XMAX]; /* the base unit's on each derived input (0 but
+                           * on physical terms) */
+    float count;          /* the count unit's on phys_tables */
+    float cols;           /* the columns unit's on phys_bag_cols */
+    float pair;           /* the count head unit's on the count latent */
+};
+
 /*
- * Fixes the reserved units of a prior model (NET_ACT_PRIOR) in parameters
- * p of the packed layout (net_params_pack(), inputs NET_IN + x->n): unit
- * NET_PRIOR_H1 reads derived input j with weight w[j] where x->id[j] is a
- * physical term and nothing else; the copies to NET_PRIOR_LAT and
- * NET_PRIOR_H2; no other unit reads them.  What net_prior_check() checks.
+ * Fixes the reserved units of a prior model in parameters p of the packed
+ * layout (net_params_pack(), inputs NET_IN + x->n) to pr's: what
+ * net_prior_check() checks.
  */
-void models__prior_pin(float *p, const struct net_extras *x, const float *w);
+void models__prior_pin(float *p, const struct net_extras *x,
+                       const struct models__prior *pr);
 
 #endif /* SHARDD_PLANNER_MODELS_INT_H */

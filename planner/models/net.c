@@ -574,16 +574,22 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
 }
 
 /* The head's output from its eight lane sums, added in one fixed order;
- * of a prior model (NET_ACT_PRIOR), softplus of it times the shard's
- * physical ms, t[NET_PRIOR_H2] (never below 0: a sum of units >= 0). */
-static double head_sum(const struct cost_net *m, const float acc[8], float phys)
+ * of a prior model (NET_ACT_PRIOR), squareplus of it times the shard's
+ * physical ms from its reserved head units t[k] = z[NET_PRIOR_H2(k)]:
+ * base + count x columns (each a sum of units >= 0, so never below 0). */
+static double head_sum(const struct cost_net *m, const float acc[8],
+                       const float t[NET_PRIOR_UNITS])
 {
     double raw = (double)m->p[NET_B4] +
                  ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
                  ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 
-    if (m->io.activation == NET_ACT_PRIOR && m->io.custom)
-        return net_squareplus(raw) * (phys > 0 ? (double)phys : 0);
+    if (m->io.activation == NET_ACT_PRIOR && m->io.custom) {
+        double phys = (double)t[NET_PRIOR_BASE] +
+                      (double)t[NET_PRIOR_COUNT] * (double)t[NET_PRIOR_COLS];
+
+        return net_squareplus(raw) * (phys > 0 ? phys : 0);
+    }
     return raw;
 }
 
@@ -605,7 +611,7 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
           const float *const sub[2], float *out)
 {
     const float *w4 = m->p + NET_W4;
-    float acc[8] = {0}, phys = 0;
+    float acc[8] = {0}, phys[NET_PRIOR_UNITS] = {0};
     int o, q;
 
 #if defined(__GNUC__)
@@ -631,8 +637,9 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
             }
         if (out != NULL)
             memcpy(out + o, &v, sizeof(v));
-        if (o == NET_H2 - 8)
-            phys = v[NET_PRIOR_H2 - (NET_H2 - 8)];
+        if (o == NET_H2 - 8) /* the reserved units are the last block's */
+            for (q = 0; q < NET_PRIOR_UNITS; q++)
+                phys[q] = v[NET_PRIOR_H2(q) - o];
         /* max(t, 0): the lanes where t > 0 kept, the others +0. */
         v = (net_v8)((net_v8i)v & (v > zero));
         memcpy(&wo, w4 + o, sizeof(wo));
@@ -654,8 +661,8 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
                     v -= sub[q][o + k];
             if (out != NULL)
                 out[o + k] = v;
-            if (o + k == NET_PRIOR_H2)
-                phys = v;
+            if (o + k > NET_PRIOR_H2(NET_PRIOR_UNITS))
+                phys[NET_H2 - 1 - (o + k)] = v;
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
 #endif

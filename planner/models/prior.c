@@ -45,11 +45,92 @@ static int bad_weight(struct sd_diag *d, const char *what, int i, int j,
                        what, i, j, (double)v, want);
 }
 
+/* Which reserved unit (NET_PRIOR_BASE ..) unit u of a layer of n is; -1
+ * for none. */
+static int reserved(int u, int n)
+{
+    return u >= n - NET_PRIOR_UNITS ? n - 1 - u : -1;
+}
+
+/* Whether reserved hidden unit k reads derived input id. */
+static bool reads(int k, int id)
+{
+    return k == NET_PRIOR_BASE    ? NET_X_IS_PHYS(id)
+           : k == NET_PRIOR_COUNT ? id == NET_X_PHYS_TABLES
+                                  : id == NET_X_PHYS_BAG_COLS;
+}
+
+/* W1 and b1: the reserved units read their inputs alone (weights >= 0, no
+ * bias), nothing else reads the prior's inputs. */
+static int check_first(const struct cost_net *m, struct sd_diag *d)
+{
+    const float *p = m->p;
+    int o, i, j, k;
+
+    for (o = 0; o < NET_H1; o++) {
+        k = reserved(o, NET_H1);
+        for (i = 0; i < NET_IN && k >= 0; i++)
+            if (p[NET_W1 + o * NET_IN + i] != 0)
+                return bad_weight(d, "W1", o, i, p[NET_W1 + o * NET_IN + i],
+                                  "not 0");
+        for (j = 0; j < m->x.n; j++) {
+            float w = m->xw[o * NET_XMAX + j];
+            int id = m->x.id[j];
+
+            if (k >= 0 && reads(k, id) && !(w >= 0))
+                return bad_weight(d, "W1", o, NET_IN + j, w, "not >= 0");
+            if ((k >= 0 ? !reads(k, id) : NET_X_IS_PHYS(id)) && w != 0)
+                return bad_weight(d, "W1", o, NET_IN + j, w, "not 0");
+        }
+        if (k >= 0 && p[NET_B1 + o] != 0)
+            return bad_weight(d, "b1", o, 0, p[NET_B1 + o], "not 0");
+    }
+    for (j = 0; j < m->x.n; j++)
+        if (NET_X_IS_PHYS(m->x.id[j]) && m->mean[NET_IN + j] != 0)
+            return sd_diag_set(d, SD_EINVAL,
+                               "prior model: mean[%d] of %s is %g, not 0",
+                               NET_IN + j, net_extra_name(m->x.id[j]),
+                               (double)m->mean[NET_IN + j]);
+    return 0;
+}
+
+/* A [nout][nin] layer w (biases b) whose reserved outputs copy the
+ * reserved inputs of the same k (weight 1, or >= 0 where any_k is k) and
+ * whose other outputs never read those. */
+static int check_copy(const float *w, const float *b, int nout, int nin,
+                      int any_k, const char *name, const char *bname,
+                      struct sd_diag *d)
+{
+    int o, i;
+
+    for (o = 0; o < nout; o++) {
+        int ko = reserved(o, nout);
+
+        for (i = 0; i < nin; i++) {
+            int ki = reserved(i, nin);
+            float v = w[o * nin + i];
+
+            if (ko >= 0 && ko == ki && ko == any_k) {
+                if (!(v >= 0))
+                    return bad_weight(d, name, o, i, v, "not >= 0");
+            } else if (ko >= 0 && ko == ki) {
+                if (v != 1)
+                    return bad_weight(d, name, o, i, v, "not 1");
+            } else if ((ko >= 0 || ki >= 0) && v != 0) {
+                return bad_weight(d, name, o, i, v, "not 0");
+            }
+        }
+        if (ko >= 0 && b[o] != 0)
+            return bad_weight(d, bname, o, 0, b[o], "not 0");
+    }
+    return 0;
+}
+
 int net_prior_check(const struct cost_net *m, struct sd_diag *d)
 {
     const float *p = m->p;
     bool prior = net_has_prior(m);
-    int o, i, j;
+    int k, rv;
 
     if (net_extras_have_prior(&m->x) != prior)
         return sd_diag_set(d, SD_EINVAL,
@@ -60,68 +141,47 @@ int net_prior_check(const struct cost_net *m, struct sd_diag *d)
                            (int)net_io_activation(m));
     if (!prior)
         return 0;
-    for (o = 0; o < NET_H1; o++) {
-        for (i = 0; i < NET_IN && o == NET_PRIOR_H1; i++)
-            if (p[NET_W1 + o * NET_IN + i] != 0)
-                return bad_weight(d, "W1", o, i, p[NET_W1 + o * NET_IN + i],
-                                  "not 0");
-        for (j = 0; j < m->x.n; j++) {
-            float w = m->xw[o * NET_XMAX + j];
-            bool ph = NET_X_IS_PHYS(m->x.id[j]);
-
-            if (o == NET_PRIOR_H1 && ph && !(w >= 0))
-                return bad_weight(d, "W1", o, NET_IN + j, w, "not >= 0");
-            if ((o == NET_PRIOR_H1) != ph && w != 0)
-                return bad_weight(d, "W1", o, NET_IN + j, w, "not 0");
-        }
-    }
-    for (j = 0; j < m->x.n; j++)
-        if (NET_X_IS_PHYS(m->x.id[j]) && m->mean[NET_IN + j] != 0)
-            return sd_diag_set(d, SD_EINVAL,
-                               "prior model: mean[%d] of %s is %g, not 0",
-                               NET_IN + j, net_extra_name(m->x.id[j]),
-                               (double)m->mean[NET_IN + j]);
-    if (p[NET_B1 + NET_PRIOR_H1] != 0)
-        return bad_weight(d, "b1", NET_PRIOR_H1, 0, p[NET_B1 + NET_PRIOR_H1],
-                          "not 0");
-    for (o = 0; o < NET_LAT; o++)
-        for (i = 0; i < NET_H1; i++) {
-            float w = p[NET_W2 + o * NET_H1 + i];
-            float want = o == NET_PRIOR_LAT && i == NET_PRIOR_H1 ? 1 : 0;
-
-            if ((o == NET_PRIOR_LAT || i == NET_PRIOR_H1) && w != want)
-                return bad_weight(d, "W2", o, i, w, want ? "not 1" : "not 0");
-        }
-    for (o = 0; o < NET_H2; o++)
-        for (i = 0; i < NET_LAT; i++) {
-            float w = p[NET_W3 + o * NET_LAT + i];
-            float want = o == NET_PRIOR_H2 && i == NET_PRIOR_LAT ? 1 : 0;
-
-            if ((o == NET_PRIOR_H2 || i == NET_PRIOR_LAT) && w != want)
-                return bad_weight(d, "W3", o, i, w, want ? "not 1" : "not 0");
-        }
-    if (p[NET_B2 + NET_PRIOR_LAT] != 0)
-        return bad_weight(d, "b2", NET_PRIOR_LAT, 0, p[NET_B2 + NET_PRIOR_LAT],
-                          "not 0");
-    if (p[NET_B3 + NET_PRIOR_H2] != 0)
-        return bad_weight(d, "b3", NET_PRIOR_H2, 0, p[NET_B3 + NET_PRIOR_H2],
-                          "not 0");
-    if (p[NET_W4 + NET_PRIOR_H2] != 0)
-        return bad_weight(d, "W4", 0, NET_PRIOR_H2, p[NET_W4 + NET_PRIOR_H2],
-                          "not 0");
-    return 0;
+    rv = check_first(m, d);
+    if (rv == 0)
+        rv = check_copy(p + NET_W2, p + NET_B2, NET_LAT, NET_H1, -1, "W2", "b2",
+                        d);
+    if (rv == 0)
+        rv = check_copy(p + NET_W3, p + NET_B3, NET_H2, NET_LAT,
+                        NET_PRIOR_COUNT, "W3", "b3", d);
+    for (k = 0; rv == 0 && k < NET_PRIOR_UNITS; k++)
+        if (p[NET_W4 + NET_PRIOR_H2(k)] != 0)
+            rv = bad_weight(d, "W4", 0, NET_PRIOR_H2(k),
+                            p[NET_W4 + NET_PRIOR_H2(k)], "not 0");
+    return rv;
 }
 
-double net_prior_coef(const struct cost_net *m, int id)
+/* Reserved hidden unit k's weight on derived input id, over the input's
+ * scale: what the unit adds per unit of the term; 0 where m lacks it. */
+static double unit_coef(const struct cost_net *m, int k, int id)
 {
     int j;
 
     for (j = 0; j < m->x.n && net_has_prior(m); j++)
         if (m->x.id[j] == id)
             /* x = v / (std + eps) (mean 0), so the unit's weight on v */
-            return (double)m->xw[NET_PRIOR_H1 * NET_XMAX + j] /
+            return (double)m->xw[NET_PRIOR_H1(k) * NET_XMAX + j] /
                    ((double)m->std[NET_IN + j] + (double)net_io_eps(m));
     return 0;
+}
+
+double net_prior_coef(const struct cost_net *m, int id)
+{
+    return unit_coef(m, NET_PRIOR_BASE, id);
+}
+
+double net_prior_pair_coef(const struct cost_net *m)
+{
+    if (!net_has_prior(m))
+        return 0;
+    return (double)m->p[NET_W3 + NET_PRIOR_H2(NET_PRIOR_COUNT) * NET_LAT +
+                        NET_PRIOR_LAT(NET_PRIOR_COUNT)] *
+           unit_coef(m, NET_PRIOR_COUNT, NET_X_PHYS_TABLES) *
+           unit_coef(m, NET_PRIOR_COLS, NET_X_PHYS_BAG_COLS);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -310,33 +370,52 @@ int models__prior_fit(const double *terms, const double *ms, size_t n, int nt,
     return 0;
 }
 
-void models__prior_pin(float *p, const struct net_extras *x, const float *w)
+void models__prior_pin(float *p, const struct net_extras *x,
+                       const struct models__prior *pr)
 {
     const int nin = NET_IN + x->n;
     const size_t b1 = (size_t)NET_H1 * (size_t)nin, w2 = b1 + NET_H1;
     const size_t b2 = w2 + NET_LAT * NET_H1, w3 = b2 + NET_LAT;
     const size_t b3 = w3 + NET_H2 * NET_LAT, w4 = b3 + NET_H2;
-    int o, i;
+    int o, i, k;
 
-    for (o = 0; o < NET_H1; o++)
+    for (o = 0; o < NET_H1; o++) {
+        k = reserved(o, NET_H1);
         for (i = 0; i < nin; i++) {
-            bool ph = i >= NET_IN && NET_X_IS_PHYS(x->id[i - NET_IN]);
+            int id = i >= NET_IN ? x->id[i - NET_IN] : 0;
+            float *w = &p[(size_t)o * nin + i];
 
-            if (o == NET_PRIOR_H1)
-                p[(size_t)o * nin + i] = ph ? w[i - NET_IN] : 0;
-            else if (ph)
-                p[(size_t)o * nin + i] = 0;
+            if (k == NET_PRIOR_BASE)
+                *w = NET_X_IS_PHYS(id) ? pr->base[i - NET_IN] : 0;
+            else if (k == NET_PRIOR_COUNT)
+                *w = id == NET_X_PHYS_TABLES ? pr->count : 0;
+            else if (k == NET_PRIOR_COLS)
+                *w = id == NET_X_PHYS_BAG_COLS ? pr->cols : 0;
+            else if (NET_X_IS_PHYS(id))
+                *w = 0;
         }
-    p[b1 + NET_PRIOR_H1] = 0;
+        if (k >= 0)
+            p[b1 + (size_t)o] = 0;
+    }
     for (o = 0; o < NET_LAT; o++)
-        p[w2 + (size_t)o * NET_H1 + NET_PRIOR_H1] = 0;
-    for (i = 0; i < NET_H1; i++)
-        p[w2 + (size_t)NET_PRIOR_LAT * NET_H1 + i] = i == NET_PRIOR_H1;
-    p[b2 + NET_PRIOR_LAT] = 0;
+        for (i = 0; i < NET_H1; i++) {
+            k = reserved(o, NET_LAT);
+            if (k >= 0 || reserved(i, NET_H1) >= 0)
+                p[w2 + (size_t)o * NET_H1 + i] =
+                    k >= 0 && i == NET_PRIOR_H1(k) ? 1.0f : 0.0f;
+        }
     for (o = 0; o < NET_H2; o++)
-        p[w3 + (size_t)o * NET_LAT + NET_PRIOR_LAT] = 0;
-    for (i = 0; i < NET_LAT; i++)
-        p[w3 + (size_t)NET_PRIOR_H2 * NET_LAT + i] = i == NET_PRIOR_LAT;
-    p[b3 + NET_PRIOR_H2] = 0;
-    p[w4 + NET_PRIOR_H2] = 0;
+        for (i = 0; i < NET_LAT; i++) {
+            k = reserved(o, NET_H2);
+            if (k >= 0 || reserved(i, NET_LAT) >= 0)
+                p[w3 + (size_t)o * NET_LAT + i] =
+                    k < 0 || i != NET_PRIOR_LAT(k) ? 0.0f
+                    : k == NET_PRIOR_COUNT         ? pr->pair
+                                                   : 1.0f;
+        }
+    for (k = 0; k < NET_PRIOR_UNITS; k++) {
+        p[b2 + (size_t)NET_PRIOR_LAT(k)] = 0;
+        p[b3 + (size_t)NET_PRIOR_H2(k)] = 0;
+        p[w4 + (size_t)NET_PRIOR_H2(k)] = 0;
+    }
 }

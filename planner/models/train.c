@@ -673,10 +673,10 @@ struct trainer {
     size_t bmax;  /* largest minibatch */
     double decay; /* the weight decay (p's, or by the sample count) */
     /* A prior model's (p->extras has physical terms): each sample's
-     * physical ms in split order (n entries), and the reserved unit's
-     * weights on the derived inputs; phys NULL otherwise. */
+     * physical ms in split order (n entries), and the reserved units'
+     * weights; phys NULL otherwise. */
     double *phys;
-    float prior_w[NET_XMAX];
+    struct models__prior prior;
 };
 
 /* Few samples need more decay against overfitting, many need less to
@@ -692,10 +692,11 @@ double train_decay(const struct train_params *p, size_t n)
  * The physical prior of a prior model, from the features x (before they
  * are z-scored) of n samples in split order: its terms z-scored with mean
  * 0 and their root mean square over the training rows (so the reserved
- * unit's weights are the coefficients scaled back), the coefficients
- * fitted on the training samples, and every sample's physical ms into
- * t->phys.  0, or SD_EINVAL (no term fits, or a sample the prior gives
- * no time) or SD_ENOMEM, d says.
+ * units' weights are the coefficients scaled back), the coefficients
+ * fitted on the training samples (each term's sum over a shard's tables,
+ * and the pair term: tables x bag columns, where both are inputs), and
+ * every sample's physical ms into t->phys.  0, or SD_EINVAL (no term fits,
+ * or a sample the prior gives no time) or SD_ENOMEM, d says.
  */
 static int fit_prior(struct trainer *t, const struct train_sample *ord,
                      const size_t *off, const float *x, size_t n,
@@ -705,14 +706,18 @@ static int fit_prior(struct trainer *t, const struct train_sample *ord,
     const struct net_extras *xs = &t->p->extras;
     const int nin = NET_IN + xs->n;
     const size_t r0 = off[t->first], r1 = off[n];
-    double coef[NET_XMAX], *terms, *ms;
-    int col[NET_XMAX], nt = 0, j, q;
+    double coef[NET_XMAX + 1], *terms, *ms;
+    int col[NET_XMAX], nt = 0, ntab = -1, ncols = -1, nall, j, q;
     size_t k, r;
     int rv;
 
     for (j = 0; j < xs->n; j++)
-        if (NET_X_IS_PHYS(xs->id[j]))
+        if (NET_X_IS_PHYS(xs->id[j])) {
+            ntab = xs->id[j] == NET_X_PHYS_TABLES ? nt : ntab;
+            ncols = xs->id[j] == NET_X_PHYS_BAG_COLS ? nt : ncols;
             col[nt++] = NET_IN + j;
+        }
+    nall = nt + (ntab >= 0 && ncols >= 0); /* the pair term last */
     for (q = 0; q < nt; q++) {
         double ss = 0;
 
@@ -722,26 +727,30 @@ static int fit_prior(struct trainer *t, const struct train_sample *ord,
         m->mean[col[q]] = 0;
         m->std[col[q]] = ss > 1e-6 ? (float)ss : 1.0f;
     }
-    terms = calloc(n * (size_t)nt, sizeof(*terms));
+    terms = calloc(n * (size_t)nall, sizeof(*terms));
     ms = malloc(n * sizeof(*ms));
     if (terms == NULL || ms == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "train: out of memory");
         goto out_free;
     }
     for (k = 0; k < n; k++) {
+        double *tk = terms + k * (size_t)nall;
+
         ms[k] = ord[k].ms;
         for (r = off[k]; r < off[k + 1]; r++)
             for (q = 0; q < nt; q++)
-                terms[k * (size_t)nt + q] += x[r * nin + col[q]];
+                tk[q] += x[r * nin + col[q]];
+        if (nall > nt)
+            tk[nt] = tk[ntab] * tk[ncols];
     }
-    rv = models__prior_fit(terms + t->first * (size_t)nt, ms + t->first,
-                           t->ntrain, nt, coef, d);
+    rv = models__prior_fit(terms + t->first * (size_t)nall, ms + t->first,
+                           t->ntrain, nall, coef, d);
     if (rv != 0)
         goto out_free;
     for (k = 0; k < n; k++) {
         t->phys[k] = 0;
-        for (q = 0; q < nt; q++)
-            t->phys[k] += coef[q] * terms[k * (size_t)nt + q];
+        for (q = 0; q < nall; q++)
+            t->phys[k] += coef[q] * terms[k * (size_t)nall + q];
         if (!(t->phys[k] > 0)) {
             rv = sd_diag_set(d, SD_EINVAL,
                              "train: the physical prior gives a shard of %zu "
@@ -751,10 +760,19 @@ static int fit_prior(struct trainer *t, const struct train_sample *ord,
             goto out_free;
         }
     }
-    memset(t->prior_w, 0, sizeof(t->prior_w));
+    /* The units add v x coefficient per table: their weights on x = v /
+     * (std + eps) are the coefficient x (std + eps); the count and
+     * columns units pass the raw counts, and the pair coefficient rides
+     * on the count head unit. */
+    memset(&t->prior, 0, sizeof(t->prior));
     for (q = 0; q < nt; q++)
-        t->prior_w[col[q] - NET_IN] =
+        t->prior.base[col[q] - NET_IN] =
             (float)(coef[q] * ((double)m->std[col[q]] + 1e-6));
+    if (nall > nt) {
+        t->prior.count = (float)((double)m->std[col[ntab]] + 1e-6);
+        t->prior.cols = (float)((double)m->std[col[ncols]] + 1e-6);
+        t->prior.pair = (float)coef[nt];
+    }
     t->ds.phys = t->phys;
 out_free:
     free(ms);
@@ -846,7 +864,7 @@ static void init_params(struct trainer *t)
     models__init_layer(&t->g, p + l->w3, NET_H2, NET_LAT);
     models__init_layer(&t->g, p + l->w4, 1, NET_H2);
     if (t->phys != NULL)
-        models__prior_pin(p, &t->p->extras, t->prior_w);
+        models__prior_pin(p, &t->p->extras, &t->prior);
     for (k = t->first; k < t->first + t->ntrain; k++)
         sum += log(label(&t->ds, k));
     /* squareplus(x) = y at x = y - 1 / y */
@@ -891,7 +909,7 @@ static void run_epochs(struct trainer *t)
                 return; /* a product failed: nothing more is computed */
             adam_step(a, ++step, p->lr, t->decay);
             if (t->phys != NULL) /* the prior's units stay as fitted */
-                models__prior_pin(a->p, &p->extras, t->prior_w);
+                models__prior_pin(a->p, &p->extras, &t->prior);
         }
         train_loss = sse / (double)t->ntrain;
         m->metrics.epochs = epoch;

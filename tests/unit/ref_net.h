@@ -75,7 +75,7 @@ static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
 static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
                                 const int32_t *cols, size_t n)
 {
-    double s[NET_LAT] = {0}, y, phys = 0;
+    double s[NET_LAT] = {0}, y, phys = 0, bag_cols = 0;
     size_t k;
     int i, o;
 
@@ -85,12 +85,14 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
 
         net_features(&t[k], cols[k], f);
         /* A prior model (NET_ACT_PRIOR): the shard's physical ms from the
-         * terms' definitions and the model's coefficients. */
+         * terms' definitions and the model's coefficients, and the pair
+         * term's tables x bag columns. */
         for (i = 0; i < m->x.n && net_has_prior(m); i++)
             if (NET_X_IS_PHYS(m->x.id[i]))
                 phys +=
                     net_prior_coef(m, m->x.id[i]) *
                     ref_net_extra(m->x.id[i], &t[k], cols[k], m->batch_size);
+        bag_cols += (double)m->batch_size * cols[k];
         for (i = 0; i < NET_IN; i++)
             x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
         for (i = 0; i < m->x.n; i++)
@@ -123,8 +125,9 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
             a += m->p[NET_W3 + o * NET_LAT + i] * s[i];
         y += m->p[NET_W4 + o] * (a > 0 ? a : 0);
     }
-    if (net_has_prior(m)) /* squareplus(y) x phys */
-        return (y + sqrt(y * y + 4)) / 2 * phys;
+    if (net_has_prior(m)) /* squareplus(y) x (base + the pair term) */
+        return (y + sqrt(y * y + 4)) / 2 *
+               (phys + net_prior_pair_coef(m) * (double)n * bag_cols);
     return y > 20 ? y : log1p(exp(y));
 }
 

@@ -26,10 +26,12 @@
     (V4_PARAMS + 4 * (NET_H1 * NIN + NET_H1 + NET_LAT * NET_H1 + NET_LAT +     \
                       NET_H2 * NET_LAT + NET_H2))
 
-/* The law the samples follow: per table, per lookup, per distinct byte. */
+/* The law the samples follow: per table, per lookup, per distinct byte,
+ * and per table x bag column of the shard (the pair term). */
 #define C_TABLE  0.002
 #define C_LOOKUP 3e-6
 #define C_UBYTES 4e-7
+#define C_PAIR   2e-9
 
 static void make_table(struct table *t, struct rng *g, double rows_max,
                        double pf_lo, double pf_hi)
@@ -64,13 +66,17 @@ static void make_samples(struct table *tb, struct train_sample *s, size_t n,
 
     rng_seed(&g, seed);
     for (i = 0; i < n; i++) {
+        double cols = 0;
+
         s[i].tables = &tb[4 * i];
         s[i].ntables = 1 + rng_below(&g, 4);
         s[i].ms = 0;
         for (k = 0; k < s[i].ntables; k++) {
             make_table(&tb[4 * i + k], &g, rows_max, pf_lo, pf_hi);
             s[i].ms += truth_ms(&tb[4 * i + k]);
+            cols += (double)BATCH * tb[4 * i + k].dim;
         }
+        s[i].ms += C_PAIR * (double)s[i].ntables * cols;
     }
 }
 
@@ -118,6 +124,7 @@ static void test_fit(const struct cost_net *m, const struct train_sample *s,
     CHECK_NEAR(per_table / C_TABLE, 1, 0.01);
     CHECK_NEAR(net_prior_coef(m, NET_X_PHYS_LOOKUPS) / C_LOOKUP, 1, 0.01);
     CHECK_NEAR(net_prior_coef(m, NET_X_PHYS_UNIQUE_BYTES) / C_UBYTES, 1, 0.01);
+    CHECK_NEAR(net_prior_pair_coef(m) / C_PAIR, 1, 0.02);
     CHECK(net_prior_coef(m, NET_X_PHYS_HALF_COLS) >= 0 &&
           net_prior_coef(m, NET_X_ELEM_BYTES) == 0);
     CHECK(m->metrics.test_mape < 0.03);
@@ -163,8 +170,9 @@ static void test_file(const struct cost_net *m, const struct train_sample *s,
      * format 3, are each named. */
     memcpy(&half_bits, &half, 4);
     memcpy(&bad_bits, &bad, 4);
-    refuse_edit(buf, len, V4_W4 + 4 * NET_PRIOR_H2, half_bits, 4, "W4[0][63]");
-    refuse_edit(buf, len, V4_PARAMS + 4 * (NET_PRIOR_H1 * NIN + NET_IN + 8),
+    refuse_edit(buf, len, V4_W4 + 4 * NET_PRIOR_H2(0), half_bits, 4,
+                "W4[0][63]");
+    refuse_edit(buf, len, V4_PARAMS + 4 * (NET_PRIOR_H1(0) * NIN + NET_IN + 8),
                 bad_bits, 4, "not >= 0");
     refuse_edit(buf, len, 4, 3, 4, "format 3 with activation 2");
     free(img);
