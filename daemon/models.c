@@ -15,8 +15,9 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
     struct sd_diag d;
 
     /* A model with a raw output (NeuroShard's, the reference profile) is
-     * scored on the host: the device kernels end in softplus. */
-    if (be == NULL || net_io_activation(m->net) != NET_ACT_SOFTPLUS)
+     * scored on the host: the device kernels end in softplus or a prior
+     * model's head. */
+    if (be == NULL || net_io_activation(m->net) == NET_ACT_NONE)
         return;
     if (prof_net_upload(be, 0, m->net, &m->resident, &d) != 0) {
         m->resident = NULL;

@@ -201,13 +201,22 @@ struct kern_shard; /* opaque: a shard's weights and inputs on a device */
  * 5.1): every table of a shard goes through in -> h1 -> lat (ReLU after
  * both), the latents are summed over the shard, and a head lat -> h2 -> 1
  * (ReLU between) gives the raw cost, whose softplus log(1 + e^x) is the
- * shard's ms.  Parameters are one float array, row-major [out][in] per
- * layer, in the order W1 b1 W2 b2 W3 b3 W4 b4 (kern_net_nparams() floats):
- * the planner's cost_net.p as it is.  kernels/ never sees the planner's
- * types; profiler/ bridges the two.
+ * shard's ms; with head KERN_NET_HEAD_PRIOR (a physical-prior model,
+ * models.h NET_ACT_PRIOR) the ms are squareplus(raw) = (raw + sqrt(raw^2 +
+ * 4)) / 2 times z[h2 - 1] + z[h2 - 2] x z[h2 - 3], the last three head
+ * units before their ReLU (the shard's physical ms).  Parameters are one float
+ * array, row-major [out][in] per layer, in the order W1 b1 W2 b2 W3 b3 W4 b4
+ * (kern_net_nparams() floats): the planner's cost_net.p as it is.  kernels/
+ * never sees the planner's types; profiler/ bridges the two.
  */
+enum kern_net_head {
+    KERN_NET_HEAD_SOFTPLUS = 0,
+    KERN_NET_HEAD_PRIOR = 1, /* needs h2 >= 3 */
+};
+
 struct kern_net_dims {
     int32_t in, h1, lat, h2; /* each in [1, KERN_NET_DIM_MAX] */
+    int32_t head;            /* enum kern_net_head */
 };
 #define KERN_NET_DIM_MAX 1024
 

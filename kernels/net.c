@@ -27,7 +27,9 @@ size_t kern_net_nparams(const struct kern_net_dims *dims)
     if (dims == NULL || dims->in < 1 || dims->h1 < 1 || dims->lat < 1 ||
         dims->h2 < 1 || dims->in > KERN_NET_DIM_MAX ||
         dims->h1 > KERN_NET_DIM_MAX || dims->lat > KERN_NET_DIM_MAX ||
-        dims->h2 > KERN_NET_DIM_MAX)
+        dims->h2 > KERN_NET_DIM_MAX ||
+        (dims->head != KERN_NET_HEAD_SOFTPLUS &&
+         (dims->head != KERN_NET_HEAD_PRIOR || dims->h2 < 3)))
         return 0;
     in = (size_t)dims->in;
     h1 = (size_t)dims->h1;
@@ -61,8 +63,8 @@ int kern_net_open(const struct kern_backend *be, int32_t device,
 
     if (be == NULL || params == NULL || kern_net_nparams(dims) == 0)
         return sd_diag_set(d, SD_EINVAL,
-                           "net: no backend, no parameters or a layer size "
-                           "out of [1, %d]",
+                           "net: no backend, no parameters, a layer size "
+                           "out of [1, %d] or an unknown head",
                            KERN_NET_DIM_MAX);
     if (be->net_open == NULL)
         return sd_diag_set(d, SD_EUNSUPPORTED,

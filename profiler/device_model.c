@@ -21,18 +21,21 @@ int prof_net_upload(const struct kern_backend *be, int32_t device,
 {
     /* W1 of net_nin(m) columns: the derived inputs' (format 3) after the
      * 20, the layout the kernels take for any input count. */
-    const struct kern_net_dims dims = {net_nin(m), NET_H1, NET_LAT, NET_H2};
+    const struct kern_net_dims dims = {
+        net_nin(m), NET_H1, NET_LAT, NET_H2,
+        net_has_prior(m) ? KERN_NET_HEAD_PRIOR : KERN_NET_HEAD_SOFTPLUS};
     float *packed;
     int rv;
 
     if (kern_net_nparams(&dims) != net_packed_nparams(m))
         return sd_diag_set(d, SD_EINVAL, "net: parameter layouts differ");
-    /* The device kernels end in softplus (format 1's output); a model
-     * whose output is raw (format 2, NeuroShard's) is scored on the host. */
-    if (net_io_activation(m) != NET_ACT_SOFTPLUS)
+    /* The device kernels end in softplus (format 1's output) or a prior
+     * head (format 4); a model whose output is raw (format 2,
+     * NeuroShard's) is scored on the host. */
+    if (net_io_activation(m) == NET_ACT_NONE)
         return sd_diag_set(d, SD_EUNSUPPORTED,
-                           "net: model %s has no softplus output, which the "
-                           "device kernels apply: scored on the host",
+                           "net: model %s has a raw output, which the device "
+                           "kernels do not apply: scored on the host",
                            m->profile);
     if (m->x.n == 0)
         return kern_net_open(be, device, &dims, m->p, out, d);

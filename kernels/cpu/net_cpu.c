@@ -80,7 +80,8 @@ static void project_add(const struct cpu_net *n, const float *lat, float *z)
     }
 }
 
-/* softplus(b4 + w4 . relu(z)) (net.c's net_head_raw() and softplus). */
+/* softplus(b4 + w4 . relu(z)) (net.c's net_head_raw() and softplus), or
+ * a prior head's squareplus of it times the shard's physical ms. */
 static double head(const struct cpu_net *n, const float *z)
 {
     const float *w4 = n->p + n->o.w4;
@@ -92,6 +93,14 @@ static double head(const struct cpu_net *n, const float *z)
         acc[o % 8] += w4[o] * (z[o] > 0 ? z[o] : 0);
     raw = (double)n->p[n->o.b4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    if (n->dims.head == KERN_NET_HEAD_PRIOR) {
+        int h = n->dims.h2;
+        double phys = (double)z[h - 1] + (double)z[h - 2] * (double)z[h - 3];
+        double r = sqrt(raw * raw + 4);
+
+        return (raw >= 0 ? (raw + r) / 2 : 2 / (r - raw)) *
+               (phys > 0 ? phys : 0);
+    }
     return raw > 20 ? raw : log1p(exp(raw));
 }
 

@@ -114,6 +114,7 @@ cudaError_t kern_cuda_flush(void *buf, size_t bytes, uint32_t value,
 struct kern_cuda_net {
     const float *p; /* the parameter array (kernels.h's layout) */
     int32_t in, h1, lat, h2;
+    int32_t head; /* enum kern_net_head */
     /* offsets of the layers in p */
     int64_t w1, b1, w2, b2, w3, b3, w4, b4;
 };
@@ -123,8 +124,9 @@ cudaError_t kern_cuda_net_latent(const struct kern_cuda_net *n, const float *x,
                                  uint64_t nrows, float *lat,
                                  cudaStream_t stream);
 
-/* ms[s] = softplus(b4 + w4 . relu(b3 + W3 sum of lat over rows off[s] ..
- * off[s + 1])), 0 for an empty shard. */
+/* ms[s] = softplus(b4 + w4 . relu(z)), z = b3 + W3 sum of lat over rows
+ * off[s] .. off[s + 1] (a prior head: squareplus of it times z[h2 - 1] +
+ * z[h2 - 2] z[h2 - 3]), 0 for an empty shard. */
 cudaError_t kern_cuda_net_head(const struct kern_cuda_net *n, const float *lat,
                                const uint64_t *off, uint64_t nshards,
                                double *ms, cudaStream_t stream);

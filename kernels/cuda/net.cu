@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(WARP *HEAD_WARPS)
     uint64_t shard = (uint64_t)blockIdx.x * HEAD_WARPS + threadIdx.y;
     uint64_t begin, end, r;
     int lane = (int)threadIdx.x, k, o, m;
-    float s, part = 0;
-    double raw;
+    float s, part = 0, res = 0, t0, t1, t2;
+    double raw, phys, root;
 
     if (shard >= nshards) /* uniform across the warp */
         return;
@@ -97,12 +97,26 @@ __global__ void __launch_bounds__(WARP *HEAD_WARPS)
         for (k = 0; k < n.lat; k++)
             s += __ldg(n.p + n.w3 + (int64_t)o * n.lat + k) * ls[k];
         part += __ldg(n.p + n.w4 + o) * (s > 0 ? s : 0);
+        /* a prior head's last three units, each on its own lane */
+        if (o >= n.h2 - 3)
+            res = s;
     }
     for (m = WARP / 2; m > 0; m >>= 1)
         part += __shfl_xor_sync(FULL_MASK, part, m);
+    /* every lane takes part: the shuffles need the whole warp */
+    t0 = __shfl_sync(FULL_MASK, res, (n.h2 - 1) % WARP);
+    t1 = __shfl_sync(FULL_MASK, res, (n.h2 - 2) % WARP);
+    t2 = __shfl_sync(FULL_MASK, res, (n.h2 - 3) % WARP);
     if (lane == 0) {
         raw = (double)__ldg(n.p + n.b4) + (double)part;
-        ms[shard] = raw > 20 ? raw : log1p(exp(raw));
+        if (n.head == KERN_NET_HEAD_PRIOR) {
+            phys = (double)t0 + (double)t1 * (double)t2;
+            root = sqrt(raw * raw + 4);
+            ms[shard] = (raw >= 0 ? (raw + root) / 2 : 2 / (root - raw)) *
+                        (phys > 0 ? phys : 0);
+        } else {
+            ms[shard] = raw > 20 ? raw : log1p(exp(raw));
+        }
     }
 }
 

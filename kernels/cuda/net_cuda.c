@@ -91,6 +91,7 @@ int kern_cuda_net_open(int32_t device, const struct kern_net_dims *dims,
     n->dn.h1 = dims->h1;
     n->dn.lat = dims->lat;
     n->dn.h2 = dims->h2;
+    n->dn.head = dims->head;
     n->dn.w1 = (int64_t)o.w1;
     n->dn.b1 = (int64_t)o.b1;
     n->dn.w2 = (int64_t)o.w2;

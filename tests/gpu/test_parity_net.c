@@ -86,9 +86,9 @@ static int make_shards(struct shards *sh, size_t n, uint64_t seed)
 }
 
 static void test_scores(const struct kern_backend *cuda,
-                        const struct shards *sh)
+                        const struct shards *sh, const struct cost_net *m,
+                        const char *what)
 {
-    const struct cost_net *m = net_embedded(NULL);
     struct kern_net *cpu_net = NULL, *gpu_net = NULL;
     double *a = calloc(sh->n, sizeof(*a)), *b = calloc(sh->n, sizeof(*b));
     double t0, t1, t2, worst = 0;
@@ -121,9 +121,9 @@ static void test_scores(const struct kern_backend *cuda,
         bad += !(e <= SCORE_TOL) || (sh->s[i].ntables == 0 && b[i] != 0);
     }
     CHECK(bad == 0);
-    printf("scores of %zu shards: cpu %.1f ms, cuda %.1f ms (inputs built on "
-           "the host included), worst relative difference %.3g\n",
-           sh->n, t1 - t0, t2 - t1, worst);
+    printf("%s: scores of %zu shards: cpu %.1f ms, cuda %.1f ms (inputs "
+           "built on the host included), worst relative difference %.3g\n",
+           what, sh->n, t1 - t0, t2 - t1, worst);
     /* A batch of one: the latency a single Estimate would see. */
     t0 = now_ms();
     CHECK(prof_net_score_tables(gpu_net, m, sh->s, 1, b, &d) == 0);
@@ -282,6 +282,25 @@ static void test_training(const struct kern_backend *cuda, struct shards *sh)
     prof_gemm_close(&pg);
 }
 
+/* A physical-prior model (format 4, the device's prior head), trained on
+ * the host for a few epochs, scored on both devices. */
+static void test_prior(const struct kern_backend *cuda, const struct shards *sh)
+{
+    struct cost_net *m = NULL;
+    struct train_params p;
+    struct shards some = *sh;
+    struct sd_diag d;
+
+    train_params_default(&p);
+    p.max_epochs = 5;
+    CHECK(net_extras_parse("v3", &p.extras, &d) == 0);
+    some.n = sh->n < 2000 ? sh->n : 2000;
+    if (!CHECK_OK(net_train(&p, some.s, some.n, "parity", 4096, &m, &d), d.msg))
+        return;
+    test_scores(cuda, sh, m, "a prior model (format 4)");
+    free(m);
+}
+
 int main(int argc, char **argv)
 {
     const struct kern_backend *cuda;
@@ -301,7 +320,8 @@ int main(int argc, char **argv)
     rng_seed(&g, seed);
     if (make_shards(&sh, NSHARDS, seed) != 0)
         return 1;
-    test_scores(cuda, &sh);
+    test_scores(cuda, &sh, net_embedded(NULL), "the embedded model");
+    test_prior(cuda, &sh);
     test_sgemm(cuda, &g);
     test_training(cuda, &sh);
     return tap_done();

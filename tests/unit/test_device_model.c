@@ -107,7 +107,8 @@ static void check_parity(const struct cost_net *m, const struct shards *sh,
 static void test_net_parity(const struct shards *sh)
 {
     const struct cost_net *m = net_embedded(NULL);
-    struct kern_net_dims dims = {NET_IN, NET_H1, NET_LAT, NET_H2};
+    struct kern_net_dims dims = {NET_IN, NET_H1, NET_LAT, NET_H2,
+                                 KERN_NET_HEAD_SOFTPLUS};
     struct cost_net *v3;
     struct sd_diag d;
     struct rng g;
@@ -117,6 +118,15 @@ static void test_net_parity(const struct shards *sh)
     dims.h1 = 0;
     CHECK(kern_net_nparams(&dims) == 0);
     dims.h1 = KERN_NET_DIM_MAX + 1;
+    CHECK(kern_net_nparams(&dims) == 0);
+    /* A prior head needs its three units; an unknown head is refused. */
+    dims.h1 = NET_H1;
+    dims.head = KERN_NET_HEAD_PRIOR;
+    CHECK(kern_net_nparams(&dims) == NET_NPARAMS);
+    dims.h2 = 2;
+    CHECK(kern_net_nparams(&dims) == 0);
+    dims.h2 = NET_H2;
+    dims.head = 2;
     CHECK(kern_net_nparams(&dims) == 0);
     CHECK(m != NULL);
     if (m == NULL)
@@ -146,6 +156,7 @@ static void test_net_parity(const struct shards *sh)
     check_parity(v3, sh, "format 3");
     free(v3);
 }
+
 
 static void test_net_args(void)
 {
@@ -338,6 +349,32 @@ static struct diff differences(const struct cost_net *a,
     return r;
 }
 
+/* A physical-prior model (format 4): the device's prior head, scored as
+ * the planner scores it, to the bit.  Trained for a few epochs on the
+ * non-empty shards, labelled. */
+static void test_prior_parity(const struct shards *sh)
+{
+    static struct shards fit;
+    struct cost_net *m = NULL;
+    struct train_params p;
+    struct sd_diag d;
+    size_t i, n = 0;
+
+    for (i = 0; i < NSHARDS; i++)
+        if (sh->s[i].ntables > 0)
+            fit.s[n++] = sh->s[i];
+    label(&fit, n);
+    train_params_default(&p);
+    p.max_epochs = 5;
+    CHECK(net_extras_parse("v3", &p.extras, &d) == 0);
+    if (!CHECK_OK(net_train(&p, fit.s, n, "cpu/test/4096", 4096, &m, &d),
+                  d.msg))
+        return;
+    CHECK(net_has_prior(m));
+    check_parity(m, sh, "format 4, the prior");
+    free(m);
+}
+
 static void test_train_hook(struct shards *sh)
 {
     struct cost_net *ref = NULL, *hooked = NULL, *dev = NULL, *failed = NULL;
@@ -475,6 +512,7 @@ int main(int argc, char **argv)
     rng_seed(&g, seed);
     make_shards(&sh, seed);
     test_net_parity(&sh);
+    test_prior_parity(&sh);
     test_net_args();
     test_sgemm(&g);
     test_busy();
