@@ -14,7 +14,8 @@ towards its absolute value (MAPE).
 For each family F held out it prints the MAPE on the shards with a table of
 F of
   - the physical model fitted on the other shards,
-  - the net (`shardctl train --hold-out-family F`) on the measured times,
+  - the plain net (`shardctl train --hold-out-family F --features v2`) on
+    the measured times,
   - the net trained on measured / physical (the labels divided by the
     physical model fitted without F), whose MAPE on that ratio is the MAPE
     of physical x net in ms;
@@ -181,7 +182,7 @@ def print_hold(a, x, y, ids, batch, beta, tmp):
         copy_store(a.hold, ho, labels=hlabels)
         run([a.shardctl, "train", "--db", db, "--seed", "0", "--epochs",
              str(a.epochs), "--out", model] + a.train_arg +
-            (["--features", "v3"] if name == "v3" else []), a.core)
+            ["--features", "v3" if name == "v3" else "v2"], a.core)
         row.append(score_mape(run([a.shardctl, "score", "--db", ho,
                                    "--model", model], a.core)))
     print(("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" + " %9.1f%%" * (len(row) - 3))
@@ -244,7 +245,7 @@ def main():
                 run([a.shardctl, "train", "--db", db, "--seed", "0",
                      "--epochs", str(a.epochs), "--hold-out-family", fam,
                      "--out", model] + a.train_arg +
-                    (["--features", "v3"] if name == "v3" else []), a.core)
+                    ["--features", "v3" if name == "v3" else "v2"], a.core)
                 row.append(score_mape(run([a.shardctl, "score", "--db", ho,
                                            "--model", model], a.core)))
             print(("%-8s %7d %9.1f%% %9.1f%% %13.1f%%" +
