@@ -221,8 +221,8 @@ static void test_carries_over(const struct train_sample *s, size_t n)
     e3 = mape(v3, far, M);
     fprintf(stderr, "far from training: MAPE v2 %.1f %%, v3 %.1f %%\n",
             100 * e2, 100 * e3);
-    CHECK(e3 < 0.20);   /* 7.0 % here (the net's ratio drifts a little) */
-    CHECK(e3 < e2 / 3); /* v2 59.8 % */
+    CHECK(e3 < 0.20);   /* 8.9 % here (the net's ratio drifts a little) */
+    CHECK(e3 < e2 / 3); /* v2 60.1 % */
 out_free:
     free(v2);
     free(v3);
