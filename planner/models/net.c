@@ -573,24 +573,26 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
 
-/* The head's output from its eight lane sums, added in one fixed order;
- * of a prior model (NET_ACT_PRIOR), squareplus of it times the shard's
- * physical ms from its reserved head units t[k] = z[NET_PRIOR_H2(k)]:
- * base + count x columns (each a sum of units >= 0, so never below 0). */
-static double head_sum(const struct cost_net *m, const float acc[8],
-                       const float t[NET_PRIOR_UNITS])
+/* A prior model's cost from its raw head and its reserved head units:
+ * squareplus(raw) x (base + count x columns), each unit a sum of units >=
+ * 0, so never below 0.  Out of line, with no pointer from the pass: a
+ * plain model's head pays nothing for it. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static double
+prior_cost(double raw, float base, float count, float cols)
 {
-    double raw = (double)m->p[NET_B4] +
-                 ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-                 ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    double phys = (double)base + (double)count * (double)cols;
 
-    if (m->io.activation == NET_ACT_PRIOR && m->io.custom) {
-        double phys = (double)t[NET_PRIOR_BASE] +
-                      (double)t[NET_PRIOR_COUNT] * (double)t[NET_PRIOR_COLS];
+    return net_squareplus(raw) * (phys > 0 ? phys : 0);
+}
 
-        return net_squareplus(raw) * (phys > 0 ? phys : 0);
-    }
-    return raw;
+/* The head's output from its eight lane sums, added in one fixed order. */
+static double head_sum(const struct cost_net *m, const float acc[8])
+{
+    return (double)m->p[NET_B4] + ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 /*
@@ -611,7 +613,7 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
           const float *const sub[2], float *out)
 {
     const float *w4 = m->p + NET_W4;
-    float acc[8] = {0}, phys[NET_PRIOR_UNITS] = {0};
+    float acc[8] = {0};
     int o, q;
 
 #if defined(__GNUC__)
@@ -637,9 +639,6 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
             }
         if (out != NULL)
             memcpy(out + o, &v, sizeof(v));
-        if (o == NET_H2 - 8) /* the reserved units are the last block's */
-            for (q = 0; q < NET_PRIOR_UNITS; q++)
-                phys[q] = v[NET_PRIOR_H2(q) - o];
         /* max(t, 0): the lanes where t > 0 kept, the others +0. */
         v = (net_v8)((net_v8i)v & (v > zero));
         memcpy(&wo, w4 + o, sizeof(wo));
@@ -661,12 +660,32 @@ head_pass(const struct cost_net *m, const float *z, const float *const add[2],
                     v -= sub[q][o + k];
             if (out != NULL)
                 out[o + k] = v;
-            if (o + k > NET_PRIOR_H2(NET_PRIOR_UNITS))
-                phys[NET_H2 - 1 - (o + k)] = v;
             acc[k] += w4[o + k] * (v > 0 ? v : 0);
         }
 #endif
-    return head_sum(m, acc, phys);
+    /* A prior model (NET_ACT_PRIOR): its reserved units of t, from out
+     * where the pass wrote t, else summed again in the pass's order (the
+     * same floats). */
+    if (m->io.activation == NET_ACT_PRIOR && m->io.custom) {
+        float t[NET_PRIOR_UNITS];
+        int k;
+
+        for (k = 0; k < NET_PRIOR_UNITS; k++) {
+            int i = NET_PRIOR_H2(k);
+            float v = out != NULL ? out[i] : z[i];
+
+            for (q = 0; q < 2 && out == NULL; q++)
+                if (add[q] != NULL)
+                    v += add[q][i];
+            for (q = 0; q < 2 && out == NULL; q++)
+                if (sub[q] != NULL)
+                    v -= sub[q][i];
+            t[k] = v;
+        }
+        return prior_cost(head_sum(m, acc), t[NET_PRIOR_BASE],
+                          t[NET_PRIOR_COUNT], t[NET_PRIOR_COLS]);
+    }
+    return head_sum(m, acc);
 }
 
 NET_CLONES double net_head_raw(const struct cost_net *m, const float z[NET_H2])
