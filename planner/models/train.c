@@ -3,7 +3,10 @@
  * per-table MLP and the shard head to measured shard times with Adam on the
  * squared error of log(predicted ms) - log(measured ms), the prediction
  * being softplus of the head's output as in net_head_z(), and keeps the
- * weights of the epoch with the best validation loss.
+ * weights of the epoch with the best validation loss.  A prior model's
+ * (derived inputs with physical terms, models.h NET_ACT_PRIOR) fits the
+ * prior first (fit_prior(), prior.c) and the head to the ratio of the
+ * measured time to it, through squareplus, its reserved units pinned.
  *
  * Why it looks the way it does:
  *  - The table MLP runs once per table of every shard in a minibatch, so its
