@@ -22,7 +22,7 @@
  * table-wise grid alone, pins and two capacities); with a variant's name
  * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.  With
  * SHARDD_BENCH_MODEL=FILE it plans with that model file instead of the
- * embedded one (a prior model's head, format 4, costs a softplus more).
+ * embedded one (a prior model, format 4, adds a square root to its head).
  */
 #include <stdio.h>
 #include <stdlib.h>

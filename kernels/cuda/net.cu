@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(WARP *HEAD_WARPS)
     uint64_t shard = (uint64_t)blockIdx.x * HEAD_WARPS + threadIdx.y;
     uint64_t begin, end, r;
     int lane = (int)threadIdx.x, k, o, m;
-    float s, part = 0, res = 0, t0, t1, t2;
+    float s, part = 0, res = 0, t0 = 0, t1 = 0, t2 = 0;
     double raw, phys, root;
 
     if (shard >= nshards) /* uniform across the warp */
@@ -103,10 +103,13 @@ __global__ void __launch_bounds__(WARP *HEAD_WARPS)
     }
     for (m = WARP / 2; m > 0; m >>= 1)
         part += __shfl_xor_sync(FULL_MASK, part, m);
-    /* every lane takes part: the shuffles need the whole warp */
-    t0 = __shfl_sync(FULL_MASK, res, (n.h2 - 1) % WARP);
-    t1 = __shfl_sync(FULL_MASK, res, (n.h2 - 2) % WARP);
-    t2 = __shfl_sync(FULL_MASK, res, (n.h2 - 3) % WARP);
+    if (n.head == KERN_NET_HEAD_PRIOR) {
+        /* uniform across the warp: every lane takes part, as the
+         * shuffles need */
+        t0 = __shfl_sync(FULL_MASK, res, (n.h2 - 1) % WARP);
+        t1 = __shfl_sync(FULL_MASK, res, (n.h2 - 2) % WARP);
+        t2 = __shfl_sync(FULL_MASK, res, (n.h2 - 3) % WARP);
+    }
     if (lane == 0) {
         raw = (double)__ldg(n.p + n.b4) + (double)part;
         if (n.head == KERN_NET_HEAD_PRIOR) {

@@ -227,13 +227,17 @@ static double label(const struct dataset *ds, size_t k)
     return ds->phys != NULL ? ds->ord[k].ms / ds->phys[k] : ds->ord[k].ms;
 }
 
-/* log(softplus(o)), exact also where softplus(o) underflows to 0; of a
- * prior model (ds->phys), log(squareplus(o)). */
+/* What the head's output o predicts of a label: softplus(o), or of a
+ * prior model (ds->phys) squareplus(o). */
+static double act(const struct dataset *ds, double o)
+{
+    return ds->phys != NULL ? net_squareplus(o) : net_softplus(o);
+}
+
+/* log(act(o)), exact also where softplus(o) underflows to 0. */
 static double log_act(const struct dataset *ds, double o)
 {
-    if (ds->phys != NULL)
-        return log(net_squareplus(o));
-    return o < -30 ? o : log(net_softplus(o));
+    return ds->phys == NULL && o < -30 ? o : log(act(ds, o));
 }
 
 /* The derivative of log_act(): sigmoid(o) / softplus(o), or
@@ -419,7 +423,7 @@ static void evaluate(const float *p, const struct dataset *ds, size_t *pos,
             double e = log_act(ds, w->out[b]) - log(ms);
 
             sse += e * e;
-            ape += fabs(exp(log_act(ds, w->out[b])) - ms) / ms;
+            ape += fabs(act(ds, w->out[b]) - ms) / ms;
         }
     }
     *loss = n ? sse / (double)n : 0;
