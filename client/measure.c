@@ -88,6 +88,7 @@ int measure_profile(const struct ctl_opts *o)
 {
     struct prof_run_params pp;
     struct prof_run_result res;
+    struct ctl_model cm = {0};
     struct store *st;
     struct sd_diag d;
     int rv;
@@ -132,17 +133,45 @@ int measure_profile(const struct ctl_opts *o)
     if (o->max_tables)
         pp.shape.max_tables = (size_t)o->max_tables;
     pp.plan_devices = (int32_t)o->plan_devices;
+    if (o->alg != NULL && strcmp(o->alg, "greedy") != 0) {
+        enum plan_alg a;
+
+        if (plan_alg_parse(o->alg, &a, &d) != 0)
+            return ctl_fail(CTL_EXIT_USAGE, "profile: --alg: %s", d.msg);
+        if (o->plan_devices == 0 || a == PLAN_ALG_DREAMSHARD)
+            return ctl_fail(CTL_EXIT_USAGE, "profile: --alg %s: %s", o->alg,
+                            a == PLAN_ALG_DREAMSHARD
+                                ? "dreamshard's plans are not profiled "
+                                  "(its policy follows a model: profile "
+                                  "neuroshard's)"
+                                : "shapes shards like the devices of plans: "
+                                  "give --plan-devices N");
+        pp.plan_alg = (int)a;
+    }
+    if (pp.plan_alg == PLAN_ALG_NEUROSHARD) {
+        rv = ctl_load_model(o, "profile", &cm);
+        if (rv != 0)
+            return rv;
+        pp.plan_net = cm.net;
+    } else if (o->model != NULL) {
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "profile: --model plans the shards of --alg "
+                        "neuroshard; give that too, or leave --model out");
+    }
     timing_opts(o, &pp.timing);
     pp.stop = &ctl_stop_requested;
     pp.progress = show_progress;
     pp.busy = show_busy;
 
     rv = store_open(o->db, 0, &st, &d);
-    if (rv != 0)
+    if (rv != 0) {
+        ctl_model_free(&cm);
         return ctl_fail(ctl_exit_for(rv), "profile: %s", d.msg);
+    }
     ctl_catch_stop_signals();
     rv = prof_run(st, &pp, &res, &d);
     store_close(st);
+    ctl_model_free(&cm);
     fprintf(stderr, "profile %s: %llu samples added, %llu in the store\n",
             res.profile, (unsigned long long)res.added,
             (unsigned long long)(res.existing + res.added));

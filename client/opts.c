@@ -92,15 +92,18 @@ static const char usage_text[] =
     "  profile     --db FILE --samples N [--backend cpu|cuda|auto]\n"
     "              [--device D] [--batch-size B] [--seconds S] [--seed S]\n"
     "              [--family NAME|mix] [--row-blocks F] [--max-gb G]\n"
-    "              [--max-tables K | --plan-devices N]\n"
-    "              [--quiet-tolerance T] [TIMING]\n"
+    "              [--max-tables K | --plan-devices N [--alg A]]\n"
+    "              [--model FILE] [--quiet-tolerance T] [TIMING]\n"
     "      Measure N compute-cost samples of random shards (at most G GiB,\n"
     "      default 4; 1 .. K tables, default 15, at most 64) into the store\n"
     "      (resumable; Ctrl-C keeps every committed sample).  Tables of every\n"
     "      family by default (mix); a share F of the samples (default 0.25;\n"
     "      0 for dlrm) are shards of row blocks, each table cut to 1/2 ..\n"
     "      1/64 of its rows.  --plan-devices N: shards shaped like the\n"
-    "      devices of greedy plans of random tasks on N devices of 4 GiB.\n"
+    "      devices of greedy plans of random tasks on N devices of 4 GiB;\n"
+    "      --alg A: of A's plans instead (torchrec_greedy, neuroshard with\n"
+    "      --model or the embedded model, ...), each device's column\n"
+    "      slices, row blocks and replicas measured as eval measures them.\n"
     "      A sample is measured again while both probes timed beside it\n"
     "      run more than T (default 0.10; 0: no check) slower than the\n"
     "      device's quiet time (another process on it), for half an hour\n"
@@ -363,7 +366,7 @@ static const struct opt_def opt_defs[] = {
      set_str, 0, 0},
     /* How to plan */
     {"offline", FLAG, O(offline), CMD(PLAN) | CMD(ESTIMATE), set_flag, 0, 0},
-    {"alg", ARG, O(alg), CMD(PLAN), set_str, 0, 0},
+    {"alg", ARG, O(alg), CMD(PLAN) | CMD(PROFILE), set_str, 0, 0},
     {"seed", ARG, O(seed),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(PROFILE) | CMD(TRAIN) |
          CMD(EVAL) | CMD(COMM_PROFILE) | CMD(TRAIN_POLICY),
@@ -375,7 +378,8 @@ static const struct opt_def opt_defs[] = {
     {"no-torchrec", FLAG, O(no_torchrec), CMD(PLAN), set_flag, 0, 0},
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
     {"model", ARG, O(model),
-     CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY),
+     CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY) |
+         CMD(PROFILE),
      set_str, 0, 0},
     {"policy", ARG, O(policy), CMD(PLAN), set_str, 0, 0},
     {"profile", ARG, O(profile),

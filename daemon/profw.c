@@ -143,9 +143,12 @@ void profw_memory(struct profw *p, uint64_t *kept, uint64_t *budget_bytes,
 }
 
 /*
- * The shard of device `dev` of a plan into *out; false when it is empty,
- * has more tables than a proposal holds, or needs more memory to measure
- * than the budget allows (prof_fits()).
+ * The shard of device `dev` of a plan into *out, each piece as the table
+ * the cost model priced it as (shard_table(): a column slice's width, a row
+ * block's rows and lookups, a replica's local batch), so that the sample
+ * is what the device does; false when it is empty, has more tables than a
+ * proposal holds, or needs more memory to measure than the budget allows
+ * (prof_fits()).
  */
 static bool device_shard(const struct plan *plan, const struct table *tables,
                          int32_t dev, int64_t batch, uint64_t budget,
@@ -162,8 +165,8 @@ static bool device_shard(const struct plan *plan, const struct table *tables,
             continue;
         if (out->n == PROFW_PROPOSAL_MAX)
             return false; /* too many tables to store as one sample */
-        out->tables[out->n] = tables[sh->table];
-        out->tables[out->n].dim = sh->col_width;
+        shard_table(&tables[sh->table], sh, plan->ndevices,
+                    &out->tables[out->n]);
         out->n++;
     }
     if (out->n == 0)

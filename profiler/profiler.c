@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Draws of a random shard before one fits the memory budget. */
 #define PROF_BUDGET_TRIES 100
@@ -341,6 +342,7 @@ void prof_run_params_default(struct prof_run_params *p)
     kern_timing_opts_default(&p->timing);
     p->quiet_tolerance = PROF_QUIET_TOLERANCE;
     p->quiet_wait_s = PROF_QUIET_WAIT_S;
+    p->plan_alg = PROF_PLAN_GREEDY;
 }
 
 void prof_run_params_family(struct prof_run_params *p, int family)
@@ -479,55 +481,92 @@ static int draw_within(const struct prof_run_params *p, struct rng *g,
     return SD_EINVAL;
 }
 
+/*
+ * How a sampled table is cut (a piece of a plan's device): rows [row_first,
+ * row_first + row_count) of it (row_count 0: every row), or a data-parallel
+ * replica's share of its lookups over `replicas` devices (0: none).
+ */
+struct prof_cut {
+    int64_t row_first, row_count;
+    int32_t replicas;
+};
+
 /* The shard of the tables plan `pl` (of task tk) puts on device r, as
- * pool indices and widths in idx, dims, *k; false where it has none, more
- * than PROF_SHARD_TABLES, more than shape.max_bytes of fp32 tables, or is
- * over the memory budget. */
+ * pool indices, widths and cuts in idx, dims, cuts, *k; false where it has
+ * none, a shard off HBM, more than PROF_SHARD_TABLES, more than
+ * shape.max_bytes of fp32 pieces, or is over the memory budget. */
 static bool device_shard(const struct prof_run_params *p,
                          const struct table *pool, const struct task *tk,
                          const struct plan *pl, int32_t r, size_t *idx,
-                         int32_t *dims, size_t *k)
+                         int32_t *dims, struct prof_cut *cuts, size_t *k)
 {
+    struct table piece[PROF_SHARD_TABLES];
+    struct prof_footprint f;
     uint64_t bytes = 0;
     size_t s, n = 0;
 
     for (s = 0; s < pl->nshards; s++) {
-        if (pl->shards[s].device != r)
+        const struct shard *sh = &pl->shards[s];
+        const struct table *tb = &tk->tables[sh->table];
+
+        if (sh->device != r)
             continue;
-        if (n == PROF_SHARD_TABLES)
+        if (n == PROF_SHARD_TABLES || sh->tier != TIER_HBM)
             return false;
-        idx[n] = tk->source[pl->shards[s].table];
-        dims[n] = pl->shards[s].col_width;
-        bytes += table_bytes(&pool[idx[n]], dims[n]);
+        idx[n] = tk->source[sh->table];
+        dims[n] = sh->col_width;
+        memset(&cuts[n], 0, sizeof(cuts[n]));
+        if (shard_rows(tb, sh) < tb->rows) {
+            cuts[n].row_first = sh->row_offset;
+            cuts[n].row_count = sh->row_count;
+        }
+        if (sh->scheme == SCHEME_DP)
+            cuts[n].replicas = pl->ndevices;
+        /* What is measured: the pool's table cut as the plan cuts it. */
+        shard_table(&pool[idx[n]], sh, pl->ndevices, &piece[n]);
+        bytes += table_bytes(&piece[n], dims[n]);
         n++;
     }
     *k = n;
-    return n > 0 && bytes <= p->shape.max_bytes &&
-           within_budget(p, pool, idx, dims, n);
+    if (n == 0 || bytes > p->shape.max_bytes)
+        return false;
+    if (p->max_footprint_bytes == 0)
+        return true;
+    prof_footprint(piece, n, p->batch_size, &f);
+    return prof_fits(&f, p->max_footprint_bytes);
 }
 
 /*
  * Sample shard `g` shaped like a device of a plan (p->plan_devices N): a
  * task of 10 .. 59 tables of the pool (task_generate(), neuroshard.md 2.4;
  * at most 4 N - 1 GiB of them) planned on N devices of 4 GiB by a greedy
- * baseline drawn from g, and the tables of one of its devices, drawn from
- * g (the next one where it is empty or over the budget).  Plans put more
- * and heavier tables on a device than random shards have: docs/models.md,
- * "Measured on the tables' own lookups".
+ * baseline drawn from g, or by p->plan_alg, and the pieces of one of its
+ * devices, drawn from g (the next one where it is empty or over the
+ * budget).  Plans put more and heavier tables on a device than random
+ * shards have: docs/models.md, "Measured on the tables' own lookups".
+ * feat: the pool's tables with their features, for a plan by a model (NULL
+ * for a greedy one: the shapes do).
  */
 static int draw_plan_device(const struct prof_run_params *p, struct rng *g,
-                            const struct table *pool, size_t *idx,
-                            int32_t *dims, size_t *k)
+                            const struct table *pool, const struct table *feat,
+                            size_t *idx, int32_t *dims, struct prof_cut *cuts,
+                            size_t *k)
 {
     static const enum plan_alg greedy[] = {
         PLAN_ALG_DIM_GREEDY, PLAN_ALG_SIZE_GREEDY, PLAN_ALG_LOOKUP_GREEDY,
         PLAN_ALG_SIZE_LOOKUP_GREEDY};
     int32_t n = p->plan_devices, r0, j;
+    struct net_cost_model ncm;
+    const struct cost_model *m = &cost_model_analytic;
     struct topology t;
     int tries, rv;
 
     topology_default(&t, n, 4ull << 30);
     t.batch_size = p->batch_size;
+    if (p->plan_net != NULL) {
+        net_cost_model_init(&ncm, p->plan_net);
+        m = &ncm.cm;
+    }
     for (tries = 0; tries < PROF_BUDGET_TRIES; tries++) {
         struct task_params tp;
         struct plan_options o;
@@ -540,18 +579,23 @@ static int draw_plan_device(const struct prof_run_params *p, struct rng *g,
         tp.count = 1;
         tp.seed = rng_next(g);
         tp.max_bytes = (uint64_t)(4 * n - 1) << 30;
-        rv = task_generate(&tp, pool, p->pool_tables, &tk, &d);
+        rv = task_generate(&tp, feat != NULL ? feat : pool, p->pool_tables, &tk,
+                           &d);
         if (rv != 0)
             return rv;
         plan_options_default(&o);
+        /* Drawn either way: a greedy profile's shards stay its seed's. */
         o.alg = greedy[rng_below(g, sizeof(greedy) / sizeof(greedy[0]))];
+        if (p->plan_alg != PROF_PLAN_GREEDY)
+            o.alg = (enum plan_alg)p->plan_alg;
+        o.net = p->plan_net;
+        o.threads = 1;
         r0 = (int32_t)rng_below(g, (uint64_t)n);
-        rv = plan_run(tk->tables, tk->ntables, &t, &o, &cost_model_analytic,
-                      &pl, &d);
+        rv = plan_run(tk->tables, tk->ntables, &t, &o, m, &pl, &d);
         if (rv == 0) {
             for (j = 0; j < n && !found; j++)
-                found =
-                    device_shard(p, pool, tk, &pl, (r0 + j) % n, idx, dims, k);
+                found = device_shard(p, pool, tk, &pl, (r0 + j) % n, idx, dims,
+                                     cuts, k);
             plan_destroy(&pl);
         }
         task_array_free(tk, 1);
@@ -563,27 +607,65 @@ static int draw_plan_device(const struct prof_run_params *p, struct rng *g,
     return SD_EINVAL;
 }
 
+/*
+ * Applies cut c to the trace of a plan's piece (struct prof_cut): a row
+ * block keeps the lookups that fall in its rows; a replica gets lookups
+ * made from the table's features with the pooling factor over the replicas
+ * (what plan_evaluate() prices and `shardctl eval` times), from `seed`.
+ */
+static int apply_cut(const struct prof_cut *c, uint64_t seed, struct trace *t)
+{
+    struct trace b;
+    struct table tb;
+    int rv;
+
+    if (c->row_count > 0) {
+        rv = trace_row_block(t, c->row_first, c->row_count, &b);
+        if (rv != 0)
+            return rv;
+        trace_destroy(t);
+        *t = b;
+    }
+    if (c->replicas > 1) {
+        rv = trace_to_table(t, &tb);
+        if (rv != 0)
+            return rv;
+        tb.pooling_factor /= c->replicas;
+        rv = trace_from_table(&tb, t->nbags, seed, &b);
+        if (rv != 0)
+            return rv;
+        trace_destroy(t);
+        *t = b;
+    }
+    return 0;
+}
+
 /* One sample: draw shard i (row blocks of its tables with p->p_rows),
  * make its traces, time it, fill *s. */
 static int measure_sample(const struct prof_run_params *p,
                           const struct family_params *sp,
-                          const struct table *pool, uint64_t i,
-                          struct store_sample *s, struct sd_diag *d)
+                          const struct table *pool, const struct table *feat,
+                          uint64_t i, struct store_sample *s, struct sd_diag *d)
 {
     size_t idx[PROF_SHARD_TABLES], k = 0, j;
     int32_t dims[PROF_SHARD_TABLES];
+    struct prof_cut cuts[PROF_SHARD_TABLES];
     struct trace traces[PROF_SHARD_TABLES];
     struct prof_item items[PROF_SHARD_TABLES];
     struct kern_timing tm;
     struct rng g, gr;
-    bool rows, cut, any_cut = false;
+    bool rows, cut, any_cut = false, any_replica = false;
     int rv;
 
     rng_seed(&g, rng_derive(p->seed, i));
     rng_seed(&gr, rng_derive(p->seed ^ PROF_ROWS_STREAM, i));
     rows = p->p_rows > 0 && rng_uniform(&gr) < p->p_rows;
+    /* A plan's pieces are cut as the plan cuts them, never at random. */
+    if (p->plan_devices > 0 && p->plan_alg != PROF_PLAN_GREEDY)
+        rows = false;
+    memset(cuts, 0, sizeof(cuts));
     if (p->plan_devices > 0) {
-        rv = draw_plan_device(p, &g, pool, idx, dims, &k);
+        rv = draw_plan_device(p, &g, pool, feat, idx, dims, cuts, &k);
         if (rv != 0)
             return sd_diag_set(
                 d, rv,
@@ -613,6 +695,11 @@ static int measure_sample(const struct prof_run_params *p,
             rv = cut_row_block(&gr, &traces[j], &cut);
             any_cut |= cut;
         }
+        if (rv == 0 && (cuts[j].row_count > 0 || cuts[j].replicas > 1)) {
+            rv = apply_cut(&cuts[j], rng_next(&gr), &traces[j]);
+            any_cut |= cuts[j].row_count > 0;
+            any_replica |= cuts[j].replicas > 1;
+        }
         if (rv != 0)
             break;
         items[j].trace = &traces[j];
@@ -636,6 +723,8 @@ static int measure_sample(const struct prof_run_params *p,
     s->ntables = k;
     if (any_cut)
         snprintf(s->source, sizeof(s->source), "%s", PROF_SOURCE_ROWS);
+    else if (any_replica)
+        snprintf(s->source, sizeof(s->source), "%s", PROF_SOURCE_REPLICAS);
     prof_family_label(p->family, idx, k, s->family, sizeof(s->family));
     s->measured_ms = tm.median_ms;
     s->spread_ms = tm.p90_ms - tm.p10_ms;
@@ -663,8 +752,8 @@ static void pause_s(const struct prof_run_params *p, double s)
  */
 static int measure_quiet(const struct prof_run_params *p,
                          const struct family_params *sp,
-                         const struct table *pool, uint64_t i,
-                         struct prof_quiet *q, double *busy_since,
+                         const struct table *pool, const struct table *feat,
+                         uint64_t i, struct prof_quiet *q, double *busy_since,
                          struct store_sample *s, bool *keep,
                          struct prof_run_result *res, struct sd_diag *d)
 {
@@ -673,10 +762,10 @@ static int measure_quiet(const struct prof_run_params *p,
 
     *keep = true;
     if (q == NULL)
-        return measure_sample(p, sp, pool, i, s, d);
+        return measure_sample(p, sp, pool, feat, i, s, d);
     rv = quiet_time(q, &before);
     if (rv == 0)
-        rv = measure_sample(p, sp, pool, i, s, d);
+        rv = measure_sample(p, sp, pool, feat, i, s, d);
     if (rv == 0)
         rv = quiet_time(q, &after);
     if (rv != 0)
@@ -737,7 +826,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     struct kern_device_info info;
     struct family_params sp;
     struct store_sample s;
-    struct table *pool = NULL, *shard = NULL;
+    struct table *pool = NULL, *shard = NULL, *feat = NULL;
     struct prof_quiet *own_quiet = NULL, *quiet;
     uint64_t have = 0, pending = 0;
     double start = now_s(), busy_since = 0;
@@ -752,6 +841,17 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         !(p->quiet_tolerance >= 0 && p->quiet_tolerance <= 10) ||
         !(p->quiet_wait_s >= 0 && p->quiet_wait_s <= 86400))
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
+    if (p->plan_alg != PROF_PLAN_GREEDY &&
+        (p->plan_alg < 0 || p->plan_alg >= PLAN_ALG_COUNT ||
+         p->plan_alg == PLAN_ALG_DREAMSHARD || p->plan_devices == 0 ||
+         (p->plan_alg == PLAN_ALG_NEUROSHARD && p->plan_net == NULL)))
+        return sd_diag_set(d, SD_EINVAL,
+                           "profile: plans by %s: give the devices of the "
+                           "plans (--plan-devices N)%s",
+                           plan_alg_name((enum plan_alg)p->plan_alg),
+                           p->plan_alg == PLAN_ALG_DREAMSHARD
+                               ? " and an algorithm other than dreamshard"
+                               : " and, for neuroshard, its model");
     rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
                            sizeof(res->profile), d);
     if (rv != 0)
@@ -786,6 +886,12 @@ int prof_run(struct store *st, const struct prof_run_params *p,
     shard =
         calloc(p->plan_devices > 0 ? PROF_SHARD_TABLES : p->shape.max_tables,
                sizeof(*shard));
+    /* Plans by an algorithm that reads the features need them whole. */
+    if (rv == 0 && p->plan_devices > 0 && p->plan_alg != PROF_PLAN_GREEDY) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+        rv = family_tables(&sp, ncpu > 0 ? (unsigned)ncpu : 1, &feat);
+    }
     if (rv != 0 || shard == NULL) {
         rv = sd_diag_set(d, rv ? rv : SD_ENOMEM, "making the table pool: %s",
                          sd_strerror(rv ? rv : SD_ENOMEM));
@@ -816,8 +922,8 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         s.tables = shard;
         snprintf(s.device, sizeof(s.device), "%s", info.name);
         snprintf(s.source, sizeof(s.source), "random");
-        rv = measure_quiet(p, &sp, pool, have + res->added + pending, quiet,
-                           &busy_since, &s, &keep, res, d);
+        rv = measure_quiet(p, &sp, pool, feat, have + res->added + pending,
+                           quiet, &busy_since, &s, &keep, res, d);
         if (rv == 0 && !keep)
             continue; /* measured while the device was busy: again */
         if (rv == SD_ECANCELED) { /* p->timing.abort: the sample is dropped */
@@ -858,6 +964,7 @@ int prof_run(struct store *st, const struct prof_run_params *p,
 out_free:
     prof_quiet_close(own_quiet);
     free(shard);
+    free(feat);
     if (p->pool == NULL)
         free(pool);
     return rv;

@@ -159,9 +159,27 @@ struct prof_run_params {
      * capped at half of it. */
     uint64_t max_footprint_bytes;
     /* 0: random shards (shape).  N (1 .. PROF_PLAN_DEVICES): shards shaped
-     * like the devices of greedy plans of random tasks on N devices of
-     * 4 GiB (shape.max_tables does not apply). */
+     * like the devices of plans of random tasks on N devices of 4 GiB
+     * (shape.max_tables does not apply). */
     int32_t plan_devices;
+    /*
+     * With plan_devices: the algorithm the plans are made by (enum
+     * plan_alg), or PROF_PLAN_GREEDY (the default): a greedy baseline drawn
+     * per sample, whole tables only.  Any other may cut tables; a device's
+     * pieces are measured as `shardctl eval` measures them: a column slice
+     * at its width on the table's lookups, a row block on the lookups of
+     * the table's trace that fall in its rows (no random row-block cut on
+     * top: p_rows does not apply), a data-parallel replica on lookups made
+     * from its features (its local batch: the pooling factor over N,
+     * shard_table()).  A device holding a shard off HBM is not drawn.
+     * neuroshard plans with plan_net (borrowed; required for it) on the
+     * tables' features made from their traces once per run (seconds for
+     * the pool); dreamshard is refused.  A sample with a row block has
+     * source PROF_SOURCE_ROWS, else one with a replica PROF_SOURCE_REPLICAS.
+     */
+    int plan_alg;
+#define PROF_PLAN_GREEDY (-1)
+    const struct cost_net *plan_net;
     /*
      * The quiet check (struct prof_quiet below): a sample whose probes,
      * timed just before and just after it, both ran more than
@@ -242,6 +260,9 @@ void prof_run_params_family(struct prof_run_params *p, int family);
 #define PROF_P_ROWS 0.25
 /* The source of a sample of row blocks (store_sample.source). */
 #define PROF_SOURCE_ROWS "row-blocks"
+/* ... and of a plan's device with a data-parallel replica (and no row
+ * block). */
+#define PROF_SOURCE_REPLICAS "replicas"
 
 /* A shard of a mixed pool is drawn from all the families this often. */
 #define PROF_P_MIXED 0.25

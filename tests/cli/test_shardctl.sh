@@ -159,6 +159,24 @@ profile_sizes "$DIR/pd.db" 'len(n) == 3 and min(n) >= 10 and max(n) <= 59' \
     ok || bad "profile --plan-devices 1: $(cat "$DIR/err")"
 expect_fail 2 '--plan-devices' profile --db "$DIR/pd.db" --samples 4 \
     --plan-devices 65
+# --alg A: devices of A's plans, each piece cut as the plan cuts it: TorchRec
+# puts a row block of every table on each device (source row-blocks).
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/pa.db" --samples 2 --max-gb 0.5 --seed 4 \
+    --family zipf --plan-devices 2 --alg torchrec_greedy $FAST $QUIET \
+    2>"$DIR/err" && python3 - "$DIR/pa.db" <<'PY' &&
+import sqlite3, sys
+s = [r[0] for r in sqlite3.connect(sys.argv[1]).execute(
+    "select source from samples where kind = 'compute'")]
+assert s == ["row-blocks"] * 2, s
+PY
+    ok || bad "profile --alg torchrec_greedy: $(cat "$DIR/err")"
+expect_fail 2 'give --plan-devices N' profile --db "$DIR/pa.db" --samples 3 \
+    --alg neuroshard
+expect_fail 2 'dreamshard' profile --db "$DIR/pa.db" --samples 3 \
+    --plan-devices 2 --alg dreamshard
+expect_fail 2 '--model plans the shards of --alg neuroshard' profile \
+    --db "$DIR/pa.db" --samples 3 --plan-devices 2 --model x.sdcn
 # eval measures a plan made for small tables (real weights are allocated).
 python3 - "$DIR/t.json" "$DIR/small.json" <<'PY'
 import json, sys

@@ -193,6 +193,100 @@ static void test_dtypes(void)
     store_close(a);
 }
 
+/*
+ * The samples of profile `id` in st are devices of plans: a whole table has
+ * the rows of a pool table (its width may be another: tasks augment dims),
+ * a row block fewer (the store keeps features, not names), and a sample
+ * with one has source row-blocks; kind[] counts whole, row-block and
+ * replica samples.
+ */
+static void count_pieces(struct store *st, int64_t id,
+                         const struct prof_run_params *p, size_t n,
+                         size_t kind[3])
+{
+    struct store_sample *sa = NULL;
+    struct table *pool = NULL;
+    size_t na = 0, i, t, j;
+
+    load(st, id, &sa, &na);
+    CHECK(prof_make_pool(p, &pool) == 0);
+    CHECK(na == n);
+    for (i = 0; i < na && pool != NULL; i++) {
+        size_t blocks = 0;
+
+        for (t = 0; t < sa[i].ntables; t++) {
+            bool whole = false;
+
+            for (j = 0; j < p->pool_tables; j++)
+                whole |= pool[j].rows == sa[i].tables[t].rows;
+            blocks += !whole;
+        }
+        if (strcmp(sa[i].source, PROF_SOURCE_ROWS) == 0) {
+            CHECK(blocks > 0);
+            kind[1]++;
+        } else {
+            CHECK(blocks == 0);
+            CHECK(strcmp(sa[i].source, PROF_SOURCE_REPLICAS) == 0 ||
+                  strcmp(sa[i].source, "random") == 0);
+            kind[strcmp(sa[i].source, PROF_SOURCE_REPLICAS) == 0 ? 2 : 0]++;
+        }
+        CHECK(sa[i].measured_ms > 0);
+    }
+    free(pool);
+    store_samples_free(sa, na);
+}
+
+/*
+ * Shards shaped like the devices of TorchRec's plans (row-wise: row
+ * blocks) and neuroshard's (replicas among them); plans by neuroshard
+ * without a model, by dreamshard, or without plan_devices are refused.
+ */
+static void test_plan_pieces(void)
+{
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *a = open_db("pieces.db"), *b = open_db("ns.db");
+    size_t trec[3] = {0, 0, 0}, ns[3] = {0, 0, 0};
+    struct sd_diag d;
+
+    CHECK(a != NULL && b != NULL);
+    if (a == NULL || b == NULL)
+        return;
+    params(&p, 8);
+    /* A row-wise plan puts a block of every table of a task on each device:
+     * more than the 64 MiB of random shards. */
+    p.shape.max_bytes = 256ull << 20;
+    p.plan_devices = 2;
+    p.plan_alg = PLAN_ALG_NEUROSHARD; /* no model */
+    CHECK(prof_run(a, &p, &r, &d) == SD_EINVAL);
+    CHECK(strstr(d.msg, "its model") != NULL);
+    p.plan_alg = PLAN_ALG_DREAMSHARD;
+    CHECK(prof_run(a, &p, &r, &d) == SD_EINVAL);
+    p.plan_alg = PLAN_ALG_TORCHREC_GREEDY;
+    p.plan_devices = 0;
+    CHECK(prof_run(a, &p, &r, &d) == SD_EINVAL);
+    p.plan_devices = 2;
+    CHECK(prof_run(a, &p, &r, &d) == 0 && r.added == 8);
+    count_pieces(a, r.profile_id, &p, 8, trec);
+    CHECK(trec[1] > 0); /* TorchRec cuts rows */
+    /* neuroshard replicates where the gradient's all-reduce costs less than
+     * the lookups it spreads: at the model's batch, not at 64. */
+    p.plan_alg = PLAN_ALG_NEUROSHARD;
+    p.plan_net = net_embedded(&d);
+    p.plan_devices = 4;
+    p.batch_size = 4096;
+    p.target_samples = 16;
+    CHECK(prof_run(b, &p, &r, &d) == 0 && r.added == 16);
+    count_pieces(b, r.profile_id, &p, 16, ns);
+    CHECK(ns[2] > 0);
+    fprintf(stderr,
+            "  pieces: torchrec %zu whole, %zu row blocks; neuroshard %zu "
+            "whole, %zu row blocks, %zu replicas\n",
+            trec[0], trec[1], ns[0], ns[1], ns[2]);
+    store_close(a);
+    store_close(b);
+}
+
 static void test_stop(void)
 {
     kern_flag stop = 1;
@@ -381,6 +475,7 @@ int main(void)
     test_run_and_resume();
     test_row_blocks();
     test_dtypes();
+    test_plan_pieces();
     test_stop();
     test_eval_plan();
     test_quiet();

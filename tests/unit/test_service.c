@@ -1265,6 +1265,76 @@ static void test_proposal_ring(void)
     conf_free(&c);
 }
 
+/*
+ * A proposal is what the plan's device does: a row block with its rows and
+ * their share of the lookups, a replica with its local batch (the pooling
+ * factor over the devices), a column slice at its width.
+ */
+static void test_proposal_pieces(void)
+{
+    struct sd_config c;
+    struct conf_snap *cf;
+    struct profw pw;
+    struct profw_proposal pr;
+    struct plan p;
+    struct sd_diag d;
+    const struct kern_backend *be = kern_backend_get("cpu", &d);
+    int64_t half = pool[0].rows / 2;
+    int32_t r;
+    size_t i;
+
+    conf_default(&c);
+    CHECK(conf_snap_new(&c, &cf) == 0);
+    profw_init(&pw, be, "/nonexistent", "p", 1, "cpu", 4096, 0, cf);
+    CHECK(plan_init(&p, 2) == 0);
+    for (r = 0; r < 2; r++) {
+        struct shard rw = {.table = 0,
+                           .device = r,
+                           .col_width = pool[0].dim,
+                           .row_offset = r * half,
+                           .row_count = r == 0 ? half : pool[0].rows - half,
+                           .scheme = SCHEME_RW};
+        struct shard dp = {.table = 1,
+                           .device = r,
+                           .col_width = pool[1].dim,
+                           .scheme = SCHEME_DP};
+        struct shard cw = {.table = 2,
+                           .device = r,
+                           .col_offset = r * pool[2].dim / 2,
+                           .col_width = pool[2].dim / 2,
+                           .scheme = SCHEME_CW};
+
+        CHECK(plan_add_shard(&p, &rw) == 0);
+        CHECK(plan_add_shard(&p, &dp) == 0);
+        CHECK(plan_add_shard(&p, &cw) == 0);
+    }
+    plan_sort(&p);
+    profw_propose(&pw, &p, pool, 4096);
+    plan_destroy(&p);
+    CHECK(profw_take_proposal(&pw, &pr)); /* device 0's */
+    CHECK(pr.n == 3);
+    for (i = 0; i < pr.n; i++) {
+        const struct table *tb = &pr.tables[i];
+
+        if (strcmp(tb->name, pool[0].name) == 0) {
+            CHECK(tb->rows == half);
+            CHECK(fabs(tb->pooling_factor - pool[0].pooling_factor *
+                                                (double)half /
+                                                (double)pool[0].rows) < 1e-9);
+        } else if (strcmp(tb->name, pool[1].name) == 0) {
+            CHECK(tb->rows == pool[1].rows);
+            CHECK(fabs(tb->pooling_factor - pool[1].pooling_factor / 2) < 1e-9);
+        } else {
+            CHECK(strcmp(tb->name, pool[2].name) == 0);
+            CHECK(tb->dim == pool[2].dim / 2);
+            CHECK(tb->pooling_factor == pool[2].pooling_factor);
+        }
+    }
+    profw_destroy(&pw);
+    conf_snap_unref(cf);
+    conf_free(&c);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The profiler worker steps aside                                         */
 
@@ -1606,6 +1676,7 @@ int main(void)
 
     test_cache_policy();
     test_proposal_ring();
+    test_proposal_pieces();
     test_profiler_steps_aside();
     test_profiler_idle_at_start();
     test_profiler_quiet();
