@@ -307,10 +307,13 @@ out:
     return rv;
 }
 
-/* A sample's shape: 1 for a row block, 0 for whole tables. */
-static int row_block_key(const struct store_sample *s)
+/* A sample's shape: 1 with a row block, else 2 with a data-parallel
+ * replica, 0 for whole tables (column slices among them). */
+static int shape_key(const struct store_sample *s)
 {
-    return strcmp(s->source, PROF_SOURCE_ROWS) == 0;
+    if (strcmp(s->source, PROF_SOURCE_ROWS) == 0)
+        return 1;
+    return strcmp(s->source, PROF_SOURCE_REPLICAS) == 0 ? 2 : 0;
 }
 
 /* A sample's precision: 1 when some table is not fp32 (its kernel moved
@@ -332,19 +335,21 @@ static int many_tables_key(const struct store_sample *s)
     return s->ntables > 15;
 }
 
-/* A second look at the errors: the samples in two groups by a key. */
+/* A second look at the errors: the samples in two or three groups by a
+ * key (label[2] NULL: two). */
 struct ctl_split {
     const char *title;  /* the line above the table */
     const char *column; /* the group column's name */
-    const char *label[2];
+    const char *label[3];
     int (*key)(const struct store_sample *);
 };
 
 static const struct ctl_split by_shape = {
-    "by shape (row blocks: shards of the profiler's row blocks):",
+    "by shape (row blocks: shards of the profiler's row blocks; replicas: "
+    "devices of plans with data-parallel tables, profile --alg):",
     "shape",
-    {"whole tables", "row blocks"},
-    row_block_key};
+    {"whole tables", "row blocks", "replicas"},
+    shape_key};
 static const struct ctl_split by_precision = {
     "by precision (the cpu kernels time fp16/bf16 weights in their type; "
     "only derived inputs, --features v2, see the type):",
@@ -359,7 +364,7 @@ static const struct ctl_split by_tables = {
 
 /*
  * The errors of predictions pred on the picked samples (pick NULL: all) in
- * the two groups of `by`, as lines labelled `split`; nothing when neither
+ * the groups of `by`, as lines labelled `split`; nothing when neither
  * has a sample.  0 or SD_ENOMEM.
  */
 static int print_split(FILE *out, const struct ctl_split *by,
@@ -374,7 +379,7 @@ static int print_split(FILE *out, const struct ctl_split *by,
 
     if (scratch == NULL)
         return SD_ENOMEM;
-    for (g = 0; g < 2 && rv == 0; g++) {
+    for (g = 0; g < 3 && by->label[g] != NULL && rv == 0; g++) {
         rv =
             ctl_errors_where(smp, pred, n, pick, by->key, g, scratch, &e, &cnt);
         if (rv != 0 || cnt == 0)
