@@ -227,6 +227,12 @@ MANY=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execu
     2>"$DIR/err" && grep -q "^16 or more  *all  *$MANY " "$DIR/score_mt.txt" &&
     grep -q "^1 \.\. 15  *all  *$((12 - MANY)) " "$DIR/score_mt.txt" && ok ||
     bad "score by tables a shard: $(cat "$DIR/score_mt.txt" "$DIR/err")"
+# ... and by shape: the devices of TorchRec's row-wise plans (profile --alg
+# above) are row blocks; no replica among them, so no replicas line.
+"$CTL" score --db "$DIR/pa.db" --model "$DIR/m.sdcn" >"$DIR/score_pa.txt" \
+    2>"$DIR/err" && grep -q "^row blocks  *all  *2 " "$DIR/score_pa.txt" &&
+    ! grep -q "^replicas " "$DIR/score_pa.txt" && ok ||
+    bad "score by shape: $(cat "$DIR/score_pa.txt" "$DIR/err")"
 # The embedded model (its profile is batch 4096's, p.db's batch 64's): not
 # scored on another profile's samples unless asked, and the refusal names
 # the store's profile; asked with --profile, scored, and said so.
