@@ -841,17 +841,22 @@ int prof_run(struct store *st, const struct prof_run_params *p,
         !(p->quiet_tolerance >= 0 && p->quiet_tolerance <= 10) ||
         !(p->quiet_wait_s >= 0 && p->quiet_wait_s <= 86400))
         return sd_diag_set(d, SD_EINVAL, "profile: bad parameters");
-    if (p->plan_alg != PROF_PLAN_GREEDY &&
-        (p->plan_alg < 0 || p->plan_alg >= PLAN_ALG_COUNT ||
-         p->plan_alg == PLAN_ALG_DREAMSHARD || p->plan_devices == 0 ||
-         (p->plan_alg == PLAN_ALG_NEUROSHARD && p->plan_net == NULL)))
-        return sd_diag_set(d, SD_EINVAL,
-                           "profile: plans by %s: give the devices of the "
-                           "plans (--plan-devices N)%s",
-                           plan_alg_name((enum plan_alg)p->plan_alg),
-                           p->plan_alg == PLAN_ALG_DREAMSHARD
-                               ? " and an algorithm other than dreamshard"
-                               : " and, for neuroshard, its model");
+    if (p->plan_alg != PROF_PLAN_GREEDY) {
+        const char *why = NULL;
+
+        if (p->plan_alg < 0 || p->plan_alg >= PLAN_ALG_COUNT ||
+            p->plan_alg == PLAN_ALG_DREAMSHARD)
+            why = "not an algorithm whose plans are profiled (dreamshard's "
+                  "policy follows a model: profile neuroshard's)";
+        else if (p->plan_devices == 0)
+            why = "shards shaped like the devices of plans need the plans' "
+                  "devices (--plan-devices N)";
+        else if (p->plan_alg == PLAN_ALG_NEUROSHARD && p->plan_net == NULL)
+            why = "neuroshard plans with a model: give its model";
+        if (why != NULL)
+            return sd_diag_set(d, SD_EINVAL, "profile: plans by %s: %s",
+                               plan_alg_name((enum plan_alg)p->plan_alg), why);
+    }
     rv = prof_profile_name(p->be, p->device, p->batch_size, res->profile,
                            sizeof(res->profile), d);
     if (rv != 0)
