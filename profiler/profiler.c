@@ -989,9 +989,41 @@ struct measure_ctx {
     const struct kern_timing_opts *o;
     struct kern_timing *timings; /* per device, may be NULL */
     int32_t calls;               /* plan_evaluate calls once per device */
+    const struct plan *plan;     /* the plan measured (its row offsets) */
     int err;
     struct sd_diag *d;
 };
+
+/*
+ * The row offset of a row block of `rows` rows of plan table ti on device
+ * r (the first such shard of the plan); -1 when there is none.
+ */
+static int64_t block_offset(const struct measure_ctx *c, size_t ti, int32_t r,
+                            int64_t rows)
+{
+    size_t k;
+
+    for (k = 0; k < c->plan->nshards; k++) {
+        const struct shard *s = &c->plan->shards[k];
+
+        if (s->table == ti && s->device == r && s->row_count == rows)
+            return s->row_offset;
+    }
+    return -1;
+}
+
+/* The plan table a row block (a copy with fewer rows) was cut from, by
+ * name; ntables when none. */
+static size_t block_table(const struct measure_ctx *c, const struct table *tb)
+{
+    size_t ti;
+
+    for (ti = 0; ti < c->ntables; ti++)
+        if (strcmp(c->tables[ti].name, tb->name) == 0 &&
+            tb->rows < c->tables[ti].rows)
+            return ti;
+    return c->ntables;
+}
 
 /* Whether tb is one of the plan's tables (not a copy plan_evaluate() made
  * for a row block, a replica or a shard in a timed tier). */
@@ -1058,9 +1090,20 @@ static double measured_shard_ms(void *ctxp, const struct topology *t,
                                       &c->traces[ti]);
             pi[i].trace = &c->traces[ti];
         } else {
-            /* A row block or a replica: lookups of its own rows. */
-            rv = trace_from_table(tb, c->batch,
-                                  rng_derive(c->seed, c->ntables + i), &own[i]);
+            /* A row block of a table whose lookups were given: those of
+             * them that fall in its rows (what the device looks up, and
+             * what the profiler times for a block).  Otherwise, a replica
+             * or a block of a table without them: lookups made from its
+             * own features. */
+            size_t bt = c->given != NULL ? block_table(c, tb) : c->ntables;
+            int64_t first =
+                bt < c->ntables ? block_offset(c, bt, device, tb->rows) : -1;
+
+            if (first >= 0)
+                rv = trace_row_block(&c->given[bt], first, tb->rows, &own[i]);
+            else
+                rv = trace_from_table(
+                    tb, c->batch, rng_derive(c->seed, c->ntables + i), &own[i]);
             pi[i].trace = &own[i];
         }
         pi[i].cols = items[i].cols;
@@ -1121,6 +1164,7 @@ int prof_eval_plan(const struct kern_backend *be, struct plan *p,
     c.seed = seed;
     c.o = o;
     c.timings = timings;
+    c.plan = p;
     c.d = d;
     c.traces = calloc(ntables, sizeof(*c.traces));
     if (c.traces == NULL)

@@ -318,7 +318,10 @@ int prof_run(struct store *st, const struct prof_run_params *p,
  * per table by `seed`.  A rebuilt trace has the table's features, not its
  * lookups' order or bag lengths: a one-hot table's rebuilt lookups took
  * 1.04-1.84x the time of its own (docs/models.md, "Measured on the
- * tables' own lookups").
+ * tables' own lookups").  A row block of a table whose lookups are given
+ * is timed on those of them that fall in its rows (trace_row_block(), as
+ * the profiler times a block); a data-parallel replica on lookups made from
+ * its features (the table at 1/n of the lookups, shard_table()).
  * Shards off HBM are timed in their tier where the backend times it
  * (prof_timed_tiers(): plan_evaluate_tiers(), the cost model then ending
  * in "+ host-link misses (measured)"); elsewhere (the cpu backend) they are

@@ -351,6 +351,69 @@ static void test_eval_plan(void)
 }
 
 /*
+ * A row block of a table whose lookups are given is timed on the lookups
+ * that fall in its rows: every lookup here is in the first half of the
+ * rows, so the device holding the second half looks up nothing and takes a
+ * fraction of the first's time (made from the block's features, both
+ * halves would look up as much).
+ */
+static void test_eval_row_blocks(void)
+{
+    const struct kern_backend *be = kern_backend_get("cpu", NULL);
+    struct kern_timing_opts o;
+    struct trace tr;
+    struct table tb;
+    struct topology t;
+    struct plan p;
+    struct sd_diag d;
+    int64_t b, k, pf = 64, rows = 1 << 16;
+    int r;
+
+    memset(&tr, 0, sizeof(tr));
+    snprintf(tr.name, sizeof(tr.name), "halves");
+    tr.rows = rows;
+    tr.dim = 64;
+    tr.nbags = 256;
+    tr.nindices = tr.nbags * pf;
+    tr.offsets = malloc((size_t)(tr.nbags + 1) * sizeof(*tr.offsets));
+    tr.indices = malloc((size_t)tr.nindices * sizeof(*tr.indices));
+    CHECK(tr.offsets != NULL && tr.indices != NULL);
+    if (tr.offsets == NULL || tr.indices == NULL)
+        goto out_trace;
+    for (b = 0; b <= tr.nbags; b++)
+        tr.offsets[b] = b * pf;
+    for (k = 0; k < tr.nindices; k++)
+        tr.indices[k] = (k * 7919) % (rows / 2);
+    CHECK(trace_to_table(&tr, &tb) == 0);
+    topology_default(&t, 2, 1ull << 30);
+    t.batch_size = tr.nbags;
+    kern_timing_opts_default(&o);
+    o.warmup = 1;
+    o.repeats = 5;
+    o.flush = false;
+    CHECK(plan_init(&p, 2) == 0);
+    for (r = 0; r < 2; r++) {
+        struct shard s = {.table = 0,
+                          .device = r,
+                          .col_width = 64,
+                          .row_offset = r * rows / 2,
+                          .row_count = rows / 2,
+                          .scheme = SCHEME_RW};
+
+        CHECK(plan_add_shard(&p, &s) == 0);
+    }
+    plan_sort(&p);
+    CHECK(prof_eval_plan(be, &p, &tb, 1, &tr, &t, OPTIMIZER_SGD, &o, 1, NULL,
+                         &d) == 0);
+    fprintf(stderr, "  row blocks of given lookups: %.4f and %.4f ms\n",
+            p.devices[0].compute_ms, p.devices[1].compute_ms);
+    CHECK(p.devices[1].compute_ms < 0.5 * p.devices[0].compute_ms);
+    plan_destroy(&p);
+out_trace:
+    trace_destroy(&tr);
+}
+
+/*
  * The quiet check with a scripted probe: the cpu backend times the samples,
  * and the probe (the one shard opened outside the arena) takes 1 ms, or 2 ms
  * on calls slow_from .. slow_to; or, with noisy set, 1 ms on its first call
@@ -478,6 +541,7 @@ int main(void)
     test_plan_pieces();
     test_stop();
     test_eval_plan();
+    test_eval_row_blocks();
     test_quiet();
     rv = tap_done();
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
