@@ -1202,29 +1202,49 @@ static void one_plan(struct plan *p, int32_t ndev, int32_t used)
     plan_sort(p);
 }
 
-static void test_proposal_ring(void)
-{
+/* A profiler worker of the default configuration on the cpu backend at
+ * batch 4096, for its proposal queue (its store is never opened). */
+struct queue_fixture {
     struct sd_config c;
     struct conf_snap *cf;
     struct profw pw;
+};
+
+static void queue_open(struct queue_fixture *f)
+{
+    struct sd_diag d;
+
+    conf_default(&f->c);
+    CHECK(conf_snap_new(&f->c, &f->cf) == 0);
+    profw_init(&f->pw, kern_backend_get("cpu", &d), "/nonexistent", "p", 1,
+               "cpu", 4096, 0, f->cf);
+}
+
+static void queue_close(struct queue_fixture *f)
+{
+    profw_destroy(&f->pw);
+    conf_snap_unref(f->cf);
+    conf_free(&f->c);
+}
+
+static void test_proposal_ring(void)
+{
+    struct queue_fixture f;
+    struct profw *pw = &f.pw;
     struct profw_proposal pr;
     struct plan p;
-    struct sd_diag d;
-    const struct kern_backend *be = kern_backend_get("cpu", &d);
     int i, taken = 0, empty = 0;
 
-    conf_default(&c);
-    CHECK(conf_snap_new(&c, &cf) == 0);
-    profw_init(&pw, be, "/nonexistent", "p", 1, "cpu", 4096, 0, cf);
+    queue_open(&f);
     /* Eight 4-device plans fill the ring (32 shards)... */
     for (i = 0; i < 8; i++) {
         one_plan(&p, 4, 4);
-        profw_propose(&pw, &p, pool, 4096);
+        profw_propose(pw, &p, pool, 4096);
         plan_destroy(&p);
     }
     /* ... then a 2-device plan whose device 1 is empty. */
     one_plan(&p, 2, 1);
-    profw_propose(&pw, &p, pool, 4096);
+    profw_propose(pw, &p, pool, 4096);
     plan_destroy(&p);
     /* A shard whose lookups alone would take more than the memory budget
      * (rows 1e6, dim 4, 20,000 lookups a bag: about 1.3 GB of trace at
@@ -1237,14 +1257,14 @@ static void test_proposal_ring(void)
         huge.pooling_factor = 20000;
         CHECK(plan_init(&p, 1) == 0);
         CHECK(plan_add(&p, 0, 0, 0, 4) == 0);
-        profw_propose(&pw, &p, &huge, 4096);
+        profw_propose(pw, &p, &huge, 4096);
         plan_destroy(&p);
     }
     /* A plan at another batch is not the profile's: ignored. */
     one_plan(&p, 4, 4);
-    profw_propose(&pw, &p, pool, 65536);
+    profw_propose(pw, &p, pool, 65536);
     plan_destroy(&p);
-    while (profw_take_proposal(&pw, &pr)) {
+    while (profw_take_proposal(pw, &pr)) {
         taken++;
         if (pr.n == 0)
             empty++;
@@ -1254,15 +1274,13 @@ static void test_proposal_ring(void)
     {
         uint64_t kept, budget, skipped, measured, samples, remeasured;
 
-        profw_memory(&pw, &kept, &budget, &skipped);
+        profw_memory(pw, &kept, &budget, &skipped);
         CHECK(budget == (uint64_t)768 << 20);
         CHECK(skipped == 1);
-        profw_counts(&pw, &measured, &samples, &remeasured);
+        profw_counts(pw, &measured, &samples, &remeasured);
         CHECK(remeasured == 0); /* nothing measured */
     }
-    profw_destroy(&pw);
-    conf_snap_unref(cf);
-    conf_free(&c);
+    queue_close(&f);
 }
 
 /*
@@ -1272,20 +1290,15 @@ static void test_proposal_ring(void)
  */
 static void test_proposal_pieces(void)
 {
-    struct sd_config c;
-    struct conf_snap *cf;
-    struct profw pw;
+    struct queue_fixture f;
+    struct profw *pw = &f.pw;
     struct profw_proposal pr;
     struct plan p;
-    struct sd_diag d;
-    const struct kern_backend *be = kern_backend_get("cpu", &d);
     int64_t half = pool[0].rows / 2;
     int32_t r;
     size_t i;
 
-    conf_default(&c);
-    CHECK(conf_snap_new(&c, &cf) == 0);
-    profw_init(&pw, be, "/nonexistent", "p", 1, "cpu", 4096, 0, cf);
+    queue_open(&f);
     CHECK(plan_init(&p, 2) == 0);
     for (r = 0; r < 2; r++) {
         struct shard rw = {.table = 0,
@@ -1309,9 +1322,9 @@ static void test_proposal_pieces(void)
         CHECK(plan_add_shard(&p, &cw) == 0);
     }
     plan_sort(&p);
-    profw_propose(&pw, &p, pool, 4096);
+    profw_propose(pw, &p, pool, 4096);
     plan_destroy(&p);
-    CHECK(profw_take_proposal(&pw, &pr)); /* device 0's */
+    CHECK(profw_take_proposal(pw, &pr)); /* device 0's */
     CHECK(pr.n == 3);
     for (i = 0; i < pr.n; i++) {
         const struct table *tb = &pr.tables[i];
@@ -1330,9 +1343,7 @@ static void test_proposal_pieces(void)
             CHECK(tb->pooling_factor == pool[2].pooling_factor);
         }
     }
-    profw_destroy(&pw);
-    conf_snap_unref(cf);
-    conf_free(&c);
+    queue_close(&f);
 }
 
 /* ---------------------------------------------------------------------- */
