@@ -23,6 +23,8 @@
  * (SHARDD_BENCH_VARIANTS="no beam") it runs that one alone.  With
  * SHARDD_BENCH_MODEL=FILE it plans with that model file instead of the
  * embedded one (a prior model, format 4, adds a square root to its head).
+ * With SHARDD_BENCH_CASE=TABLES/DEVICES (856/8) it runs that case alone
+ * (a profile of one case).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +169,7 @@ int main(int argc, char **argv)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = threads > 0 ? threads : ncpu > 0 ? (int)ncpu : 1;
     const char *model = getenv("SHARDD_BENCH_MODEL");
+    const char *one = getenv("SHARDD_BENCH_CASE");
     struct sd_diag d;
     struct cost_net *own = NULL;
     const struct cost_net *net;
@@ -199,6 +202,14 @@ int main(int argc, char **argv)
 
         if (bc->ntables > max_tables)
             continue;
+        if (one != NULL) {
+            char want[32];
+
+            snprintf(want, sizeof(want), "%zu/%d", bc->ntables,
+                     (int)bc->ndevices);
+            if (strcmp(one, want) != 0)
+                continue;
+        }
         if (make_case(net, bc, &tables, &topo) != 0) {
             fprintf(stderr, "bench_search: cannot make the tables\n");
             return 1;

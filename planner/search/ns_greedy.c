@@ -242,8 +242,8 @@ int ns_work_alloc(struct ns_work *w, size_t n, size_t cap, size_t ntables)
     w->few = line_alloc(cap * sizeof(*w->few));
     w->assign = line_alloc(cap * sizeof(*w->assign));
     w->sfx_bytes = line_alloc(cap * sizeof(*w->sfx_bytes));
-    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->assign &&
-                   w->sfx_bytes
+    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->few &&
+                   w->assign && w->sfx_bytes
                ? 0
                : SD_ENOMEM;
 }
