@@ -6,7 +6,10 @@
  * the device (each device's shard timed in turn on the cpu or cuda backend,
  * comm modelled), the mean per-task ratio of the measured cost to the best
  * greedy baseline's, to torchrec_greedy's and to neuroshard's (over the
- * tasks those could plan), the predicted cost over the plan's lower bound, the
+ * tasks those could plan), the predicted cost over the plan's lower bound,
+ * the measured cost over the task's measured floor ("/even": the least
+ * measured compute of any algorithm's plan spread evenly over the devices,
+ * with that plan's comm; a plan doing no less work cannot go below 1), the
  * search time, and how many tasks it could plan.  Mean costs are over the tasks
  * each algorithm planned, so compare the ratios across algorithms.
  *
@@ -38,9 +41,10 @@
  * carry over to tables of other shapes.
  *
  * SHARDD_BENCH_QUANTILE=Q (0..1): neuroshard plans for the Q-quantile of the
- * model's compiled-in ensemble's costs (shardctl plan --quantile Q), a
- * robust plan; with a compiled-in model only (the embedded one, the
- * H200's).  Its "predicted" is then that quantile.
+ * model's ensemble's costs (shardctl plan --quantile Q), a robust plan: the
+ * model file's when it is an ensemble file (shardctl train --ensemble K;
+ * member 0 is then the model), else the one compiled in for the model (the
+ * embedded one's, the H200's).  Its "predicted" is then that quantile.
  */
 #include <math.h>
 #include <stdio.h>
@@ -57,8 +61,8 @@
 /* Sums over the tasks an algorithm planned; the ratios over those where
  * the reference planned too (counted apart). */
 struct acc {
-    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, search_ms;
-    int ok, n_greedy, n_trec, n_ns;
+    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, vs_floor, search_ms;
+    int ok, n_greedy, n_trec, n_ns, n_floor;
 };
 
 static bool is_greedy(int a)
@@ -108,13 +112,16 @@ static int task_traces(const struct pool_source *src, const struct task *tk,
  * The measured cost of every plan that exists (ok[a]): `rounds` rounds, each
  * timing every plan once in algorithm order; per device the median compute
  * over the rounds, then the plan cost of those (alpha-beta comm) in meas[a].
+ * even[a]: the plan's cost had its measured compute been spread evenly
+ * over its devices (the same comm): what no placement of the same work
+ * can beat.
  */
 static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                            const bool *ok, const struct task *tk,
                            const struct trace *traces,
                            const struct topology *topo,
                            const struct kern_timing_opts *to, int rounds,
-                           double *meas)
+                           double *meas, double *even)
 {
     int32_t n = topo->ndevices, r;
     double *ms = calloc((size_t)NALG * (size_t)rounds * (size_t)n, sizeof(*ms));
@@ -143,6 +150,8 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                     plans[a].devices[r].compute_ms;
         }
     for (a = 0; a < NALG; a++) {
+        double sum = 0;
+
         if (!ok[a])
             continue;
         for (r = 0; r < n; r++) {
@@ -160,11 +169,15 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                 }
             comp[r] = v[m / 2];
             dims[r] = plans[a].devices[r].dim_sum;
+            sum += comp[r];
         }
         /* Collectives are modelled, as the all-to-all is. */
         if (plan_collectives(&plans[a], tk->tables, topo, cfwd, cbwd) != 0)
             goto out_free;
         meas[a] = cost_plan_ms(topo, comp, dims, cfwd, cbwd, fwd, bwd);
+        for (r = 0; r < n; r++)
+            comp[r] = sum / n;
+        even[a] = cost_plan_ms(topo, comp, dims, cfwd, cbwd, fwd, bwd);
     }
 out_free:
     free(ms);
@@ -176,10 +189,12 @@ out_free:
     free(dims);
 }
 
-static int run_set(const struct cost_net *net, const struct policy_net *pn,
-                   const struct kern_backend *be, const struct table *pool,
-                   size_t npool, const struct pool_source *src,
-                   const char *label, int32_t ndevices, size_t ntasks,
+static int run_set(const struct cost_net *net,
+                   const struct net_ensemble *file_ens,
+                   const struct policy_net *pn, const struct kern_backend *be,
+                   const struct table *pool, size_t npool,
+                   const struct pool_source *src, const char *label,
+                   int32_t ndevices, size_t ntasks,
                    const struct kern_timing_opts *to, int rounds)
 {
     struct task_params tp;
@@ -207,11 +222,12 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     topo.batch_size = net->batch_size;
     net_cost_model_init(&ncm, net);
     if (qs != NULL) {
-        ens = net_ensemble_compiled(net);
+        ens = file_ens != NULL ? file_ens : net_ensemble_compiled(net);
         if (ens == NULL || !(atof(qs) >= 0) || !(atof(qs) <= 1)) {
             fprintf(stderr, "bench_quality: SHARDD_BENCH_QUANTILE needs a "
-                            "quantile in [0, 1] and a compiled-in model "
-                            "with an ensemble (the embedded one, the "
+                            "quantile in [0, 1] and an ensemble: an "
+                            "ensemble file as the model, or a model with "
+                            "one compiled in (the embedded one, the "
                             "H200's)\n");
             return 1;
         }
@@ -222,7 +238,7 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
     for (k = 0; k < ntasks; k++) {
         const struct task *tk = &tasks[k];
         double pred[NALG], meas[NALG], bound[NALG], search[NALG];
-        double best_greedy = INFINITY;
+        double even[NALG], best_greedy = INFINITY, floor_ms = INFINITY;
         bool ok[NALG];
 
         struct plan plans[NALG];
@@ -252,6 +268,7 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
             bound[a] = plans[a].explain.lower_bound_ms;
             search[a] = plans[a].stats.search_ms;
             meas[a] = NAN;
+            even[a] = INFINITY;
         }
         if (be) {
             struct trace *traces;
@@ -260,13 +277,16 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
                 fprintf(stderr, "bench_quality: cannot make the lookups\n");
                 exit(1);
             }
-            measure_rounds(be, plans, ok, tk, traces, &topo, to, rounds, meas);
+            measure_rounds(be, plans, ok, tk, traces, &topo, to, rounds, meas,
+                           even);
             trace_array_free(traces, tk->ntables);
         }
         for (a = 0; a < NALG; a++) {
             if (!ok[a])
                 continue;
             plan_destroy(&plans[a]);
+            if (even[a] < floor_ms)
+                floor_ms = even[a];
             if (is_greedy(a)) {
                 double c = be ? meas[a] : pred[a];
 
@@ -298,6 +318,10 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
                 acc[a].n_ns++;
             }
             acc[a].vs_bound += pred[a] / bound[a];
+            if (be && floor_ms < INFINITY) {
+                acc[a].vs_floor += c / floor_ms;
+                acc[a].n_floor++;
+            }
             acc[a].search_ms += search[a];
         }
         fprintf(stderr, "bench_quality: %d devices: task %zu/%zu done\n",
@@ -309,21 +333,21 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
            label, label[0] ? ": " : "", (int)ndevices, ntasks, (int)ndevices,
            (long long)net->batch_size,
            be ? "measured on the device (median of rounds)" : "predicted only");
-    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %10s\n", "algorithm",
+    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %8s %10s\n", "algorithm",
            "valid", "predicted", "measured", "/best_greedy", "/torchrec",
-           "/neuroshard", "/bound", "search ms");
+           "/neuroshard", "/bound", "/even", "search ms");
     for (a = 0; a < NALG; a++) {
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
         printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
-               "%10.2f\n",
+               "%8.3f %10.2f\n",
                plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
                be ? c->meas / n : NAN,
                c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
                c->n_trec ? c->vs_trec / c->n_trec : NAN,
                c->n_ns ? c->vs_ns / c->n_ns : NAN, c->vs_bound / n,
-               c->search_ms / n);
+               c->n_floor ? c->vs_floor / c->n_floor : NAN, c->search_ms / n);
     }
     task_array_free(tasks, ntasks);
     return 0;
@@ -335,6 +359,7 @@ static int run_set(const struct cost_net *net, const struct policy_net *pn,
  * then its task sets at 4 and 8 devices.
  */
 static int run_families(const char *list, const struct cost_net *net,
+                        const struct net_ensemble *file_ens,
                         const struct policy_net *pn,
                         const struct kern_backend *be, size_t ntasks,
                         const struct kern_timing_opts *to, int rounds,
@@ -367,11 +392,11 @@ static int run_families(const char *list, const struct cost_net *net,
                     family_name(f));
             return 1;
         }
-        rv = run_set(net, pn, be, pool, fp.count, &src, family_name(f), 4,
-                     ntasks, to, rounds);
+        rv = run_set(net, file_ens, pn, be, pool, fp.count, &src,
+                     family_name(f), 4, ntasks, to, rounds);
         if (rv == 0)
-            rv = run_set(net, pn, be, pool, fp.count, &src, family_name(f), 8,
-                         ntasks, to, rounds);
+            rv = run_set(net, file_ens, pn, be, pool, fp.count, &src,
+                         family_name(f), 8, ntasks, to, rounds);
         free(pool);
     }
     return rv;
@@ -392,10 +417,11 @@ int main(int argc, char **argv)
     struct pool_source src = {&sp, NULL};
     struct table *pool;
     struct sd_diag d = {{0}};
-    struct cost_net *owned = NULL;
+    struct net_ensemble *owned = NULL; /* the model file's: k >= 1 */
     struct policy_net *owned_pn = NULL;
     const struct cost_net *net;
     const struct policy_net *pn;
+    const struct net_ensemble *fens; /* the model file's, if an ensemble */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rv = 1;
 
@@ -403,13 +429,15 @@ int main(int argc, char **argv)
         return bench_production(argc, argv);
     ntasks = argc > 1 ? (size_t)atoi(argv[1]) : 5;
     if (argc > 5)
-        net = net_read_file(argv[5], &owned, &d) == 0 ? owned : NULL;
+        net = net_ensemble_read_file(argv[5], &owned, &d) == 0 ? owned->m[0]
+                                                               : NULL;
     else
         net = net_embedded(&d);
     if (!net) {
         fprintf(stderr, "bench_quality: %s\n", d.msg);
         return 1;
     }
+    fens = owned != NULL && owned->k > 1 ? owned : NULL;
     /* dreamshard's policy, trained against this model: the file's, else
      * the one compiled in for it; without one it plans nothing (0 valid). */
     if (argc > 6) {
@@ -455,17 +483,17 @@ int main(int argc, char **argv)
     printf("bench_quality: model %s (%s); backend %s\n", net->profile,
            argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
     if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
-        rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, pn, be, ntasks,
-                          &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
-    } else if (run_set(net, pn, be, pool, sp.count, &src, "", 4, ntasks, &to,
-                       rounds) == 0 &&
-               run_set(net, pn, be, pool, sp.count, &src, "", 8, ntasks, &to,
-                       rounds) == 0) {
+        rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, fens, pn, be,
+                          ntasks, &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
+    } else if (run_set(net, fens, pn, be, pool, sp.count, &src, "", 4, ntasks,
+                       &to, rounds) == 0 &&
+               run_set(net, fens, pn, be, pool, sp.count, &src, "", 8, ntasks,
+                       &to, rounds) == 0) {
         rv = 0;
     }
     free(pool);
 out_model:
     free(owned_pn);
-    free(owned);
+    net_ensemble_free(owned);
     return rv;
 }
