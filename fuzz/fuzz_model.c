@@ -1,47 +1,59 @@
 /*
  * Fuzz target: the cost-model file loader, net_parse()
- * (planner/models/netfile.c), formats 1 and 2.
+ * (planner/models/netfile.c), formats 1 to 4.
  *
  * The first byte picks how the rest is used:
  *  - even: the rest is a model file image as it is;
- *  - 1 mod 4: the rest is a list of 3-byte edits (offset u16 little-endian,
+ *  - 1 mod 8: the rest is a list of 3-byte edits (offset u16 little-endian,
  *    modulo the image size, then the new byte) applied to the embedded
- *    model's image (format 1), whose CRC-32 is then made right again;
+ *    model's image (format 3: derived inputs), whose CRC-32 is then made
+ *    right again;
  *  - 3 mod 4: a list of 4-byte edits (offset u24) of the reference set's
- *    image (format 2: transforms, notice, comm models).
+ *    image (format 2: transforms, notice, comm models);
+ *  - 5 mod 8: 4-byte edits of a prior model's image (format 4, made by
+ *    prior_model.h: derived inputs with the physical terms, the prior
+ *    activation).
  *    A checksum stops raw mutations at the first changed byte; the edits
  *    reach the checks behind it (architecture, profile, batch size,
  *    transforms, comm models' sizes, weights).
  *
  * Invariants: an input is refused with a code and a message, or the model
  * has a NUL-terminated, non-empty profile, a batch size >= 1, finite
- * weights, transforms, activations and comm sizes in range, and
- * net_serialize() then net_parse() gives the same model.
+ * weights (the derived inputs' too), transforms, activations, derived
+ * inputs and comm sizes in range, and net_serialize() then net_parse()
+ * gives the same model.
  */
 #include <math.h>
 #include <string.h>
 
 #include "fuzz.h"
 #include "planner.h"
+#include "prior_model.h"
 
 static uint8_t *image; /* the embedded model, serialised (format 1) */
 static size_t image_len;
 static uint8_t *image2; /* the reference set, serialised (format 2) */
 static size_t image2_len;
+static uint8_t *image4; /* a prior model, serialised (format 4) */
+static size_t image4_len;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const struct cost_net *m = net_embedded(NULL);
     const struct cost_net *r = net_reference(NULL);
+    struct cost_net *prior = fuzz_prior_model();
     void *img;
 
     (void)argc;
     (void)argv;
-    FUZZ_CHECK(m != NULL && r != NULL);
+    FUZZ_CHECK(m != NULL && r != NULL && prior != NULL);
     FUZZ_CHECK(net_serialize(m, &img, &image_len) == 0);
     image = img;
     FUZZ_CHECK(net_serialize(r, &img, &image2_len) == 0);
     image2 = img;
+    FUZZ_CHECK(net_serialize(prior, &img, &image4_len) == 0);
+    image4 = img;
+    free(prior);
     return 0;
 }
 
@@ -86,6 +98,8 @@ static int same_model(const struct cost_net *a, const struct cost_net *b)
            memcmp(a->std, b->std, sizeof(a->std)) == 0 &&
            memcmp(a->p, b->p, sizeof(a->p)) == 0 &&
            memcmp(&a->metrics, &b->metrics, sizeof(a->metrics)) == 0 &&
+           a->x.n == b->x.n && memcmp(a->x.id, b->x.id, (size_t)a->x.n) == 0 &&
+           memcmp(a->xw, b->xw, sizeof(a->xw)) == 0 &&
            strcmp(a->notice, b->notice) == 0 && same_io(a, b) &&
            same_comm(a, b);
 }
@@ -121,6 +135,12 @@ static void check_model(const struct cost_net *m)
     FUZZ_CHECK(m->batch_size >= 1);
     for (i = 0; i < NET_NPARAMS; i++)
         FUZZ_CHECK(isfinite(m->p[i]));
+    FUZZ_CHECK(m->x.n >= 0 && m->x.n <= NET_XMAX);
+    for (i = 0; i < (size_t)m->x.n; i++)
+        FUZZ_CHECK(m->x.id[i] < NET_X_COUNT && isfinite(m->mean[NET_IN + i]) &&
+                   isfinite(m->std[NET_IN + i]) && m->std[NET_IN + i] >= 0);
+    for (i = 0; i < NET_H1 * NET_XMAX; i++)
+        FUZZ_CHECK(isfinite(m->xw[i]));
     for (i = 0; i < NET_IN; i++)
         FUZZ_CHECK(isfinite(m->mean[i]) && isfinite(m->std[i]) &&
                    m->std[i] >= 0 &&
@@ -173,11 +193,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(buf);
         return 0;
     }
-    /* 1 mod 4: 3-byte edits of format 1; 3 mod 4: 4-byte edits (a 24-bit
-     * offset) of format 2. */
-    base = (data[0] & 2) ? image2 : image;
-    blen = (data[0] & 2) ? image2_len : image_len;
-    step = (data[0] & 2) ? 4 : 3;
+    /* 1 mod 8: 3-byte edits of the embedded model; 3 mod 4: 4-byte edits
+     * (a 24-bit offset) of format 2; 5 mod 8: of format 4. */
+    if (data[0] & 2) {
+        base = image2;
+        blen = image2_len;
+        step = 4;
+    } else if (data[0] & 4) {
+        base = image4;
+        blen = image4_len;
+        step = 4;
+    } else {
+        base = image;
+        blen = image_len;
+        step = 3;
+    }
     buf = malloc(blen);
     FUZZ_CHECK(buf != NULL);
     memcpy(buf, base, blen);

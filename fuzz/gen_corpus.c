@@ -21,6 +21,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "planner.h"
+#include "prior_model.h"
 #include "shardd/v1/planner.pb-c.h"
 
 static const char *root;
@@ -357,6 +358,40 @@ static void model_v2_seeds(void)
     put("fuzz_model", "edit-v2-comm-dir", dir, sizeof(dir));
 }
 
+/*
+ * Format 4 (a prior model, prior_model.h): the image itself, truncated, and
+ * 4-byte edits of the same form as format 2's under first byte 5: the
+ * activation (248) out of range, the derived inputs' count (256) past
+ * NET_XMAX, the first derived input's id (260) unknown.
+ */
+static void model_v4_seeds(void)
+{
+    static const unsigned char none[] = {5};
+    static const unsigned char activation[] = {5, 248, 0, 0, 9};
+    static const unsigned char nextras[] = {5, 0, 1, 0, 200};
+    static const unsigned char extra_id[] = {5, 4, 1, 0, 250};
+    struct cost_net *m = fuzz_prior_model();
+    unsigned char *img1;
+    size_t len;
+    void *img;
+
+    if (m == NULL || net_serialize(m, &img, &len) != 0)
+        die("net_serialize (prior model)");
+    img1 = malloc(len + 1);
+    if (img1 == NULL)
+        die("out of memory");
+    img1[0] = 0;
+    memcpy(img1 + 1, img, len);
+    put("fuzz_model", "seed-v4-prior", img1, len + 1);
+    put("fuzz_model", "edge-v4-truncated", img1, len / 2);
+    free(img1);
+    free(img);
+    free(m);
+    put("fuzz_model", "edit-v4-none", none, sizeof(none));
+    put("fuzz_model", "edit-v4-activation", activation, sizeof(activation));
+    put("fuzz_model", "edit-v4-nextras", nextras, sizeof(nextras));
+    put("fuzz_model", "edit-v4-extra-id", extra_id, sizeof(extra_id));
+}
 
 static void gen_models(void)
 {
@@ -402,6 +437,7 @@ static void gen_models(void)
     put("fuzz_model", "raw-newer", raw_newer, sizeof(raw_newer));
     put("fuzz_model", "raw-empty", raw_short, 1);
     model_v2_seeds();
+    model_v4_seeds();
 }
 
 /* ---------------------------------------------------------------------- */
