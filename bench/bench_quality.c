@@ -9,7 +9,8 @@
  * tasks those could plan), the predicted cost over the plan's lower bound,
  * the measured cost over the task's measured floor ("/even": the least
  * measured compute of any algorithm's plan spread evenly over the devices,
- * with that plan's comm; a plan doing no less work cannot go below 1), the
+ * with that plan's comm; a plan doing no less work cannot go below 1 but
+ * by what its comm saves), the
  * search time, and how many tasks it could plan.  Mean costs are over the tasks
  * each algorithm planned, so compare the ratios across algorithms.
  *
@@ -114,7 +115,7 @@ static int task_traces(const struct pool_source *src, const struct task *tk,
  * over the rounds, then the plan cost of those (alpha-beta comm) in meas[a].
  * even[a]: the plan's cost had its measured compute been spread evenly
  * over its devices (the same comm): what no placement of the same work
- * can beat.
+ * can beat, comm aside.
  */
 static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                            const bool *ok, const struct task *tk,
