@@ -10,9 +10,11 @@
  * the measured cost over the task's measured floor ("/even": the least
  * measured compute of any algorithm's plan spread evenly over the devices,
  * with that plan's comm; a plan doing no less work cannot go below 1 but
- * by what its comm saves), the
- * search time, and how many tasks it could plan.  Mean costs are over the tasks
- * each algorithm planned, so compare the ratios across algorithms.
+ * by what its comm saves), its own work over that floor ("work": its
+ * measured compute spread evenly, so /even over work is its imbalance as
+ * measured), the search time, and how many tasks it could plan.  Mean costs are
+ * over the tasks each algorithm planned, so compare the ratios across
+ * algorithms.
  *
  * usage: bench_quality [tasks per set] [repeats] [backend|none] [rounds]
  *                      [model file] [policy file]
@@ -62,7 +64,8 @@
 /* Sums over the tasks an algorithm planned; the ratios over those where
  * the reference planned too (counted apart). */
 struct acc {
-    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, vs_floor, search_ms;
+    double pred, meas, vs_greedy, vs_trec, vs_ns, vs_bound, vs_floor, work,
+        search_ms;
     int ok, n_greedy, n_trec, n_ns, n_floor;
 };
 
@@ -321,6 +324,7 @@ static int run_set(const struct cost_net *net,
             acc[a].vs_bound += pred[a] / bound[a];
             if (be && floor_ms < INFINITY) {
                 acc[a].vs_floor += c / floor_ms;
+                acc[a].work += even[a] / floor_ms;
                 acc[a].n_floor++;
             }
             acc[a].search_ms += search[a];
@@ -334,21 +338,22 @@ static int run_set(const struct cost_net *net,
            label, label[0] ? ": " : "", (int)ndevices, ntasks, (int)ndevices,
            (long long)net->batch_size,
            be ? "measured on the device (median of rounds)" : "predicted only");
-    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %8s %10s\n", "algorithm",
+    printf("%-20s %6s %10s %10s %11s %11s %11s %9s %8s %6s %10s\n", "algorithm",
            "valid", "predicted", "measured", "/best_greedy", "/torchrec",
-           "/neuroshard", "/bound", "/even", "search ms");
+           "/neuroshard", "/bound", "/even", "work", "search ms");
     for (a = 0; a < NALG; a++) {
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
         printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
-               "%8.3f %10.2f\n",
+               "%8.3f %6.3f %10.2f\n",
                plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
                be ? c->meas / n : NAN,
                c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
                c->n_trec ? c->vs_trec / c->n_trec : NAN,
                c->n_ns ? c->vs_ns / c->n_ns : NAN, c->vs_bound / n,
-               c->n_floor ? c->vs_floor / c->n_floor : NAN, c->search_ms / n);
+               c->n_floor ? c->vs_floor / c->n_floor : NAN,
+               c->n_floor ? c->work / c->n_floor : NAN, c->search_ms / n);
     }
     task_array_free(tasks, ntasks);
     return 0;
