@@ -118,7 +118,9 @@ static int task_traces(const struct pool_source *src, const struct task *tk,
  * over the rounds, then the plan cost of those (alpha-beta comm) in meas[a].
  * even[a]: the plan's cost had its measured compute been spread evenly
  * over its devices (the same comm): what no placement of the same work
- * can beat, comm aside.
+ * can beat, comm aside.  A plan a round could not measure keeps meas[a]
+ * NaN and even[a] INFINITY (its message printed): no zero times in its
+ * medians.
  */
 static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                            const bool *ok, const struct task *tk,
@@ -135,6 +137,7 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
     double *cfwd = calloc((size_t)n, sizeof(*cfwd));
     double *cbwd = calloc((size_t)n, sizeof(*cbwd));
     int32_t *dims = calloc((size_t)n, sizeof(*dims));
+    bool failed[NALG] = {false};
     struct sd_diag d;
     int a, i;
 
@@ -144,9 +147,13 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
         for (a = 0; a < NALG; a++) {
             if (!ok[a])
                 continue;
+            if (failed[a])
+                continue;
             if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, traces,
                                topo, OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
-                fprintf(stderr, "bench_quality: %s\n", d.msg);
+                fprintf(stderr, "bench_quality: %s: %s\n",
+                        plan_alg_name((enum plan_alg)a), d.msg);
+                failed[a] = true;
                 continue;
             }
             for (r = 0; r < n; r++)
@@ -156,7 +163,7 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
     for (a = 0; a < NALG; a++) {
         double sum = 0;
 
-        if (!ok[a])
+        if (!ok[a] || failed[a])
             continue;
         for (r = 0; r < n; r++) {
             double v[64];
@@ -289,6 +296,10 @@ static int run_set(const struct cost_net *net,
             if (!ok[a])
                 continue;
             plan_destroy(&plans[a]);
+            if (be && isnan(meas[a])) {
+                ok[a] = false; /* not measured: counted as not planned */
+                continue;
+            }
             if (even[a] < floor_ms)
                 floor_ms = even[a];
             if (is_greedy(a)) {
