@@ -30,7 +30,7 @@
 #include "planner.h"
 #include "prior_model.h"
 
-static uint8_t *image; /* the embedded model, serialised (format 1) */
+static uint8_t *image; /* the embedded model, serialised (format 3) */
 static size_t image_len;
 static uint8_t *image2; /* the reference set, serialised (format 2) */
 static size_t image2_len;

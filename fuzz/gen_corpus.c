@@ -306,8 +306,29 @@ static void edit4(unsigned char e[5], size_t off, unsigned char v)
 }
 
 /* ---------------------------------------------------------------------- */
-/* fuzz_model: the first byte picks raw (even), edits of format 1 (1 mod   */
-/* 4) or of format 2 (3 mod 4)                                             */
+/* fuzz_model: the first byte picks raw (even), edits of the embedded      */
+/* model (1 mod 8), of format 2 (3 mod 4) or of format 4 (5 mod 8)         */
+
+/* m's file image behind the raw mode's first byte (0), *len bytes in all
+ * (free()); dies naming `what` when it cannot be made. */
+static unsigned char *raw_model_image(const struct cost_net *m,
+                                      const char *what, size_t *len)
+{
+    unsigned char *img1;
+    size_t n;
+    void *img;
+
+    if (m == NULL || net_serialize(m, &img, &n) != 0)
+        die(what);
+    img1 = malloc(n + 1);
+    if (img1 == NULL)
+        die("out of memory");
+    img1[0] = 0;
+    memcpy(img1 + 1, img, n);
+    free(img);
+    *len = n + 1;
+    return img1;
+}
 
 /*
  * Format 2 (the reference set's image): the image itself, and 4-byte edits
@@ -328,19 +349,11 @@ static void model_v2_seeds(void)
     const struct cost_net *r = net_reference(NULL);
     unsigned char *img1, ncomm[5], ndev[5], sizes[5], dir[5];
     size_t len, comm0;
-    void *img;
 
-    if (r == NULL || net_serialize(r, &img, &len) != 0)
-        die("net_serialize (reference)");
-    img1 = malloc(len + 1);
-    if (img1 == NULL)
-        die("out of memory");
-    img1[0] = 0;
-    memcpy(img1 + 1, img, len);
-    put("fuzz_model", "seed-v2-reference", img1, len + 1);
-    put("fuzz_model", "edge-v2-truncated", img1, len - 200);
+    img1 = raw_model_image(r, "net_serialize (reference)", &len);
+    put("fuzz_model", "seed-v2-reference", img1, len);
+    put("fuzz_model", "edge-v2-truncated", img1, len - 201);
     free(img1);
-    free(img);
     comm0 = 36388 + 4 + (strlen(r->notice) + 3) / 4 * 4 + 4;
     edit4(ncomm, comm0 - 4, 9);  /* 9 comm models */
     edit4(ndev, comm0 + 4, 1);   /* comm[0] of 1 device */
@@ -373,19 +386,11 @@ static void model_v4_seeds(void)
     struct cost_net *m = fuzz_prior_model();
     unsigned char *img1;
     size_t len;
-    void *img;
 
-    if (m == NULL || net_serialize(m, &img, &len) != 0)
-        die("net_serialize (prior model)");
-    img1 = malloc(len + 1);
-    if (img1 == NULL)
-        die("out of memory");
-    img1[0] = 0;
-    memcpy(img1 + 1, img, len);
-    put("fuzz_model", "seed-v4-prior", img1, len + 1);
-    put("fuzz_model", "edge-v4-truncated", img1, len / 2);
+    img1 = raw_model_image(m, "net_serialize (prior model)", &len);
+    put("fuzz_model", "seed-v4-prior", img1, len);
+    put("fuzz_model", "edge-v4-truncated", img1, (len - 1) / 2);
     free(img1);
-    free(img);
     free(m);
     put("fuzz_model", "edit-v4-none", none, sizeof(none));
     put("fuzz_model", "edit-v4-activation", activation, sizeof(activation));
@@ -408,24 +413,15 @@ static void gen_models(void)
                                               1, 0,   0,   0};
     static const unsigned char raw_newer[] = {0, 'S', 'D', 'C', 'N',
                                               9, 0,   0,   0};
-    const struct cost_net *m = net_embedded(NULL);
     unsigned char *img1;
-    void *img;
     size_t len;
 
-    if (m == NULL || net_serialize(m, &img, &len) != 0)
-        die("net_serialize");
-    img1 = malloc(len + 1);
-    if (img1 == NULL)
-        die("out of memory");
-    img1[0] = 0;
-    memcpy(img1 + 1, img, len);
-    put("fuzz_model", "seed-embedded", img1, len + 1);
+    img1 = raw_model_image(net_embedded(NULL), "net_serialize", &len);
+    put("fuzz_model", "seed-embedded", img1, len);
     put("fuzz_model", "edge-truncated", img1, 1024);
-    img1[len] ^= 1; /* a checksum that does not match */
-    put("fuzz_model", "edge-bad-crc", img1, len + 1);
+    img1[len - 1] ^= 1; /* a checksum that does not match */
+    put("fuzz_model", "edge-bad-crc", img1, len);
     free(img1);
-    free(img);
     put("fuzz_model", "edit-none", no_edit, sizeof(no_edit));
     put("fuzz_model", "edit-newer", newer, sizeof(newer));
     put("fuzz_model", "edit-architecture", arch, sizeof(arch));
