@@ -13,8 +13,9 @@
  * move or swap the local search tried) on all its threads and per thread.
  *
  * usage: bench_search [repeats] [threads] [max tables]
- *   repeats     runs per case (default 3; 1 for cases of 10,000 tables and
- *               more); the median time is printed
+ *   repeats     runs per case, 1 to BENCH_REPEATS_MAX (default 3; 1 for
+ *               cases of 10,000 tables and more); the median time is
+ *               printed (many repeats: a profile of the search alone)
  *   threads     the search's threads (default 0: one per CPU)
  *   max tables  skip cases with more tables (default 20000)
  * With SHARDD_BENCH_VARIANTS=1 in the environment it also runs the search's
@@ -34,6 +35,8 @@
 
 #include "planner.h"
 #include "shardd/sort.h"
+
+#define BENCH_REPEATS_MAX 1024
 
 struct bench_case {
     size_t ntables;
@@ -102,7 +105,7 @@ static int run(const struct cost_net *net, const struct table *tables, size_t n,
     struct plan_options o;
     struct sd_diag d;
     struct timespec t0, t1;
-    double t[16], all[16];
+    double t[BENCH_REPEATS_MAX], all[BENCH_REPEATS_MAX];
     int i, rv;
 
     plan_options_default(&o);
@@ -184,7 +187,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_search: %s\n", d.msg);
         return 1;
     }
-    if (repeats < 1 || repeats > 16)
+    if (repeats < 1 || repeats > BENCH_REPEATS_MAX)
         repeats = 3;
     printf("bench_search: neuroshard with %s model %s, %d thread(s) of %ld "
            "CPUs\n",
