@@ -673,6 +673,42 @@ static int score_report(const struct ctl_opts *o, const char *profile,
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }
 
+/*
+ * --out: a CSV row a sample (its id, families, source, tables, measured and
+ * predicted ms and the signed error), and for a prior model the prior's ms
+ * alone, the prediction with the net's ratio 1: whether the physics or the
+ * net misses a sample (empty for other models).
+ */
+static int write_samples(const char *path, const struct cost_net *net,
+                         const struct store_sample *smp, const double *pred,
+                         size_t n)
+{
+    char *text = NULL;
+    size_t len = 0, i;
+    FILE *f = open_memstream(&text, &len);
+    int rv;
+
+    if (f == NULL)
+        return ctl_fail(1, "score: out of memory");
+    fputs("id,family,source,tables,measured_ms,predicted_ms,error,prior_ms", f);
+    for (i = 0; i < n; i++) {
+        double prior = net_tables_prior_ms(net, smp[i].tables, smp[i].ntables);
+
+        fprintf(f, "\n%lld,%s,%s,%zu,%.6g,%.6g,%+.4f,", (long long)smp[i].id,
+                smp[i].family, smp[i].source, smp[i].ntables,
+                smp[i].measured_ms, pred[i], pred[i] / smp[i].measured_ms - 1);
+        if (!isnan(prior))
+            fprintf(f, "%.6g", prior);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return ctl_fail(1, "score: out of memory");
+    }
+    rv = ctl_write_output(path, text);
+    free(text);
+    return rv;
+}
+
 /* The refusal of score when the store has no samples of the model's own
  * profile, in one line naming the store's profiles. */
 static int no_own_profile(struct store *st, const char *model_profile)
@@ -761,6 +797,8 @@ int measure_score(const struct ctl_opts *o)
     rv = predict(o, cm.net, smp, n, pred);
     if (rv == 0)
         rv = score_report(o, prof.name, smp, pred, n);
+    if (rv == 0 && o->out != NULL)
+        rv = write_samples(o->out, cm.net, smp, pred, n);
     free(pred);
 out_samples:
     store_samples_free(smp, n);

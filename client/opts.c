@@ -137,13 +137,15 @@ static const char usage_text[] =
     "      model (--activate: and activate it if it passed) and/or write\n"
     "      the policy file with --out.\n"
     "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
-    "              [--backend cpu|cuda]\n"
+    "              [--backend cpu|cuda] [--out FILE]\n"
     "      A model's error (MAPE, median, p90, signed median) on a store's\n"
     "      measured samples: the held-out check for samples it never saw.\n"
     "      The samples of the model's own profile; --profile NAME scores\n"
     "      it on another's (does a model carry over to another machine?).\n"
     "      --backend: every sample scored in one batch by the model resident\n"
-    "      on that backend's device 0.\n"
+    "      on that backend's device 0.  --out: a CSV row a sample (id,\n"
+    "      family, source, tables, measured_ms, predicted_ms, error, and\n"
+    "      prior_ms: a v3 model's physical prior alone, without the net).\n"
     "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"
     "              [--devices N] [--task K] [--batch-size B]\n"
     "              [--devices-per-host L] [--optimizer NAME] [--model FILE]\n"
@@ -390,7 +392,7 @@ static const struct opt_def opt_defs[] = {
     {"out", ARG, O(out),
      CMD(GEN_TABLES) | CMD(GEN_TASKS) | CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) |
          CMD(EVAL) | CMD(FEATURES) | CMD(IMPORT_MODEL) | CMD(COMM_FIT) |
-         CMD(TRAIN_POLICY),
+         CMD(TRAIN_POLICY) | CMD(SCORE),
      set_str, 0, 0},
     {"torchrec", FLAG, O(torchrec), CMD(PLAN), set_flag, 0, 0},
     {"torchrec-module", ARG, O(torchrec_module), CMD(PLAN), set_str, 0, 0},

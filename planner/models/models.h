@@ -403,11 +403,16 @@ double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
  * of a measured sample). */
 double net_tables_ms(const struct cost_net *m, const struct table *tables,
                      size_t n);
+/* A prior model's physical ms of that shard: what its prediction would be
+ * with the net's ratio 1 (net_tables_ms() = squareplus(raw) x this).  NAN
+ * when m has no prior (net_has_prior()). */
+double net_tables_prior_ms(const struct cost_net *m, const struct table *tables,
+                           size_t n);
 
 /*
- * The format version net_serialize() writes for m: 3 when it has derived
- * inputs, else 1 when format 1 holds it (format 1's inputs and output, no
- * comm models, no notice), else 2.
+ * The format version net_serialize() writes for m: 4 when it has the
+ * physical prior, 3 when it has derived inputs, else 1 when format 1 holds it
+ * (format 1's inputs and output, no comm models, no notice), else 2.
  */
 int net_format_version(const struct cost_net *m);
 
@@ -419,7 +424,7 @@ int net_format_version(const struct cost_net *m);
 int net_serialize(const struct cost_net *m, void **out, size_t *len);
 
 /*
- * Parses a model file image (format 1, 2 or 3) into *out (owned: free()).
+ * Parses a model file image (format 1 to 4) into *out (owned: free()).
  * Returns 0, or SD_EFORMAT (not a model file, a damaged one: bad magic,
  * size or checksum, a field out of range, non-finite weights; d names the
  * field) or SD_ENEWER (a newer format version), or SD_ENOMEM.

@@ -573,6 +573,15 @@ void net_head_init(const struct cost_net *m, float z[NET_H2])
     memcpy(z, m->p + NET_B3, NET_H2 * sizeof(float));
 }
 
+/* A prior model's physical ms from its reserved head units: base + count x
+ * columns, never below 0. */
+static double prior_phys(float base, float count, float cols)
+{
+    double phys = (double)base + (double)count * (double)cols;
+
+    return phys > 0 ? phys : 0;
+}
+
 /* A prior model's cost from its raw head and its reserved head units:
  * squareplus(raw) x (base + count x columns), each unit a sum of units >=
  * 0, so never below 0.  Out of line, with no pointer from the pass: a
@@ -583,9 +592,7 @@ __attribute__((noinline))
 static double
 prior_cost(double raw, float base, float count, float cols)
 {
-    double phys = (double)base + (double)count * (double)cols;
-
-    return net_squareplus(raw) * (phys > 0 ? phys : 0);
+    return net_squareplus(raw) * prior_phys(base, count, cols);
 }
 
 /* The head's output from its eight lane sums, added in one fixed order. */
@@ -773,18 +780,41 @@ double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
     return shard_ms(m, NULL, items, n);
 }
 
+/* z of a shard of whole tables, each at its own dim. */
+static void tables_z(const struct cost_net *m, const struct table *tables,
+                     size_t n, float z[NET_H2])
+{
+    size_t k;
+
+    net_head_init(m, z);
+    for (k = 0; k < n; k++)
+        head_add(m, NULL, &tables[k], tables[k].dim, z);
+}
+
 double net_tables_ms(const struct cost_net *m, const struct table *tables,
                      size_t n)
 {
     float z[NET_H2];
-    size_t k;
 
     if (n == 0)
         return 0;
-    net_head_init(m, z);
-    for (k = 0; k < n; k++)
-        head_add(m, NULL, &tables[k], tables[k].dim, z);
+    tables_z(m, tables, n, z);
     return net_head_z(m, z);
+}
+
+double net_tables_prior_ms(const struct cost_net *m, const struct table *tables,
+                           size_t n)
+{
+    float z[NET_H2];
+
+    if (!net_has_prior(m))
+        return NAN;
+    if (n == 0)
+        return 0;
+    tables_z(m, tables, n, z);
+    return prior_phys(z[NET_PRIOR_H2(NET_PRIOR_BASE)],
+                      z[NET_PRIOR_H2(NET_PRIOR_COUNT)],
+                      z[NET_PRIOR_H2(NET_PRIOR_COLS)]);
 }
 
 /*

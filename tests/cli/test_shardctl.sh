@@ -221,6 +221,21 @@ awk '/^samples:/ { n = $2 + $4 + $6 } END { exit n != 12 }' "$DIR/new.txt" &&
 "$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" --newest 7 \
     >"$DIR/score7.txt" 2>"$DIR/err" && grep -q " on 7 samples of " \
     "$DIR/score7.txt" && ok || bad "score --newest 7: $(cat "$DIR/err")"
+# --out: a CSV row a sample scored, its error the prediction's over the
+# measured time, and the physical prior alone beside it (a v3 model).
+CSV_HEAD="id,family,source,tables,measured_ms,predicted_ms,error,prior_ms"
+# Rows of $1 whose fields hold together; $2 1: prior_ms given, 0: empty.
+csv_rows() {
+    awk -F, -v prior="$2" 'NR > 1 && NF == 8 && $1 ~ /^[0-9]+$/ &&
+        $4 >= 1 && $5 > 0 && $6 > 0 &&
+        ($6 / $5 - 1 - $7) ^ 2 < 1e-6 &&
+        (prior ? $8 > 0 : $8 == "") { n++ } END { print n + 0 }' "$1"
+}
+"$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" --newest 7 \
+    --out "$DIR/s7.csv" >/dev/null 2>"$DIR/err" &&
+    [ "$(head -1 "$DIR/s7.csv")" = "$CSV_HEAD" ] &&
+    [ "$(csv_rows "$DIR/s7.csv" 1)" = 7 ] && ok ||
+    bad "score --out: $(cat "$DIR/err" "$DIR/s7.csv")"
 # score splits the errors by tables a shard: the --max-tables shards apart.
 MANY=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from samples where ntables > 15").fetchone()[0])' "$DIR/mt.db")
 "$CTL" score --db "$DIR/mt.db" --model "$DIR/m.sdcn" >"$DIR/score_mt.txt" \
@@ -242,6 +257,10 @@ expect_fail 2 "the store has \"$PNAME\"" score --db "$DIR/p.db"
     grep -q "^model (embedded) on 24 samples of " "$DIR/out" &&
     grep -qF "scored on the samples of \"$PNAME\" as asked" "$DIR/err" &&
     ok || bad "score --profile of another profile: $(cat "$DIR/err")"
+# The embedded model has no physical prior (v2): prior_ms left empty.
+"$CTL" score --db "$DIR/p.db" --profile "$PNAME" --out "$DIR/s24.csv" \
+    >/dev/null 2>"$DIR/err" && [ "$(csv_rows "$DIR/s24.csv" 0)" = 24 ] &&
+    ok || bad "score --out of a model without a prior: $(cat "$DIR/err")"
 expect_fail 2 '--newest' train --db "$DIR/p.db" --newest 0
 # Families: every sample records the families of its tables (the profile's
 # pool mixes them); train --hold-out-family keeps every sample with a table
