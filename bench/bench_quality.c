@@ -43,6 +43,9 @@
  * family and mix), each at 4 and 8 devices: does a model's plan quality
  * carry over to tables of other shapes.
  *
+ * SHARDD_BENCH_DEVICES=4 or 8: task sets on that many devices alone
+ * (default 4,8: both).
+ *
  * SHARDD_BENCH_QUANTILE=Q (0..1): neuroshard plans for the Q-quantile of the
  * model's ensemble's costs (shardctl plan --quantile Q), a robust plan: the
  * model file's when it is an ensemble file (shardctl train --ensemble K;
@@ -375,6 +378,39 @@ static int run_set(const struct cost_net *net,
  * ("all": every family and mix), 256 tables of it at the model's batch,
  * then its task sets at 4 and 8 devices.
  */
+/* Whether SHARDD_BENCH_DEVICES asks for task sets on n devices: "4", "8"
+ * or "4,8" (also unset, the default: both).  -1 when it is none of those. */
+static int devices_wanted(int32_t n)
+{
+    const char *v = getenv("SHARDD_BENCH_DEVICES");
+
+    if (v == NULL || strcmp(v, "4,8") == 0 || strcmp(v, "8,4") == 0)
+        return 1;
+    if (strcmp(v, "4") == 0 || strcmp(v, "8") == 0)
+        return atoi(v) == n;
+    return -1;
+}
+
+/* run_set() at each device count asked for (devices_wanted()). */
+static int run_counts(const struct cost_net *net,
+                      const struct net_ensemble *file_ens,
+                      const struct policy_net *pn,
+                      const struct kern_backend *be, const struct table *pool,
+                      size_t npool, const struct pool_source *src,
+                      const char *label, size_t ntasks,
+                      const struct kern_timing_opts *to, int rounds)
+{
+    static const int32_t counts[] = {4, 8};
+    size_t i;
+    int rv = 0;
+
+    for (i = 0; i < sizeof(counts) / sizeof(counts[0]) && rv == 0; i++)
+        if (devices_wanted(counts[i]) > 0)
+            rv = run_set(net, file_ens, pn, be, pool, npool, src, label,
+                         counts[i], ntasks, to, rounds);
+    return rv;
+}
+
 static int run_families(const char *list, const struct cost_net *net,
                         const struct net_ensemble *file_ens,
                         const struct policy_net *pn,
@@ -409,11 +445,8 @@ static int run_families(const char *list, const struct cost_net *net,
                     family_name(f));
             return 1;
         }
-        rv = run_set(net, file_ens, pn, be, pool, fp.count, &src,
-                     family_name(f), 4, ntasks, to, rounds);
-        if (rv == 0)
-            rv = run_set(net, file_ens, pn, be, pool, fp.count, &src,
-                         family_name(f), 8, ntasks, to, rounds);
+        rv = run_counts(net, file_ens, pn, be, pool, fp.count, &src,
+                        family_name(f), ntasks, to, rounds);
         free(pool);
     }
     return rv;
@@ -472,6 +505,14 @@ int main(int argc, char **argv)
     if (!pn)
         fprintf(stderr, "bench_quality: %s: dreamshard will plan nothing\n",
                 d.msg);
+    if (devices_wanted(4) < 0) {
+        fprintf(stderr,
+                "bench_quality: SHARDD_BENCH_DEVICES is \"%s\": give 4, 8 "
+                "or 4,8\n",
+                getenv("SHARDD_BENCH_DEVICES"));
+        rv = 2;
+        goto out_model;
+    }
     if (ntasks < 1 || repeats < 1 || rounds < 1 || rounds > 64) {
         fprintf(stderr, "usage: bench_quality [tasks] [repeats] [backend] "
                         "[rounds] [model file] [policy file]\n");
@@ -502,11 +543,9 @@ int main(int argc, char **argv)
     if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
         rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, fens, pn, be,
                           ntasks, &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
-    } else if (run_set(net, fens, pn, be, pool, sp.count, &src, "", 4, ntasks,
-                       &to, rounds) == 0 &&
-               run_set(net, fens, pn, be, pool, sp.count, &src, "", 8, ntasks,
-                       &to, rounds) == 0) {
-        rv = 0;
+    } else {
+        rv = run_counts(net, fens, pn, be, pool, sp.count, &src, "", ntasks,
+                        &to, rounds);
     }
     free(pool);
 out_model:
