@@ -373,11 +373,6 @@ static int run_set(const struct cost_net *net,
     return 0;
 }
 
-/*
- * The family mode (SHARDD_BENCH_FAMILIES): for each family named in `list`
- * ("all": every family and mix), 256 tables of it at the model's batch,
- * then its task sets at 4 and 8 devices.
- */
 /* Whether SHARDD_BENCH_DEVICES asks for task sets on n devices: "4", "8"
  * or "4,8" (also unset, the default: both).  -1 when it is none of those. */
 static int devices_wanted(int32_t n)
@@ -411,6 +406,11 @@ static int run_counts(const struct cost_net *net,
     return rv;
 }
 
+/*
+ * The family mode (SHARDD_BENCH_FAMILIES): for each family named in `list`
+ * ("all": every family and mix), 256 tables of it at the model's batch,
+ * then its task sets at 4 and 8 devices (devices_wanted()).
+ */
 static int run_families(const char *list, const struct cost_net *net,
                         const struct net_ensemble *file_ens,
                         const struct policy_net *pn,
