@@ -148,9 +148,7 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
         goto out_free;
     for (i = 0; i < rounds; i++)
         for (a = 0; a < NALG; a++) {
-            if (!ok[a])
-                continue;
-            if (failed[a])
+            if (!ok[a] || failed[a])
                 continue;
             if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, traces,
                                topo, OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
