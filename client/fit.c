@@ -446,20 +446,24 @@ static int fit_store(struct store *st, const struct store_profile *prof,
     return rv == 0 ? 0 : ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
 }
 
-/* A prior model's fitted coefficients (format 4, --features v3). */
+/* A prior model's fitted coefficients (format 4, --features v3 or v4). */
 static void print_prior(const struct cost_net *m)
 {
+    const char *count = "tables";
     int j, k = 0;
 
     if (!net_has_prior(m))
         return;
     printf("physical prior, ms per unit of each term:");
     for (j = 0; j < m->x.n; j++)
-        if (NET_X_IS_PHYS(m->x.id[j]))
+        if (NET_X_IS_PHYS(m->x.id[j])) {
             printf("%s %s %.3g", k++ ? "," : "",
                    net_extra_name(m->x.id[j]) + strlen("phys_"),
                    net_prior_coef(m, m->x.id[j]));
-    printf(", tables x bag columns %.3g\n", net_prior_pair_coef(m));
+            if (m->x.id[j] == NET_X_PHYS_PAIR_TABLES)
+                count = "pair_tables";
+        }
+    printf(", %s x bag columns %.3g\n", count, net_prior_pair_coef(m));
 }
 
 static int fit_report(const struct ctl_opts *o, const struct fit *f,

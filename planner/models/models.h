@@ -87,13 +87,21 @@ enum net_extra {
      * bytes x (U x row bytes - L2) / (U x row bytes), 0 when they fit. */
     NET_X_PHYS_L2_REREADS = 14,
     NET_X_PHYS_HALF_COLS = 15, /* L x width of a 16-bit table, else 0 */
+    /* A table's share of the pair term: L / (L + NET_PRIOR_PAIR_PF x B),
+     * near 1 for long bags, 1/5 for one-hot ones.  Where a model has it,
+     * the count unit reads it instead of phys_tables (NET_ACT_PRIOR). */
+    NET_X_PHYS_PAIR_TABLES = 16,
     NET_X_COUNT
 };
 #define NET_XMAX           16 /* derived inputs of one model */
 #define NET_PRIOR_L2_BYTES (2 << 20)
+/* The pooling factor at which a table counts half in the pair term: fitted
+ * on the families held out one at a time (docs/models.md, "The pair term
+ * weighed by lookups"). */
+#define NET_PRIOR_PAIR_PF 4.0
 /* Whether derived input id is one of the physical prior's terms. */
 #define NET_X_IS_PHYS(id)                                                      \
-    ((id) >= NET_X_PHYS_TABLES && (id) <= NET_X_PHYS_HALF_COLS)
+    ((id) >= NET_X_PHYS_TABLES && (id) <= NET_X_PHYS_PAIR_TABLES)
 /* The derived inputs of `train --features v2`, in their order. */
 #define NET_EXTRAS_V2                                                          \
     NET_X_ELEM_BYTES, NET_X_LOOKUPS, NET_X_UNIQUE, NET_X_UNIQUE_BYTES,         \
@@ -103,7 +111,9 @@ enum net_extra {
     NET_EXTRAS_V2, NET_X_PHYS_TABLES, NET_X_PHYS_BAGS, NET_X_PHYS_BAG_COLS,    \
         NET_X_PHYS_LOOKUPS, NET_X_PHYS_LOOKUP_COLS, NET_X_PHYS_UNIQUE_BYTES,   \
         NET_X_PHYS_L2_REREADS, NET_X_PHYS_HALF_COLS
-#define NET_IN_MAX (NET_IN + NET_XMAX) /* inputs of any model */
+/* `train --features v4`: v3's, then the pair term weighed by lookups. */
+#define NET_EXTRAS_V4 NET_EXTRAS_V3, NET_X_PHYS_PAIR_TABLES
+#define NET_IN_MAX    (NET_IN + NET_XMAX) /* inputs of any model */
 
 /* A model's derived inputs, in their order after the 20 (n 0: none, the
  * original inputs alone). */
@@ -156,8 +166,10 @@ enum net_activation {
      * in reserved units whose weights are fixed (net_prior_check()), three
      * of each layer (NET_PRIOR_*(k)): k = 0, the base, reads the prior's
      * inputs with their fitted coefficients as weights, so it is the
-     * table's physical ms; k = 1 the table count (phys_tables) and k = 2
-     * its bag columns (phys_bag_cols).  Each has a hidden unit, a latent
+     * table's physical ms; k = 1 the table count (phys_tables, or
+     * phys_pair_tables where the model has it: a table weighed by its
+     * lookups) and k = 2 its bag columns (phys_bag_cols).  Each has a
+     * hidden unit, a latent
      * that copies it and a head unit that copies the latents' sum (k = 1
      * scaled by the pair coefficient), so a shard's z holds its base, count
      * and bag columns whatever tables the search adds and takes, and its

@@ -66,14 +66,18 @@ void models__rows_project(const struct cost_net *m,
 int models__prior_fit(const double *terms, const double *ms, size_t n, int nt,
                       double *coef, struct sd_diag *d);
 
+/* The derived input a prior model's count unit reads, of its inputs x:
+ * phys_pair_tables where x has it, else phys_tables. */
+int models__prior_count_id(const struct net_extras *x);
+
 /* A prior model's reserved weights (models.h, NET_ACT_PRIOR), as the
  * trainer fits them. */
 struct models__prior {
     float base[NET_XMAX]; /* the base unit's on each derived input (0 but
                            * on physical terms) */
-    float count;          /* the count unit's on phys_tables */
-    float cols;           /* the columns unit's on phys_bag_cols */
-    float pair;           /* the count head unit's on the count latent */
+    float count; /* the count unit's on its input (models__prior_count_id()) */
+    float cols;  /* the columns unit's on phys_bag_cols */
+    float pair;  /* the count head unit's on the count latent */
 };
 
 /*

@@ -118,6 +118,7 @@ static const char *const extra_names[NET_X_COUNT] = {
     [NET_X_PHYS_UNIQUE_BYTES] = "phys_unique_bytes",
     [NET_X_PHYS_L2_REREADS] = "phys_l2_rereads",
     [NET_X_PHYS_HALF_COLS] = "phys_half_cols",
+    [NET_X_PHYS_PAIR_TABLES] = "phys_pair_tables",
 };
 
 const char *net_extra_name(int id)
@@ -157,7 +158,8 @@ int net_extras_check(const struct net_extras *x, const char *what,
 
 int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
 {
-    static const uint8_t v2[] = {NET_EXTRAS_V2}, v3[] = {NET_EXTRAS_V3};
+    static const uint8_t v2[] = {NET_EXTRAS_V2}, v3[] = {NET_EXTRAS_V3},
+                         v4[] = {NET_EXTRAS_V4};
     struct net_extras x;
     char name[32];
     const char *p = s;
@@ -175,9 +177,11 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
         *out = x;
         return 0;
     }
-    if (strcmp(s, "v3") == 0) {
-        x.n = (int32_t)sizeof(v3);
-        memcpy(x.id, v3, sizeof(v3));
+    if (strcmp(s, "v3") == 0 || strcmp(s, "v4") == 0) {
+        bool four = s[1] == '4';
+
+        x.n = (int32_t)(four ? sizeof(v4) : sizeof(v3));
+        memcpy(x.id, four ? v4 : v3, (size_t)x.n);
         *out = x;
         return 0;
     }
@@ -199,7 +203,7 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
                                        id > 1 ? ", " : "", extra_names[id]);
             return sd_diag_set(
                 d, SD_EINVAL,
-                "\"%s\" is not v1, v2, v3 or a derived input (%s)", name,
+                "\"%s\" is not v1, v2, v3, v4 or a derived input (%s)", name,
                 known);
         }
         if (x.n == NET_XMAX)
@@ -236,6 +240,10 @@ static double phys_value(int id, const struct table *t, int32_t cols,
     case NET_X_PHYS_HALF_COLS:
         return t->dtype == TABLE_DTYPE_FP16 || t->dtype == TABLE_DTYPE_BF16
                    ? lookups * (double)cols
+                   : 0;
+    case NET_X_PHYS_PAIR_TABLES:
+        return lookups > 0
+                   ? lookups / (lookups + NET_PRIOR_PAIR_PF * (double)batch)
                    : 0;
     default:
         break;
@@ -286,7 +294,7 @@ bool net_extra_reads_dtype(int id)
     return id != NET_X_UNIQUE && id != NET_X_LOOKUPS && id != NET_X_LOG_DIM &&
            id != NET_X_PHYS_TABLES && id != NET_X_PHYS_BAGS &&
            id != NET_X_PHYS_BAG_COLS && id != NET_X_PHYS_LOOKUPS &&
-           id != NET_X_PHYS_LOOKUP_COLS;
+           id != NET_X_PHYS_LOOKUP_COLS && id != NET_X_PHYS_PAIR_TABLES;
 }
 
 /* The 20 transformed features of t (m's transforms) into x. */

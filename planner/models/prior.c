@@ -52,11 +52,22 @@ static int reserved(int u, int n)
     return u >= n - NET_PRIOR_UNITS ? n - 1 - u : -1;
 }
 
-/* Whether reserved hidden unit k reads derived input id. */
-static bool reads(int k, int id)
+int models__prior_count_id(const struct net_extras *x)
+{
+    int j;
+
+    for (j = 0; j < x->n; j++)
+        if (x->id[j] == NET_X_PHYS_PAIR_TABLES)
+            return NET_X_PHYS_PAIR_TABLES;
+    return NET_X_PHYS_TABLES;
+}
+
+/* Whether reserved hidden unit k of a model with derived inputs x reads
+ * derived input id. */
+static bool reads(const struct net_extras *x, int k, int id)
 {
     return k == NET_PRIOR_BASE    ? NET_X_IS_PHYS(id)
-           : k == NET_PRIOR_COUNT ? id == NET_X_PHYS_TABLES
+           : k == NET_PRIOR_COUNT ? id == models__prior_count_id(x)
                                   : id == NET_X_PHYS_BAG_COLS;
 }
 
@@ -77,9 +88,9 @@ static int check_first(const struct cost_net *m, struct sd_diag *d)
             float w = m->xw[o * NET_XMAX + j];
             int id = m->x.id[j];
 
-            if (k >= 0 && reads(k, id) && !(w >= 0))
+            if (k >= 0 && reads(&m->x, k, id) && !(w >= 0))
                 return bad_weight(d, "W1", o, NET_IN + j, w, "not >= 0");
-            if ((k >= 0 ? !reads(k, id) : NET_X_IS_PHYS(id)) && w != 0)
+            if ((k >= 0 ? !reads(&m->x, k, id) : NET_X_IS_PHYS(id)) && w != 0)
                 return bad_weight(d, "W1", o, NET_IN + j, w, "not 0");
         }
         if (k >= 0 && p[NET_B1 + o] != 0)
@@ -180,7 +191,7 @@ double net_prior_pair_coef(const struct cost_net *m)
         return 0;
     return (double)m->p[NET_W3 + NET_PRIOR_H2(NET_PRIOR_COUNT) * NET_LAT +
                         NET_PRIOR_LAT(NET_PRIOR_COUNT)] *
-           unit_coef(m, NET_PRIOR_COUNT, NET_X_PHYS_TABLES) *
+           unit_coef(m, NET_PRIOR_COUNT, models__prior_count_id(&m->x)) *
            unit_coef(m, NET_PRIOR_COLS, NET_X_PHYS_BAG_COLS);
 }
 
@@ -377,6 +388,7 @@ void models__prior_pin(float *p, const struct net_extras *x,
     const size_t b1 = (size_t)NET_H1 * (size_t)nin, w2 = b1 + NET_H1;
     const size_t b2 = w2 + NET_LAT * NET_H1, w3 = b2 + NET_LAT;
     const size_t b3 = w3 + NET_H2 * NET_LAT, w4 = b3 + NET_H2;
+    const int count_id = models__prior_count_id(x);
     int o, i, k;
 
     for (o = 0; o < NET_H1; o++) {
@@ -388,7 +400,7 @@ void models__prior_pin(float *p, const struct net_extras *x,
             if (k == NET_PRIOR_BASE)
                 *w = NET_X_IS_PHYS(id) ? pr->base[i - NET_IN] : 0;
             else if (k == NET_PRIOR_COUNT)
-                *w = id == NET_X_PHYS_TABLES ? pr->count : 0;
+                *w = id == count_id ? pr->count : 0;
             else if (k == NET_PRIOR_COLS)
                 *w = id == NET_X_PHYS_BAG_COLS ? pr->cols : 0;
             else if (NET_X_IS_PHYS(id))

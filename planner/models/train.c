@@ -720,7 +720,7 @@ static int fit_prior(struct trainer *t, const struct train_sample *ord,
 
     for (j = 0; j < xs->n; j++)
         if (NET_X_IS_PHYS(xs->id[j])) {
-            ntab = xs->id[j] == NET_X_PHYS_TABLES ? nt : ntab;
+            ntab = xs->id[j] == models__prior_count_id(xs) ? nt : ntab;
             ncols = xs->id[j] == NET_X_PHYS_BAG_COLS ? nt : ncols;
             col[nt++] = NET_IN + j;
         }

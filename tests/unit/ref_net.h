@@ -64,6 +64,8 @@ static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
     }
     case NET_X_PHYS_HALF_COLS:
         return elem == 2 ? lookups * cols : 0;
+    case NET_X_PHYS_PAIR_TABLES: /* pf / (pf + 4) */
+        return lookups / (lookups + 4.0 * (double)batch);
     default:
         return NAN;
     }
@@ -75,9 +77,13 @@ static inline double ref_net_extra(int id, const struct table *t, int32_t cols,
 static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
                                 const int32_t *cols, size_t n)
 {
-    double s[NET_LAT] = {0}, y, phys = 0, bag_cols = 0;
+    double s[NET_LAT] = {0}, y, phys = 0, bag_cols = 0, count = 0;
+    bool weighed = false; /* v4: tables counted by phys_pair_tables */
     size_t k;
     int i, o;
+
+    for (i = 0; i < m->x.n; i++)
+        weighed = weighed || m->x.id[i] == NET_X_PHYS_PAIR_TABLES;
 
     for (k = 0; k < n; k++) {
         float f[NET_IN];
@@ -86,13 +92,16 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
         net_features(&t[k], cols[k], f);
         /* A prior model (NET_ACT_PRIOR): the shard's physical ms from the
          * terms' definitions and the model's coefficients, and the pair
-         * term's tables x bag columns. */
+         * term's tables (or their shares) x bag columns. */
         for (i = 0; i < m->x.n && net_has_prior(m); i++)
             if (NET_X_IS_PHYS(m->x.id[i]))
                 phys +=
                     net_prior_coef(m, m->x.id[i]) *
                     ref_net_extra(m->x.id[i], &t[k], cols[k], m->batch_size);
         bag_cols += (double)m->batch_size * cols[k];
+        count += weighed ? ref_net_extra(NET_X_PHYS_PAIR_TABLES, &t[k], cols[k],
+                                         m->batch_size)
+                         : 1;
         for (i = 0; i < NET_IN; i++)
             x[i] = (f[i] - m->mean[i]) / (m->std[i] + 1e-6);
         for (i = 0; i < m->x.n; i++)
@@ -127,7 +136,7 @@ static inline double ref_net_ms(const struct cost_net *m, const struct table *t,
     }
     if (net_has_prior(m)) /* squareplus(y) x (base + the pair term) */
         return (y + sqrt(y * y + 4)) / 2 *
-               (phys + net_prior_pair_coef(m) * (double)n * bag_cols);
+               (phys + net_prior_pair_coef(m) * count * bag_cols);
     return y > 20 ? y : log1p(exp(y));
 }
 

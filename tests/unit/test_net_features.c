@@ -330,8 +330,12 @@ static void test_names(void)
     CHECK(net_extras_parse("v3", &x, &d) == 0 && x.n == 13 &&
           x.id[4] == NET_X_TABLE_BYTES && x.id[5] == NET_X_PHYS_TABLES &&
           x.id[12] == NET_X_PHYS_HALF_COLS && net_extras_have_prior(&x));
-    CHECK(net_extras_parse("v4", &x, &d) == SD_EINVAL &&
-          strstr(d.msg, "\"v4\"") != NULL);
+    CHECK(net_extras_parse("v4", &x, &d) == 0 && x.n == 14 &&
+          x.id[12] == NET_X_PHYS_HALF_COLS &&
+          x.id[13] == NET_X_PHYS_PAIR_TABLES && net_extras_have_prior(&x));
+    CHECK(net_extras_parse("v5", &x, &d) == SD_EINVAL &&
+          strstr(d.msg, "\"v5\"") != NULL &&
+          strstr(d.msg, "phys_pair_tables") != NULL);
     CHECK(net_extras_parse("lookups,lookups", &x, &d) == SD_EINVAL &&
           strstr(d.msg, "repeats") != NULL);
     CHECK(net_extras_parse("lookups,", &x, &d) == SD_EINVAL);

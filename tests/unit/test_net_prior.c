@@ -1,4 +1,4 @@
-/* The physical prior (model format 4, `train --features v3`; models.h
+/* The physical prior (model format 4, `train --features v3` and v4; models.h
  * NET_ACT_PRIOR): the coefficients fitted from shards whose time is a known
  * physical law, the reserved units carrying a shard's physical ms through
  * the net (against ref_net.h's double-precision reference), the file's
@@ -27,7 +27,8 @@
                       NET_H2 * NET_LAT + NET_H2))
 
 /* The law the samples follow: per table, per lookup, per distinct byte,
- * and per table x bag column of the shard (the pair term). */
+ * and per table x bag column of the shard (the pair term; each table
+ * counted 1, or by its lookups, pf / (pf + 4), where the law is weighed). */
 #define C_TABLE  0.002
 #define C_LOOKUP 3e-6
 #define C_UBYTES 4e-7
@@ -57,16 +58,16 @@ static double truth_ms(const struct table *t)
 }
 
 /* n shards of 1 to 4 tables each (tb holds 4 n), timed by the law. */
-static void make_samples(struct table *tb, struct train_sample *s, size_t n,
-                         uint64_t seed, double rows_max, double pf_lo,
-                         double pf_hi)
+static void make_samples_law(struct table *tb, struct train_sample *s, size_t n,
+                             uint64_t seed, double rows_max, double pf_lo,
+                             double pf_hi, bool weighed)
 {
     struct rng g;
     size_t i, k;
 
     rng_seed(&g, seed);
     for (i = 0; i < n; i++) {
-        double cols = 0;
+        double cols = 0, count = 0;
 
         s[i].tables = &tb[4 * i];
         s[i].ntables = 1 + rng_below(&g, 4);
@@ -75,9 +76,20 @@ static void make_samples(struct table *tb, struct train_sample *s, size_t n,
             make_table(&tb[4 * i + k], &g, rows_max, pf_lo, pf_hi);
             s[i].ms += truth_ms(&tb[4 * i + k]);
             cols += (double)BATCH * tb[4 * i + k].dim;
+            count += weighed
+                         ? ref_net_extra(NET_X_PHYS_PAIR_TABLES, &tb[4 * i + k],
+                                         tb[4 * i + k].dim, BATCH)
+                         : 1;
         }
-        s[i].ms += C_PAIR * (double)s[i].ntables * cols;
+        s[i].ms += C_PAIR * count * cols;
     }
+}
+
+static void make_samples(struct table *tb, struct train_sample *s, size_t n,
+                         uint64_t seed, double rows_max, double pf_lo,
+                         double pf_hi)
+{
+    make_samples_law(tb, s, n, seed, rows_max, pf_lo, pf_hi, false);
 }
 
 static struct cost_net *train(const struct train_sample *s, size_t n,
@@ -245,6 +257,55 @@ out_free:
     free(v3);
 }
 
+/* A pair term whose tables count by their lookups (`--features v4`,
+ * phys_pair_tables): v4's count unit reads that input and its fit finds
+ * the law; v3, counting every table 1, cannot, and its pair coefficient
+ * lands off by the tables' mean share. */
+static void test_pair_weighed(void)
+{
+    enum { N = 400 };
+    static struct table tb[4 * N];
+    static struct train_sample s[N];
+    struct cost_net *v3, *v4;
+    struct sd_diag d = {{0}};
+    int j, jt = -1;
+    size_t i;
+
+    /* Pooling factors 1 to 60: shares 0.2 to 0.94 */
+    make_samples_law(tb, s, N, 9, 1e7, 1, 60, true);
+    v3 = train(s, N, "v3");
+    v4 = train(s, N, "v4");
+    if (v3 == NULL || v4 == NULL)
+        goto out_free;
+    CHECK(v4->x.n == NX + 1 && v4->x.id[NX] == NET_X_PHYS_PAIR_TABLES);
+    CHECK(net_prior_check(v4, NULL) == 0);
+    CHECK_NEAR(net_prior_pair_coef(v4) / C_PAIR, 1, 0.02);
+    CHECK(fabs(net_prior_pair_coef(v3) / C_PAIR - 1) > 0.1);
+    for (i = 0; i < N; i += 11) {
+        int32_t cols[4];
+        size_t k;
+
+        CHECK_NEAR(net_tables_prior_ms(v4, s[i].tables, s[i].ntables) / s[i].ms,
+                   1, 0.03);
+        for (k = 0; k < s[i].ntables; k++)
+            cols[k] = s[i].tables[k].dim;
+        CHECK_NEAR(net_tables_ms(v4, s[i].tables, s[i].ntables) /
+                       ref_net_ms(v4, s[i].tables, cols, s[i].ntables),
+                   1, 1e-4);
+    }
+    /* The count unit reads phys_pair_tables alone: a weight on phys_tables
+     * is refused, named. */
+    for (j = 0; j < v4->x.n; j++)
+        jt = v4->x.id[j] == NET_X_PHYS_TABLES ? j : jt;
+    CHECK(jt >= 0);
+    v4->xw[NET_PRIOR_H1(NET_PRIOR_COUNT) * NET_XMAX + jt] = 0.5f;
+    CHECK(net_prior_check(v4, &d) == SD_EINVAL &&
+          strstr(d.msg, "not 0") != NULL);
+out_free:
+    free(v3);
+    free(v4);
+}
+
 int main(void)
 {
     enum { N = 400 };
@@ -262,5 +323,6 @@ int main(void)
     }
     make_samples(near_tb, near, N, 6, 1e5, 1, 20);
     test_carries_over(near, N);
+    test_pair_weighed();
     return tap_done();
 }
