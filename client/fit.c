@@ -187,6 +187,20 @@ static void print_ensemble_rows(const struct fit *f,
 }
 
 /* Trains the members; member 0 records the split. */
+/* --weight-decay, or the decay by the sample count of all the samples
+ * loaded, held out or not: a hold-out then trains as the model of them all
+ * would, and tests the recipe that ships (docs/models.md, "The pair term
+ * weighed by lookups"). */
+static double fit_decay(const struct ctl_opts *o, const struct fit *f)
+{
+    struct train_params tp;
+
+    train_params_default(&tp);
+    if (o->weight_decay >= 0)
+        tp.weight_decay = o->weight_decay;
+    return train_decay(&tp, f->n);
+}
+
 static int fit_members(struct fit *f, const struct ctl_opts *o,
                        const struct store_profile *prof,
                        const struct net_gemm *gemm)
@@ -206,8 +220,7 @@ static int fit_members(struct fit *f, const struct ctl_opts *o,
         tp.seed = (uint64_t)o->seed;
         if (o->epochs)
             tp.max_epochs = (int32_t)o->epochs;
-        if (o->weight_decay >= 0)
-            tp.weight_decay = o->weight_decay;
+        tp.weight_decay = fit_decay(o, f);
         tp.progress = train_progress;
         tp.gemm = gemm;
         tp.member = (uint32_t)k;
@@ -528,15 +541,13 @@ static int train_on(const struct ctl_opts *o, struct store *st,
     rv = fit_select(&f, hold);
     if (rv != 0)
         goto out;
-    train_params_default(&tp);
-    if (o->weight_decay >= 0)
-        tp.weight_decay = o->weight_decay;
     fprintf(stderr,
             "train: %zu samples of profile %s (%zu held out), products on "
-            "%s, weight decay %g%s\n",
-            f.nfit, prof.name, f.n - f.nfit, gemm_name,
-            train_decay(&tp, f.nfit),
-            o->weight_decay >= 0 ? "" : " (by the sample count)");
+            "%s, weight decay %g",
+            f.nfit, prof.name, f.n - f.nfit, gemm_name, fit_decay(o, &f));
+    if (o->weight_decay < 0)
+        fprintf(stderr, " (by the sample count: %zu, held out too)", f.n);
+    fputc('\n', stderr);
     ctl_catch_stop_signals();
     rv = fit_members(&f, o, &prof, gemm);
     if (rv != 0)

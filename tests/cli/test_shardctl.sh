@@ -292,6 +292,10 @@ stored = sqlite3.connect(db).execute(
     (model, fam)).fetchall()
 assert stored == [(1, pure)], stored
 PY
+# The decay by sample count counts the held-out samples too (a hold-out
+# trains as the model of them all would).
+grep -q "weight decay 1 (by the sample count: $TOTAL, held out too)" "$DIR/err" &&
+    ok || bad "hold-out decay by all $TOTAL samples: $(cat "$DIR/err")"
 expect_fail 2 'family "bogus" is unknown' train --db "$DIR/p.db" \
     --hold-out-family bogus
 "$CTL" score --db "$DIR/p.db" --model "$DIR/m.sdcn" >"$DIR/fscore.txt" \
