@@ -46,6 +46,13 @@
  * SHARDD_BENCH_DEVICES=4 or 8: task sets on that many devices alone
  * (default 4,8: both).
  *
+ * SHARDD_BENCH_MODEL_B=FILE: one more row, "neuroshard (B)": neuroshard
+ * planning with the model in FILE (its own prediction), measured in the
+ * same interleaved rounds as the rest, so its /neuroshard column is the
+ * paired ratio of the two models' plans, B over A, free of the sitting's
+ * speed (sittings of a shared VM move a cell by 0.02-0.05).  It must be
+ * of the same batch as the model.
+ *
  * SHARDD_BENCH_QUANTILE=Q (0..1): neuroshard plans for the Q-quantile of the
  * model's ensemble's costs (shardctl plan --quantile Q), a robust plan: the
  * model file's when it is an ensemble file (shardctl train --ensemble K;
@@ -63,6 +70,17 @@
 #include "profiler.h"
 
 #define NALG PLAN_ALG_COUNT
+/* The rows: the algorithms, then neuroshard with model B (ROW_B). */
+#define NROW  (NALG + 1)
+#define ROW_B NALG
+
+/* SHARDD_BENCH_MODEL_B's model (NULL: no row B), read once in main(). */
+static const struct cost_net *bench_net_b;
+
+static const char *row_name(int a)
+{
+    return a == ROW_B ? "neuroshard (B)" : plan_alg_name((enum plan_alg)a);
+}
 
 /* Sums over the tasks an algorithm planned; the ratios over those where
  * the reference planned too (counted apart). */
@@ -133,27 +151,26 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                            double *meas, double *even)
 {
     int32_t n = topo->ndevices, r;
-    double *ms = calloc((size_t)NALG * (size_t)rounds * (size_t)n, sizeof(*ms));
+    double *ms = calloc((size_t)NROW * (size_t)rounds * (size_t)n, sizeof(*ms));
     double *comp = calloc((size_t)n, sizeof(*comp));
     double *fwd = calloc((size_t)n, sizeof(*fwd));
     double *bwd = calloc((size_t)n, sizeof(*bwd));
     double *cfwd = calloc((size_t)n, sizeof(*cfwd));
     double *cbwd = calloc((size_t)n, sizeof(*cbwd));
     int32_t *dims = calloc((size_t)n, sizeof(*dims));
-    bool failed[NALG] = {false};
+    bool failed[NROW] = {false};
     struct sd_diag d;
     int a, i;
 
     if (!ms || !comp || !fwd || !bwd || !cfwd || !cbwd || !dims)
         goto out_free;
     for (i = 0; i < rounds; i++)
-        for (a = 0; a < NALG; a++) {
+        for (a = 0; a < NROW; a++) {
             if (!ok[a] || failed[a])
                 continue;
             if (prof_eval_plan(be, &plans[a], tk->tables, tk->ntables, traces,
                                topo, OPTIMIZER_SGD, to, 1, NULL, &d) != 0) {
-                fprintf(stderr, "bench_quality: %s: %s\n",
-                        plan_alg_name((enum plan_alg)a), d.msg);
+                fprintf(stderr, "bench_quality: %s: %s\n", row_name(a), d.msg);
                 failed[a] = true;
                 continue;
             }
@@ -161,7 +178,7 @@ static void measure_rounds(const struct kern_backend *be, struct plan *plans,
                 ms[((size_t)a * rounds + i) * n + r] =
                     plans[a].devices[r].compute_ms;
         }
-    for (a = 0; a < NALG; a++) {
+    for (a = 0; a < NROW; a++) {
         double sum = 0;
 
         if (!ok[a] || failed[a])
@@ -212,11 +229,11 @@ static int run_set(const struct cost_net *net,
     struct task_params tp;
     struct task *tasks;
     struct topology topo;
-    struct net_cost_model ncm;
+    struct net_cost_model ncm, ncm_b;
     struct net_ensemble_cost_model ecm;
     const char *qs = getenv("SHARDD_BENCH_QUANTILE");
     const struct net_ensemble *ens = NULL;
-    struct acc acc[NALG];
+    struct acc acc[NROW];
     struct sd_diag d;
     size_t k;
     int a, rv;
@@ -233,6 +250,8 @@ static int run_set(const struct cost_net *net,
     topology_default(&topo, ndevices, 4ull << 30);
     topo.batch_size = net->batch_size;
     net_cost_model_init(&ncm, net);
+    if (bench_net_b != NULL)
+        net_cost_model_init(&ncm_b, bench_net_b);
     if (qs != NULL) {
         ens = file_ens != NULL ? file_ens : net_ensemble_compiled(net);
         if (ens == NULL || !(atof(qs) >= 0) || !(atof(qs) <= 1)) {
@@ -249,30 +268,35 @@ static int run_set(const struct cost_net *net,
 
     for (k = 0; k < ntasks; k++) {
         const struct task *tk = &tasks[k];
-        double pred[NALG], meas[NALG], bound[NALG], search[NALG];
-        double even[NALG], best_greedy = INFINITY, floor_ms = INFINITY;
-        bool ok[NALG];
-
-        struct plan plans[NALG];
+        double pred[NROW], meas[NROW], bound[NROW], search[NROW];
+        double even[NROW], best_greedy = INFINITY, floor_ms = INFINITY;
+        bool ok[NROW];
+        struct plan plans[NROW];
 
         /* Plan with every algorithm first; then measure the plans in
          * interleaved rounds, so that a slow spell of a shared machine hits
          * every algorithm alike, and keep each device's median over the
          * rounds. */
-        for (a = 0; a < NALG; a++) {
+        for (a = 0; a < NROW; a++) {
+            const struct cost_model *cm = &ncm.cm;
             struct plan_options o;
 
+            ok[a] = false;
+            if (a == ROW_B && bench_net_b == NULL)
+                continue;
             plan_options_default(&o);
-            o.alg = (enum plan_alg)a;
-            o.net = net;
+            o.alg = a == ROW_B ? PLAN_ALG_NEUROSHARD : (enum plan_alg)a;
+            o.net = a == ROW_B ? bench_net_b : net;
             o.policy = pn;
             o.seed = k;
             if (ens != NULL && a == PLAN_ALG_NEUROSHARD) {
                 o.ensemble = ens;
                 o.quantile = ecm.q;
+                cm = &ecm.cm;
             }
-            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o,
-                             o.ensemble != NULL ? &ecm.cm : &ncm.cm, &plans[a],
+            if (a == ROW_B)
+                cm = &ncm_b.cm;
+            ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, cm, &plans[a],
                              &d) == 0;
             if (!ok[a])
                 continue;
@@ -293,7 +317,7 @@ static int run_set(const struct cost_net *net,
                            even);
             trace_array_free(traces, tk->ntables);
         }
-        for (a = 0; a < NALG; a++) {
+        for (a = 0; a < NROW; a++) {
             if (!ok[a])
                 continue;
             plan_destroy(&plans[a]);
@@ -310,7 +334,7 @@ static int run_set(const struct cost_net *net,
                     best_greedy = c;
             }
         }
-        for (a = 0; a < NALG; a++) {
+        for (a = 0; a < NROW; a++) {
             double c;
 
             if (!ok[a])
@@ -353,14 +377,15 @@ static int run_set(const struct cost_net *net,
     printf("%-20s %6s %10s %10s %11s %11s %11s %9s %8s %6s %10s\n", "algorithm",
            "valid", "predicted", "measured", "/best_greedy", "/torchrec",
            "/neuroshard", "/bound", "/even", "work", "search ms");
-    for (a = 0; a < NALG; a++) {
+    for (a = 0; a < NROW; a++) {
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
+        if (a == ROW_B && bench_net_b == NULL)
+            continue;
         printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
                "%8.3f %6.3f %10.2f\n",
-               plan_alg_name((enum plan_alg)a), c->ok, ntasks, c->pred / n,
-               be ? c->meas / n : NAN,
+               row_name(a), c->ok, ntasks, c->pred / n, be ? c->meas / n : NAN,
                c->n_greedy ? c->vs_greedy / c->n_greedy : NAN,
                c->n_trec ? c->vs_trec / c->n_trec : NAN,
                c->n_ns ? c->vs_ns / c->n_ns : NAN, c->vs_bound / n,
@@ -465,7 +490,8 @@ int main(int argc, char **argv)
     struct pool_source src = {&sp, NULL};
     struct table *pool;
     struct sd_diag d = {{0}};
-    struct net_ensemble *owned = NULL; /* the model file's: k >= 1 */
+    struct net_ensemble *owned = NULL;   /* the model file's: k >= 1 */
+    struct net_ensemble *owned_b = NULL; /* SHARDD_BENCH_MODEL_B's */
     struct policy_net *owned_pn = NULL;
     const struct cost_net *net;
     const struct policy_net *pn;
@@ -486,6 +512,23 @@ int main(int argc, char **argv)
         return 1;
     }
     fens = owned != NULL && owned->k > 1 ? owned : NULL;
+    if (getenv("SHARDD_BENCH_MODEL_B") != NULL) {
+        if (net_ensemble_read_file(getenv("SHARDD_BENCH_MODEL_B"), &owned_b,
+                                   &d) != 0) {
+            fprintf(stderr, "bench_quality: SHARDD_BENCH_MODEL_B: %s\n", d.msg);
+            goto out_model;
+        }
+        bench_net_b = owned_b->m[0];
+        if (bench_net_b->batch_size != net->batch_size) {
+            fprintf(stderr,
+                    "bench_quality: SHARDD_BENCH_MODEL_B is of batch %lld, "
+                    "the model of %lld: give one of the same batch\n",
+                    (long long)bench_net_b->batch_size,
+                    (long long)net->batch_size);
+            rv = 2;
+            goto out_model;
+        }
+    }
     /* dreamshard's policy, trained against this model: the file's, else
      * the one compiled in for it; without one it plans nothing (0 valid). */
     if (argc > 6) {
@@ -538,6 +581,9 @@ int main(int argc, char **argv)
     }
     printf("bench_quality: model %s (%s); backend %s\n", net->profile,
            argc > 5 ? argv[5] : "embedded", be ? be->name : "none");
+    if (bench_net_b != NULL)
+        printf("bench_quality: model B %s (%s): the row neuroshard (B)\n",
+               bench_net_b->profile, getenv("SHARDD_BENCH_MODEL_B"));
     if (getenv("SHARDD_BENCH_FAMILIES") != NULL) {
         rv = run_families(getenv("SHARDD_BENCH_FAMILIES"), net, fens, pn, be,
                           ntasks, &to, rounds, ncpu > 0 ? (unsigned)ncpu : 1);
@@ -548,6 +594,7 @@ int main(int argc, char **argv)
     free(pool);
 out_model:
     free(owned_pn);
+    net_ensemble_free(owned_b);
     net_ensemble_free(owned);
     return rv;
 }
