@@ -186,7 +186,6 @@ static void print_ensemble_rows(const struct fit *f,
     }
 }
 
-/* Trains the members; member 0 records the split. */
 /* --weight-decay, or the decay by the sample count of all the samples
  * loaded, held out or not: a hold-out then trains as the model of them all
  * would, and tests the recipe that ships (docs/models.md, "The pair term
@@ -201,6 +200,7 @@ static double fit_decay(const struct ctl_opts *o, const struct fit *f)
     return train_decay(&tp, f->n);
 }
 
+/* Trains the members; member 0 records the split. */
 static int fit_members(struct fit *f, const struct ctl_opts *o,
                        const struct store_profile *prof,
                        const struct net_gemm *gemm)

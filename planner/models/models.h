@@ -169,13 +169,13 @@ enum net_activation {
      * table's physical ms; k = 1 the table count (phys_tables, or
      * phys_pair_tables where the model has it: a table weighed by its
      * lookups) and k = 2 its bag columns (phys_bag_cols).  Each has a
-     * hidden unit, a latent
-     * that copies it and a head unit that copies the latents' sum (k = 1
-     * scaled by the pair coefficient), so a shard's z holds its base, count
-     * and bag columns whatever tables the search adds and takes, and its
-     * physical ms is z[base] + z[count] x z[cols]: the pair term, tables x
-     * bag columns, is what the output's [bags][all columns] layout costs
-     * each table of a wide shard.  No other unit reads the reserved ones
+     * hidden unit, a latent that copies it and a head unit that copies the
+     * latents' sum (k = 1 scaled by the pair coefficient), so a shard's z
+     * holds its base, count and bag columns whatever tables the search adds
+     * and takes, and its physical ms is z[base] + z[count] x z[cols]: the
+     * pair term, tables x bag columns, is what the output's [bags][all
+     * columns] layout costs each table of a wide shard.  No other unit
+     * reads the reserved ones
      * or the prior's inputs, and W4 ignores them.  net_head_raw() is then
      * the cost itself.
      */
