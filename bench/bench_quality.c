@@ -77,6 +77,12 @@
 /* SHARDD_BENCH_MODEL_B's model (NULL: no row B), read once in main(). */
 static const struct cost_net *bench_net_b;
 
+/* Whether row a is run: every algorithm's, row B with a model B. */
+static bool row_on(int a)
+{
+    return a != ROW_B || bench_net_b != NULL;
+}
+
 static const char *row_name(int a)
 {
     return a == ROW_B ? "neuroshard (B)" : plan_alg_name((enum plan_alg)a);
@@ -282,7 +288,7 @@ static int run_set(const struct cost_net *net,
             struct plan_options o;
 
             ok[a] = false;
-            if (a == ROW_B && bench_net_b == NULL)
+            if (!row_on(a))
                 continue;
             plan_options_default(&o);
             o.alg = a == ROW_B ? PLAN_ALG_NEUROSHARD : (enum plan_alg)a;
@@ -381,7 +387,7 @@ static int run_set(const struct cost_net *net,
         const struct acc *c = &acc[a];
         int n = c->ok ? c->ok : 1;
 
-        if (a == ROW_B && bench_net_b == NULL)
+        if (!row_on(a))
             continue;
         printf("%-20s %3d/%-2zu %10.3f %10.3f %11.3f %11.3f %11.3f %9.3f "
                "%8.3f %6.3f %10.2f\n",

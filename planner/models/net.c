@@ -160,31 +160,30 @@ int net_extras_parse(const char *s, struct net_extras *out, struct sd_diag *d)
 {
     static const uint8_t v2[] = {NET_EXTRAS_V2}, v3[] = {NET_EXTRAS_V3},
                          v4[] = {NET_EXTRAS_V4};
+    /* The named sets, v1 (none) to v4. */
+    static const struct {
+        const char *name;
+        const uint8_t *id;
+        size_t n;
+    } sets[] = {{"v1", NULL, 0},
+                {"v2", v2, sizeof(v2)},
+                {"v3", v3, sizeof(v3)},
+                {"v4", v4, sizeof(v4)}};
     struct net_extras x;
     char name[32];
     const char *p = s;
-    size_t len;
+    size_t len, k;
     int id;
 
     memset(&x, 0, sizeof(x));
-    if (strcmp(s, "v1") == 0) {
-        *out = x;
-        return 0;
-    }
-    if (strcmp(s, "v2") == 0) {
-        x.n = (int32_t)sizeof(v2);
-        memcpy(x.id, v2, sizeof(v2));
-        *out = x;
-        return 0;
-    }
-    if (strcmp(s, "v3") == 0 || strcmp(s, "v4") == 0) {
-        bool four = s[1] == '4';
-
-        x.n = (int32_t)(four ? sizeof(v4) : sizeof(v3));
-        memcpy(x.id, four ? v4 : v3, (size_t)x.n);
-        *out = x;
-        return 0;
-    }
+    for (k = 0; k < sizeof(sets) / sizeof(sets[0]); k++)
+        if (strcmp(s, sets[k].name) == 0) {
+            x.n = (int32_t)sets[k].n;
+            if (sets[k].n > 0)
+                memcpy(x.id, sets[k].id, sets[k].n);
+            *out = x;
+            return 0;
+        }
     for (;;) {
         len = strcspn(p, ",");
         if (len == 0 || len >= sizeof(name))

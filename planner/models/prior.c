@@ -62,12 +62,12 @@ int models__prior_count_id(const struct net_extras *x)
     return NET_X_PHYS_TABLES;
 }
 
-/* Whether reserved hidden unit k of a model with derived inputs x reads
- * derived input id. */
-static bool reads(const struct net_extras *x, int k, int id)
+/* Whether reserved hidden unit k reads derived input id, the count unit
+ * reading count_id (models__prior_count_id()). */
+static bool reads(int k, int id, int count_id)
 {
     return k == NET_PRIOR_BASE    ? NET_X_IS_PHYS(id)
-           : k == NET_PRIOR_COUNT ? id == models__prior_count_id(x)
+           : k == NET_PRIOR_COUNT ? id == count_id
                                   : id == NET_X_PHYS_BAG_COLS;
 }
 
@@ -76,6 +76,7 @@ static bool reads(const struct net_extras *x, int k, int id)
 static int check_first(const struct cost_net *m, struct sd_diag *d)
 {
     const float *p = m->p;
+    const int count_id = models__prior_count_id(&m->x);
     int o, i, j, k;
 
     for (o = 0; o < NET_H1; o++) {
@@ -88,9 +89,10 @@ static int check_first(const struct cost_net *m, struct sd_diag *d)
             float w = m->xw[o * NET_XMAX + j];
             int id = m->x.id[j];
 
-            if (k >= 0 && reads(&m->x, k, id) && !(w >= 0))
+            if (k >= 0 && reads(k, id, count_id) && !(w >= 0))
                 return bad_weight(d, "W1", o, NET_IN + j, w, "not >= 0");
-            if ((k >= 0 ? !reads(&m->x, k, id) : NET_X_IS_PHYS(id)) && w != 0)
+            if ((k >= 0 ? !reads(k, id, count_id) : NET_X_IS_PHYS(id)) &&
+                w != 0)
                 return bad_weight(d, "W1", o, NET_IN + j, w, "not 0");
         }
         if (k >= 0 && p[NET_B1 + o] != 0)

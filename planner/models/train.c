@@ -714,13 +714,14 @@ static int fit_prior(struct trainer *t, const struct train_sample *ord,
     const int nin = NET_IN + xs->n;
     const size_t r0 = off[t->first], r1 = off[n];
     double coef[NET_XMAX + 1], *terms, *ms;
+    const int count_id = models__prior_count_id(xs);
     int col[NET_XMAX], nt = 0, ntab = -1, ncols = -1, nall, j, q;
     size_t k, r;
     int rv;
 
     for (j = 0; j < xs->n; j++)
         if (NET_X_IS_PHYS(xs->id[j])) {
-            ntab = xs->id[j] == models__prior_count_id(xs) ? nt : ntab;
+            ntab = xs->id[j] == count_id ? nt : ntab;
             ncols = xs->id[j] == NET_X_PHYS_BAG_COLS ? nt : ncols;
             col[nt++] = NET_IN + j;
         }
