@@ -99,15 +99,31 @@ static void test_inference_v2(void)
     struct shard_item it[3];
     int32_t cols[3];
     float x[NET_IN_MAX];
-    int id;
+    int id, i;
 
     random_net_v2(&m, 1);
     tables3(t, cols, it);
     CHECK(net_nin(&m) == NET_IN + NX);
-    /* Each derived input as defined, for every kind. */
-    for (id = 1; id < NET_X_COUNT; id++)
-        CHECK_NEAR(net_extra_value(id, &t[1], cols[1], BATCH),
-                   ref_net_extra(id, &t[1], cols[1], BATCH), 1e-12);
+    /* Each derived input as defined, for every kind, on a table whose
+     * rows fit the L2 (t[1]) and two whose rows do not. */
+    for (i = 0; i < 3; i++)
+        for (id = 1; id < NET_X_COUNT; id++) {
+            double ref = ref_net_extra(id, &t[i], cols[i], BATCH);
+
+            CHECK_NEAR(net_extra_value(id, &t[i], cols[i], BATCH), ref,
+                       1e-12 * (1 + fabs(ref)));
+        }
+    /* The L2 re-reads: none where the rows fit; t[0]'s 17,377 distinct
+     * rows of 256 bytes are 2.12 x the L2, so the 64,543 lookups after
+     * each row's first re-read 0.53 of their bytes. */
+    CHECK(net_extra_value(NET_X_PHYS_L2_REREADS, &t[1], cols[1], BATCH) == 0);
+    {
+        double u = 20.0 * BATCH * 1.05 / 4.95, ub = u * 256;
+
+        CHECK_NEAR(
+            net_extra_value(NET_X_PHYS_L2_REREADS, &t[0], cols[0], BATCH),
+            (20.0 * BATCH - u) * 256 * (ub - (2 << 20)) / ub, 1e-3);
+    }
     /* Unique rows: 12,288 lookups, each row accessed 4.95 / 1.05 times on
      * average by the bins (2,606.5 rows), capped at the table's 2,000; a
      * longer table is not capped. */
