@@ -212,9 +212,9 @@ static int fit_members(struct fit *f, const struct ctl_opts *o,
 
     for (k = 0; k < want; k++) {
         train_params_default(&tp);
-        /* The physical prior unless told otherwise (docs/models.md, "The
-         * physical prior in the model"). */
-        if (net_extras_parse(o->features ? o->features : "v3", &tp.extras,
+        /* The physical prior, its pair term weighed by lookups, unless
+         * told otherwise (docs/models.md, "Ensembles held out"). */
+        if (net_extras_parse(o->features ? o->features : "v4", &tp.extras,
                              &d) != 0)
             return ctl_fail(CTL_EXIT_USAGE, "train: --features: %s", d.msg);
         tp.seed = (uint64_t)o->seed;

@@ -204,6 +204,10 @@ grep -q "^model 1 for profile cpu/.*/64 (active)" "$DIR/train.txt" &&
     grep -q "^samples: [0-9]* train, [0-9]* validation, [0-9]* test" \
         "$DIR/train.txt" && grep -q "^MAPE: " "$DIR/train.txt" &&
     ok || bad "train report: $(cat "$DIR/train.txt")"
+# The default is v4: the physical prior, its pair term counting tables by
+# their lookups a bag.
+grep -q "^physical prior, .*, pair_tables x bag columns " "$DIR/train.txt" &&
+    ok || bad "train's default is not v4: $(grep prior "$DIR/train.txt")"
 "$CTL" train --db "$DIR/p.db" --epochs 5 >"$DIR/train.txt" 2>"$DIR/err" &&
     grep -q "^model 2 " "$DIR/train.txt" && ok || bad "train: a second version"
 # The same training with a much stronger weight decay fits otherwise.
@@ -222,7 +226,8 @@ awk '/^samples:/ { n = $2 + $4 + $6 } END { exit n != 12 }' "$DIR/new.txt" &&
     >"$DIR/score7.txt" 2>"$DIR/err" && grep -q " on 7 samples of " \
     "$DIR/score7.txt" && ok || bad "score --newest 7: $(cat "$DIR/err")"
 # --out: a CSV row a sample scored, its error the prediction's over the
-# measured time, and the physical prior alone beside it (a v3 model).
+# measured time, and the physical prior alone beside it (train's default,
+# v4, has one).
 CSV_HEAD="id,family,source,tables,measured_ms,predicted_ms,error,prior_ms"
 # Rows of $1 whose fields hold together; $2 1: prior_ms given, 0: empty.
 csv_rows() {
