@@ -146,14 +146,49 @@ static int fit_rows(struct fit *f, const bool hold[FAMILY_MIX + 1],
     return rv == 0 ? 0 : ctl_fail(1, "train: out of memory");
 }
 
+/* The spread of e's members over each of the n samples (whole tables), its
+ * q-quantile in out[i].quantile.  0, or SD_ENOMEM. */
+static int sample_spreads(const struct net_ensemble *e,
+                          const struct store_sample *smp, size_t n, double q,
+                          struct net_spread *out)
+{
+    struct shard_item *items = NULL;
+    size_t i, k, cap = 0;
+
+    for (i = 0; i < n; i++) {
+        if (smp[i].ntables > cap) {
+            struct shard_item *grown =
+                realloc(items, smp[i].ntables * sizeof(*items));
+
+            if (grown == NULL) {
+                free(items);
+                return SD_ENOMEM;
+            }
+            items = grown;
+            cap = smp[i].ntables;
+        }
+        for (k = 0; k < smp[i].ntables; k++)
+            items[k] =
+                (struct shard_item){&smp[i].tables[k], smp[i].tables[k].dim};
+        net_ensemble_shard(e, items, smp[i].ntables, q, &out[i]);
+    }
+    free(items);
+    return 0;
+}
+
 /* With an ensemble: per held-out family, the MAPE of the members' median
  * and how often the measured time lies within the members' range. */
-static void print_ensemble_rows(const struct fit *f,
-                                const bool hold[FAMILY_MIX + 1])
+static int print_ensemble_rows(const struct fit *f,
+                               const bool hold[FAMILY_MIX + 1])
 {
+    struct net_spread *sp = malloc(f->n * sizeof(*sp));
     int g;
     size_t i;
 
+    if (sp == NULL || sample_spreads(&f->ens, f->smp, f->n, 0.5, sp) != 0) {
+        free(sp);
+        return ctl_fail(1, "train: out of memory");
+    }
     printf("ensemble of %d: family, MAPE of the median, measured within "
            "the members' range\n",
            (int)f->ens.k);
@@ -164,26 +199,20 @@ static void print_ensemble_rows(const struct fit *f,
         if (g > FAMILY_MIX || !hold[g])
             continue;
         for (i = 0; i < f->n; i++) {
-            struct net_spread s;
-            struct shard_item items[64];
-            size_t k, nt = f->smp[i].ntables < 64 ? f->smp[i].ntables : 64;
+            double ms = f->smp[i].measured_ms;
 
             if (!f->held[i] || family_label_group(f->smp[i].family) != g)
                 continue;
-            for (k = 0; k < nt; k++)
-                items[k] = (struct shard_item){&f->smp[i].tables[k],
-                                               f->smp[i].tables[k].dim};
-            net_ensemble_shard(&f->ens, items, nt, 0.5, &s);
-            ape += fabs(s.quantile - f->smp[i].measured_ms) /
-                   f->smp[i].measured_ms;
-            inside +=
-                s.lo <= f->smp[i].measured_ms && f->smp[i].measured_ms <= s.hi;
+            ape += fabs(sp[i].quantile - ms) / ms;
+            inside += sp[i].lo <= ms && ms <= sp[i].hi;
             cnt++;
         }
         if (cnt > 0)
             printf("  %-9s %7zu %7.2f%% %6.1f%%\n", family_group_name(g), cnt,
                    100 * ape / (double)cnt, 100 * (double)inside / (double)cnt);
     }
+    free(sp);
+    return 0;
 }
 
 /* --weight-decay, or the decay by the sample count of all the samples
@@ -509,8 +538,8 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
     ctl_print_family_rows(stdout, rows, nrows, "test");
     if (print_splits(stdout, f->smp, f->pred, f->n, f->pick, "test") != 0)
         return ctl_fail(1, "train: out of memory");
-    if (f->ens.k > 1 && f->nfit < f->n)
-        print_ensemble_rows(f, hold);
+    if (f->ens.k > 1 && f->nfit < f->n && print_ensemble_rows(f, hold) != 0)
+        return 1;
     return fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
 }
 
@@ -619,9 +648,10 @@ int measure_train(const struct ctl_opts *o)
  * with --backend in one batch by the model resident on that backend's
  * device 0.  Returns 0 or an exit code (the message printed).
  */
-static int predict(const struct ctl_opts *o, const struct cost_net *net,
+static int predict(const struct ctl_opts *o, const struct ctl_model *cm,
                    const struct store_sample *smp, size_t n, double *ms)
 {
+    const struct cost_net *net = cm->net;
     const struct kern_backend *be;
     struct train_sample *ts;
     struct kern_net *kn = NULL;
@@ -629,6 +659,18 @@ static int predict(const struct ctl_opts *o, const struct cost_net *net,
     size_t i;
     int rv;
 
+    if (o->quantile >= 0) {
+        struct net_spread *sp = malloc(n * sizeof(*sp));
+
+        if (sp == NULL || sample_spreads(cm->ens, smp, n, o->quantile, sp)) {
+            free(sp);
+            return ctl_fail(1, "score: out of memory");
+        }
+        for (i = 0; i < n; i++)
+            ms[i] = sp[i].quantile;
+        free(sp);
+        return 0;
+    }
     if (o->backend == NULL) {
         for (i = 0; i < n; i++)
             ms[i] = net_tables_ms(net, smp[i].tables, smp[i].ntables);
@@ -674,6 +716,8 @@ static int score_report(const struct ctl_opts *o, const char *profile,
         rv = ctl_family_rows(smp, pred, n, NULL, false, rows, &nrows);
     if (rv != 0)
         return ctl_fail(1, "score: out of memory");
+    if (o->quantile >= 0)
+        printf("the %g-quantile of the ensemble's members\n", o->quantile);
     printf("model %s on %zu samples of %s%s%s\n"
            "MAPE %.2f%%, median %.2f%%, p90 %.2f%%\n"
            "signed median %+.2f%% (> 0: the model predicts more than was "
@@ -692,7 +736,8 @@ static int score_report(const struct ctl_opts *o, const char *profile,
  * --out: a CSV row a sample (its id, families, source, tables, measured and
  * predicted ms and the signed error), and for a prior model the prior's ms
  * alone, the prediction with the net's ratio 1: whether the physics or the
- * net misses a sample (empty for other models).
+ * net misses a sample (empty for other models, and with net NULL: an
+ * ensemble's quantile has no one prior).
  */
 static int write_samples(const char *path, const struct cost_net *net,
                          const struct store_sample *smp, const double *pred,
@@ -707,7 +752,9 @@ static int write_samples(const char *path, const struct cost_net *net,
         return ctl_fail(1, "score: out of memory");
     fputs("id,family,source,tables,measured_ms,predicted_ms,error,prior_ms", f);
     for (i = 0; i < n; i++) {
-        double prior = net_tables_prior_ms(net, smp[i].tables, smp[i].ntables);
+        double prior = net != NULL ? net_tables_prior_ms(net, smp[i].tables,
+                                                         smp[i].ntables)
+                                   : NAN;
 
         fprintf(f, "\n%lld,%s,%s,%zu,%.6g,%.6g,%+.4f,", (long long)smp[i].id,
                 smp[i].family, smp[i].source, smp[i].ntables,
@@ -766,6 +813,16 @@ int measure_score(const struct ctl_opts *o)
     rv = ctl_load_model(o, "score", &cm);
     if (rv != 0)
         return rv;
+    if (o->quantile >= 0 && (cm.ens == NULL || o->backend != NULL)) {
+        rv = ctl_fail(CTL_EXIT_USAGE,
+                      cm.ens == NULL
+                          ? "score: --quantile needs an ensemble: --model an "
+                            "ensemble file from train --ensemble, or a "
+                            "compiled-in model that has one"
+                          : "score: --quantile scores on the host: leave "
+                            "--backend out");
+        goto out_model;
+    }
     rv = store_open(o->db, STORE_OPEN_READONLY, &st, &d);
     /* A store of an older schema is migrated first (a read-write open),
      * as shardd and train would; score itself writes nothing. */
@@ -809,11 +866,12 @@ int measure_score(const struct ctl_opts *o)
         rv = ctl_fail(1, "score: out of memory");
         goto out_samples;
     }
-    rv = predict(o, cm.net, smp, n, pred);
+    rv = predict(o, &cm, smp, n, pred);
     if (rv == 0)
         rv = score_report(o, prof.name, smp, pred, n);
     if (rv == 0 && o->out != NULL)
-        rv = write_samples(o->out, cm.net, smp, pred, n);
+        rv = write_samples(o->out, o->quantile >= 0 ? NULL : cm.net, smp, pred,
+                           n);
     free(pred);
 out_samples:
     store_samples_free(smp, n);

@@ -138,7 +138,7 @@ static const char usage_text[] =
     "      model (--activate: and activate it if it passed) and/or write\n"
     "      the policy file with --out.\n"
     "  score       --db FILE [--model FILE] [--profile NAME] [--newest N]\n"
-    "              [--backend cpu|cuda] [--out FILE]\n"
+    "              [--backend cpu|cuda] [--quantile Q] [--out FILE]\n"
     "      A model's error (MAPE, median, p90, signed median) on a store's\n"
     "      measured samples: the held-out check for samples it never saw.\n"
     "      The samples of the model's own profile; --profile NAME scores\n"
@@ -146,7 +146,9 @@ static const char usage_text[] =
     "      --backend: every sample scored in one batch by the model resident\n"
     "      on that backend's device 0.  --out: a CSV row a sample (id,\n"
     "      family, source, tables, measured_ms, predicted_ms, error, and\n"
-    "      prior_ms: a v3 model's physical prior alone, without the net).\n"
+    "      prior_ms: a prior model's physical prior alone, without the\n"
+    "      net).  --quantile Q: an ensemble's Q-quantile of its members'\n"
+    "      predictions (0.5 their median) instead of member 0's.\n"
     "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"
     "              [--devices N] [--task K] [--batch-size B]\n"
     "              [--devices-per-host L] [--optimizer NAME] [--model FILE]\n"
@@ -437,7 +439,7 @@ static const struct opt_def opt_defs[] = {
     {"hold-out-family", ARG, O(hold_out), CMD(TRAIN), set_str, 0, 0},
     {"features", ARG, O(features), CMD(TRAIN), set_str, 0, 0},
     {"ensemble", ARG, O(ensemble), CMD(TRAIN), set_int, 1, NET_ENSEMBLE_MAX},
-    {"quantile", ARG, O(quantile), CMD(PLAN), set_real, 0, 1},
+    {"quantile", ARG, O(quantile), CMD(PLAN) | CMD(SCORE), set_real, 0, 1},
     {"row-blocks", ARG, O(row_blocks), CMD(PROFILE), set_real, 0, 1},
     {"quiet-tolerance", ARG, O(quiet_tolerance), CMD(PROFILE), set_real, 0, 10},
     /* import-model and comm-fit */

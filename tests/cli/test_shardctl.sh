@@ -320,6 +320,37 @@ expect_fail 2 'family "bogus" is unknown' train --db "$DIR/p.db" \
 expect_fail 2 '--quantile needs an ensemble' plan --offline --tables \
     "$DIR/small.json" --devices 3 --mem-gb 1 --model "$DIR/m.sdcn" \
     --quantile 0.5
+# score --quantile: the members' quantile of each sample, the least (0)
+# never above the greatest (1) and the median between, apart from member
+# 0's predictions; no one prior to print.
+for q in 0 0.5 1; do
+    "$CTL" score --db "$DIR/p.db" --model "$DIR/e.sdce" --quantile $q \
+        --out "$DIR/sq$q.csv" >"$DIR/sq$q.txt" 2>"$DIR/err" &&
+        grep -q "^the $q-quantile of the ensemble's members$" "$DIR/sq$q.txt" &&
+        [ "$(csv_rows "$DIR/sq$q.csv" 0)" = 24 ] && ok ||
+        bad "score --quantile $q: $(cat "$DIR/err" "$DIR/sq$q.txt")"
+done
+"$CTL" score --db "$DIR/p.db" --model "$DIR/e.sdce" --out "$DIR/sqm0.csv" \
+    >/dev/null 2>"$DIR/err" && ok || bad "score of an ensemble: $(cat "$DIR/err")"
+paste -d, "$DIR/sq0.csv" "$DIR/sq0.5.csv" "$DIR/sq1.csv" "$DIR/sqm0.csv" |
+    awk -F, 'NR > 1 { n++; if ($6 <= $14 && $14 <= $22 && $6 < $22) ok++;
+        if ($14 != $30) moved++ } END { exit !(n == 24 && ok == n && moved > 0) }' &&
+    ok || bad "score --quantile: 0 <= 0.5 <= 1, the median not member 0's"
+expect_fail 2 '--quantile needs an ensemble' score --db "$DIR/p.db" \
+    --model "$DIR/m.sdcn" --quantile 0.5
+expect_fail 2 'leave --backend out' score --db "$DIR/p.db" \
+    --model "$DIR/e.sdce" --quantile 0.5 --backend cpu
+# An ensemble held out: train's row of the members' median on the family's
+# own samples is what score --quantile 0.5 finds on them.
+"$CTL" train --db "$DIR/p.db" --epochs 3 --ensemble 3 --hold-out-family \
+    "$HFAM" --out "$DIR/eh.sdce" >"$DIR/eh.txt" 2>"$DIR/err" &&
+    "$CTL" score --db "$DIR/p.db" --model "$DIR/eh.sdce" --quantile 0.5 \
+        >"$DIR/ehs.txt" 2>>"$DIR/err" && ok ||
+    bad "train --ensemble --hold-out-family: $(cat "$DIR/err")"
+[ -n "$(awk -v f="$HFAM" '$1 == f && $2 == "all" { print $4 }' "$DIR/ehs.txt")" ] &&
+    [ "$(awk -v f="$HFAM" '$1 == f && $2 == "all" { print $3, $4 }' "$DIR/ehs.txt")" = \
+        "$(awk -v f="$HFAM" '/^ensemble of 3/ { on = 1 } on && $1 == f { print $2, $3 }' "$DIR/eh.txt")" ] &&
+    ok || bad "ensemble held out: $(cat "$DIR/eh.txt" "$DIR/ehs.txt")"
 # The H200's compiled-in model plans with its compiled-in ensemble: a
 # spread over its 5 members and a quantile; the reference set has none.
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
