@@ -84,7 +84,9 @@ static bool pins_kept(const struct plan *p, const struct table *tables,
  * neuroshard once with each member of o->ensemble, keeping the plan that
  * costs least under m (the first on ties): a plan for the quantile m
  * answers with, among plans each member thinks best.  *out is a valid,
- * evaluated plan on success.
+ * evaluated plan on success, its stats those of every search summed (time,
+ * greedy runs, states, evaluations) and the kept one's levels, splits and
+ * moves, as one search's stats count what it weighed.
  */
 static int plan_robust(const struct table *tables, size_t ntables,
                        const struct topology *t, const struct plan_options *o,
@@ -93,6 +95,7 @@ static int plan_robust(const struct table *tables, size_t ntables,
 {
     const struct net_ensemble *e = o->ensemble;
     struct plan_options mo = *o;
+    struct plan_search_stats all = {0};
     struct plan cand;
     bool have = false;
     int32_t i;
@@ -113,6 +116,11 @@ static int plan_robust(const struct table *tables, size_t ntables,
             plan_destroy(&cand);
             break;
         }
+        all.search_ms += cand.stats.search_ms;
+        all.greedy_runs += cand.stats.greedy_runs;
+        all.states += cand.stats.states;
+        all.evaluations += cand.stats.evaluations;
+        all.budget_exhausted |= cand.stats.budget_exhausted;
         if (!have || cand.cost_ms < out->cost_ms) {
             if (have)
                 plan_destroy(out);
@@ -124,6 +132,12 @@ static int plan_robust(const struct table *tables, size_t ntables,
     }
     if (rv != 0 && have)
         plan_destroy(out);
+    if (rv == 0) {
+        all.levels = out->stats.levels;
+        all.splits = out->stats.splits;
+        all.moves = out->stats.moves;
+        out->stats = all;
+    }
     return rv;
 }
 

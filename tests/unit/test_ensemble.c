@@ -255,6 +255,7 @@ static void test_robust(void)
     struct plan robust, single;
     struct sd_diag d = {{0}};
     double best, worst;
+    int64_t runs = 0, states = 0, evals = 0;
     int i;
 
     for (i = 0; i < 4; i++)
@@ -298,9 +299,17 @@ static void test_robust(void)
             continue;
         best = own.cost_ms < best ? own.cost_ms : best;
         worst = own.cost_ms > worst ? own.cost_ms : worst;
+        runs += own.stats.greedy_runs;
+        states += own.stats.states;
+        evals += own.stats.evaluations;
         plan_destroy(&own);
     }
     CHECK(robust.cost_ms == best);
+    /* Its stats count every member's search (a search's stats count the
+     * alternatives it weighed), not the kept one's alone. */
+    CHECK(!robust.stats.budget_exhausted && robust.stats.greedy_runs == runs &&
+          robust.stats.states == states && robust.stats.evaluations == evals &&
+          runs > single.stats.greedy_runs);
     CHECK(worst > best); /* the members disagree: the choice matters */
     CHECK(strcmp(robust.algorithm, "neuroshard") == 0);
     fprintf(stderr, "robust plan %.4f ms, member 0's %.4f ms (q 0.9)\n",
