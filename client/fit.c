@@ -644,9 +644,10 @@ int measure_train(const struct ctl_opts *o)
 /* score                                                                   */
 
 /*
- * The model's ms for n samples into ms[]: net_tables_ms() one by one, or
- * with --backend in one batch by the model resident on that backend's
- * device 0.  Returns 0 or an exit code (the message printed).
+ * The model's ms for n samples into ms[]: net_tables_ms() of member 0 one
+ * by one, with --backend in one batch by the model resident on that
+ * backend's device 0, or with --quantile the ensemble's quantile of its
+ * members' ms.  Returns 0 or an exit code (the message printed).
  */
 static int predict(const struct ctl_opts *o, const struct ctl_model *cm,
                    const struct store_sample *smp, size_t n, double *ms)
@@ -662,7 +663,8 @@ static int predict(const struct ctl_opts *o, const struct ctl_model *cm,
     if (o->quantile >= 0) {
         struct net_spread *sp = malloc(n * sizeof(*sp));
 
-        if (sp == NULL || sample_spreads(cm->ens, smp, n, o->quantile, sp)) {
+        if (sp == NULL ||
+            sample_spreads(cm->ens, smp, n, o->quantile, sp) != 0) {
             free(sp);
             return ctl_fail(1, "score: out of memory");
         }
