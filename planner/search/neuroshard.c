@@ -811,10 +811,7 @@ static bool keep_cheaper(struct plan *best, struct plan *cand, bool priced,
         to = &cand->stats;
         from = &best->stats;
     }
-    to->greedy_runs += from->greedy_runs;
-    to->states += from->states;
-    to->evaluations += from->evaluations;
-    to->budget_exhausted |= from->budget_exhausted;
+    search_stats_merge(to, from);
     if (keep) {
         plan_destroy(best);
         *best = *cand;

@@ -117,10 +117,7 @@ static int plan_robust(const struct table *tables, size_t ntables,
             break;
         }
         all.search_ms += cand.stats.search_ms;
-        all.greedy_runs += cand.stats.greedy_runs;
-        all.states += cand.stats.states;
-        all.evaluations += cand.stats.evaluations;
-        all.budget_exhausted |= cand.stats.budget_exhausted;
+        search_stats_merge(&all, &cand.stats);
         if (!have || cand.cost_ms < out->cost_ms) {
             if (have)
                 plan_destroy(out);

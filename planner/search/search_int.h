@@ -1,6 +1,7 @@
 /*
  * Private to the search room: the sharding-scheme pass neuroshard runs
- * before its column search (schemes.c).  No other room includes this.
+ * before its column search (schemes.c), and what the room's files share
+ * about time and stats.  No other room includes this.
  */
 #ifndef SHARDD_PLANNER_SEARCH_INT_H
 #define SHARDD_PLANNER_SEARCH_INT_H
@@ -17,6 +18,18 @@ static inline double search_elapsed_ms(const struct timespec *t0)
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (double)(now.tv_sec - t0->tv_sec) * 1e3 +
            (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Adds the work counts of a search that was weighed (greedy runs, states,
+ * evaluations, a budget run out) to *to; levels, splits and moves, the
+ * kept plan's own, and the time, measured by the caller, are left. */
+static inline void search_stats_merge(struct plan_search_stats *to,
+                                      const struct plan_search_stats *from)
+{
+    to->greedy_runs += from->greedy_runs;
+    to->states += from->states;
+    to->evaluations += from->evaluations;
+    to->budget_exhausted |= from->budget_exhausted;
 }
 
 /* Why a table left the column search, for the explanation. */
