@@ -175,9 +175,8 @@ enum net_activation {
      * and takes, and its physical ms is z[base] + z[count] x z[cols]: the
      * pair term, tables x bag columns, is what the output's [bags][all
      * columns] layout costs each table of a wide shard.  No other unit
-     * reads the reserved ones
-     * or the prior's inputs, and W4 ignores them.  net_head_raw() is then
-     * the cost itself.
+     * reads the reserved ones or the prior's inputs, and W4 ignores them.
+     * net_head_raw() is then the cost itself.
      */
     NET_ACT_PRIOR = 2,
     NET_ACT_COUNT
