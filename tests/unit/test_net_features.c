@@ -99,7 +99,7 @@ static void test_inference_v2(void)
     struct shard_item it[3];
     int32_t cols[3];
     float x[NET_IN_MAX];
-    int id, i;
+    int id, i, k;
 
     random_net_v2(&m, 1);
     tables3(t, cols, it);
@@ -128,6 +128,11 @@ static void test_inference_v2(void)
      * average by the bins (2,606.5 rows), capped at the table's 2,000; a
      * longer table is not capped. */
     CHECK_NEAR(table_unique_rows(&t[1], BATCH), 2000, 0);
+    /* Every bin's mean access count (problem.h), against its formula. */
+    for (k = 0; k < TABLE_NBINS; k++)
+        CHECK(table_bin_count(k) == (k == 0    ? 1.0
+                                     : k == 16 ? 65536.0
+                                               : 0.75 * pow(2, k) + 0.5));
     CHECK_NEAR(table_unique_rows(&t[0], BATCH), 20.0 * BATCH * 1.05 / 4.95,
                1e-12);
     CHECK(net_extra_value(0, &t[0], 64, BATCH) == 0);
