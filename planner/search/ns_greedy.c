@@ -600,14 +600,17 @@ void ns_table_wise(const struct ns *s, struct ns_work *w, struct ns_state *st,
 {
     double next_cap = INFINITY;
     size_t nfree = ns_order(s, w, st), k;
+    uint64_t least = UINT64_MAX;
     int step;
 
+    /* The least bytes of the pieces from k on, carried in a local: read
+     * back from the array (which may alias w->order, to the compiler), each
+     * step waited on the store before it (856 tables on 8 devices: 1.5 %
+     * of the search). */
     for (k = nfree; k-- > 0;) {
-        uint64_t bytes = w->order[k].bytes;
-
-        w->sfx_bytes[k] = k + 1 == nfree || bytes < w->sfx_bytes[k + 1]
-                              ? bytes
-                              : w->sfx_bytes[k + 1];
+        if (w->order[k].bytes < least)
+            least = w->order[k].bytes;
+        w->sfx_bytes[k] = least;
     }
     st->cost = INFINITY;
     if (s->n > NS_GRID_DEVICES) {
