@@ -454,7 +454,8 @@ static int print_splits(FILE *out, const struct store_sample *smp,
     return rv;
 }
 
-/* Stores member 0 with its metrics as a new model version. */
+/* Stores the model (an ensemble file with its members where it has more
+ * than one) with member 0's metrics as a new model version. */
 static int fit_store(struct store *st, const struct store_profile *prof,
                      const struct fit *f, const struct ctl_family_row *rows,
                      size_t nrows, bool activate, int64_t *id)
@@ -466,7 +467,8 @@ static int fit_store(struct store *st, const struct store_profile *prof,
     size_t len;
     int rv;
 
-    rv = net_serialize(m, &img, &len);
+    rv = f->ens.k > 1 ? net_ensemble_serialize(&f->ens, &img, &len)
+                      : net_serialize(m, &img, &len);
     if (rv != 0)
         return ctl_fail(1, "train: out of memory");
     memset(&sm, 0, sizeof(sm));

@@ -53,13 +53,13 @@ static int on_validation(void *ctx, int32_t it, int32_t iterations,
 /* What the command trains for and on. */
 struct tp_run {
     const struct cost_net *net;
-    struct cost_net *owned;    /* a stored model's */
-    struct ctl_model cm;       /* --model or the embedded one, without --db */
-    int64_t base_id;           /* the model's store version; 0: embedded */
-    struct store *st;          /* --db */
-    struct store_profile prof; /* --db */
-    struct table *pool;        /* synthetic tables, or NULL */
-    struct task *file_tasks;   /* --tasks */
+    struct net_ensemble *owned; /* a stored model's: member 0 its model */
+    struct ctl_model cm;        /* --model or the embedded one, without --db */
+    int64_t base_id;            /* the model's store version; 0: embedded */
+    struct store *st;           /* --db */
+    struct store_profile prof;  /* --db */
+    struct table *pool;         /* synthetic tables, or NULL */
+    struct task *file_tasks;    /* --tasks */
     size_t nfile;
     struct task_split ts; /* synthetic task sets */
     struct policy_task *train, *val, *gate;
@@ -74,7 +74,7 @@ static void run_free(struct tp_run *r)
     task_split_free(&r->ts);
     task_array_free(r->file_tasks, r->nfile);
     free(r->pool);
-    free(r->owned);
+    net_ensemble_free(r->owned);
     ctl_model_free(&r->cm);
     store_close(r->st);
 }
@@ -143,13 +143,14 @@ static int pick_model(const struct ctl_opts *o, struct tp_run *r)
                         r->prof.name);
     }
     if (rv == 0)
-        rv = net_parse(sm->weights, sm->info.weights_bytes, &r->owned, &d);
+        rv = net_ensemble_parse(sm->weights, sm->info.weights_bytes, &r->owned,
+                                &d);
     if (rv == 0)
         r->base_id = sm->info.id;
     store_model_free(sm);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "train-policy: %s", d.msg);
-    r->net = r->owned;
+    r->net = r->owned->m[0];
     return 0;
 }
 

@@ -130,6 +130,8 @@
       CONF_RELOAD, "H", "retrain every H hours; 0: off")                       \
     X(RETRAIN_WINDOW_SAMPLES, retrain_window_samples, U32, 0, 10000000,        \
       "10000", CONF_RELOAD, "N", "retrain on the newest N samples; 0: all")    \
+    X(RETRAIN_ENSEMBLE, retrain_ensemble, U32, 1, 16, "5", CONF_RELOAD, "K",   \
+      "members a retrain trains (spreads, quantiles)")                         \
     X(RETRAIN_MIN_INTERVAL_S, retrain_min_interval_s, U32, 0, 86400, "60",     \
       CONF_RELOAD, "S", "at most one retrain a profile this often")            \
     X(MODELS_KEEP, models_keep, U32, 1, 100000, "20", CONF_RELOAD, "N",        \

@@ -347,13 +347,23 @@ static int on_epoch(void *ctx, int32_t epoch, int32_t max_epochs,
     char msg[160];
 
     (void)train_loss;
-    snprintf(msg, sizeof(msg),
-             "training: epoch %d of at most %d, "
-             "validation MAPE %.1f %%",
-             (int)epoch, (int)max_epochs, 100 * val_mape);
-    /* Training is most of the job; early stopping may end it sooner. */
-    jobs__update(rc, STORE_JOB_RUNNING, 0.05 + 0.9 * epoch / max_epochs, msg,
-                 0);
+    if (rc->members > 1)
+        snprintf(msg, sizeof(msg),
+                 "training member %d of %d: epoch %d of at most %d, "
+                 "validation MAPE %.1f %%",
+                 (int)rc->member + 1, (int)rc->members, (int)epoch,
+                 (int)max_epochs, 100 * val_mape);
+    else
+        snprintf(msg, sizeof(msg),
+                 "training: epoch %d of at most %d, "
+                 "validation MAPE %.1f %%",
+                 (int)epoch, (int)max_epochs, 100 * val_mape);
+    /* Training is most of the job, each member an equal share; early
+     * stopping may end one sooner. */
+    jobs__update(rc, STORE_JOB_RUNNING,
+                 0.05 + 0.9 * (rc->member + (double)epoch / max_epochs) /
+                            (rc->members > 0 ? rc->members : 1),
+                 msg, 0);
     return atomic_load(&rc->jb->cancel);
 }
 
@@ -453,15 +463,20 @@ static double gate_figure(const struct verdict *v)
  * figures per family.
  */
 static int store_new_model(struct store *st, int64_t profile_id,
-                           const struct cost_net *m, const struct verdict *v,
-                           size_t ngate, int64_t *id, struct sd_diag *d)
+                           const struct net_ensemble *e,
+                           const struct verdict *v, size_t ngate, int64_t *id,
+                           struct sd_diag *d)
 {
+    const struct cost_net *m = e->m[0];
     struct store_model sm;
     void *img = NULL;
     size_t len;
     int rv;
 
-    if (net_serialize(m, &img, &len) != 0)
+    /* One member: a model file, as before ensembles (a fleet's older
+     * planners read it). */
+    if ((e->k > 1 ? net_ensemble_serialize(e, &img, &len)
+                  : net_serialize(m, &img, &len)) != 0)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     memset(&sm, 0, sizeof(sm));
     sm.info.profile_id = profile_id;
@@ -520,14 +535,15 @@ static void describe(const struct verdict *v, bool named, char *buf, size_t cap)
 }
 
 /*
- * The gate: the new model against the active one on the same held-out
- * samples, family by family where they have families enough (judge()).
- * Activates m unless it is worse and not forced; returns the job's end and
- * fills msg.  Takes m (models_activate() or free()).
+ * The gate: the new model (the ensemble's member 0, what plans are made
+ * with) against the active one on the same held-out samples, family by
+ * family where they have families enough (judge()).  Activates e unless it
+ * is worse and not forced; returns the job's end and fills msg.  Takes e
+ * (models_activate() or net_ensemble_free()).
  */
 static enum store_job_state
 gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
-                  struct cost_net *m, const struct gate *g, bool force,
+                  struct net_ensemble *e, const struct gate *g, bool force,
                   char *msg, size_t cap, int64_t *model)
 {
     struct jobs *jb = rc->jb;
@@ -540,12 +556,12 @@ gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
     bool worse = false;
     int rv;
 
-    if (judge(m, g, &vn) != 0) {
+    if (judge(e->m[0], g, &vn) != 0) {
         snprintf(msg, cap, "failed: out of memory");
         goto out;
     }
     describe(&vn, true, dn, sizeof(dn));
-    rv = store_new_model(rc->st, prof->id, m, &vn, g->n, model, &d);
+    rv = store_new_model(rc->st, prof->id, e, &vn, g->n, model, &d);
     if (rv != 0) {
         snprintf(msg, cap, "failed: storing the model: %.300s", d.msg);
         goto out;
@@ -570,8 +586,8 @@ gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
         goto out;
     }
     jobs__record_model(rc, *model);
-    rv = models_activate(jb->models, rc->st, *model, m, &info, previous, &d);
-    m = NULL; /* models_activate owns it now, success or not */
+    rv = models_activate(jb->models, rc->st, *model, e, &info, previous, &d);
+    e = NULL; /* models_activate owns it now, success or not */
     if (rv != 0) {
         snprintf(msg, cap, "failed: activating model %lld: %.300s",
                  (long long)*model, d.msg);
@@ -587,7 +603,7 @@ gate_and_activate(struct jobs__run *rc, const struct store_profile *prof,
     }
 out:
     dmodel_release(active);
-    free(m);
+    net_ensemble_free(e);
     return end;
 }
 
@@ -610,6 +626,9 @@ static struct net_extras serving_extras(struct jobs *jb, const char *profile)
     return x;
 }
 
+_Static_assert(NET_ENSEMBLE_MAX == 16,
+               "retrain_ensemble's range (config.h) is 1 to NET_ENSEMBLE_MAX");
+
 /* The retrain itself; returns the terminal state and fills msg / *model. */
 static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
                                     bool force, char *msg, size_t cap,
@@ -621,16 +640,19 @@ static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
     struct train_sample *fit = NULL;
     struct gate g = {NULL, NULL, 0};
     struct train_params tp;
-    struct cost_net *m = NULL;
+    struct net_ensemble *e = NULL;
+    struct net_extras extras;
     struct sd_diag d;
     size_t n = 0, i, nfit = 0, window;
     enum store_job_state end = STORE_JOB_FAILED;
+    int32_t k;
     int rv;
 
     /* The newest samples only: a machine drifts, and a model of what it
      * was is worse than one of what it is (docs/models.md). */
     pthread_mutex_lock(&jb->mu);
     window = (size_t)jb->cf->c.retrain_window_samples;
+    rc->members = (int32_t)jb->cf->c.retrain_ensemble;
     pthread_mutex_unlock(&jb->mu);
     if (window > 0 && window < JOBS_MIN_SAMPLES)
         window = JOBS_MIN_SAMPLES;
@@ -645,7 +667,8 @@ static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
     fit = calloc(n + 1, sizeof(*fit));
     g.s = calloc(n / JOBS_GATE_EVERY + 1, sizeof(*g.s));
     g.group = calloc(n / JOBS_GATE_EVERY + 1, sizeof(*g.group));
-    if (fit == NULL || g.s == NULL || g.group == NULL) {
+    e = calloc(1, sizeof(*e));
+    if (fit == NULL || g.s == NULL || g.group == NULL || e == NULL) {
         snprintf(msg, cap, "failed: out of memory");
         goto out_samples;
     }
@@ -664,24 +687,36 @@ static enum store_job_state retrain(struct jobs__run *rc, const char *profile,
              window > 0 && n == window ? "newest " : "", nfit + g.n, g.n);
     jobs__update(rc, STORE_JOB_RUNNING, 0.05, msg, 0);
 
-    train_params_default(&tp);
-    tp.progress = on_epoch;
-    tp.ctx = rc;
-    tp.extras = serving_extras(jb, prof.name);
-    rv = net_train(&tp, fit, nfit, prof.name, prof.batch_size, &m, &d);
-    if (rv != 0) {
-        snprintf(msg, cap, "failed: training: %.300s", d.msg);
-        goto out_samples;
+    /* Member 0 is the plain model of the seed, the others bootstraps of
+     * its training split (train_params.member), as `shardctl train
+     * --ensemble`: the spread of every prediction, and quantile plans. */
+    extras = serving_extras(jb, prof.name);
+    for (k = 0; k < rc->members; k++) {
+        train_params_default(&tp);
+        tp.progress = on_epoch;
+        tp.ctx = rc;
+        tp.extras = extras;
+        tp.member = (uint32_t)k;
+        rc->member = k;
+        rv =
+            net_train(&tp, fit, nfit, prof.name, prof.batch_size, &e->m[k], &d);
+        if (rv != 0) {
+            snprintf(msg, cap, "failed: training member %d of %d: %.300s",
+                     (int)k + 1, (int)rc->members, d.msg);
+            goto out_samples;
+        }
+        e->k = k + 1;
+        if (atomic_load(&jb->cancel)) {
+            snprintf(msg, cap, "cancelled: the daemon is stopping");
+            end = STORE_JOB_CANCELLED;
+            goto out_samples;
+        }
     }
-    if (atomic_load(&jb->cancel)) {
-        snprintf(msg, cap, "cancelled: the daemon is stopping");
-        end = STORE_JOB_CANCELLED;
-        free(m);
-        goto out_samples;
-    }
-    end = gate_and_activate(rc, &prof, m, &g, force, msg, cap, model);
+    end = gate_and_activate(rc, &prof, e, &g, force, msg, cap, model);
+    e = NULL; /* taken */
 
 out_samples:
+    net_ensemble_free(e);
     free(g.group);
     free(g.s);
     free(fit);
@@ -691,7 +726,7 @@ out_samples:
 
 static void run_job(struct jobs *jb, struct store *st, struct store_job *j)
 {
-    struct jobs__run rc = {jb, st, j->id, 0};
+    struct jobs__run rc = {jb, st, j->id, 0, 0, 0};
     char msg[STORE_MESSAGE_MAX];
     enum store_job_state end;
     bool force = strstr(j->params, "true") != NULL;

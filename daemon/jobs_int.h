@@ -16,6 +16,7 @@ struct jobs__run {
     struct store *st; /* the job thread's connection */
     int64_t id;
     int64_t last_store_ms;
+    int32_t member, members; /* the ensemble member a retrain trains */
 };
 
 /*

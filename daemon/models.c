@@ -32,42 +32,48 @@ static void make_resident(struct dmodel *m, const struct kern_backend *be)
 }
 
 /*
- * The compiled-in ensemble beside the compiled-in model it was trained with
- * (the cpu default's, the H200's; not the reference set's), each member with
- * a memo a quarter of the model's: a spread evaluates the plan once per
- * member, and without them every member recomputes every table's latents.
+ * A stored model's own ensemble, or the compiled-in one beside the
+ * compiled-in model it was trained with (the cpu default's, the H200's; not
+ * the reference set's), each member with a memo a quarter of the model's: a
+ * spread evaluates the plan once per member, and without them every member
+ * recomputes every table's latents.
  */
 static void ens_attach(struct dmodel *m, const struct models *ms)
 {
     const struct net_ensemble *e =
-        m->embedded ? net_ensemble_compiled(m->net) : NULL;
+        m->embedded ? net_ensemble_compiled(m->net) : m->stored;
     int32_t i;
 
-    if (e == NULL)
+    if (e == NULL || e->k < 2) /* one member: no spread */
         return;
     m->ens = e;
     for (i = 0; i < e->k; i++)
         m->ens_memo[i] = net_memo_new(e->m[i], ms->memo_entries / 4);
 }
 
+/* A served model: a compiled-in net (embedded, `stored` NULL) or a stored
+ * model's members (`stored`, taken on success; net NULL). */
 static struct dmodel *dmodel_new(const struct models *ms,
-                                 const struct cost_net *net, bool embedded,
-                                 int64_t id,
+                                 const struct cost_net *net,
+                                 struct net_ensemble *stored, int64_t id,
                                  const struct store_model_metrics *metrics)
 {
     struct dmodel *m = calloc(1, sizeof(*m));
 
     if (m == NULL)
         return NULL;
+    if (stored != NULL)
+        net = stored->m[0];
     atomic_init(&m->refs, 1);
     m->net = net;
+    m->stored = stored;
     /* Without its memo (no memory, or memo_entries 0) a model still
      * answers: every latent is computed. */
     m->memo = net_memo_new(net, ms->memo_entries);
-    m->embedded = embedded;
+    m->embedded = stored == NULL;
     ens_attach(m, ms);
     m->id = id;
-    if (embedded)
+    if (m->embedded)
         snprintf(m->version, sizeof(m->version), "%s",
                  strcmp(net->profile, NET_REFERENCE_PROFILE) == 0 ? "reference"
                                                                   : "embedded");
@@ -95,8 +101,7 @@ void dmodel_release(struct dmodel *m)
     for (i = 0; i < NET_ENSEMBLE_MAX; i++)
         net_memo_free(m->ens_memo[i]);
     kern_net_close(m->resident);
-    if (!m->embedded)
-        free((void *)m->net);
+    net_ensemble_free(m->stored);
     free(m);
 }
 
@@ -166,7 +171,7 @@ static int publish(struct models *ms, struct dmodel *m)
     return rv;
 }
 
-int models_parse_stored(const struct store_model *sm, struct cost_net **out,
+int models_parse_stored(const struct store_model *sm, struct net_ensemble **out,
                         struct sd_diag *d)
 {
     int rv;
@@ -178,16 +183,17 @@ int models_parse_stored(const struct store_model *sm, struct cost_net **out,
                            "reads 1 to %d",
                            (long long)sm->info.id, (int)sm->info.format_version,
                            NET_FORMAT_VERSION);
-    rv = net_parse(sm->weights, sm->info.weights_bytes, out, d);
+    /* Every member answers for member 0's profile (net_ensemble_parse()). */
+    rv = net_ensemble_parse(sm->weights, sm->info.weights_bytes, out, d);
     if (rv != 0)
         return rv;
-    if (strcmp((*out)->profile, sm->info.profile) != 0) {
+    if (strcmp((*out)->m[0]->profile, sm->info.profile) != 0) {
         rv = sd_diag_set(d, SD_EFORMAT,
                          "model %lld: its weights are for profile \"%s\", "
                          "the store says \"%s\"",
-                         (long long)sm->info.id, (*out)->profile,
+                         (long long)sm->info.id, (*out)->m[0]->profile,
                          sm->info.profile);
-        free(*out);
+        net_ensemble_free(*out);
         *out = NULL;
     }
     return rv;
@@ -199,7 +205,7 @@ static int load_active(struct models *ms, struct store *st,
                        const struct store_profile *prof, struct sd_diag *d)
 {
     struct store_model *sm;
-    struct cost_net *net = NULL;
+    struct net_ensemble *ens = NULL;
     struct dmodel *m = NULL;
     struct sd_diag why;
     int rv;
@@ -208,9 +214,9 @@ static int load_active(struct models *ms, struct store *st,
     if (rv == SD_ENOENT) /* the profile has no active model */
         return 0;
     if (rv == 0) {
-        rv = models_parse_stored(sm, &net, &why);
+        rv = models_parse_stored(sm, &ens, &why);
         if (rv == 0)
-            m = dmodel_new(ms, net, false, sm->info.id, &sm->info.metrics);
+            m = dmodel_new(ms, NULL, ens, sm->info.id, &sm->info.metrics);
         store_model_free(sm);
     }
     if (rv != 0) {
@@ -219,7 +225,7 @@ static int load_active(struct models *ms, struct store *st,
         return 0;
     }
     if (m == NULL) {
-        free(net);
+        net_ensemble_free(ens);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     }
     if (publish(ms, m) != 0) {
@@ -246,7 +252,7 @@ static int publish_reference(struct models *ms, struct sd_diag *d)
         sd_log(SD_LOG_WARN, "%s", why.msg);
         return 0;
     }
-    m = dmodel_new(ms, ref, true, 0, NULL);
+    m = dmodel_new(ms, ref, NULL, 0, NULL);
     if (m == NULL || publish(ms, m) != 0) {
         dmodel_release(m);
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
@@ -518,7 +524,7 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
     ms->resident_be = resident_be;
     snprintf(ms->default_profile, sizeof(ms->default_profile), "%s",
              emb->profile);
-    ms->embedded = dmodel_new(ms, emb, true, 0, NULL);
+    ms->embedded = dmodel_new(ms, emb, NULL, 0, NULL);
     if (ms->embedded == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail;
@@ -535,7 +541,7 @@ int models_init(struct models *ms, struct store *st, const char *own_profile,
         goto fail;
     }
     if (hw != NULL) {
-        m = dmodel_new(ms, cpu, true, 0, NULL);
+        m = dmodel_new(ms, cpu, NULL, 0, NULL);
         if (m == NULL || publish(ms, m) != 0) {
             dmodel_release(m);
             rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
@@ -622,7 +628,7 @@ void models_default_profile(struct models *ms, char out[STORE_NAME_MAX])
 }
 
 int models_activate(struct models *ms, struct store *st, int64_t id,
-                    struct cost_net *net, struct store_model_info *info,
+                    struct net_ensemble *ens, struct store_model_info *info,
                     char previous[MODELS_VERSION_MAX], struct sd_diag *d)
 {
     struct store_model *sm = NULL;
@@ -633,12 +639,12 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     rv = store_model_get(st, id, &sm, d);
     if (rv == SD_ENOENT)
         rv = sd_diag_set(d, SD_ENOENT, "version: no model %lld", (long long)id);
-    if (rv == 0 && net == NULL && sm->info.kind == STORE_KIND_POLICY) {
+    if (rv == 0 && ens == NULL && sm->info.kind == STORE_KIND_POLICY) {
         store_model_free(sm);
         return models_activate_policy(ms, st, id, NULL, info, previous, d);
     }
-    if (rv == 0 && net == NULL)
-        rv = models_parse_stored(sm, &net, d);
+    if (rv == 0 && ens == NULL)
+        rv = models_parse_stored(sm, &ens, d);
     if (rv == 0)
         rv = store_model_activate(st, id, &prev_id, d);
     if (rv != 0)
@@ -646,12 +652,12 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     *info = sm->info;
     info->active = true;
 
-    m = dmodel_new(ms, net, false, id, &sm->info.metrics);
+    m = dmodel_new(ms, NULL, ens, id, &sm->info.metrics);
     if (m == NULL) {
         rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto fail_net;
     }
-    net = NULL; /* m owns it */
+    ens = NULL; /* m owns it */
     pthread_mutex_lock(&ms->mu);
     rv = slot_set(ms, m, &old);
     pthread_mutex_unlock(&ms->mu);
@@ -676,7 +682,7 @@ int models_activate(struct models *ms, struct store *st, int64_t id,
     return 0;
 
 fail_net:
-    free(net);
+    net_ensemble_free(ens);
 out_stored:
     store_model_free(sm);
     return rv;

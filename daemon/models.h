@@ -40,13 +40,19 @@
 /* A cost model being served: refcounted, immutable once published. */
 struct dmodel {
     atomic_int refs;
-    const struct cost_net *net; /* owned (free()) unless embedded */
-    struct net_memo *memo;      /* owned: net's latents; NULL: none */
-    /* The compiled-in ensemble whose member 0 is net (models.h), for the
-     * spread of every prediction, and its members' latents (owned; NULL
+    /* Owned through `stored` for a stored model (its member 0), compiled
+     * in and borrowed for an embedded one. */
+    const struct cost_net *net;
+    struct net_memo *memo; /* owned: net's latents; NULL: none */
+    /* The ensemble whose member 0 is net (models.h), for the spread of
+     * every prediction and quantile plans: a stored model's own
+     * (`stored`, when it has 2 members or more), else the compiled-in one
+     * beside an embedded model; and its members' latents (owned; NULL
      * entries: none).  ens NULL: no ensemble of 2 or more members. */
     const struct net_ensemble *ens;
     struct net_memo *ens_memo[NET_ENSEMBLE_MAX];
+    struct net_ensemble *stored; /* owned: a stored model's members; NULL
+                                  * for an embedded one */
     bool embedded;
     int64_t id;                       /* store model id; 0: the embedded */
     char version[MODELS_VERSION_MAX]; /* "embedded", "reference" or the id */
@@ -137,8 +143,9 @@ struct dmodel *models_embedded(struct models *ms);
 
 /*
  * Makes stored model `id` active for its profile: in the store, then in
- * the slots.  `net`, when not NULL, is the parsed model (ownership passes
- * here, success or not); else it is loaded from the store.  Sets *info to
+ * the slots.  `ens`, when not NULL, is the parsed model, an ensemble of
+ * one or more (ownership passes here, success or not); else it is loaded
+ * from the store.  Sets *info to
  * the model and *previous to the version it replaced ("" when none).
  * SD_ENOENT for an unknown id, SD_EFORMAT for a model that does not load.
  * A stored policy's id (net NULL) activates that policy instead
@@ -146,7 +153,7 @@ struct dmodel *models_embedded(struct models *ms);
  * ms->activated.
  */
 int models_activate(struct models *ms, struct store *st, int64_t id,
-                    struct cost_net *net, struct store_model_info *info,
+                    struct net_ensemble *ens, struct store_model_info *info,
                     char previous[MODELS_VERSION_MAX], struct sd_diag *d);
 
 /*
@@ -188,11 +195,13 @@ int models_parse_stored_policy(const struct store_model *sm,
 void models_default_profile(struct models *ms, char out[STORE_NAME_MAX]);
 
 /*
- * Parses a stored model blob, checking its format version and profile.
- * *out is owned by the caller (free()).  SD_EFORMAT with d naming the
- * model.
+ * Parses a stored compute model's blob, checking its format version and
+ * profile: a model file, an ensemble of one, or an ensemble file (a
+ * retrain with retrain_ensemble of 2 or more, `shardctl train --ensemble`)
+ * whose member 0 is the model.  *out is owned by the caller
+ * (net_ensemble_free()).  SD_EFORMAT with d naming the model.
  */
-int models_parse_stored(const struct store_model *sm, struct cost_net **out,
+int models_parse_stored(const struct store_model *sm, struct net_ensemble **out,
                         struct sd_diag *d);
 
 #endif /* SHARDD_DAEMON_MODELS_H */

@@ -53,10 +53,10 @@ struct scorer {
     const struct cost_model *m;
     struct dmodel *dm;   /* the learned model's reference; NULL: analytic */
     const char *profile; /* the profile answered for */
-    /* The model's ensemble, for the spread of its predictions: the
-     * compiled-in one (models.h) beside a compiled-in model, the cpu
-     * default's or the H200's; NULL for a stored model and the analytic
-     * one. */
+    /* The model's ensemble, for the spread of its predictions (struct
+     * dmodel's ens): a stored model's own members, or the compiled-in one
+     * beside the cpu default or the H200's model; NULL for a model of one
+     * member and the analytic one. */
     const struct net_ensemble *ens;
 };
 
@@ -456,9 +456,9 @@ static int pick_quantile(const Shardd__V1__PlanOptions *o, struct scorer *sc,
     if (sc->ens == NULL)
         return sd_diag_set(d, SD_EINVAL,
                            "options.quantile: the model answering profile %s "
-                           "has no ensemble (only the compiled-in models "
-                           "have one: the cpu default and the H200's); "
-                           "leave quantile unset",
+                           "has no ensemble (one member: retrain it with "
+                           "retrain_ensemble 2 or more, or store one from "
+                           "shardctl train --ensemble); leave quantile unset",
                            sc->profile);
     po->ensemble = sc->ens;
     po->quantile = o->quantile->value;

@@ -311,6 +311,15 @@ expect_fail 2 'family "bogus" is unknown' train --db "$DIR/p.db" \
 "$CTL" train --db "$DIR/p.db" --epochs 3 --ensemble 3 --out "$DIR/e.sdce" \
     >"$DIR/ens.txt" 2>"$DIR/err" && head -c 4 "$DIR/e.sdce" | grep -q SDCE &&
     ok || bad "train --ensemble: $(cat "$DIR/err")"
+# ... and the store keeps its members too (a daemon serving it has the
+# spread): the model's blob is the same ensemble file.
+python3 - "$DIR/p.db" "$DIR/e.sdce" "$(awk '/^model / { print $2; exit }' \
+    "$DIR/ens.txt")" <<'PY' && ok || bad "train --ensemble --db stores the members"
+import sqlite3, sys
+(w,) = sqlite3.connect(sys.argv[1]).execute(
+    "select weights from models where id = ?", (int(sys.argv[3]),)).fetchone()
+assert w == open(sys.argv[2], "rb").read(), (len(w), w[:4])
+PY
 "$CTL" plan --offline --tables "$DIR/small.json" --devices 3 --mem-gb 1 \
     --model "$DIR/e.sdce" --quantile 0.9 >"$DIR/q.txt" 2>"$DIR/err" &&
     grep -q "^spread: plan cost [0-9.]* to [0-9.]* ms over the 3 members" \
@@ -496,6 +505,16 @@ fi
     --iterations 10 --out "$DIR/p3.sdpol" >"$DIR/tp.txt" 2>"$DIR/err" &&
     grep -q "^tasks: 4 train, 4 validation, 1 held out" "$DIR/tp.txt" && ok ||
     bad "train-policy --tasks: $(cat "$DIR/tp.txt" "$DIR/err")"
+# A store whose active model is an ensemble: the policy is trained against
+# its member 0 (the model plans are made with).
+cp "$DIR/p.db" "$DIR/pe.db"
+"$CTL" train --db "$DIR/pe.db" --epochs 3 --ensemble 2 --activate \
+    >"$DIR/pe.txt" 2>"$DIR/err" &&
+    "$CTL" train-policy --db "$DIR/pe.db" --iterations 5 --out "$DIR/pe.sdpol" \
+        >"$DIR/tp.txt" 2>"$DIR/err" &&
+    grep -q "trained against model $(awk '/^model / { print $2; exit }' \
+        "$DIR/pe.txt")" "$DIR/tp.txt" && ok ||
+    bad "train-policy --db, an ensemble active: $(cat "$DIR/tp.txt" "$DIR/err")"
 expect_fail 2 '--db or --out' train-policy
 expect_fail 2 'need --db' train-policy --out "$DIR/x.sdpol" --activate
 expect_fail 2 '--model is for training without --db' train-policy \

@@ -157,7 +157,10 @@ class StoredModelTest(Base):
         run(ctl(), "profile", "--db", db, "--samples", "24", "--max-gb", "0.05",
             "--warmup", "1", "--repeats", "3", "--no-flush",
             "--quiet-tolerance", "0")
-        out = run(ctl(), "train", "--db", db, "--epochs", "20", "--activate")
+        # Stored with its members (--ensemble 2): the policy binds to member
+        # 0, the model the daemon plans with.
+        out = run(ctl(), "train", "--db", db, "--epochs", "20", "--ensemble", "2",
+                  "--activate")
         cls.model = re.match(r"model (\d+)", out).group(1)
         cls.d = H.Daemon(SHARDD, data_dir=cls.data,
                          args=["--profiler", "off", "--policy-iterations", ITERATIONS,
@@ -183,6 +186,9 @@ class StoredModelTest(Base):
 
     def test_a_refused_without_policy(self):
         self.assertEqual(self.status().active_model_version, self.model)
+        # The stored members answer with the model: its plans' spread.
+        r = H.call(self.unix, H.PLAN, H.plan_request(H.make_tables(8, seed=3)))
+        self.assertEqual((r.basis.model_version, r.spread.members), (self.model, 2))
         self.expect(SC.FAILED_PRECONDITION,
                     lambda: H.call(self.unix, H.PLAN, dreamshard_request()),
                     "options.algorithm", "no placement policy", self.model,

@@ -869,6 +869,19 @@ class RetrainTest(Base):
         est.tables.extend(req.tables)
         est.placement.extend(r.tables)
         self.assertEqual(H.call(self.tcp, H.ESTIMATE, est).basis.model_version, final)
+        # A retrain trains retrain_ensemble members (5 by default): the
+        # stored model's plans carry their spread, and a quantile plans with
+        # them.
+        self.assertTrue(r.HasField("spread"), "a retrained model's plan has no spread")
+        self.assertEqual(r.spread.members, 5)
+        self.assertLessEqual(r.spread.plan_cost_low_ms, r.spread.plan_cost_high_ms)
+        req.options.quantile.value = 0.9
+        robust = H.call(self.tcp, H.PLAN, req)
+        self.assertEqual(robust.basis.model_version, final)
+        self.assertIn("(q0.90 of 5)", robust.basis.cost_model)
+        note("retrained model %s: spread of %d members, plan %.3f ms (%.3f to %.3f); "
+             "q0.90 plan %.3f ms", final, r.spread.members, r.plan_cost_ms,
+             r.spread.plan_cost_low_ms, r.spread.plan_cost_high_ms, robust.plan_cost_ms)
         note("retrain path total %.1f s", time.monotonic() - self.t_start)
         # Without force and no sample stored since the model: FAILED_PRECONDITION.
         with self.subTest("Retrain without force and no new sample"):
@@ -937,6 +950,8 @@ class RetrainTest(Base):
             req = H.plan_request(H.make_tables(12, seed=5), budget_ms=1000)
             r = H.call(ch, H.PLAN, req)
             self.assertEqual(r.basis.model_version, v)
+            # Its members come back from the store with it.
+            self.assertEqual(r.spread.members, 5)
             note("restarted in %.2f s; model %s still active; %d samples kept",
                  d2.startup_s, v, st.compute_samples)
             self.assertGreaterEqual(st.compute_samples, MAX_SAMPLES)

@@ -113,6 +113,7 @@ static void test_defaults(void)
     CHECK(c.retrain_every_samples == 1000);
     CHECK(c.retrain_every_hours == 24);
     CHECK(c.retrain_window_samples == 10000);
+    CHECK(c.retrain_ensemble == 5);
     CHECK(c.log_level == CONF_LOG_INFO);
     CHECK(!c.print_config);
     for (k = 0; k < CONF_KEY_COUNT; k++)
@@ -142,7 +143,8 @@ static void test_file_format(void)
                                   "profiler = no\n"
                                   "log_level = \"debug\"\n"
                                   "retrain_every_hours = 0\n"
-                                  "retrain_window_samples = 500",
+                                  "retrain_window_samples = 500\n"
+                                  "retrain_ensemble = 2",
                                   0644);
     struct sd_config c;
     struct sd_diag d;
@@ -161,6 +163,7 @@ static void test_file_format(void)
     CHECK(c.log_level == CONF_LOG_DEBUG);
     CHECK(c.retrain_every_hours == 0);
     CHECK(c.retrain_window_samples == 500);
+    CHECK(c.retrain_ensemble == 2);
     CHECK(c.config != NULL && strcmp(c.config, path) == 0);
     CHECK(c.origin[CONF_KEY_THREADS].src == CONF_SRC_FILE);
     CHECK(c.origin[CONF_KEY_THREADS].line == 7);
@@ -326,6 +329,8 @@ static void test_errors(void)
         const char *f3[] = {"--default-batch=16777217", NULL};
         const char *f4[] = {"--threads", "-1", NULL};
         const char *f5[] = {"--grace-s", "99999999999999999999999", NULL};
+        const char *f6[] = {"--retrain-ensemble=17", NULL};
+        const char *f7[] = {"--retrain-ensemble=0", NULL};
 
         expect_error(NULL, env, SD_ERANGE,
                      "SHARDD_THREADS: \"300\" is not an integer in [0, 256]",
@@ -336,6 +341,11 @@ static void test_errors(void)
         expect_error(f3, NULL, SD_ERANGE, "--default-batch:", false);
         expect_error(f4, NULL, SD_EINVAL, "--threads: \"-1\"", false);
         expect_error(f5, NULL, SD_ERANGE, "--grace-s:", false);
+        /* An ensemble file holds 1 to 16 members (NET_ENSEMBLE_MAX). */
+        expect_error(f6, NULL, SD_ERANGE,
+                     "--retrain-ensemble: \"17\" is not an integer in [1, 16]",
+                     true);
+        expect_error(f7, NULL, SD_ERANGE, "--retrain-ensemble: \"0\"", false);
     }
     /* Unknown keys, with and without a suggestion. */
     path = write_file("unknown.conf", "threds = 4\n", 0644);

@@ -69,6 +69,9 @@ static void setup(struct sd_config *c)
     /* Policy retrains are test_dreamshard.py's: here they would only slow
      * every activation down. */
     c->policy_after_activation = false;
+    /* One member a retrain but in test_retrain_ensemble(): the gate's and
+     * the limits' tests retrain often. */
+    c->retrain_ensemble = 1;
 }
 
 static void teardown(struct svc *s, struct sd_config *c)
@@ -118,6 +121,7 @@ struct ask {
     const int32_t *pins;
     const char *profile; /* NULL: the server's default */
     int32_t ndevices;    /* 0: NDEV */
+    double quantile;     /* options.quantile where > 0; else unset */
 };
 
 /* The request bytes of a (owned by the caller, free()). */
@@ -126,6 +130,7 @@ static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
 {
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__PlanOptions po = SHARDD__V1__PLAN_OPTIONS__INIT;
+    Shardd__V1__EnsembleQuantile q = SHARDD__V1__ENSEMBLE_QUANTILE__INIT;
     struct wire_arena arena = WIRE_ARENA_INIT;
     struct topology t;
     int rv;
@@ -143,6 +148,10 @@ static int ask_pack(const struct ask *a, uint8_t **req, size_t *len,
         po.profile = (char *)(a->profile ? a->profile : "");
         if (a->pins != NULL)
             po.constraints = wire_pins_out(&arena, a->pins, pool, a->ntables);
+        if (a->quantile > 0) {
+            q.value = a->quantile;
+            po.quantile = &q;
+        }
         rq.options = &po;
     }
     rv = wire_pack(&rq.base, req, len, d);
@@ -953,6 +962,76 @@ static void test_retrain_gate(struct svc *s)
 }
 
 /*
+ * A retrain with retrain_ensemble 2 stores and serves an ensemble: the
+ * stored blob is an ensemble file of 2 members whose member 0 is the served
+ * model, its plans carry the members' spread, a quantile plans with them,
+ * and a restart (the models loaded from the store) serves them again.
+ */
+static void test_retrain_ensemble(struct svc *s, struct sd_config *c)
+{
+    Shardd__V1__Job *j = NULL, *done = NULL;
+    Shardd__V1__PlanResponse *r;
+    struct store_model *sm = NULL;
+    struct dmodel *m = NULL;
+    struct models ms;
+    struct sd_diag d;
+    int64_t id = 0;
+    int seen = 0;
+
+    c->retrain_ensemble = 2;
+    CHECK(svc_reconfigure(s, c) == 0);
+    CHECK(retrain_bytes(s, true, &j, &d) == 0 && j != NULL);
+    if (j == NULL)
+        goto out;
+    done = wait_job(s, j->id, &seen);
+    CHECK(done != NULL &&
+          done->state == SHARDD__V1__JOB_STATE__JOB_STATE_SUCCEEDED &&
+          strstr(done->message, "not activated") == NULL);
+    if (done == NULL || done->result_model_version[0] == '\0')
+        goto out;
+    id = atoll(done->result_model_version);
+    CHECK(models_acquire(&s->models, NULL, &m, &d) == 0);
+    CHECK(m != NULL && m->id == id && m->stored != NULL && m->ens != NULL &&
+          m->ens->k == 2 && m->ens->m[0] == m->net);
+    dmodel_release(m);
+    pthread_mutex_lock(&s->store_mu);
+    CHECK(store_model_get(s->st, id, &sm, &d) == 0);
+    CHECK(sm != NULL && sm->info.weights_bytes > 4 &&
+          memcmp(sm->weights, "SDCE", 4) == 0);
+    store_model_free(sm);
+    pthread_mutex_unlock(&s->store_mu);
+    {
+        struct ask a = {.ntables = 12, .seed = 3};
+
+        r = plan_ok(s, &a);
+        CHECK(r != NULL &&
+              strcmp(r->basis->model_version, done->result_model_version) == 0);
+        CHECK(r != NULL && r->spread != NULL && r->spread->members == 2 &&
+              r->spread->plan_cost_low_ms <= r->spread->plan_cost_high_ms);
+        shardd__v1__plan_response__free_unpacked(r, NULL);
+        a.quantile = 0.5;
+        r = plan_ok(s, &a);
+        CHECK(r != NULL &&
+              strstr(r->basis->cost_model, "(q0.50 of 2)") != NULL);
+        shardd__v1__plan_response__free_unpacked(r, NULL);
+    }
+    /* A restart: the models as models_init() loads them from the store. */
+    pthread_mutex_lock(&s->store_mu);
+    CHECK(models_init(&ms, s->st, "", 1024, NULL, &d) == 0);
+    pthread_mutex_unlock(&s->store_mu);
+    m = NULL;
+    CHECK(models_acquire(&ms, net_embedded(NULL)->profile, &m, &d) == 0);
+    CHECK(m != NULL && m->id == id && m->ens != NULL && m->ens->k == 2);
+    dmodel_release(m);
+    models_destroy(&ms);
+out:
+    c->retrain_ensemble = 1;
+    CHECK(svc_reconfigure(s, c) == 0);
+    shardd__v1__job__free_unpacked(j, NULL);
+    shardd__v1__job__free_unpacked(done, NULL);
+}
+
+/*
  * Retrains are rate-limited, forced ones too (each stores a model), and
  * model versions past models_keep are pruned, never the active one.
  */
@@ -1677,6 +1756,7 @@ int main(void)
     test_plan_lane(s, &c);
     CHECK(svc_start_workers(s, NULL) == 0);
     test_retrain_gate(s);
+    test_retrain_ensemble(s, &c);
     test_hot_swap(s);
     test_cache_keys_on_model(s);
     test_retrain_limits(s, &c);
