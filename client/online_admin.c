@@ -187,6 +187,8 @@ int online_models(struct online *on)
             printf("  for model %s, gate %.3fx",
                    m->base_model_version[0] ? m->base_model_version : "?",
                    m->gate_ratio);
+        else if (m->members > 1)
+            printf("  ensemble of %u", (unsigned)m->members);
         printf("\n");
     }
     printf("(* active; MAPE on held-out measured samples; a policy's gate is "

@@ -129,6 +129,7 @@ static void fill_model(Shardd__V1__ModelInfo *o,
         o->gate_ratio = m->metrics.gate_ratio;
     } else {
         o->kind = SHARDD__V1__MODEL_KIND__MODEL_KIND_COMPUTE;
+        o->members = (uint32_t)net_ensemble_members(m->head, m->head_bytes);
     }
     o->base_model_version = ms->base;
     o->profile = msg_str(m->profile);
@@ -153,6 +154,9 @@ static void fill_embedded(struct svc *s, Shardd__V1__ModelInfo *o)
     o->validation_mape = s->models.embedded->metrics.val_mape;
     o->train_samples = (uint64_t)s->models.embedded->metrics.train_samples;
     o->validation_samples = (uint64_t)s->models.embedded->metrics.val_samples;
+    o->members = s->models.embedded->ens != NULL
+                     ? (uint32_t)s->models.embedded->ens->k
+                     : 1;
     if (models_acquire(&s->models, s->models.embedded->net->profile, &m,
                        &why) == 0)
         o->active = m->embedded;

@@ -96,6 +96,7 @@ static int check_model(const struct store_model *m, struct sd_diag *d)
 static int model_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
 {
     struct store_model_info *mi = row;
+    const void *head;
 
     memset(mi, 0, sizeof(*mi));
     mi->id = sqlite3_column_int64(s, 0);
@@ -116,6 +117,12 @@ static int model_row(sqlite3_stmt *s, void *row, struct sd_diag *d)
     mi->active = sqlite3_column_int(s, 13) != 0;
     mi->base_model_id = sqlite3_column_int64(s, 14); /* NULL reads as 0 */
     mi->metrics.gate_ratio = sqlite3_column_double(s, 15);
+    head = sqlite3_column_blob(s, 16);
+    mi->head_bytes = (size_t)sqlite3_column_bytes(s, 16);
+    if (head == NULL || mi->head_bytes > sizeof(mi->head))
+        mi->head_bytes = 0;
+    if (mi->head_bytes > 0)
+        memcpy(mi->head, head, mi->head_bytes);
     return 0;
 }
 

@@ -200,7 +200,7 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     "m.id, m.profile_id, p.name, m.kind, m.format_version, m.val_mape, "       \
     "m.test_mape, m.train_samples, m.val_samples, m.test_samples, "            \
     "length(m.weights), length(m.norm), m.created_ms, m.active, "              \
-    "m.base_model_id, m.gate_ratio"
+    "m.base_model_id, m.gate_ratio, substr(m.weights, 1, 12)"
 #define MODEL_FROM " FROM models m JOIN profiles p ON p.id = m.profile_id"
 /*
  * The versions store_model_prune() deletes: those of profile ?1 past the

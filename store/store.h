@@ -409,6 +409,7 @@ struct store_model_metrics {
 };
 
 /* A model version without its blobs, as listed. */
+#define STORE_MODEL_HEAD 12
 struct store_model_info {
     int64_t id;                   /* the version; unique, never reused */
     int64_t profile_id;           /* the profile it answers for */
@@ -423,6 +424,11 @@ struct store_model_info {
     /* A policy: the compute model version it was trained against, 0 for
      * the embedded one (or one since pruned); other kinds: 0. */
     int64_t base_model_id;
+    /* The weights' first bytes (head_bytes, at most STORE_MODEL_HEAD): what
+     * a caller that lists models reads their format by (an ensemble's
+     * members), the blob itself not loaded; the store reads no format. */
+    unsigned char head[STORE_MODEL_HEAD];
+    size_t head_bytes;
 };
 
 /*

@@ -108,7 +108,7 @@ void store__sql_fp32_tables(sqlite3_context *ctx, int argc, sqlite3_value **v);
  * Columns of MODEL_COLS (sql.c), read by position in models.c; the _GET
  * statements add the weights and norm blobs after them.
  */
-#define STORE__MODEL_NCOLS 16
+#define STORE__MODEL_NCOLS 17
 
 struct store {
     sqlite3 *db;

@@ -171,6 +171,19 @@ out:
     return 0;
 }
 
+int32_t net_ensemble_members(const void *head, size_t len)
+{
+    const unsigned char *b = head;
+    uint32_t k;
+
+    if (len >= 4 && memcmp(b, NET_MAGIC, 4) == 0)
+        return 1;
+    if (len < 12 || memcmp(b, ENS_MAGIC, 4) != 0)
+        return 0;
+    k = sd_le_get32(b + 8);
+    return k >= 1 && k <= NET_ENSEMBLE_MAX ? (int32_t)k : 0;
+}
+
 int net_ensemble_read_file(const char *path, struct net_ensemble **out,
                            struct sd_diag *d)
 {

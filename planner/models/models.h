@@ -599,6 +599,10 @@ int net_ensemble_parse(const void *buf, size_t len, struct net_ensemble **out,
                        struct sd_diag *d);
 int net_ensemble_read_file(const char *path, struct net_ensemble **out,
                            struct sd_diag *d);
+/* The members an ensemble or model file holds, read from its first bytes
+ * (12 are enough): 1 for a model file, 0 for neither (nothing checked past
+ * the header: a listing's figure, not a parse). */
+int32_t net_ensemble_members(const void *head, size_t len);
 int net_ensemble_write_file(const char *path, const struct net_ensemble *e,
                             struct sd_diag *d);
 

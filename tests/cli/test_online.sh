@@ -278,6 +278,12 @@ VER=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["result_mo
 ctl models --profile "$PROF" --json >"$DIR/m.json" 2>"$DIR/err" ||
     bad "models --profile: $(cat "$DIR/err")"
 json_check "$DIR/m.json" "[m['version'] for m in d['models'] if m['active']] == ['$VER']"
+# A retrain trains 5 members by default (retrain_ensemble): listed, and
+# told in the table.
+json_check "$DIR/m.json" "[m.get('members') for m in d['models'] if m['version'] == '$VER'] == [5]"
+ctl models --profile "$PROF" >"$DIR/out" 2>"$DIR/err" &&
+    grep -q "^\* $VER .*  ensemble of 5$" "$DIR/out" && ok ||
+    bad "models text, members: $(cat "$DIR/err" "$DIR/out")"
 # Watching a finished job: its state, then the end (a log line).
 ctl job "$JOB" --watch >"$DIR/out" 2>"$DIR/err" &&
     grep -q "^job $JOB: retrain of profile .*, succeeded" "$DIR/out" &&

@@ -759,6 +759,7 @@ class RetrainTest(Base):
             self.assertEqual(len(mine), 1, "ListModels shows %s: %r" % (v, models))
             self.assertEqual(models[0].version, v, "newest first")
             self.assertEqual(mine[0].profile, st.profile)
+            self.assertEqual(mine[0].members, 5, "retrain_ensemble's default")
             self.assertGreater(mine[0].train_samples, 0)
             self.assertGreater(mine[0].validation_samples, 0)
             self.assertLessEqual(mine[0].train_samples + mine[0].validation_samples, n_final)

@@ -213,8 +213,13 @@ static void test_file(void)
           strstr(d.msg, "checksum") != NULL && back == NULL);
     free(bad);
     CHECK(net_ensemble_parse(img, len - 1, &back, &d) == SD_EFORMAT);
+    /* The members by the header alone (a listing's figure). */
+    CHECK(net_ensemble_members(img, 12) == 5 &&
+          net_ensemble_members(img, 11) == 0 &&
+          net_ensemble_members("SDCX", 4) == 0);
     /* A plain model file is an ensemble of one. */
     CHECK(net_serialize(e->m[0], &nimg, &nlen) == 0);
+    CHECK(net_ensemble_members(nimg, 12) == 1);
     CHECK(net_ensemble_parse(nimg, nlen, &one, &d) == 0 && one != NULL &&
           one->k == 1);
     net_ensemble_free(one);

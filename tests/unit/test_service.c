@@ -1015,6 +1015,34 @@ static void test_retrain_ensemble(struct svc *s, struct sd_config *c)
               strstr(r->basis->cost_model, "(q0.50 of 2)") != NULL);
         shardd__v1__plan_response__free_unpacked(r, NULL);
     }
+    /* ListModels tells the members: 2 for it, 1 for the single model
+     * before it, 5 for the embedded one. */
+    {
+        Shardd__V1__ListModelsRequest lrq =
+            SHARDD__V1__LIST_MODELS_REQUEST__INIT;
+        Shardd__V1__ListModelsResponse *lr = NULL;
+        uint8_t *req = NULL, *resp = NULL;
+        size_t len, resp_len, i;
+        int seen_members = 0;
+
+        CHECK(wire_pack(&lrq.base, &req, &len, &d) == 0);
+        CHECK(admin_list_models(s, NULL, req, len, &resp, &resp_len, &d) == 0);
+        lr = shardd__v1__list_models_response__unpack(NULL, resp_len, resp);
+        for (i = 0; lr != NULL && i < lr->n_models; i++) {
+            const Shardd__V1__ModelInfo *mi = lr->models[i];
+
+            if (strcmp(mi->version, done->result_model_version) == 0)
+                seen_members |= mi->members == 2 ? 1 : 8;
+            else if (strcmp(mi->version, "embedded") == 0)
+                seen_members |= mi->members == 5 ? 2 : 8;
+            else
+                seen_members |= mi->members == 1 ? 4 : 8;
+        }
+        CHECK(seen_members == 7);
+        shardd__v1__list_models_response__free_unpacked(lr, NULL);
+        free(req);
+        free(resp);
+    }
     /* A restart: the models as models_init() loads them from the store. */
     pthread_mutex_lock(&s->store_mu);
     CHECK(models_init(&ms, s->st, "", 1024, NULL, &d) == 0);

@@ -529,6 +529,11 @@ static void test_models(void)
     CHECK(n == 3 && list[0].active && list[1].active && !list[2].active &&
           list[0].kind == STORE_KIND_COMM &&
           list[1].weights_bytes == sizeof(w2));
+    /* The weights' first bytes come with a listing, the blob left. */
+    CHECK(n == 3 && list[2].head_bytes == 12 &&
+          memcmp(list[2].head, w1, 12) == 0 &&
+          list[1].head_bytes == sizeof(w2) &&
+          memcmp(list[1].head, w2, sizeof(w2)) == 0);
     free(list);
     list = NULL;
     CHECK(store_model_list(st, prof, 1, &list, &n, &d) == 0 && n == 1);
