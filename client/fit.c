@@ -170,7 +170,7 @@ static int sample_spreads(const struct net_ensemble *e,
         for (k = 0; k < smp[i].ntables; k++)
             items[k] =
                 (struct shard_item){&smp[i].tables[k], smp[i].tables[k].dim};
-        net_ensemble_shard(e, items, smp[i].ntables, q, &out[i]);
+        net_ensemble_shard(e, NULL, items, smp[i].ntables, q, &out[i]);
     }
     free(items);
     return 0;

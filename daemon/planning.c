@@ -462,7 +462,11 @@ static int pick_quantile(const Shardd__V1__PlanOptions *o, struct scorer *sc,
                            sc->profile);
     po->ensemble = sc->ens;
     po->quantile = o->quantile->value;
+    /* The members' memos (models.c), kept across requests: each member's
+     * search and the scores under the quantile reuse its latents. */
+    po->ensemble_memos = sc->dm->ens_memo;
     net_ensemble_cost_model_init(&sc->ecm, sc->ens, o->quantile->value);
+    sc->ecm.memos = sc->dm->ens_memo;
     sc->m = &sc->ecm.cm;
     return 0;
 }

@@ -238,6 +238,7 @@ double net_quantile(double *v, int32_t k, double q)
 }
 
 void net_ensemble_shard(const struct net_ensemble *e,
+                        struct net_memo *const *memos,
                         const struct shard_item *items, size_t n, double q,
                         struct net_spread *out)
 {
@@ -245,7 +246,8 @@ void net_ensemble_shard(const struct net_ensemble *e,
     int32_t i;
 
     for (i = 0; i < e->k; i++)
-        v[i] = net_shard_ms(e->m[i], items, n);
+        v[i] = net_shard_ms_memo(e->m[i], memos != NULL ? memos[i] : NULL,
+                                 items, n);
     out->point = v[0];
     out->quantile = net_quantile(v, e->k, q); /* sorts v */
     out->lo = v[0];
@@ -260,7 +262,7 @@ static double ens_cm_shard_ms(void *ctx, const struct topology *t,
 
     if (n == 0)
         return 0;
-    net_ensemble_shard(ecm->e, items, n, ecm->q, &s);
+    net_ensemble_shard(ecm->e, ecm->memos, items, n, ecm->q, &s);
     return s.quantile * (double)t->batch_size /
            (double)ecm->e->m[0]->batch_size;
 }
@@ -270,6 +272,7 @@ void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,
 {
     ecm->e = e;
     ecm->q = q;
+    ecm->memos = NULL;
     snprintf(ecm->name, sizeof(ecm->name), "neural:%s (q%.2f of %d)",
              e->m[0]->profile, q, (int)e->k);
     ecm->cm.name = ecm->name;

@@ -407,9 +407,13 @@ double net_head_step(const struct cost_net *m, float z[NET_H2],
 double net_head_delta(const struct cost_net *m, const float z[NET_H2],
                       const float *const add[2], const float *const sub[2]);
 
-/* Predicted ms of one shard (items' tables cut to their cols). */
+struct net_memo; /* below: the memo of projected latents */
+/* Predicted ms of one shard (items' tables cut to their cols); _memo
+ * through mm (NULL: none, as net_shard_ms()). */
 double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
                     size_t n);
+double net_shard_ms_memo(const struct cost_net *m, struct net_memo *mm,
+                         const struct shard_item *items, size_t n);
 /* The same for a shard given as whole tables, each at its own dim (the form
  * of a measured sample). */
 double net_tables_ms(const struct cost_net *m, const struct table *tables,
@@ -622,7 +626,9 @@ struct net_spread {
 };
 
 /* The ms of one shard by every member (at the ensemble's batch). */
+/* memos: NULL, or e->k memos, memos[i] made for member i (or NULL). */
 void net_ensemble_shard(const struct net_ensemble *e,
+                        struct net_memo *const *memos,
                         const struct shard_item *items, size_t n, double q,
                         struct net_spread *out);
 
@@ -636,6 +642,10 @@ struct net_ensemble_cost_model {
     struct cost_model cm;
     const struct net_ensemble *e;
     double q;
+    /* NULL (init's), or e->k memos, memos[i] made for member i (or NULL),
+     * borrowed: set after init so that a plan's tables are scored once per
+     * member (a robust plan evaluates every member's plan with all K). */
+    struct net_memo *const *memos;
     char name[NET_PROFILE_MAX + 32];
 };
 void net_ensemble_cost_model_init(struct net_ensemble_cost_model *ecm,

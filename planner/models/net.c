@@ -787,6 +787,12 @@ double net_shard_ms(const struct cost_net *m, const struct shard_item *items,
     return shard_ms(m, NULL, items, n);
 }
 
+double net_shard_ms_memo(const struct cost_net *m, struct net_memo *mm,
+                         const struct shard_item *items, size_t n)
+{
+    return shard_ms(m, mm, items, n);
+}
+
 /* z of a shard of whole tables, each at its own dim. */
 static void tables_z(const struct cost_net *m, const struct table *tables,
                      size_t n, float z[NET_H2])

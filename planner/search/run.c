@@ -105,7 +105,10 @@ static int plan_robust(const struct table *tables, size_t ntables,
         mo.time_budget_ms = o->time_budget_ms / e->k;
     for (i = 0; i < e->k; i++) {
         mo.net = e->m[i];
-        mo.memo = i == 0 ? o->memo : NULL; /* a memo answers for one net */
+        /* A memo answers for one net. */
+        mo.memo = o->ensemble_memos != NULL ? o->ensemble_memos[i]
+                  : i == 0                  ? o->memo
+                                            : NULL;
         rv = plan_neuroshard(tables, ntables, t, &mo, &cand, d);
         if (rv != 0)
             break;

@@ -87,12 +87,12 @@ static void test_spread(void)
         make_table(&t[i], i);
     items[0] = (struct shard_item){&t[0], 16};
     items[1] = (struct shard_item){&t[1], 8};
-    net_ensemble_shard(e, items, 2, 0.5, &s);
+    net_ensemble_shard(e, NULL, items, 2, 0.5, &s);
     CHECK_NEAR(s.point, 3, 1e-5);
     CHECK_NEAR(s.quantile, 3, 1e-5);
     CHECK_NEAR(s.lo, 1, 1e-5);
     CHECK_NEAR(s.hi, 5, 1e-5);
-    net_ensemble_shard(e, items, 1, 0.75, &s);
+    net_ensemble_shard(e, NULL, items, 1, 0.75, &s);
     CHECK_NEAR(s.quantile, 4, 1e-5);
 
     /* The adapter: the q-quantile, scaled to the topology's batch. */
@@ -317,6 +317,75 @@ static void test_robust(void)
           runs > single.stats.greedy_runs);
     CHECK(worst > best); /* the members disagree: the choice matters */
     CHECK(strcmp(robust.algorithm, "neuroshard") == 0);
+    /* Each member's search through a memo of its own, then the scores
+     * under the quantile too: the same plan to the bit, each member's
+     * latents asked for again and again. */
+    {
+        struct net_memo *mm[4];
+        struct net_memo_stats st;
+        struct plan memoed;
+        int pass;
+
+        for (i = 0; i < 4; i++)
+            mm[i] = net_memo_for_tables(e.m[i], sp.count);
+        o.net = e.m[0];
+        o.ensemble = &e;
+        o.ensemble_memos = mm;
+        for (pass = 0; pass < 2; pass++) {
+            ecm.memos = pass == 1 ? mm : NULL;
+            if (CHECK_OK(
+                    plan_run(tables, sp.count, &topo, &o, &ecm.cm, &memoed, &d),
+                    d.msg)) {
+                bool same = memoed.cost_ms == robust.cost_ms &&
+                            memoed.nshards == robust.nshards;
+                size_t k;
+
+                for (k = 0; same && k < robust.nshards; k++) {
+                    const struct shard *a = &memoed.shards[k],
+                                       *b = &robust.shards[k];
+
+                    same = a->table == b->table && a->device == b->device &&
+                           a->col_offset == b->col_offset &&
+                           a->col_width == b->col_width &&
+                           a->row_offset == b->row_offset &&
+                           a->row_count == b->row_count &&
+                           a->scheme == b->scheme;
+                }
+                CHECK(same);
+                for (i = 0; i < 4; i++) {
+                    net_memo_stats(mm[i], &st);
+                    CHECK(st.misses > 0 && st.hits > st.misses);
+                }
+                plan_destroy(&memoed);
+            }
+        }
+        /* The quantile's score of a shard through fresh memos: the same
+         * ms, each member's latents computed into its own. */
+        {
+            struct shard_item it[2] = {{&tables[0], tables[0].dim},
+                                       {&tables[1], tables[1].dim}};
+            double plain, memoed_ms;
+
+            for (i = 0; i < 4; i++) {
+                net_memo_free(mm[i]);
+                mm[i] = net_memo_for_tables(e.m[i], sp.count);
+            }
+            ecm.memos = NULL;
+            plain = ecm.cm.shard_ms(ecm.cm.ctx, &topo, it, 2);
+            ecm.memos = mm;
+            memoed_ms = ecm.cm.shard_ms(ecm.cm.ctx, &topo, it, 2);
+            CHECK(plain == memoed_ms);
+            for (i = 0; i < 4; i++) {
+                net_memo_stats(mm[i], &st);
+                CHECK(st.misses == 2);
+            }
+        }
+        ecm.memos = NULL;
+        o.ensemble = NULL;
+        o.ensemble_memos = NULL;
+        for (i = 0; i < 4; i++)
+            net_memo_free(mm[i]);
+    }
     fprintf(stderr, "robust plan %.4f ms, member 0's %.4f ms (q 0.9)\n",
             robust.cost_ms, single.cost_ms);
     plan_destroy(&robust);
