@@ -285,7 +285,9 @@ static int run_set(const struct cost_net *net,
          * rounds. */
         for (a = 0; a < NROW; a++) {
             const struct cost_model *cm = &ncm.cm;
+            struct net_memo *emem[NET_ENSEMBLE_MAX] = {NULL};
             struct plan_options o;
+            int32_t i;
 
             ok[a] = false;
             if (!row_on(a))
@@ -299,11 +301,20 @@ static int run_set(const struct cost_net *net,
                 o.ensemble = ens;
                 o.quantile = ecm.q;
                 cm = &ecm.cm;
+                /* Each member searched and scored through its own memo,
+                 * as shardctl plan --quantile does. */
+                for (i = 0; i < ens->k; i++)
+                    emem[i] = net_memo_for_tables(ens->m[i], tk->ntables);
+                o.ensemble_memos = emem;
+                ecm.memos = emem;
             }
             if (a == ROW_B)
                 cm = &ncm_b.cm;
             ok[a] = plan_run(tk->tables, tk->ntables, &topo, &o, cm, &plans[a],
                              &d) == 0;
+            ecm.memos = NULL;
+            for (i = 0; i < NET_ENSEMBLE_MAX; i++)
+                net_memo_free(emem[i]);
             if (!ok[a])
                 continue;
             pred[a] = plans[a].cost_ms;
