@@ -13,10 +13,12 @@
  * mix; --in-phase starts every client at draw 0, so that the clients
  * send the same draw at about the same time (the cost of a draw varies
  * up to 4x, and the queue then swings between cheap and dear draws).
+ * --quantile Q asks every plan for that quantile of the model's ensemble
+ * (options.quantile: a robust plan, one search per member).
  *
  * usage: bench_load --shardd PATH [--seconds S] [--clients 1,4,16,64]
  *                   [--sizes 10,50,856] [--plans whole,split] [--cache]
- *                   [--in-phase]
+ *                   [--in-phase] [--quantile Q]
  *        bench_load --addr ADDR --pid PID ...   (a daemon already running)
  *
  * With --shardd it starts the daemon on a private unix socket and data
@@ -94,11 +96,12 @@ static size_t parse_list(const char *s, long *v)
 
 /* Packs a PlanRequest of k tables of the pool drawn with `seed`. */
 static int make_request(const struct table *pool, size_t k, uint64_t seed,
-                        bool whole, struct request *out)
+                        bool whole, double quantile, struct request *out)
 {
     Shardd__V1__PlanRequest rq = SHARDD__V1__PLAN_REQUEST__INIT;
     Shardd__V1__Topology topo = SHARDD__V1__TOPOLOGY__INIT;
     Shardd__V1__PlanOptions opt = SHARDD__V1__PLAN_OPTIONS__INIT;
+    Shardd__V1__EnsembleQuantile q = SHARDD__V1__ENSEMBLE_QUANTILE__INIT;
     Shardd__V1__Table *msgs = calloc(k, sizeof(*msgs));
     Shardd__V1__Table **ptrs = calloc(k, sizeof(*ptrs));
     size_t *pick = calloc(POOL, sizeof(*pick));
@@ -151,6 +154,10 @@ static int make_request(const struct table *pool, size_t k, uint64_t seed,
     rq.tables = ptrs;
     rq.topology = &topo;
     opt.whole_tables_only = whole;
+    if (quantile >= 0) { /* a robust plan: a search per member */
+        q.value = quantile;
+        opt.quantile = &q;
+    }
     rq.options = &opt;
     out->len = shardd__v1__plan_request__get_packed_size(&rq);
     out->buf = malloc(out->len);
@@ -361,7 +368,7 @@ int main(int argc, char **argv)
     long clients[LEVELS_MAX] = {1, 4, 16, 64},
          sizes[LEVELS_MAX] = {10, 50, 856};
     size_t nclients = 4, nsizes = 3, s, l, v;
-    double seconds = 5, rss0, hwm0, rss1, hwm1;
+    double seconds = 5, quantile = -1, rss0, hwm0, rss1, hwm1;
     char dir[64] = "", sock[128];
     struct synth_params sp;
     struct table *pool = NULL;
@@ -393,6 +400,9 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--pid") == 0)
             pid = (pid_t)atol(val);
         else if (strcmp(a, "--seconds") == 0 && (seconds = atof(val)) > 0)
+            ;
+        else if (strcmp(a, "--quantile") == 0 && (quantile = atof(val)) >= 0 &&
+                 quantile <= 1)
             ;
         else if (strcmp(a, "--clients") == 0 &&
                  (nclients = parse_list(val, clients)) > 0)
@@ -436,7 +446,7 @@ int main(int argc, char **argv)
         for (s = 0; s < nsizes && rv == 0; s++)
             for (v = 0; v < VARIANTS && rv == 0; v++)
                 rv = make_request(pool, (size_t)sizes[s], 1000 * s + v, k == 0,
-                                  &reqs[k][s][v]);
+                                  quantile, &reqs[k][s][v]);
     if (rv == 0 && wait_ready(addr) != 0) {
         fprintf(stderr, "bench_load: shardd at %s does not answer\n", addr);
         rv = SD_EIO;
@@ -445,9 +455,10 @@ int main(int argc, char **argv)
         goto out_daemon;
 
     daemon_memory(pid, &rss0, &hwm0);
-    printf("bench_load: Plan (neuroshard, embedded model), %.0f s per level, "
-           "plan cache %s, clients %s, %ld CPUs\n",
-           seconds, cache ? "on" : "off",
+    printf("bench_load: Plan (neuroshard, embedded model%s), %.0f s per "
+           "level, plan cache %s, clients %s, %ld CPUs\n",
+           quantile >= 0 ? ", robust: options.quantile" : "", seconds,
+           cache ? "on" : "off",
            in_phase ? "in phase" : "start at draw i mod 16",
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%6s %7s %8s %9s %7s %10s %9s %9s %9s\n", "plans", "tables",
@@ -482,6 +493,6 @@ usage:
     fprintf(stderr, "usage: bench_load --shardd PATH | --addr ADDR [--pid P]\n"
                     "       [--seconds S] [--clients 1,4,16,64] "
                     "[--sizes 10,50,856] [--plans whole,split] [--cache]\n"
-                    "       [--in-phase]\n");
+                    "       [--in-phase] [--quantile Q]\n");
     return 2;
 }
