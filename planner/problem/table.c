@@ -214,8 +214,10 @@ void table_features(const struct table *t, int32_t dim,
     out[19] = (float)t->rows;
 }
 
-/* table_bin_count()'s values, written out: a latent's inputs read them 17
- * times over, and 17 ldexp() calls were a twentieth of a memo miss. */
+/* table_bin_count()'s values, written out: every latent's inputs (through
+ * table_unique_rows()) and every tier's miss curve read all 17, and each
+ * was an ldexp() call (docs/models.md, "A plan's memo that keeps its
+ * keys"). */
 static const double bin_counts[TABLE_NBINS] = {
     1.0,   2.0,   3.5,    6.5,    12.5,   24.5,    48.5,    96.5,   192.5,
     384.5, 768.5, 1536.5, 3072.5, 6144.5, 12288.5, 24576.5, 65536.0};
