@@ -19,7 +19,9 @@
  *    that sample, and the worker measures again after; with no request
  *    yet it waits profiler_idle_ms from its start.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -962,6 +964,45 @@ static void test_retrain_gate(struct svc *s)
 }
 
 /*
+ * The threads of this process at nice `ni` (Linux: /proc/self/task/TID/stat,
+ * field 19; the comm field, in parentheses, may hold spaces).
+ */
+static int threads_at_nice(long ni)
+{
+    DIR *task = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+
+    while (task != NULL && (e = readdir(task)) != NULL) {
+        char path[300], buf[1024];
+        const char *p;
+        FILE *f;
+        size_t len;
+        long v;
+        int field;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        p = strrchr(buf, ')');
+        /* After "pid (comm)": state is field 3, nice field 19. */
+        for (field = 2; p != NULL && field < 19; field++)
+            p = strchr(p + 1, ' ');
+        if (p != NULL && sscanf(p + 1, "%ld", &v) == 1 && v == ni)
+            n++;
+    }
+    if (task != NULL)
+        closedir(task);
+    return n;
+}
+
+/*
  * A retrain with retrain_ensemble 2 stores and serves an ensemble: the
  * stored blob is an ensemble file of 2 members whose member 0 is the served
  * model, its plans carry the members' spread, a quantile plans with them,
@@ -978,6 +1019,10 @@ static void test_retrain_ensemble(struct svc *s, struct sd_config *c)
     int64_t id = 0;
     int seen = 0;
 
+    /* The job thread trains at the lowest priority, as the profiler's
+     * worker waits there (off here, its thread still runs): two threads at
+     * nice 19. */
+    CHECK(threads_at_nice(19) == 2);
     c->retrain_ensemble = 2;
     CHECK(svc_reconfigure(s, c) == 0);
     CHECK(retrain_bytes(s, true, &j, &d) == 0 && j != NULL);
