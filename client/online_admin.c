@@ -106,6 +106,10 @@ int online_status(struct online *on)
                "profile)\n",
                r->serving_model_version[0] ? r->serving_model_version : "none",
                r->serving_profile);
+    if (r->serving_model_members > 1)
+        printf("serving model: an ensemble of %u (every plan carries their "
+               "spread)\n",
+               (unsigned)r->serving_model_members);
     printf("profiler: %s; samples: %llu compute, %llu comm\n",
            enum_word(&shardd__v1__profiler_state__descriptor, (int)r->profiler,
                      word, sizeof(word)),

@@ -79,6 +79,8 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     if (models_acquire(&s->models, NULL, &serving, &why) == 0) {
         out.serving_profile = msg_str(serving->net->profile);
         out.serving_model_version = serving->version;
+        out.serving_model_members =
+            serving->ens != NULL ? (uint32_t)serving->ens->k : 1;
     }
     out.profiler = (Shardd__V1__ProfilerState)profw_state(&s->profw);
     if (s->profile_id != 0) {

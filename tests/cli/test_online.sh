@@ -230,7 +230,10 @@ json_check "$DIR/s.json" "d['version'] != '' and d['backend'] in ('cpu', 'cuda')
 # and is the active model of the server's own profile only where this
 # machine is the one it was measured on.
 json_check "$DIR/s.json" "d['serving_model_version'] == 'embedded' and d['serving_profile'] != '' and d['active_model_version'] == ('embedded' if d['profile'] == d['serving_profile'] else '')"
+# The embedded model serves with its 5 members.
+json_check "$DIR/s.json" "d.get('serving_model_members') == 5"
 ctl status >"$DIR/out" 2>"$DIR/err" && grep -q '^shardd .* up ' "$DIR/out" &&
+    grep -q '^serving model: an ensemble of 5 ' "$DIR/out" &&
     ok || bad "status text: $(cat "$DIR/err" "$DIR/out")"
 ctl models --json >"$DIR/m.json" 2>"$DIR/err" && ok ||
     bad "models: $(cat "$DIR/err")"
