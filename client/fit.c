@@ -467,8 +467,7 @@ static int fit_store(struct store *st, const struct store_profile *prof,
     size_t len;
     int rv;
 
-    rv = f->ens.k > 1 ? net_ensemble_serialize(&f->ens, &img, &len)
-                      : net_serialize(m, &img, &len);
+    rv = net_ensemble_serialize(&f->ens, &img, &len);
     if (rv != 0)
         return ctl_fail(1, "train: out of memory");
     memset(&sm, 0, sizeof(sm));
@@ -520,8 +519,7 @@ static int fit_report(const struct ctl_opts *o, const struct fit *f,
     int rv = 0;
 
     if (o->out != NULL) {
-        rv = f->ens.k > 1 ? net_ensemble_write_file(o->out, &f->ens, &d)
-                          : net_write_file(o->out, m, &d);
+        rv = net_ensemble_write_file(o->out, &f->ens, &d);
         if (rv != 0)
             return ctl_fail(ctl_exit_for(rv), "train: --out: %s", d.msg);
     }

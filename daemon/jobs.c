@@ -479,9 +479,8 @@ static int store_new_model(struct store *st, int64_t profile_id,
     int rv;
 
     /* One member: a model file, as before ensembles (a fleet's older
-     * planners read it). */
-    if ((e->k > 1 ? net_ensemble_serialize(e, &img, &len)
-                  : net_serialize(m, &img, &len)) != 0)
+     * planners read it; net_ensemble_serialize()). */
+    if (net_ensemble_serialize(e, &img, &len) != 0)
         return sd_diag_set(d, SD_ENOMEM, "out of memory");
     memset(&sm, 0, sizeof(sm));
     sm.info.profile_id = profile_id;

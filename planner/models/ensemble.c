@@ -57,6 +57,8 @@ int net_ensemble_serialize(const struct net_ensemble *e, void **out,
 
     if (e->k < 1 || e->k > NET_ENSEMBLE_MAX)
         return SD_EINVAL;
+    if (e->k == 1)
+        return net_serialize(e->m[0], out, len);
     for (i = 0; i < e->k && rv == 0; i++) {
         rv = net_serialize(e->m[i], &img[i], &ilen[i]);
         if (rv == 0) {

@@ -591,7 +591,9 @@ void net_ensemble_free(struct net_ensemble *e); /* NULL: nothing */
 /*
  * The ensemble file (docs/model-format.md): "SDCE", version, K, each
  * member's model file image with its length, a CRC-32.  serialize: *out
- * (free()) of *len bytes; 0, SD_EINVAL (K out of range) or SD_ENOMEM.
+ * (free()) of *len bytes; an ensemble of one is its member's model file
+ * (what readers from before ensembles take); 0, SD_EINVAL (K out of range)
+ * or SD_ENOMEM.
  * parse: an ensemble file, or a model file as an ensemble of one; every
  * member must answer for member 0's profile and batch; *out owned
  * (net_ensemble_free()); 0, SD_EFORMAT, SD_ENEWER or SD_ENOMEM with d set.
@@ -625,8 +627,8 @@ struct net_spread {
     double lo, hi;   /* the least and the largest member */
 };
 
-/* The ms of one shard by every member (at the ensemble's batch). */
-/* memos: NULL, or e->k memos, memos[i] made for member i (or NULL). */
+/* The ms of one shard by every member (at the ensemble's batch), each
+ * through memos[i] (memos NULL, or e->k memos made for member i, or NULL). */
 void net_ensemble_shard(const struct net_ensemble *e,
                         struct net_memo *const *memos,
                         const struct shard_item *items, size_t n, double q,

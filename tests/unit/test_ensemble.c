@@ -222,6 +222,15 @@ static void test_file(void)
     CHECK(net_ensemble_members(nimg, 12) == 1);
     CHECK(net_ensemble_parse(nimg, nlen, &one, &d) == 0 && one != NULL &&
           one->k == 1);
+    /* ... and an ensemble of one is written as its member's model file. */
+    if (one != NULL) {
+        void *oimg = NULL;
+        size_t olen = 0;
+
+        CHECK(net_ensemble_serialize(one, &oimg, &olen) == 0 && olen == nlen &&
+              memcmp(oimg, nimg, nlen) == 0);
+        free(oimg);
+    }
     net_ensemble_free(one);
     free(nimg);
     /* Members of two profiles are refused. */
