@@ -37,6 +37,12 @@ static int64_t version_id(const char *v)
     return *end == '\0' && id > 0 ? (int64_t)id : 0;
 }
 
+/* The members a served model's predictions come from (1: no ensemble). */
+static uint32_t served_members(const struct dmodel *m)
+{
+    return m->ens != NULL ? (uint32_t)m->ens->k : 1;
+}
+
 /* ---------------------------------------------------------------------- */
 /* GetStatus                                                               */
 
@@ -79,8 +85,7 @@ int admin_status(struct svc *s, const struct svc_call *call, const uint8_t *req,
     if (models_acquire(&s->models, NULL, &serving, &why) == 0) {
         out.serving_profile = msg_str(serving->net->profile);
         out.serving_model_version = serving->version;
-        out.serving_model_members =
-            serving->ens != NULL ? (uint32_t)serving->ens->k : 1;
+        out.serving_model_members = served_members(serving);
     }
     out.profiler = (Shardd__V1__ProfilerState)profw_state(&s->profw);
     if (s->profile_id != 0) {
@@ -156,9 +161,7 @@ static void fill_embedded(struct svc *s, Shardd__V1__ModelInfo *o)
     o->validation_mape = s->models.embedded->metrics.val_mape;
     o->train_samples = (uint64_t)s->models.embedded->metrics.train_samples;
     o->validation_samples = (uint64_t)s->models.embedded->metrics.val_samples;
-    o->members = s->models.embedded->ens != NULL
-                     ? (uint32_t)s->models.embedded->ens->k
-                     : 1;
+    o->members = served_members(s->models.embedded);
     if (models_acquire(&s->models, s->models.embedded->net->profile, &m,
                        &why) == 0)
         o->active = m->embedded;
