@@ -74,7 +74,8 @@ struct scheme_pass {
  * Decides the schemes (docs/api.md, "Schemes"): a table bigger than any
  * device is split in row blocks over one host's devices (or every device
  * when one host cannot hold it); one whose narrowest column slice alone
- * costs more than the mean device is split in rows over a host; a table that
+ * (and so the table whole) costs more than the mean device is split in rows
+ * over a host; a table that
  * costs the devices less replicated (its local batch on each, plus its
  * share of one bucketed gradient all-reduce) than placed once (its lookups
  * on one device and its columns in every device's all-to-all) is
