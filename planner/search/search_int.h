@@ -74,19 +74,19 @@ struct scheme_pass {
  * Decides the schemes (docs/api.md, "Schemes"): a table bigger than any
  * device is split in row blocks over one host's devices (or every device
  * when one host cannot hold it); one whose narrowest column slice alone
- * (and so the table whole) costs more than the mean device is split in rows
- * over a host; a table that
- * costs the devices less replicated (its local batch on each, plus its
- * share of one bucketed gradient all-reduce) than placed once (its lookups
- * on one device and its columns in every device's all-to-all) is
- * replicated, while the replicas take at most a tenth of the smallest
- * device; constraints (o->constraints) allow, force or forbid each.  With
- * `lighter`, a table whose row blocks over a host cost the devices less in
- * total than the table whole (each block's lookups and the group's
- * exchange, against its lookups and its columns in the all-to-all, weighed
- * on the mean device) is split in rows over a host too; without, such
- * tables are only counted (nlighter).  Costs
- * from o->net (through o->memo).  *out is initialised here; free it with
+ * (and so the table whole) costs more than the mean device is split in
+ * rows over a host; a table that costs the devices less replicated (its
+ * local batch on each, plus its share of one bucketed gradient all-reduce)
+ * than placed once (its lookups on one device and its columns in every
+ * device's all-to-all) is replicated, while the replicas take at most a
+ * tenth of the smallest device; constraints (o->constraints) allow, force
+ * or forbid each.  With `lighter`, a table whose row blocks over a host
+ * cost the devices less in total than the table whole (each block's
+ * lookups, at least 0, and the group's exchange, against its lookups and
+ * its columns in the all-to-all, weighed on the mean device) is split in
+ * rows over a host too; without, such tables are only counted (nlighter).
+ * Costs from o->net (through o->memo), asked for only where they can
+ * change a choice.  *out is initialised here; free it with
  * scheme_pass_free().  0, SD_ENOSPACE (a table fits no scheme: d names it)
  * or SD_ENOMEM.
  */
