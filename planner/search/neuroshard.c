@@ -245,7 +245,7 @@ static void base_fixed(struct ns *s, const struct scheme_pass *sp,
     for (k = 0; k < sp->shards.nshards; k++) {
         const struct shard *sh = &sp->shards.shards[k];
         const struct table *tb = &all[sh->table];
-        struct ns_level lv = {.cols = 0, .ready = true};
+        struct ns_level lv = {.cols = 0};
         struct shard tiered;
         struct table view;
 
@@ -321,10 +321,11 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
     s->n = t->ndevices;
     s->st = st;
     s->pins = o->pins;
-    s->lv = calloc(NS_LEVELS_MAX * (ntables ? ntables : 1), sizeof(*s->lv));
+    s->lv = malloc(NS_LEVELS_MAX * (ntables ? ntables : 1) * sizeof(*s->lv));
+    s->made = calloc(NS_LEVELS_MAX * (ntables ? ntables : 1), 1);
     s->nlevels = calloc(ntables ? ntables : 1, sizeof(*s->nlevels));
     s->devmem = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof(*s->devmem));
-    if (!s->lv || !s->nlevels || !s->devmem ||
+    if (!s->lv || !s->made || !s->nlevels || !s->devmem ||
         ns_devs_alloc(&s->base, (size_t)s->n) != 0)
         return SD_ENOMEM;
     for (k = 0; k < s->n; k++)
@@ -408,11 +409,13 @@ static void ns_free(struct ns *s)
 
     for (k = 0; k < NS_THREADS_MAX; k++)
         ns_work_free(&s->work[k]);
-    for (i = 0; s->lv != NULL && i < NS_LEVELS_MAX * s->ntables; i++)
-        free(s->lv[i].odd);
+    for (i = 0; s->made != NULL && i < NS_LEVELS_MAX * s->ntables; i++)
+        if (s->made[i])
+            free(s->lv[i].odd);
     ns_devs_free(&s->base);
     free((void *)s->host);
     free(s->lv);
+    free(s->made);
     free(s->nlevels);
     free(s->devmem);
     free(s->forced);
@@ -587,7 +590,9 @@ static int ns_search(const struct table *tables, size_t ntables,
         rv = SD_ENOMEM;
         goto out_free;
     }
-    for (i = 0; i < best.np; i++) {
+    /* The free pieces' order (ns_order(): the pinned ones are not in it;
+     * reading np entries read past it, into what the last run left). */
+    for (i = 0; i < best.np - s.npinned; i++) {
         const struct ns_sort *it = &s.work[0].order[i];
 
         if (it->idx < ntables && it->level == 0)

@@ -32,7 +32,6 @@ struct ns_level {
      * (ns_fold_levels(), ns_width()); NULL until made. */
     struct ns_level *odd;
     int32_t cols;
-    bool ready;
 };
 
 struct ns_piece {
@@ -149,9 +148,11 @@ struct ns {
     struct ns_devs base; /* the pinned tables placed, nothing else */
     /* [NS_LEVELS_MAX][ntables], level-major: the tables' level-0 pieces,
      * which every greedy run places, lie together.  Filled on the main
-     * thread only. */
+     * thread only; not zeroed (most are never made: zeroing them all was
+     * 1 % of an 856-table plan), made[] says which are made. */
     struct ns_level *lv;
-    int32_t *nlevels;           /* per table: levels it may be cut to */
+    uint8_t *made;    /* [NS_LEVELS_MAX][ntables]: 1 where lv is made */
+    int32_t *nlevels; /* per table: levels it may be cut to */
     struct ns_sort *root_order; /* the whole tables, in greedy order */
     size_t nroot;
     struct ns_work work[NS_THREADS_MAX];

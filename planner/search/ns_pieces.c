@@ -32,16 +32,19 @@ static void level_fill(const struct ns *s, uint32_t table, int32_t cols,
         s->t);
     lv->ms = net_head_z(s->net, z) * s->scale + lv->tier_ms;
     lv->bytes = shard_bytes(tb, lv->cols, s->o->optimizer);
-    lv->ready = true;
 }
 
 /* The cached level of a piece, made on first use (main thread only). */
 struct ns_level *ns_level(struct ns *s, uint32_t table, int32_t level)
 {
     struct ns_level *lv = level_at(s, table, level);
+    uint8_t *made = &s->made[(size_t)level * s->ntables + table];
 
-    if (!lv->ready)
+    if (!*made) {
         level_fill(s, table, s->tables[table].dim >> level, lv);
+        lv->odd = NULL;
+        *made = 1;
+    }
     return lv;
 }
 
