@@ -268,6 +268,8 @@ static int measure_proposal(struct profw *p, struct store *st,
     size_t i, made = 0;
     int rv = 0;
 
+    /* In HBM (tier zero), as the plan's own tables are timed. */
+    memset(items, 0, sizeof(items));
     for (i = 0; i < pr->n && rv == 0; i++, made++) {
         rv = trace_from_table(&pr->tables[i], p->batch, i, &traces[i]);
         items[i].trace = &traces[i];

@@ -684,6 +684,10 @@ static int measure_sample(const struct prof_run_params *p,
                            (unsigned long long)p->shape.max_bytes,
                            (unsigned long long)(p->max_footprint_bytes >> 20));
     memset(traces, 0, sizeof(traces));
+    /* Tier and load factor zero (HBM): a random shard is timed in HBM
+     * (they were left as the stack had them, and a backend with tiers
+     * could have timed a sample in host memory). */
+    memset(items, 0, sizeof(items));
     for (j = 0; j < k && rv == 0; j++) {
         /* Making traces takes a while too: a stop is honoured here. */
         if (p->stop != NULL && atomic_load(p->stop) != 0) {

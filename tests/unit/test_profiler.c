@@ -528,6 +528,65 @@ static void test_quiet(void)
     store_close(c);
 }
 
+/* The cpu backend as one that times every tier: refuses a shard with a
+ * table off HBM, which the profiler's random shards never have. */
+static struct kern_backend all_tiers;
+
+static int hbm_only_open(int32_t device, const struct kern_shard_desc *desc,
+                         struct kern_shard **out, struct sd_diag *d)
+{
+    size_t t;
+
+    for (t = 0; t < desc->ntables; t++)
+        if (desc->tables[t].tier != KERN_TIER_HBM)
+            return sd_diag_set(d, SD_EUNSUPPORTED,
+                               "tables[%zu]: timed off HBM (tier %d)", t,
+                               (int)desc->tables[t].tier);
+    return kern_backend_cpu.shard_open(device, desc, out, d);
+}
+
+/* Leaves TIER_UVM in every int of the stack below: what a frame that
+ * does not set its items' tier would read. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void
+stack_of_uvm(void)
+{
+    volatile int32_t v[16384];
+    size_t i;
+
+    for (i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        v[i] = TIER_UVM;
+}
+
+/*
+ * The profiler's random shards are timed in HBM on a backend that has
+ * other tiers too: their items' tier was left as the stack had them (a
+ * GPU's samples could have been timed in host memory; valgrind found it).
+ */
+static void test_random_shards_in_hbm(void)
+{
+    struct prof_run_params p;
+    struct prof_run_result r;
+    struct store *st = open_db("tiers.db");
+    struct sd_diag d = {{0}};
+
+    CHECK(st != NULL);
+    if (st == NULL)
+        return;
+    all_tiers = kern_backend_cpu;
+    all_tiers.tiers = (1u << KERN_TIER_HBM) | (1u << KERN_TIER_UVM) |
+                      (1u << KERN_TIER_UVM_CACHING);
+    all_tiers.shard_open = hbm_only_open;
+    params(&p, 4);
+    p.be = &all_tiers;
+    stack_of_uvm();
+    CHECK_OK(prof_run(st, &p, &r, &d), d.msg);
+    CHECK(r.added == 4);
+    store_close(st);
+}
+
 int main(void)
 {
     char cmd[128];
@@ -543,6 +602,7 @@ int main(void)
     test_eval_plan();
     test_eval_row_blocks();
     test_quiet();
+    test_random_shards_in_hbm();
     rv = tap_done();
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
