@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install every Debian package shardd needs to build and test (the tests'
 # tools too: promtool from prometheus, headless chromium for the status
-# page).  Idempotent:
+# page, valgrind for scripts/memcheck.sh).  Idempotent:
 # packages already present are left alone.  Needs root (or sudo).
 set -eu
 
@@ -11,7 +11,7 @@ libuv1-dev libsqlite3-dev libjansson-dev libblas-dev libsystemd-dev zlib1g-dev p
 libzip-dev \
 libmicrohttpd-dev \
 python3-grpcio python3-grpc-tools python3-protobuf \
-python3-venv python3-pip python3-setuptools python3-wheel \
+python3-venv python3-pip python3-setuptools python3-wheel valgrind \
 prometheus chromium"
 
 missing=""
