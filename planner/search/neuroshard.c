@@ -930,7 +930,9 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
 /*
  * The pass saw tables whose row blocks over a host cost the devices less in
  * total than the tables whole (scheme_pass_run()'s `lighter`): the search
- * around them so split, kept where it comes out cheaper than *out.  A rule
+ * around them so split, kept where it comes out cheaper than *out.  The
+ * pass that makes them starts from the figures of `first`, the pass that
+ * saw them.  A rule
  * on each table alone, it is weighed, not taken: on bench_quality's family
  * task sets (12 tasks a cell) the column search alone came out cheaper than
  * the search around such blocks in 20 of 54 tasks, by up to 48 %, and the
@@ -940,7 +942,8 @@ static int weigh_replicas(const struct table *tables, size_t ntables,
  */
 static int weigh_lighter(const struct table *tables, size_t ntables,
                          const struct topology *t, const struct plan_options *o,
-                         const struct timespec *t0, struct plan *out)
+                         const struct timespec *t0,
+                         const struct scheme_pass *first, struct plan *out)
 {
     struct sd_diag ignored = {{0}};
     struct plan_options lo;
@@ -950,7 +953,7 @@ static int weigh_lighter(const struct table *tables, size_t ntables,
 
     if (out->stats.budget_exhausted || !budget_left(o, t0, &lo))
         return 0;
-    rv = scheme_pass_run(tables, ntables, t, &lo, true, &sp, &ignored);
+    rv = scheme_pass_run(tables, ntables, t, &lo, true, first, &sp, &ignored);
     if (rv != 0)
         return rv == SD_ENOMEM ? rv : 0;
     rv = search_rest(tables, ntables, t, &lo, &sp, &rp, &ignored);
@@ -1041,7 +1044,7 @@ static int ns_plan(const struct table *tables, size_t ntables,
     if (!o->column_splits)
         return ns_search(tables, ntables, t, o, NULL, NULL, out, d);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rv = scheme_pass_run(tables, ntables, t, o, false, &sp, d);
+    rv = scheme_pass_run(tables, ntables, t, o, false, NULL, &sp, d);
     if (rv != 0)
         return rv;
     if (sp.nfixed == 0)
@@ -1059,7 +1062,7 @@ static int ns_plan(const struct table *tables, size_t ntables,
     /* Then the weighers: each keeps *out or a cheaper plan, and fails
      * only for memory. */
     if (sp.nlighter > 0)
-        rv = weigh_lighter(tables, ntables, t, o, &t0, out);
+        rv = weigh_lighter(tables, ntables, t, o, &t0, &sp, out);
     scheme_pass_free(&sp);
     if (rv == 0)
         rv = weigh_torchrec(tables, ntables, t, o, out);

@@ -15,24 +15,46 @@
 #define DP_MEM_SHARE   0.1
 #define DP_TABLE_SHARE 0.001
 
+/* A table's bytes and index, to order the tables largest first: the
+ * hardest to fit are placed first. */
+struct by_bytes {
+    uint64_t bytes;
+    size_t idx;
+};
+
+/*
+ * What the model says of each table, asked for once: a second pass over
+ * the same tables (scheme_pass_run()'s prev) starts from the first's
+ * (it priced them all again: 3 % of an 856-table plan).  NAN (lighter:
+ * -1) until asked.
+ */
+struct scheme_figs {
+    float zmean[NET_H2];    /* the head's input of the mean device */
+    double zmean_out;       /* the head's output there, unscaled */
+    double mean_ms;         /* the mean device's cost, every table whole */
+    double *whole_ms;       /* [n] each table whole alone (alone_ms()) */
+    double *whole_add;      /* [n] each whole on the mean device
+                               (whole_add_ms()) */
+    double *narrow_ms;      /* [n] its narrowest slice alone */
+    double *dp_ms;          /* [n] replica_costs(): replicated ... */
+    double *tw_ms;          /* [n] ... and placed once */
+    int8_t *lighter;        /* [n] rows_lighter() */
+    struct by_bytes *order; /* [n] the tables, largest first */
+};
+
 /* What the pass works with. */
 struct pass {
     const struct table *tables;
     size_t n;
     const struct topology *t;
     const struct plan_options *o;
-    double scale;        /* the topology's batch / the model's */
-    float zmean[NET_H2]; /* the head's input of the mean device */
-    double zmean_out;    /* the head's output there, unscaled */
-    double mean_ms;      /* the mean device's cost, every table whole */
-    double *whole_ms;    /* [n] each table whole alone (alone_ms()) */
-    double *whole_add;   /* [n] each whole on the mean device
-                            (whole_add_ms()); NAN until asked */
-    uint64_t *used;      /* [ndevices] bytes fixed so far (pins too) */
-    double *load;        /* [ndevices] ms fixed so far, each shard alone */
-    uint64_t dp_bytes;   /* replicas' bytes on every device */
-    bool lighter;        /* tables lighter in rows split so (REASON_LIGHTER) */
-    size_t nlighter;     /* such tables seen */
+    double scale;          /* the topology's batch / the model's */
+    struct scheme_figs *f; /* the model's figures (the pass's own) */
+    uint64_t *used;        /* [ndevices] bytes fixed so far (pins too) */
+    double *load;          /* [ndevices] ms fixed so far, each shard alone */
+    uint64_t dp_bytes;     /* replicas' bytes on every device */
+    bool lighter;    /* tables lighter in rows split so (REASON_LIGHTER) */
+    size_t nlighter; /* such tables seen */
 };
 
 /* The model's cost of z, the head's input (scaled to the topology). */
@@ -41,7 +63,7 @@ static double z_ms(const struct pass *ps, const float z[NET_H2])
     return net_head_z(ps->o->net, z) * ps->scale;
 }
 
-/* The model's cost of tb at cols alone (of table i whole: ps->whole_ms). */
+/* The model's cost of tb at cols alone (of table i whole: f->whole_ms). */
 static double alone_ms(const struct pass *ps, const struct table *tb,
                        int32_t cols)
 {
@@ -63,17 +85,17 @@ static double marginal_ms(const struct pass *ps, const struct table *tb)
 
     net_projected(ps->o->net, ps->o->memo, tb, tb->dim, proj);
     for (o = 0; o < NET_H2; o++)
-        z[o] = ps->zmean[o] + proj[o];
-    return (net_head_z(ps->o->net, z) - ps->zmean_out) * ps->scale;
+        z[o] = ps->f->zmean[o] + proj[o];
+    return (net_head_z(ps->o->net, z) - ps->f->zmean_out) * ps->scale;
 }
 
 /* What table i whole adds to the mean device: asked for by two rules, kept
  * from the first (a daemon's memo lookups were a twentieth of its time). */
 static double whole_add_ms(const struct pass *ps, size_t i)
 {
-    if (isnan(ps->whole_add[i]))
-        ps->whole_add[i] = marginal_ms(ps, &ps->tables[i]);
-    return ps->whole_add[i];
+    if (isnan(ps->f->whole_add[i]))
+        ps->f->whole_add[i] = marginal_ms(ps, &ps->tables[i]);
+    return ps->f->whole_add[i];
 }
 
 static const struct table_constraint *constraint(const struct pass *ps,
@@ -194,12 +216,12 @@ static bool spread_pays(const struct pass *ps, size_t i)
     const struct topology *t = ps->t;
     int32_t L = t->devices_per_host, n = t->ndevices, cols = ps->tables[i].dim;
     double host = block_ms(ps, i, L),
-           rest = fmax(0, ps->mean_ms * n - ps->whole_ms[i]),
+           rest = fmax(0, ps->f->mean_ms * n - ps->f->whole_ms[i]),
            on_host = host + collective_row_group_ms(t, cols, L, false),
            spread = block_ms(ps, i, n) +
                     collective_row_group_ms(t, cols, n, true) + rest / n;
 
-    return host > ps->mean_ms &&
+    return host > ps->f->mean_ms &&
            spread < fmax(on_host, (rest + L * on_host) / n);
 }
 
@@ -288,6 +310,11 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
         (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
+    if (!isnan(ps->f->dp_ms[i])) {
+        *dp_ms = ps->f->dp_ms[i];
+        *tw_ms = ps->f->tw_ms[i];
+        return;
+    }
     /* The model's marginal cost of a tiny table can come out below zero
      * (it is not additive); a table never saves time, so lookups count at
      * least nothing and the choice rests on the exchanges. */
@@ -299,15 +326,118 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
     *tw_ms = fmax(0, whole_add_ms(ps, i)) / n +
              2 * cols_bytes *
                  (remote / t->inter_host_bw + (1 - remote) / t->intra_host_bw);
+    ps->f->dp_ms[i] = *dp_ms;
+    ps->f->tw_ms[i] = *tw_ms;
 }
 
-/* Sets up ps: the mean device, the pinned tables' bytes. */
-static int pass_init(struct pass *ps, const struct table *tables, size_t n,
-                     const struct topology *t, const struct plan_options *o)
+static int cmp_bytes_desc(const void *a, const void *b)
 {
+    const struct by_bytes *x = a, *y = b;
+
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static void figs_free(struct scheme_figs *f)
+{
+    if (f == NULL)
+        return;
+    free(f->whole_ms);
+    free(f->whole_add);
+    free(f->narrow_ms);
+    free(f->dp_ms);
+    free(f->tw_ms);
+    free(f->lighter);
+    free(f->order);
+    free(f);
+}
+
+/* n tables' figures, none asked yet; NULL when memory is short. */
+static struct scheme_figs *figs_new(size_t n)
+{
+    struct scheme_figs *f = calloc(1, sizeof(*f));
+    size_t m = n ? n : 1, i;
+
+    if (f == NULL)
+        return NULL;
+    f->whole_ms = malloc(m * sizeof(*f->whole_ms));
+    f->whole_add = malloc(m * sizeof(*f->whole_add));
+    f->narrow_ms = malloc(m * sizeof(*f->narrow_ms));
+    f->dp_ms = malloc(m * sizeof(*f->dp_ms));
+    f->tw_ms = malloc(m * sizeof(*f->tw_ms));
+    f->lighter = malloc(m * sizeof(*f->lighter));
+    f->order = malloc(m * sizeof(*f->order));
+    if (!f->whole_ms || !f->whole_add || !f->narrow_ms || !f->dp_ms ||
+        !f->tw_ms || !f->lighter || !f->order) {
+        figs_free(f);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        f->whole_add[i] = f->narrow_ms[i] = f->dp_ms[i] = f->tw_ms[i] = NAN;
+        f->lighter[i] = -1;
+    }
+    return f;
+}
+
+/* A copy of prev (n tables), to extend. */
+static struct scheme_figs *figs_copy(const struct scheme_figs *prev, size_t n)
+{
+    struct scheme_figs *f = figs_new(n);
+
+    if (f == NULL)
+        return NULL;
+    memcpy(f->zmean, prev->zmean, sizeof(f->zmean));
+    f->zmean_out = prev->zmean_out;
+    f->mean_ms = prev->mean_ms;
+    memcpy(f->whole_ms, prev->whole_ms, n * sizeof(*f->whole_ms));
+    memcpy(f->whole_add, prev->whole_add, n * sizeof(*f->whole_add));
+    memcpy(f->narrow_ms, prev->narrow_ms, n * sizeof(*f->narrow_ms));
+    memcpy(f->dp_ms, prev->dp_ms, n * sizeof(*f->dp_ms));
+    memcpy(f->tw_ms, prev->tw_ms, n * sizeof(*f->tw_ms));
+    memcpy(f->lighter, prev->lighter, n * sizeof(*f->lighter));
+    memcpy(f->order, prev->order, n * sizeof(*f->order));
+    return f;
+}
+
+/* The mean device, each table whole, the tables' order: what every pass
+ * needs first. */
+static void figs_whole(struct pass *ps)
+{
+    struct scheme_figs *f = ps->f;
+    const struct plan_options *o = ps->o;
     float proj[NET_H2];
     size_t i;
     int k;
+
+    net_head_init(o->net, f->zmean);
+    f->mean_ms = 0;
+    for (i = 0; i < ps->n; i++) {
+        const struct table *tb = &ps->tables[i];
+        float z[NET_H2];
+
+        net_projected(o->net, o->memo, tb, tb->dim, proj);
+        net_head_init(o->net, z);
+        for (k = 0; k < NET_H2; k++) {
+            f->zmean[k] += proj[k] / (float)ps->t->ndevices;
+            z[k] += proj[k];
+        }
+        f->whole_ms[i] = z_ms(ps, z);
+        f->mean_ms += f->whole_ms[i];
+        f->order[i] = (struct by_bytes){table_bytes(tb, tb->dim), i};
+    }
+    f->mean_ms /= ps->t->ndevices;
+    f->zmean_out = net_head_z(o->net, f->zmean);
+    qsort(f->order, ps->n, sizeof(*f->order), cmp_bytes_desc);
+}
+
+/* Sets up ps: the model's figures (prev's, where given: the same tables,
+ * topology and model), the pinned tables' bytes. */
+static int pass_init(struct pass *ps, const struct table *tables, size_t n,
+                     const struct topology *t, const struct plan_options *o,
+                     const struct scheme_figs *prev)
+{
+    size_t i;
 
     memset(ps, 0, sizeof(*ps));
     ps->tables = tables;
@@ -317,29 +447,15 @@ static int pass_init(struct pass *ps, const struct table *tables, size_t n,
     ps->scale = (double)t->batch_size / (double)o->net->batch_size;
     ps->used = calloc((size_t)t->ndevices, sizeof(*ps->used));
     ps->load = calloc((size_t)t->ndevices, sizeof(*ps->load));
-    ps->whole_ms = malloc((n ? n : 1) * sizeof(*ps->whole_ms));
-    ps->whole_add = malloc((n ? n : 1) * sizeof(*ps->whole_add));
-    if (!ps->used || !ps->load || !ps->whole_ms || !ps->whole_add)
+    ps->f = prev != NULL ? figs_copy(prev, n) : figs_new(n);
+    if (!ps->used || !ps->load || !ps->f)
         return SD_ENOMEM;
-    net_head_init(o->net, ps->zmean);
-    for (i = 0; i < n; i++) {
-        float z[NET_H2];
-
-        net_projected(o->net, o->memo, &tables[i], tables[i].dim, proj);
-        net_head_init(o->net, z);
-        for (k = 0; k < NET_H2; k++) {
-            ps->zmean[k] += proj[k] / (float)t->ndevices;
-            z[k] += proj[k];
-        }
-        ps->whole_ms[i] = z_ms(ps, z);
-        ps->whole_add[i] = NAN;
-        ps->mean_ms += ps->whole_ms[i];
+    if (prev == NULL)
+        figs_whole(ps);
+    for (i = 0; i < n; i++)
         if (pinned(ps, i))
             ps->used[o->pins[i]] +=
                 shard_bytes(&tables[i], tables[i].dim, o->optimizer);
-    }
-    ps->mean_ms /= t->ndevices;
-    ps->zmean_out = net_head_z(o->net, ps->zmean);
     return 0;
 }
 
@@ -421,17 +537,22 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
     /* A table that costs less whole than the mean device is not hot,
      * whatever its narrowest slice: no slice is asked for (rows_lighter()
      * says what the two save). */
-    if (rows_ok && ps->whole_ms[i] > ps->mean_ms) {
-        double narrow_ms = alone_ms(ps, tb, narrow);
+    if (rows_ok && ps->f->whole_ms[i] > ps->f->mean_ms) {
+        double *narrow_ms = &ps->f->narrow_ms[i];
 
-        if (narrow_ms > ps->mean_ms &&
-            (!cw_ok || rows_pay(ps, i, narrow, narrow_ms))) {
+        if (isnan(*narrow_ms))
+            *narrow_ms = alone_ms(ps, tb, narrow);
+        if (*narrow_ms > ps->f->mean_ms &&
+            (!cw_ok || rows_pay(ps, i, narrow, *narrow_ms))) {
             *why = REASON_HOT;
             return SCHEME_TWRW;
         }
     }
     if (constraint_allows(c, SCHEME_TWRW) && tb->tier == TIER_HBM &&
-        rows_lighter(ps, i)) {
+        ps->f->lighter[i] < 0)
+        ps->f->lighter[i] = rows_lighter(ps, i);
+    if (constraint_allows(c, SCHEME_TWRW) && tb->tier == TIER_HBM &&
+        ps->f->lighter[i] > 0) {
         ps->nlighter++;
         if (ps->lighter) {
             *why = REASON_LIGHTER;
@@ -478,49 +599,31 @@ static int add_replicas(struct pass *ps, struct scheme_pass *sp, size_t i)
     return 0;
 }
 
-/* A table's bytes and index, to order the tables largest first: the
- * hardest to fit are placed first. */
-struct by_bytes {
-    uint64_t bytes;
-    size_t idx;
-};
-
-static int cmp_bytes_desc(const void *a, const void *b)
-{
-    const struct by_bytes *x = a, *y = b;
-
-    if (x->bytes != y->bytes)
-        return x->bytes < y->bytes ? 1 : -1;
-    return (x->idx > y->idx) - (x->idx < y->idx);
-}
-
 int scheme_pass_run(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
-                    bool lighter, struct scheme_pass *sp, struct sd_diag *d)
+                    bool lighter, const struct scheme_pass *prev,
+                    struct scheme_pass *sp, struct sd_diag *d)
 {
     struct pass ps;
-    struct by_bytes *order = NULL;
     size_t k;
     int rv;
 
     memset(sp, 0, sizeof(*sp));
-    rv = pass_init(&ps, tables, ntables, t, o);
+    rv =
+        pass_init(&ps, tables, ntables, t, o, prev != NULL ? prev->figs : NULL);
+    sp->figs = ps.f; /* freed with sp */
     ps.lighter = lighter;
     sp->fixed = calloc(ntables ? ntables : 1, sizeof(*sp->fixed));
     sp->why = calloc(ntables ? ntables : 1, sizeof(*sp->why));
     sp->fwd = calloc((size_t)t->ndevices, sizeof(*sp->fwd));
     sp->bwd = calloc((size_t)t->ndevices, sizeof(*sp->bwd));
-    order = malloc((ntables ? ntables : 1) * sizeof(*order));
-    if (rv != 0 || !sp->fixed || !sp->why || !sp->fwd || !sp->bwd || !order ||
+    if (rv != 0 || !sp->fixed || !sp->why || !sp->fwd || !sp->bwd ||
         plan_init(&sp->shards, t->ndevices) != 0) {
         rv = SD_ENOMEM;
         goto out_free;
     }
-    for (k = 0; k < ntables; k++)
-        order[k] = (struct by_bytes){table_bytes(&tables[k], tables[k].dim), k};
-    qsort(order, ntables, sizeof(*order), cmp_bytes_desc);
     for (k = 0; k < ntables && rv == 0; k++) {
-        size_t i = order[k].idx;
+        size_t i = ps.f->order[k].idx;
         double dp_ms, tw_ms;
         enum plan_scheme sc;
 
@@ -556,11 +659,8 @@ int scheme_pass_run(const struct table *tables, size_t ntables,
         sd_diag_set(d, rv, "neuroshard: out of memory");
 
 out_free:
-    free(order);
     free(ps.used);
     free(ps.load);
-    free(ps.whole_ms);
-    free(ps.whole_add);
     if (rv != 0)
         scheme_pass_free(sp);
     return rv;
@@ -572,6 +672,7 @@ void scheme_pass_free(struct scheme_pass *sp)
     free(sp->why);
     free(sp->fwd);
     free(sp->bwd);
+    figs_free(sp->figs);
     plan_destroy(&sp->shards);
     memset(sp, 0, sizeof(*sp));
 }

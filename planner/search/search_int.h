@@ -45,6 +45,8 @@ enum scheme_reason {
                         * placed once (fixed stays false) */
 };
 
+struct scheme_figs; /* schemes.c */
+
 /*
  * The pass's outcome: which tables the column search places (fixed[i] ==
  * false) and the shards of the others (row blocks on one host or on every
@@ -68,6 +70,9 @@ struct scheme_pass {
     double dp_ms, tw_ms;
     size_t kept;
     double kept_dp_ms, kept_tw_ms;
+    /* What the model said of each table (schemes.c), for a later pass
+     * over the same tables (scheme_pass_run()'s prev). */
+    struct scheme_figs *figs;
 };
 
 /*
@@ -86,13 +91,16 @@ struct scheme_pass {
  * its columns in the all-to-all, weighed on the mean device) is split in
  * rows over a host too; without, such tables are only counted (nlighter).
  * Costs from o->net (through o->memo), asked for only where they can
- * change a choice.  *out is initialised here; free it with
+ * change a choice, and only once: with prev, a pass over the same tables,
+ * topology and model (borrowed for the call), its figures are this one's
+ * to start from.  *out is initialised here; free it with
  * scheme_pass_free().  0, SD_ENOSPACE (a table fits no scheme: d names it)
  * or SD_ENOMEM.
  */
 int scheme_pass_run(const struct table *tables, size_t ntables,
                     const struct topology *t, const struct plan_options *o,
-                    bool lighter, struct scheme_pass *out, struct sd_diag *d);
+                    bool lighter, const struct scheme_pass *prev,
+                    struct scheme_pass *out, struct sd_diag *d);
 void scheme_pass_free(struct scheme_pass *sp);
 
 /* Notes (plan_note()) on what the pass fixed and why. */

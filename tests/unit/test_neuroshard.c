@@ -624,7 +624,8 @@ static void test_scheme_pass_latents(void)
     o.net = net;
     o.memo = mm;
     o.constraints = cons;
-    if (!CHECK_OK(scheme_pass_run(tb, N, &topo, &o, true, &sp, &d), d.msg))
+    if (!CHECK_OK(scheme_pass_run(tb, N, &topo, &o, true, NULL, &sp, &d),
+                  d.msg))
         goto out;
     CHECK(sp.nfixed == 0);
     scheme_pass_free(&sp);
@@ -634,6 +635,69 @@ static void test_scheme_pass_latents(void)
 out:
     net_memo_free(mm);
     free(cons);
+    free(tb);
+}
+
+/*
+ * A second pass over the same tables starts from the first's figures
+ * (scheme_pass_run()'s prev): the same choices as a pass on its own, and
+ * it asks the memo only for the row blocks it places, one lookup a block
+ * (544 here; each table whole, its blocks and its replica were asked
+ * again too: 200 lookups more at least).
+ */
+static void test_scheme_pass_prev(void)
+{
+    enum { N = 200 };
+    struct table *tb = make_tables(N, 53);
+    struct net_memo *mm = net_memo_for_tables(net, N);
+    struct topology topo;
+    struct plan_options o;
+    struct scheme_pass first, again, alone;
+    struct net_memo_stats st;
+    struct sd_diag d = {{0}};
+    uint64_t before;
+    size_t i, same = 0, blocks = 0;
+
+    CHECK(tb != NULL && mm != NULL);
+    if (!tb || !mm)
+        goto out;
+    for (i = 0; i < N; i++) /* long bags on a third of them */
+        if (i % 3 == 1)
+            tb[i].pooling_factor = 60 + 10 * (double)(i % 7);
+    topology_default(&topo, 8, 64ull << 30);
+    topo.batch_size = net->batch_size;
+    plan_options_default(&o);
+    o.alg = PLAN_ALG_NEUROSHARD;
+    o.net = net;
+    o.memo = mm;
+    if (!CHECK_OK(scheme_pass_run(tb, N, &topo, &o, false, NULL, &first, &d),
+                  d.msg))
+        goto out;
+    CHECK(first.nlighter > 0);
+    net_memo_stats(mm, &st);
+    before = st.hits + st.misses;
+    if (CHECK_OK(scheme_pass_run(tb, N, &topo, &o, true, &first, &again, &d),
+                 d.msg)) {
+        net_memo_stats(mm, &st);
+        for (i = 0; i < again.shards.nshards; i++)
+            blocks += again.shards.shards[i].scheme == SCHEME_TWRW ||
+                      again.shards.shards[i].scheme == SCHEME_RW;
+        CHECK(blocks > 0 && st.hits + st.misses - before == blocks);
+        if (CHECK_OK(scheme_pass_run(tb, N, &topo, &o, true, NULL, &alone, &d),
+                     d.msg)) {
+            for (i = 0; i < N; i++)
+                same += again.fixed[i] == alone.fixed[i] &&
+                        again.why[i] == alone.why[i];
+            CHECK(same == N && again.nfixed == alone.nfixed &&
+                  again.nfixed >= first.nlighter);
+            CHECK(again.shards.nshards == alone.shards.nshards);
+            scheme_pass_free(&alone);
+        }
+        scheme_pass_free(&again);
+    }
+    scheme_pass_free(&first);
+out:
+    net_memo_free(mm);
     free(tb);
 }
 
@@ -740,7 +804,8 @@ static void test_rows_lighter(void)
         topology_default(&topo, 4 << (seed % 2), 8ull << 30);
         topo.batch_size = net->batch_size;
         o.net = net;
-        if (!CHECK_OK(scheme_pass_run(tb, n, &topo, &o, true, &sp, &d), d.msg))
+        if (!CHECK_OK(scheme_pass_run(tb, n, &topo, &o, true, NULL, &sp, &d),
+                      d.msg))
             goto next;
         for (i = 0; i < n; i++) {
             cons[i].host = -1;
@@ -825,7 +890,8 @@ static void test_rows_lighter(void)
         topo.devices_per_host = 4;
         topo.batch_size = net->batch_size;
         o.net = net;
-        if (!CHECK_OK(scheme_pass_run(tb, n, &topo, &o, true, &sp, &d), d.msg))
+        if (!CHECK_OK(scheme_pass_run(tb, n, &topo, &o, true, NULL, &sp, &d),
+                      d.msg))
             goto next_held;
         for (i = 0; i < n; i++) {
             cons[i].host = none[i].host = -1;
@@ -1302,7 +1368,7 @@ static void test_replicas_weighed(void)
             CHECK(tk->ntables <= 64);
             if (tk->ntables <= 64 &&
                 CHECK_OK(scheme_pass_run(tk->tables, tk->ntables, &topo, &o,
-                                         false, &sp, &d),
+                                         false, NULL, &sp, &d),
                          d.msg)) {
                 bool rows = sp.forced;
 
@@ -2706,6 +2772,7 @@ int main(void)
     test_replicas_weighed();
     test_rows_lighter();
     test_scheme_pass_latents();
+    test_scheme_pass_prev();
     test_states_once();
     test_presplit();
     test_beam_patience();
