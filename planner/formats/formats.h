@@ -413,7 +413,9 @@ void task_split_free(struct task_split *s); /* NULL-safe */
  * no real trace exists: rows accessed in bin k are given access counts
  * inside that bin's range, the number of distinct rows is chosen so the
  * total is nbags x pooling factor, the rows are spread over [0, rows), and
- * the lookups are dealt to bags at random.  Deterministic for (t, nbags,
+ * the lookups are dealt to bags at random (a bag's length is then about
+ * Poisson), or with a pooling factor of exactly 1 (one-hot), one a bag in
+ * a random order.  Deterministic for (t, nbags,
  * seed).  A table with pooling factor 0 or all-zero bins gets empty bags.
  * On success *out owns its arrays (trace_destroy()).  Returns 0, SD_EINVAL or
  * SD_ENOMEM.

@@ -141,7 +141,13 @@ int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
         goto out_free;
 
     /* Distinct rows spread over the table by an affine bijection of
-     * [0, rows); each lookup then goes to a uniformly drawn bag. */
+     * [0, rows); each lookup then goes to a uniformly drawn bag, or, for a
+     * one-hot table (pooling factor exactly 1), the lookups are dealt
+     * round the bags in a random order: one a bag, give or take the
+     * rounding of the counts.  Bags of random lengths cost a narrow
+     * table's lookups some 9 % more than bags of one (the bag loop
+     * mispredicts: docs/models.md, "One-hot bags and Poisson bags"), and
+     * one-hot features have bags of one. */
     a = 1 + rng_below(&g, (uint64_t)t->rows);
     while (gcd(a, (uint64_t)t->rows) != 1)
         a++;
@@ -152,11 +158,21 @@ int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
                                 (uint64_t)t->rows);
 
         for (c = 0; c < count[j]; c++) {
-            bag[total] = (int64_t)rng_below(&g, (uint64_t)nbags);
-            offsets[bag[total] + 1]++;
+            bag[total] = t->pooling_factor == 1.0
+                             ? total % nbags
+                             : (int64_t)rng_below(&g, (uint64_t)nbags);
             indices[total++] = row;
         }
     }
+    if (t->pooling_factor == 1.0)
+        for (j = total - 1; j > 0; j--) { /* Fisher-Yates */
+            int64_t r = (int64_t)rng_below(&g, (uint64_t)j + 1), x = bag[j];
+
+            bag[j] = bag[r];
+            bag[r] = x;
+        }
+    for (j = 0; j < total; j++)
+        offsets[bag[j] + 1]++;
     for (j = 0; j < nbags; j++)
         offsets[j + 1] += offsets[j];
     if (sort_by_bag(offsets, nbags, bag, &indices, total) != 0)

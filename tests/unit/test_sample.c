@@ -95,6 +95,34 @@ static void test_trace_from_table(void)
     trace_destroy(&tr2);
     trace_destroy(&tr);
 
+    /* One-hot (pooling factor 1): a lookup a bag, give or take the
+     * rounding of the counts; a pooling factor of 1.5 deals them at random
+     * (a bag of none, one of three or more). */
+    {
+        int64_t b, lens[4] = {0};
+
+        make(&t, "onehot", 100000, 1.0);
+        CHECK(trace_from_table(&t, 4096, 3, &tr) == 0);
+        CHECK(trace_validate(&tr, &d) == 0);
+        for (b = 0; b < tr.nbags; b++) {
+            int64_t n = tr.offsets[b + 1] - tr.offsets[b];
+
+            lens[n < 3 ? n : 3]++;
+        }
+        CHECK(lens[3] == 0 && lens[1] >= 4096 * 9 / 10);
+        trace_destroy(&tr);
+        make(&t, "pf15", 100000, 1.5);
+        memset(lens, 0, sizeof(lens));
+        CHECK(trace_from_table(&t, 4096, 3, &tr) == 0);
+        for (b = 0; b < tr.nbags; b++) {
+            int64_t n = tr.offsets[b + 1] - tr.offsets[b];
+
+            lens[n < 3 ? n : 3]++;
+        }
+        CHECK(lens[0] > 0 && lens[3] > 0);
+        trace_destroy(&tr);
+    }
+
     /* A tiny table: distinct rows cannot exceed its rows. */
     make(&t, "tiny", 10, 50.0);
     CHECK(trace_from_table(&t, 100, 1, &tr) == 0);
