@@ -584,6 +584,19 @@ out:
     free(tb);
 }
 
+/* 8 devices of 64 GiB at the model's batch, neuroshard with memo mm: the
+ * scheme pass tests' set-up. */
+static void pass_setup(struct topology *topo, struct plan_options *o,
+                       struct net_memo *mm)
+{
+    topology_default(topo, 8, 64ull << 30);
+    topo->batch_size = net->batch_size;
+    plan_options_default(o);
+    o->alg = PLAN_ALG_NEUROSHARD;
+    o->net = net;
+    o->memo = mm;
+}
+
 /*
  * The scheme pass asks the model only for what can change a choice: over
  * 200 small tables of short bags on 8 devices, none heavier whole than the
@@ -617,12 +630,7 @@ static void test_scheme_pass_latents(void)
         cons[i].schemes = (1u << SCHEME_TW) | (1u << SCHEME_CW) |
                           (1u << SCHEME_TWRW) | (1u << SCHEME_RW);
     }
-    topology_default(&topo, 8, 64ull << 30);
-    topo.batch_size = net->batch_size;
-    plan_options_default(&o);
-    o.alg = PLAN_ALG_NEUROSHARD;
-    o.net = net;
-    o.memo = mm;
+    pass_setup(&topo, &o, mm);
     o.constraints = cons;
     if (!CHECK_OK(scheme_pass_run(tb, N, &topo, &o, true, NULL, &sp, &d),
                   d.msg))
@@ -664,12 +672,7 @@ static void test_scheme_pass_prev(void)
     for (i = 0; i < N; i++) /* long bags on a third of them */
         if (i % 3 == 1)
             tb[i].pooling_factor = 60 + 10 * (double)(i % 7);
-    topology_default(&topo, 8, 64ull << 30);
-    topo.batch_size = net->batch_size;
-    plan_options_default(&o);
-    o.alg = PLAN_ALG_NEUROSHARD;
-    o.net = net;
-    o.memo = mm;
+    pass_setup(&topo, &o, mm);
     if (!CHECK_OK(scheme_pass_run(tb, N, &topo, &o, false, NULL, &first, &d),
                   d.msg))
         goto out;
