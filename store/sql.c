@@ -185,9 +185,10 @@ const char *const store__migrations[STORE_SCHEMA_VERSION] = {
     ") WITHOUT ROWID;\n",
     /* 5: the kernels time fp16 and bf16 tables in their type; compute
      * samples stored before were timed in fp32 whatever their tables said,
-     * and now say fp32 (shardd_fp32_tables(), samples.c). */
-    "UPDATE samples SET shard = shardd_fp32_tables(shard, ntables)\n"
-    "  WHERE kind = 'compute';\n"};
+     * and now say fp32 (shardd_fp32_tables(), samples.c).  In parentheses:
+     * clang takes two literals ending an array for a missing comma. */
+    ("UPDATE samples SET shard = shardd_fp32_tables(shard, ntables)\n"
+     "  WHERE kind = 'compute';\n")};
 
 /* ------------------------------------------------------------------------ */
 /* Statements                                                                */

@@ -82,7 +82,9 @@ static void test_trace_from_table(void)
     CHECK(trace_validate(&tr, &d) == 0);
     CHECK(tr.nbags == 8192 && tr.rows == t.rows);
     CHECK(trace_features(&tr, bins, &pf) == 0);
-    CHECK(fabs(pf - 20.0) < 20.0 * 0.1);
+    /* The lookups make the pooling factor (they came to 20.35 a bag when
+     * the drawn counts decided the total alone). */
+    CHECK(fabs(pf - 20.0) < 20.0 * 0.001);
     for (k = 0; k < TABLE_NBINS; k++)
         bins_close &= fabs(bins[k] - t.bins[k]) < 0.01;
     CHECK(bins_close);
@@ -95,9 +97,10 @@ static void test_trace_from_table(void)
     trace_destroy(&tr2);
     trace_destroy(&tr);
 
-    /* One-hot (pooling factor 1): a lookup a bag, give or take the
-     * rounding of the counts; a pooling factor of 1.5 deals them at random
-     * (a bag of none, one of three or more). */
+    /* One-hot (pooling factor 1): a lookup a bag (4,336 lookups, 240 bags
+     * of two, before the counts were fitted to the total); a pooling
+     * factor of 1.5 deals them at random (a bag of none, one of three or
+     * more). */
     {
         int64_t b, lens[4] = {0};
 
@@ -109,7 +112,7 @@ static void test_trace_from_table(void)
 
             lens[n < 3 ? n : 3]++;
         }
-        CHECK(lens[3] == 0 && lens[1] >= 4096 * 9 / 10);
+        CHECK(tr.nindices == 4096 && lens[1] == 4096);
         trace_destroy(&tr);
         make(&t, "pf15", 100000, 1.5);
         memset(lens, 0, sizeof(lens));
