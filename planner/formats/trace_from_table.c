@@ -3,6 +3,7 @@
  * without a real trace (formats.h).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,7 @@ int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
     uint64_t a, b;
     struct rng g;
     double sum = 0;
+    bool one_hot = t->pooling_factor == 1.0; /* bags of one (below) */
     int k, rv = SD_ENOMEM;
 
     if (nbags < 1 || t->rows < 1)
@@ -195,13 +197,12 @@ int trace_from_table(const struct table *t, int64_t nbags, uint64_t seed,
                                 (uint64_t)t->rows);
 
         for (c = 0; c < count[j]; c++) {
-            bag[total] = t->pooling_factor == 1.0
-                             ? total % nbags
-                             : (int64_t)rng_below(&g, (uint64_t)nbags);
+            bag[total] = one_hot ? total % nbags
+                                 : (int64_t)rng_below(&g, (uint64_t)nbags);
             indices[total++] = row;
         }
     }
-    if (t->pooling_factor == 1.0)
+    if (one_hot)
         for (j = total - 1; j > 0; j--) { /* Fisher-Yates */
             int64_t r = (int64_t)rng_below(&g, (uint64_t)j + 1), x = bag[j];
 

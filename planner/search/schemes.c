@@ -22,23 +22,26 @@ struct by_bytes {
     size_t idx;
 };
 
+/* What the model says of one table: NAN (lighter: -1) until asked. */
+struct table_figs {
+    double whole_ms;  /* whole, alone (alone_ms()) */
+    double whole_add; /* whole, on the mean device (whole_add_ms()) */
+    double narrow_ms; /* its narrowest slice alone (narrow_ms()) */
+    double dp_ms;     /* replica_costs(): replicated ... */
+    double tw_ms;     /* ... and placed once */
+    int8_t lighter;   /* rows_lighter() */
+};
+
 /*
- * What the model says of each table, asked for once: a second pass over
+ * What the model says of the tables, asked for once: a second pass over
  * the same tables (scheme_pass_run()'s prev) starts from the first's
- * (it priced them all again: 3 % of an 856-table plan).  NAN (lighter:
- * -1) until asked.
+ * (it priced them all again: 3 % of an 856-table plan).
  */
 struct scheme_figs {
     float zmean[NET_H2];    /* the head's input of the mean device */
     double zmean_out;       /* the head's output there, unscaled */
     double mean_ms;         /* the mean device's cost, every table whole */
-    double *whole_ms;       /* [n] each table whole alone (alone_ms()) */
-    double *whole_add;      /* [n] each whole on the mean device
-                               (whole_add_ms()) */
-    double *narrow_ms;      /* [n] its narrowest slice alone */
-    double *dp_ms;          /* [n] replica_costs(): replicated ... */
-    double *tw_ms;          /* [n] ... and placed once */
-    int8_t *lighter;        /* [n] rows_lighter() */
+    struct table_figs *tf;  /* [n] */
     struct by_bytes *order; /* [n] the tables, largest first */
 };
 
@@ -63,7 +66,7 @@ static double z_ms(const struct pass *ps, const float z[NET_H2])
     return net_head_z(ps->o->net, z) * ps->scale;
 }
 
-/* The model's cost of tb at cols alone (of table i whole: f->whole_ms). */
+/* The model's cost of tb at cols alone (of table i whole: its whole_ms). */
 static double alone_ms(const struct pass *ps, const struct table *tb,
                        int32_t cols)
 {
@@ -93,9 +96,11 @@ static double marginal_ms(const struct pass *ps, const struct table *tb)
  * from the first (a daemon's memo lookups were a twentieth of its time). */
 static double whole_add_ms(const struct pass *ps, size_t i)
 {
-    if (isnan(ps->f->whole_add[i]))
-        ps->f->whole_add[i] = marginal_ms(ps, &ps->tables[i]);
-    return ps->f->whole_add[i];
+    struct table_figs *tf = &ps->f->tf[i];
+
+    if (isnan(tf->whole_add))
+        tf->whole_add = marginal_ms(ps, &ps->tables[i]);
+    return tf->whole_add;
 }
 
 static const struct table_constraint *constraint(const struct pass *ps,
@@ -216,7 +221,7 @@ static bool spread_pays(const struct pass *ps, size_t i)
     const struct topology *t = ps->t;
     int32_t L = t->devices_per_host, n = t->ndevices, cols = ps->tables[i].dim;
     double host = block_ms(ps, i, L),
-           rest = fmax(0, ps->f->mean_ms * n - ps->f->whole_ms[i]),
+           rest = fmax(0, ps->f->mean_ms * n - ps->f->tf[i].whole_ms),
            on_host = host + collective_row_group_ms(t, cols, L, false),
            spread = block_ms(ps, i, n) +
                     collective_row_group_ms(t, cols, n, true) + rest / n;
@@ -310,9 +315,11 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
         (double)t->batch_size / n * topology_comm_esz(t) * tb->dim;
     double remote = (double)(n - L) / n;
 
-    if (!isnan(ps->f->dp_ms[i])) {
-        *dp_ms = ps->f->dp_ms[i];
-        *tw_ms = ps->f->tw_ms[i];
+    struct table_figs *tf = &ps->f->tf[i];
+
+    if (!isnan(tf->dp_ms)) {
+        *dp_ms = tf->dp_ms;
+        *tw_ms = tf->tw_ms;
         return;
     }
     /* The model's marginal cost of a tiny table can come out below zero
@@ -326,8 +333,8 @@ static void replica_costs(const struct pass *ps, size_t i, double *dp_ms,
     *tw_ms = fmax(0, whole_add_ms(ps, i)) / n +
              2 * cols_bytes *
                  (remote / t->inter_host_bw + (1 - remote) / t->intra_host_bw);
-    ps->f->dp_ms[i] = *dp_ms;
-    ps->f->tw_ms[i] = *tw_ms;
+    tf->dp_ms = *dp_ms;
+    tf->tw_ms = *tw_ms;
 }
 
 static int cmp_bytes_desc(const void *a, const void *b)
@@ -343,12 +350,7 @@ static void figs_free(struct scheme_figs *f)
 {
     if (f == NULL)
         return;
-    free(f->whole_ms);
-    free(f->whole_add);
-    free(f->narrow_ms);
-    free(f->dp_ms);
-    free(f->tw_ms);
-    free(f->lighter);
+    free(f->tf);
     free(f->order);
     free(f);
 }
@@ -361,22 +363,14 @@ static struct scheme_figs *figs_new(size_t n)
 
     if (f == NULL)
         return NULL;
-    f->whole_ms = malloc(m * sizeof(*f->whole_ms));
-    f->whole_add = malloc(m * sizeof(*f->whole_add));
-    f->narrow_ms = malloc(m * sizeof(*f->narrow_ms));
-    f->dp_ms = malloc(m * sizeof(*f->dp_ms));
-    f->tw_ms = malloc(m * sizeof(*f->tw_ms));
-    f->lighter = malloc(m * sizeof(*f->lighter));
+    f->tf = malloc(m * sizeof(*f->tf));
     f->order = malloc(m * sizeof(*f->order));
-    if (!f->whole_ms || !f->whole_add || !f->narrow_ms || !f->dp_ms ||
-        !f->tw_ms || !f->lighter || !f->order) {
+    if (!f->tf || !f->order) {
         figs_free(f);
         return NULL;
     }
-    for (i = 0; i < n; i++) {
-        f->whole_add[i] = f->narrow_ms[i] = f->dp_ms[i] = f->tw_ms[i] = NAN;
-        f->lighter[i] = -1;
-    }
+    for (i = 0; i < n; i++)
+        f->tf[i] = (struct table_figs){NAN, NAN, NAN, NAN, NAN, -1};
     return f;
 }
 
@@ -390,12 +384,7 @@ static struct scheme_figs *figs_copy(const struct scheme_figs *prev, size_t n)
     memcpy(f->zmean, prev->zmean, sizeof(f->zmean));
     f->zmean_out = prev->zmean_out;
     f->mean_ms = prev->mean_ms;
-    memcpy(f->whole_ms, prev->whole_ms, n * sizeof(*f->whole_ms));
-    memcpy(f->whole_add, prev->whole_add, n * sizeof(*f->whole_add));
-    memcpy(f->narrow_ms, prev->narrow_ms, n * sizeof(*f->narrow_ms));
-    memcpy(f->dp_ms, prev->dp_ms, n * sizeof(*f->dp_ms));
-    memcpy(f->tw_ms, prev->tw_ms, n * sizeof(*f->tw_ms));
-    memcpy(f->lighter, prev->lighter, n * sizeof(*f->lighter));
+    memcpy(f->tf, prev->tf, n * sizeof(*f->tf));
     memcpy(f->order, prev->order, n * sizeof(*f->order));
     return f;
 }
@@ -422,8 +411,8 @@ static void figs_whole(struct pass *ps)
             f->zmean[k] += proj[k] / (float)ps->t->ndevices;
             z[k] += proj[k];
         }
-        f->whole_ms[i] = z_ms(ps, z);
-        f->mean_ms += f->whole_ms[i];
+        f->tf[i].whole_ms = z_ms(ps, z);
+        f->mean_ms += f->tf[i].whole_ms;
         f->order[i] = (struct by_bytes){table_bytes(tb, tb->dim), i};
     }
     f->mean_ms /= ps->t->ndevices;
@@ -485,7 +474,7 @@ static bool rows_pay(const struct pass *ps, size_t i, int32_t narrow,
  * bags can, though lighter than a device (their lookups spread, each
  * block's rows nearer the cache); the column search never cuts them so.
  */
-static bool rows_lighter(const struct pass *ps, size_t i)
+static bool rows_lighter_now(const struct pass *ps, size_t i)
 {
     const struct topology *t = ps->t;
     const struct table *tb = &ps->tables[i];
@@ -507,6 +496,26 @@ static bool rows_lighter(const struct pass *ps, size_t i)
         return false;
     block_view(ps, i, L, &view);
     return L * (fmax(0, marginal_ms(ps, &view)) + exch) < whole;
+}
+
+/* rows_lighter_now(), asked once a table. */
+static bool rows_lighter(const struct pass *ps, size_t i)
+{
+    struct table_figs *tf = &ps->f->tf[i];
+
+    if (tf->lighter < 0)
+        tf->lighter = rows_lighter_now(ps, i);
+    return tf->lighter > 0;
+}
+
+/* Table i's narrowest slice of `cols` columns alone, asked once. */
+static double narrow_ms(const struct pass *ps, size_t i, int32_t cols)
+{
+    struct table_figs *tf = &ps->f->tf[i];
+
+    if (isnan(tf->narrow_ms))
+        tf->narrow_ms = alone_ms(ps, &ps->tables[i], cols);
+    return tf->narrow_ms;
 }
 
 /* The scheme table i leaves the column search for, or SCHEME_TW to stay. */
@@ -537,22 +546,17 @@ static enum plan_scheme choose(struct pass *ps, size_t i,
     /* A table that costs less whole than the mean device is not hot,
      * whatever its narrowest slice: no slice is asked for (rows_lighter()
      * says what the two save). */
-    if (rows_ok && ps->f->whole_ms[i] > ps->f->mean_ms) {
-        double *narrow_ms = &ps->f->narrow_ms[i];
+    if (rows_ok && ps->f->tf[i].whole_ms > ps->f->mean_ms) {
+        double slice_ms = narrow_ms(ps, i, narrow);
 
-        if (isnan(*narrow_ms))
-            *narrow_ms = alone_ms(ps, tb, narrow);
-        if (*narrow_ms > ps->f->mean_ms &&
-            (!cw_ok || rows_pay(ps, i, narrow, *narrow_ms))) {
+        if (slice_ms > ps->f->mean_ms &&
+            (!cw_ok || rows_pay(ps, i, narrow, slice_ms))) {
             *why = REASON_HOT;
             return SCHEME_TWRW;
         }
     }
     if (constraint_allows(c, SCHEME_TWRW) && tb->tier == TIER_HBM &&
-        ps->f->lighter[i] < 0)
-        ps->f->lighter[i] = rows_lighter(ps, i);
-    if (constraint_allows(c, SCHEME_TWRW) && tb->tier == TIER_HBM &&
-        ps->f->lighter[i] > 0) {
+        rows_lighter(ps, i)) {
         ps->nlighter++;
         if (ps->lighter) {
             *why = REASON_LIGHTER;
