@@ -124,6 +124,8 @@
       "PCT", "retime while a probe runs PCT % slow; 0: off")                   \
     X(PROFILER_BATCH, profiler_batch, U32, 1, 1u << 20, "4096", CONF_RESTART,  \
       "N", "batch size of the measurements")                                   \
+    X(BACKGROUND_NICE, background_nice, U32, 0, 19, "19", CONF_RESTART, "N",   \
+      "nice of the profiler and job threads")                                  \
     X(RETRAIN_EVERY_SAMPLES, retrain_every_samples, U32, 0, 10000000, "1000",  \
       CONF_RELOAD, "N", "retrain after N new samples; 0: off")                 \
     X(RETRAIN_EVERY_HOURS, retrain_every_hours, U32, 0, 8760, "24",            \

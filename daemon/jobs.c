@@ -16,7 +16,6 @@
 #include "shardd/log.h"
 
 #define JOBS_SCHEDULE_MS 60000 /* how often the schedule is checked */
-#define JOBS_NICE        19    /* the job thread's nice value */
 
 /* ---------------------------------------------------------------------- */
 /* The in-memory mirror (mu held)                                          */
@@ -861,13 +860,18 @@ static void *job_main(void *arg)
     struct sd_diag d;
     int64_t next_check = sd_now_ms() + JOBS_SCHEDULE_MS;
     size_t i;
+    int nice;
 
     /* Retrains are background work beside latency-bound plans: the lowest
-     * priority, as the profiler's (per thread on Linux).  50-table split
-     * plans at 16 clients during a retrain of 5 members: 11 % fewer plans
-     * a second, against 32 % at nice 0 and 26 % at 10; the retrain got 15 %
-     * of a core while they ran (docs/daemon.md). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), JOBS_NICE);
+     * priority by default (background_nice 19), as the profiler's (per
+     * thread on Linux).  50-table split plans at 16 clients during a
+     * retrain of 5 members: 11 % fewer plans a second, against 32 % at
+     * nice 0 and 26 % at 10; the retrain got 15 % of a core while they ran
+     * (docs/daemon.md). */
+    pthread_mutex_lock(&jb->mu);
+    nice = (int)jb->cf->c.background_nice;
+    pthread_mutex_unlock(&jb->mu);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
     if (store_open(jb->db_path, 0, &st, &d) != 0) {
         sd_log(SD_LOG_ERROR,
                "the job thread cannot open the store: %s; no retraining",

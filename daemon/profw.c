@@ -417,11 +417,14 @@ static void *prof_main(void *arg)
     uint64_t target, limit;
     double quiet_tolerance;
     bool have_proposal, on;
-    int rv;
+    int rv, nice;
 
-    /* Measuring must never slow a plan down: lowest priority (per thread
-     * on Linux). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    /* Measuring must never slow a plan down: the lowest priority by
+     * default (background_nice 19; per thread on Linux). */
+    pthread_mutex_lock(&p->mu);
+    nice = (int)p->cf->c.background_nice;
+    pthread_mutex_unlock(&p->mu);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
     if (store_open(p->db_path, 0, &st, &d) != 0) {
         sd_log(SD_LOG_ERROR,
                "the profiler cannot open the store: %s; it is off", d.msg);

@@ -317,6 +317,14 @@ class Daemon:
                 "profiler_quiet_pct" not in from_config and
                 "--profiler-quiet-pct" not in args):
             self.argv += ["--profiler-quiet-pct", "0"]
+        # Background threads at nice 0: beside ctest's other tests a nice-19
+        # profiler or retrain gets a sliver of a CPU, and a test waiting
+        # for samples or a model ran out of time (test_fleet_py with two
+        # busy processes beside it failed 2 runs of 3).
+        if ("--background-nice" in _flags(binary) and
+                "background_nice" not in from_config and
+                "--background-nice" not in args):
+            self.argv += ["--background-nice", "0"]
         if profiler_idle_ms is not None:
             self.argv += ["--profiler-idle-ms", str(profiler_idle_ms)]
         if admin_token is not None:

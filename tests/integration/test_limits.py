@@ -113,6 +113,29 @@ class Limits(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
             d.cleanup()
 
+    def test_background_nice(self):
+        # The profiler's thread and the job thread take background_nice;
+        # the loop, the gRPC threads and the planner workers stay at 0.
+        d = H.Daemon(SHARDD, args=("--background-nice", "7")).start()
+        try:
+            nices = []
+            for _ in range(50):
+                nices = []
+                for tid in os.listdir("/proc/%d/task" % d.proc.pid):
+                    with open("/proc/%d/task/%s/stat" % (d.proc.pid, tid)) as f:
+                        stat = f.read()
+                    # After the command's ")": state is field 3, nice 19.
+                    nices.append(int(stat[stat.rindex(")") + 2:].split()[16]))
+                if nices.count(7) == 2:
+                    break
+                time.sleep(0.1)
+            note("threads' nice values: %s", sorted(nices))
+            self.assertEqual(nices.count(7), 2, "the profiler and the jobs")
+            self.assertEqual(len(nices) - nices.count(7), nices.count(0))
+        finally:
+            self.assertEqual(d.stop(), 0)
+            d.cleanup()
+
     def test_damaged_store_refused(self):
         d = H.Daemon(SHARDD)
         db = os.path.join(d.data_dir, "shardd.db")
