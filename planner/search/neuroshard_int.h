@@ -106,6 +106,9 @@ struct ns_work {
      * table: itself; ns_rings()). */
     int32_t *ring;
     uint64_t *sfx_bytes; /* smallest piece from order[k] on */
+    /* The free pieces of a critical round's least ready device, in piece
+     * order: the swaps' partners (ns_local.c, round_critical()). */
+    size_t *partners;
     int64_t greedy_runs, states, evaluations;
 };
 

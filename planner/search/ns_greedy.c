@@ -242,8 +242,9 @@ int ns_work_alloc(struct ns_work *w, size_t n, size_t cap, size_t ntables)
     w->few = line_alloc(cap * sizeof(*w->few));
     w->assign = line_alloc(cap * sizeof(*w->assign));
     w->sfx_bytes = line_alloc(cap * sizeof(*w->sfx_bytes));
+    w->partners = line_alloc(cap * sizeof(*w->partners));
     return w->comp && w->fwd && w->bwd && w->stack && w->order && w->few &&
-                   w->assign && w->sfx_bytes
+                   w->assign && w->sfx_bytes && w->partners
                ? 0
                : SD_ENOMEM;
 }
@@ -262,6 +263,7 @@ void ns_work_free(struct ns_work *w)
     free(w->last);
     free(w->ring);
     free(w->sfx_bytes);
+    free(w->partners);
 }
 
 /* Loads a state's placement into w's devices. */

@@ -300,6 +300,8 @@ struct crit_job {
     const struct ns_state *st;
     const int32_t *tg;
     const struct ns_exch *ex; /* NULL: a learned exchange */
+    const size_t *partners;   /* tg[0]'s free pieces, in piece order */
+    size_t npartners;
     int32_t crit, ntg;
     int id, n;
     struct ns_step b; /* in: the cost to beat; out: the share's best */
@@ -315,7 +317,7 @@ static void *crit_trials(void *arg)
     int32_t crit = jb->crit, q;
     struct ns_step *b = &jb->b;
     struct ns_chg cx, cy;
-    size_t i, j, rank = 0;
+    size_t i, j, m, rank = 0;
 
     for (i = 0; i < st->np; i++) {
         const struct ns_level *li = piece_level(s, &st->pc[i]);
@@ -335,13 +337,15 @@ static void *crit_trials(void *arg)
             if (c < b->cost)
                 *b = (struct ns_step){i, SIZE_MAX, tg[q], c};
         }
-        for (j = 0; j < st->np; j++) {
-            const struct ns_level *lj = piece_level(s, &st->pc[j]);
+        if (!device_ok(s, st->pc[i].table, tg[0]))
+            continue;
+        for (m = 0; m < jb->npartners; m++) {
+            const struct ns_level *lj;
             double c;
 
-            if (st->assign[j] != tg[0] || piece_pinned(s, j) ||
-                !device_ok(s, st->pc[i].table, tg[0]) ||
-                !device_ok(s, st->pc[j].table, crit) ||
+            j = jb->partners[m];
+            lj = piece_level(s, &st->pc[j]);
+            if (!device_ok(s, st->pc[j].table, crit) ||
                 !step_chg(s, w, st, i, tg[0], j, &cx, &cy))
                 continue;
             c = try_step(s, w, crit, &cx, tg[0], &cy, li->cols - lj->cols,
@@ -371,7 +375,7 @@ static void round_critical(struct ns *s, struct ns_work *w,
     double ready[NS_TARGETS];
     struct crit_job job[NS_THREADS_MAX];
     struct ns_exch ex;
-    size_t i, ncrit = 0, nt0 = 0;
+    size_t i, ncrit = 0, nt0 = 0, npartners = 0;
     int t, nt = s->nthreads;
 
     crit = ns_critical_device(s, w);
@@ -401,6 +405,8 @@ static void round_critical(struct ns *s, struct ns_work *w,
     for (i = 0; i < st->np; i++) {
         ncrit += st->assign[i] == crit;
         nt0 += st->assign[i] == tg[0];
+        if (st->assign[i] == tg[0] && !piece_pinned(s, i))
+            w->partners[npartners++] = i;
     }
     if (2.0 * (double)ncrit * (double)((size_t)ntg + nt0) <
         (double)s->o->parallel_min)
@@ -409,9 +415,18 @@ static void round_critical(struct ns *s, struct ns_work *w,
         /* Share 0 on w itself, the others on copies of it. */
         struct ns_work *wt = t == 0 ? w : &s->work[t];
 
-        job[t] = (struct crit_job){
-            s,    wt,  st, tg, s->t->comm == NULL ? &ex : NULL,
-            crit, ntg, t,  nt, *b};
+        job[t] = (struct crit_job){.s = s,
+                                   .w = wt,
+                                   .st = st,
+                                   .tg = tg,
+                                   .ex = s->t->comm == NULL ? &ex : NULL,
+                                   .partners = w->partners,
+                                   .npartners = npartners,
+                                   .crit = crit,
+                                   .ntg = ntg,
+                                   .id = t,
+                                   .n = nt,
+                                   .b = *b};
         if (t == 0)
             continue;
         ns_devs_copy(s, &wt->dv, &w->dv);
