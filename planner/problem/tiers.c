@@ -67,6 +67,10 @@ double tier_load_factor(const struct shard *s)
 {
     char buf[32];
 
+    /* Most shards are in HBM, at 0 (its sign kept, as printing would):
+     * every placement of every Plan reply comes here. */
+    if (s->cache_load_factor == 0)
+        return (double)s->cache_load_factor;
     snprintf(buf, sizeof(buf), "%.6g", (double)s->cache_load_factor);
     return strtod(buf, NULL);
 }
