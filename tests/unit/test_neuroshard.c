@@ -2481,6 +2481,65 @@ static double step_cost(const struct plan *p, size_t k, int32_t y, size_t j,
 }
 
 /*
+ * The local search keeps tables held to a host there: whole tables on two
+ * hosts of two devices, every third table held to host 1, 24 draws of 24
+ * to 39 tables; each plan is valid (plan_run() checks every constraint),
+ * every held table is on its host, and the local search took steps (7 in
+ * 3 plans).  Without the swaps' check that the least ready device's piece
+ * may go to the critical device, one of these plans held a table off its
+ * host (and plan_run() refused it); without the moves' check, others did.
+ */
+static void test_local_search_hosts(void)
+{
+    size_t seed, k, moved = 0, planned = 0, stepped = 0;
+
+    for (seed = 0; seed < 24; seed++) {
+        size_t n = 24 + seed % 16;
+        struct table *tb = make_tables(n, 300 + seed);
+        struct table_constraint *cons = calloc(n, sizeof(*cons));
+        struct topology topo;
+        struct plan_options o;
+        struct plan p;
+        struct sd_diag d = {{0}};
+        uint64_t total = 0;
+
+        if (tb == NULL || cons == NULL) {
+            CHECK(!"memory");
+            free(tb);
+            free(cons);
+            continue;
+        }
+        for (k = 0; k < n; k++) {
+            total += shard_bytes(&tb[k], tb[k].dim, OPTIMIZER_SGD);
+            cons[k].host = k % 3 == 1 ? 1 : -1;
+        }
+        topology_default(&topo, 4, 4 * total);
+        topo.devices_per_host = 2;
+        topo.batch_size = net->batch_size;
+        plan_options_default(&o);
+        o.alg = PLAN_ALG_NEUROSHARD;
+        o.column_splits = false;
+        o.constraints = cons;
+        if (CHECK_OK(run(tb, n, &topo, &o, &p, &d), d.msg)) {
+            planned++;
+            moved += (size_t)p.stats.moves;
+            stepped += p.stats.moves > 0;
+            for (k = 0; k < p.nshards; k++)
+                if (cons[p.shards[k].table].host >= 0)
+                    CHECK(p.shards[k].device / 2 ==
+                          cons[p.shards[k].table].host);
+            plan_destroy(&p);
+        }
+        free(cons);
+        free(tb);
+    }
+    printf("local search, held tables: %zu steps in %zu of %zu plans\n", moved,
+           stepped, planned);
+    CHECK(planned == 24);
+    CHECK(moved > 0);
+}
+
+/*
  * The local search under the alpha-beta exchange (search/ns_local.c) ends
  * where no step it weighs pays: whole tables on 4 devices (every other
  * device one of its targets), no table moved off the critical device and
@@ -2785,6 +2844,7 @@ int main(void)
     test_beam_roots();
     test_splits_never_worse();
     test_local_search();
+    test_local_search_hosts();
     test_reference_set();
     return tap_done();
 }
