@@ -84,6 +84,11 @@ struct ns_devs {
     int32_t *least;  /* [2 size] */
     uint64_t *room;  /* [2 size] */
     int32_t *lowdim; /* [2 size] */
+    /* Without a tree (size 0): the devices of a greedy run in dev_less()
+     * order, least first, those full for every piece left taken out; nby
+     * of them (ns_greedy.c, "by load"). */
+    int32_t *by_load;
+    int32_t nby;
 };
 
 /* One thread's scratch, on cache lines of its own: its counters are
