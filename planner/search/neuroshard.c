@@ -14,11 +14,10 @@
  *    is carried as 64 pre-activations and placing a piece is 64 additions
  *    plus a 64-term dot product; devices are compared by the raw head (the
  *    output activation is monotone) and only scored at the end;
- *  - the least loaded device with room comes straight out of a tree over
- *    the devices that keeps, per subtree, its least loaded device, its
- *    most free memory and its fewest columns: subtrees where nothing fits
- *    are skipped whole, so devices a dim cap refuses are not visited one
- *    by one;
+ *  - on more than a few devices a greedy run keeps them in load order, so
+ *    the least loaded device with room is nearly always the first looked
+ *    at, and a device that took a piece moves to its place by a binary
+ *    search;
  *  - a grid run under a looser dim cap replays the previous run exactly up
  *    to the first piece the previous cap refused a device for, so it resumes
  *    from a snapshot taken there, and skips the caps that refuse nothing new;
@@ -380,6 +379,7 @@ static int ns_init(struct ns *s, const struct table *tables, size_t ntables,
         ns_devs_apply(s, &s->base, s->pins[i], ns_level(s, (uint32_t)i, 0), +1);
         s->npinned++;
     }
+    ns_devs_order(s, &s->base); /* every greedy run starts from it */
     for (k = 0; k < s->n; k++)
         if (topology_mem(t, k) > s->base.mem[k] &&
             topology_mem(t, k) - s->base.mem[k] > s->largest_room)

@@ -63,12 +63,10 @@ struct ns_sort {
 };
 
 /*
- * Devices under construction, and a copy of them for resuming.  The tree is
- * a complete binary tree over `size` leaves (a power of two >= n; leaf r at
- * size + r): per node, its subtree's least device by (raw, mem, id) (-1:
- * none left), the most free memory and the fewest columns of its devices.
- * A device whose memory can take none of the pieces left in a greedy run
- * leaves the tree for that run (its leaf is emptied).
+ * Devices under construction, and a copy of them for resuming.  On more
+ * than a few devices a greedy run keeps them in load order (by_load, by
+ * (raw, mem, id), least first); a device whose memory can take none of the
+ * pieces left in the run leaves the order for that run.
  */
 struct ns_devs {
     float *z; /* [n][NET_H2] head pre-activations */
@@ -80,13 +78,9 @@ struct ns_devs {
     uint64_t *mem;
     int32_t *dim;
     int32_t *count;
-    int32_t size;    /* leaves */
-    int32_t *least;  /* [2 size] */
-    uint64_t *room;  /* [2 size] */
-    int32_t *lowdim; /* [2 size] */
-    /* Without a tree (size 0): the devices of a greedy run in dev_less()
-     * order, least first, those full for every piece left taken out; nby
-     * of them (ns_greedy.c, "by load"). */
+    /* The devices in load order, nby of them: kept by a greedy run on more
+     * than NS_SCAN_ALL devices (ns_greedy.c, "By load"); not by
+     * ns_devs_apply() or ns_devs_place(), after which ns_devs_order(). */
     int32_t *by_load;
     int32_t nby;
 };
@@ -100,7 +94,6 @@ struct ns_work {
     bool snap_taken;
     double *comp; /* compute ms, from raw by devices_cost() */
     double *fwd, *bwd;
-    int32_t *stack; /* tree_pick()'s */
     struct ns_sort *order;
     struct ns_sort *few; /* a state's split pieces, for ns_order() */
     int32_t *assign;
@@ -236,9 +229,11 @@ void ns_state_copy(struct ns_state *dst, const struct ns_state *src);
 
 /* ns_greedy.c: devices and the greedy grid search */
 void ns_devs_reset(const struct ns *s, struct ns_devs *d);
-/* dst = src, bit for bit (the tree too). */
+/* dst = src, bit for bit (the load order too). */
 void ns_devs_copy(const struct ns *s, struct ns_devs *dst,
                   const struct ns_devs *src);
+/* d's devices put in load order from scratch (by_load, all of them). */
+void ns_devs_order(const struct ns *s, struct ns_devs *d);
 void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
                    const struct ns_level *lv, int sign);
 /* Adds (sign +1) or takes away (-1) piece lv of `table` on device r,

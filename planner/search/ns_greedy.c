@@ -1,8 +1,9 @@
 /*
  * The neuroshard search's devices and its table-wise greedy grid search
  * (neuroshard.md 6.3; neuroshard_int.h): the devices a greedy run fills,
- * with the tree that finds the least loaded device with room, and the
- * greedy runs under the grid of dim caps that score one state.  The hot
+ * kept in load order so that the least loaded device with room is the
+ * first looked at, and the greedy runs under the grid of dim caps that
+ * score one state.  The hot
  * loop of the whole search: ns_greedy() places every piece of every state.
  */
 #include <math.h>
@@ -30,17 +31,16 @@
  * time.  At 64 devices the grid still paid (0.36 % against 0.67 %).
  */
 #define NS_GRID_DEVICES 64
-/* Up to this many devices a greedy run scans them; more get a tree.  One
- * pass over 64 devices beat the tree's walk and path updates 1.5 x on
- * 856 tables / 64 devices, and was even at 128 (bench_search). */
-#define NS_SCAN_MAX 64
 /* Up to this many devices a greedy run looks at each for every piece; more
- * (to NS_SCAN_MAX) are kept in load order ("By load" below).  Instructions
- * of an 856-table plan (callgrind, one thread), by load against the pass:
- * 8 devices +3 %, 16 -2.4 %, 32 -14 %, 64 -27 %, the plans the same. */
+ * are kept in load order ("By load" below).  Instructions of a plan
+ * (callgrind, one thread), load order against looking at every device (to
+ * 64) or against the tree over the devices that was there before (above):
+ * 856 tables on 8 devices +3 %, 16 -2.4 %, 32 -14 %, 64 -27 %; 2,000 on
+ * 128 -43 %; 5,000 on 256 -53 %; the plans and their greedy runs the same
+ * (docs/models.md, "Devices in load order"). */
 #define NS_SCAN_ALL 8
 
-/* Heap order of devices: least compute, then least memory, then lower id
+/* The order of devices: least compute, then least memory, then lower id
  * (the original's tie-breaks). */
 static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
 {
@@ -51,37 +51,9 @@ static bool dev_less(const struct ns_devs *d, int32_t a, int32_t b)
     return a < b;
 }
 
-/* Node i from its two children. */
-static void tree_pull(struct ns_devs *d, int32_t i)
-{
-    int32_t l = 2 * i, r = l + 1, a = d->least[l], b = d->least[r];
-
-    d->least[i] = a < 0 ? b : b < 0 ? a : dev_less(d, b, a) ? b : a;
-    d->room[i] = d->room[l] > d->room[r] ? d->room[l] : d->room[r];
-    d->lowdim[i] = d->lowdim[l] < d->lowdim[r] ? d->lowdim[l] : d->lowdim[r];
-}
-
-/* Device r's leaf from its figures (or emptied: out of this run), then
- * the path to the root.  Nothing without a tree. */
-static inline void tree_set(const struct ns *s, struct ns_devs *d, int32_t r,
-                            bool out)
-{
-    int32_t i = d->size + r;
-    uint64_t cap;
-
-    if (d->size == 0)
-        return;
-    cap = s->devmem[r];
-    d->least[i] = out ? -1 : r;
-    d->room[i] = out || d->mem[r] > cap ? 0 : cap - d->mem[r];
-    d->lowdim[i] = out ? INT32_MAX : d->dim[r];
-    for (i /= 2; i > 0; i /= 2)
-        tree_pull(d, i);
-}
-
 void ns_devs_reset(const struct ns *s, struct ns_devs *d)
 {
-    int32_t r, i;
+    int32_t r;
 
     for (r = 0; r < s->n; r++) {
         net_head_init(s->net, d->z + (size_t)r * NET_H2);
@@ -94,21 +66,12 @@ void ns_devs_reset(const struct ns *s, struct ns_devs *d)
     for (r = 0; r < s->n; r++) /* all alike: in id order */
         d->by_load[r] = r;
     d->nby = s->n;
-    for (i = 0; i < d->size; i++) {
-        bool real = i < s->n;
-
-        d->least[d->size + i] = real ? i : -1;
-        d->room[d->size + i] = real ? topology_mem(s->t, i) : 0;
-        d->lowdim[d->size + i] = real ? 0 : INT32_MAX;
-    }
-    for (i = d->size - 1; i > 0; i--)
-        tree_pull(d, i);
 }
 
 void ns_devs_copy(const struct ns *s, struct ns_devs *dst,
                   const struct ns_devs *src)
 {
-    size_t n = (size_t)s->n, t = 2 * (size_t)src->size;
+    size_t n = (size_t)s->n;
 
     memcpy(dst->z, src->z, n * NET_H2 * sizeof(*dst->z));
     memcpy(dst->raw, src->raw, n * sizeof(*dst->raw));
@@ -116,13 +79,8 @@ void ns_devs_copy(const struct ns *s, struct ns_devs *dst,
     memcpy(dst->mem, src->mem, n * sizeof(*dst->mem));
     memcpy(dst->dim, src->dim, n * sizeof(*dst->dim));
     memcpy(dst->count, src->count, n * sizeof(*dst->count));
-    memcpy(dst->least, src->least, t * sizeof(*dst->least));
-    memcpy(dst->room, src->room, t * sizeof(*dst->room));
-    memcpy(dst->lowdim, src->lowdim, t * sizeof(*dst->lowdim));
-    if (src->size == 0) {
-        memcpy(dst->by_load, src->by_load, n * sizeof(*dst->by_load));
-        dst->nby = src->nby;
-    }
+    memcpy(dst->by_load, src->by_load, n * sizeof(*dst->by_load));
+    dst->nby = src->nby;
 }
 
 /* Adds (sign +1) or removes (-1) a piece's load on device r. */
@@ -145,7 +103,6 @@ void ns_devs_apply(const struct ns *s, struct ns_devs *d, int32_t r,
         d->raw[r] = net_activate(s->net, raw) * s->scale + d->tier[r];
     else
         d->raw[r] = raw;
-    tree_set(s, d, r, false);
 }
 
 void ns_devs_place(const struct ns *s, struct ns_devs *d, int32_t r,
@@ -176,20 +133,6 @@ double ns_devs_plan_ms(const struct ns *s, struct ns_work *w)
                         w->fwd, w->bwd);
 }
 
-/* Leaves of a device tree for n devices: a power of two >= n (>= 2, so
- * the root is an inner node); 0 (no tree: a scan) for NS_SCAN_MAX or
- * fewer. */
-static int32_t tree_size(size_t n)
-{
-    int32_t size = 2;
-
-    if (n <= NS_SCAN_MAX)
-        return 0;
-    while ((size_t)size < n)
-        size *= 2;
-    return size;
-}
-
 /*
  * size bytes on cache lines of their own (free() them): the threads'
  * scratch arrays are small, and two threads writing one line slowed both.
@@ -201,23 +144,17 @@ static void *line_alloc(size_t size)
 
 int ns_devs_alloc(struct ns_devs *d, size_t n)
 {
-    size_t t;
-
-    d->size = tree_size(n);
-    t = 2 * (size_t)d->size;
     d->z = line_alloc(n * NET_H2 * sizeof(*d->z));
     d->raw = line_alloc(n * sizeof(*d->raw));
     d->tier = line_alloc(n * sizeof(*d->tier));
     d->mem = line_alloc(n * sizeof(*d->mem));
     d->dim = line_alloc(n * sizeof(*d->dim));
     d->count = line_alloc(n * sizeof(*d->count));
-    d->least = line_alloc((t ? t : 1) * sizeof(*d->least));
-    d->room = line_alloc((t ? t : 1) * sizeof(*d->room));
-    d->lowdim = line_alloc((t ? t : 1) * sizeof(*d->lowdim));
-    d->by_load = line_alloc((n ? n : 1) * sizeof(*d->by_load));
+    /* and as much again: ns_devs_order()'s merges */
+    d->by_load = line_alloc((n ? 2 * n : 1) * sizeof(*d->by_load));
     d->nby = 0;
     return d->z && d->raw && d->tier && d->mem && d->dim && d->count &&
-                   d->least && d->room && d->lowdim && d->by_load
+                   d->by_load
                ? 0
                : SD_ENOMEM;
 }
@@ -230,9 +167,6 @@ void ns_devs_free(struct ns_devs *d)
     free(d->mem);
     free(d->dim);
     free(d->count);
-    free(d->least);
-    free(d->room);
-    free(d->lowdim);
     free(d->by_load);
 }
 
@@ -251,15 +185,13 @@ int ns_work_alloc(struct ns_work *w, size_t n, size_t cap, size_t ntables)
     w->comp = line_alloc(n * sizeof(*w->comp));
     w->fwd = line_alloc(n * sizeof(*w->fwd));
     w->bwd = line_alloc(n * sizeof(*w->bwd));
-    /* A best-first walk holds at most two nodes a level. */
-    w->stack = line_alloc(2 * 64 * sizeof(*w->stack));
     w->order = line_alloc(cap * sizeof(*w->order));
     w->few = line_alloc(cap * sizeof(*w->few));
     w->assign = line_alloc(cap * sizeof(*w->assign));
     w->sfx_bytes = line_alloc(cap * sizeof(*w->sfx_bytes));
     w->partners = line_alloc(cap * sizeof(*w->partners));
-    return w->comp && w->fwd && w->bwd && w->stack && w->order && w->few &&
-                   w->assign && w->sfx_bytes && w->partners
+    return w->comp && w->fwd && w->bwd && w->order && w->few && w->assign &&
+                   w->sfx_bytes && w->partners
                ? 0
                : SD_ENOMEM;
 }
@@ -271,7 +203,6 @@ void ns_work_free(struct ns_work *w)
     free(w->comp);
     free(w->fwd);
     free(w->bwd);
-    free(w->stack);
     free(w->order);
     free(w->few);
     free(w->assign);
@@ -322,13 +253,12 @@ int32_t ns_critical_device(const struct ns *s, struct ns_work *w)
 /* Table-wise greedy grid search                                             */
 
 /*
- * The cap refused a device (or a subtree of them) that would take the
- * piece at a cap of `dims`: lowers *next_cap, and on the run's first
- * refusal snapshots the devices as they are before piece k.  Recorded for
- * every refused subtree whose least device could come before the one
- * chosen: at most as large a next cap, at most as late a snapshot as the
- * devices one by one would give (both are conservative: a looser cap then
- * runs again, or resumes earlier, but never differs from a full run).
+ * The cap refused a device that would take the piece at a cap of `dims`:
+ * lowers *next_cap, and on the run's first refusal snapshots the devices
+ * as they are before piece k.  Recorded for every refused device that
+ * could come before the one chosen (by_load_pick(): exactly those; the
+ * pass over all devices, some after it too: conservative, a looser cap
+ * then runs again, or resumes earlier, but never differs from a full run).
  */
 static void refused(const struct ns *s, struct ns_work *w, size_t k,
                     int64_t dims, double *next_cap)
@@ -343,8 +273,10 @@ static void refused(const struct ns *s, struct ns_work *w, size_t k,
 }
 
 /*
- * tree_pick() for a few devices (no tree: NS_SCAN_MAX or fewer): one pass
- * over them, each refused one that comes before the chosen one recorded.
+ * The device piece k goes to among devices lo .. hi - 1, for a few of them
+ * (NS_SCAN_ALL or fewer, or a host's): the least (raw, mem, id) with room
+ * for its bytes and its columns under dim_lim, in one pass over them, each
+ * refused one that comes before the chosen one in id order recorded.
  * The best so far is kept in locals: devices come in id order, so a later
  * one is less only by (raw, mem), dev_less()'s id tie-break never taken.
  * The arrays are read through locals: refused() writes w, and reading them
@@ -387,31 +319,46 @@ scan_pick(const struct ns *s, struct ns_work *w, size_t k,
 }
 
 /*
- * By load: a greedy run without a tree keeps its devices in dev_less()
- * order.  Most pieces go to the least loaded device, the first one looked
- * at, and a device whose load changed moves to its place by a binary
- * search: at 856 tables on 64 devices the pass over every device that
- * picked them was two thirds of a plan's instructions (callgrind).
+ * By load: a greedy run on more than NS_SCAN_ALL devices keeps them in
+ * dev_less() order.  Most pieces go to the least loaded device, the first
+ * one looked at, and a device whose load changed moves to its place by a
+ * binary search.  At 856 tables on 64 devices a pass over every device
+ * for each piece was two thirds of a plan's instructions; above 64 a tree
+ * over the devices (per subtree its least device, most room and fewest
+ * columns) took 1.8 to 3.2 x as long as this.
  */
 
-/* Whether a greedy run keeps d in load order. */
-static bool by_load_on(const struct ns *s, const struct ns_devs *d)
+/* Whether a greedy run keeps the devices in load order. */
+static bool by_load_on(const struct ns *s)
 {
-    return d->size == 0 && s->n > NS_SCAN_ALL;
+    return s->n > NS_SCAN_ALL;
 }
 
-/* d->by_load in dev_less() order from scratch (insertion: 64 devices at
- * most, once a run). */
-static void by_load_sort(const struct ns *s, struct ns_devs *d)
+/* a[0 .. n) in dev_less() order, by merges through tmp[0 .. n). */
+static void order_merge(const struct ns_devs *d, int32_t *a, int32_t *tmp,
+                        int32_t n)
 {
-    int32_t *ord = d->by_load, r, i;
+    int32_t h = n / 2, i = 0, j = h, k = 0;
 
-    for (r = 0; r < s->n; r++) {
-        for (i = r; i > 0 && dev_less(d, r, ord[i - 1]); i--)
-            ord[i] = ord[i - 1];
-        ord[i] = r;
-    }
+    if (n < 2)
+        return;
+    order_merge(d, a, tmp, h);
+    order_merge(d, a + h, tmp, n - h);
+    while (i < h && j < n)
+        tmp[k++] = dev_less(d, a[j], a[i]) ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    memcpy(a, tmp, (size_t)k * sizeof(*a)); /* a[j ..] is in place */
+}
+
+void ns_devs_order(const struct ns *s, struct ns_devs *d)
+{
+    int32_t r;
+
+    for (r = 0; r < s->n; r++)
+        d->by_load[r] = r;
     d->nby = s->n;
+    order_merge(d, d->by_load, d->by_load + s->n, s->n);
 }
 
 /* The device at by_load[at] out of the order. */
@@ -447,12 +394,12 @@ static void by_load_fix(struct ns_devs *d, int32_t at)
 }
 
 /*
- * The device piece k goes to without a tree: the first in by_load with
- * room for its bytes and its columns under dim_lim, each one before it
- * that the cap alone refused recorded (as tree_pick() records them: only
- * a device that would have come first can change a looser cap's run).
- * The least (raw, mem, id) that fits, as the scan finds it; its place in
- * by_load in *at.  -1 when none can take it.
+ * The device piece k goes to in load order: the first in by_load with room
+ * for its bytes and its columns under dim_lim, each one before it that the
+ * cap alone refused recorded (only a device that would have come first
+ * can change a looser cap's run).  The least (raw, mem, id) that fits, as
+ * scan_pick() finds it; its place in by_load in *at.  -1 when none can
+ * take it.
  */
 static int32_t by_load_pick(const struct ns *s, struct ns_work *w, size_t k,
                             const struct ns_sort *it, int64_t dim_lim,
@@ -475,53 +422,6 @@ static int32_t by_load_pick(const struct ns *s, struct ns_work *w, size_t k,
         return r;
     }
     return -1;
-}
-
-/*
- * The device piece k goes to: the least (raw, mem, id) of the devices with
- * room for its bytes and its columns under dim_cap, found in the tree
- * best-first, pruning subtrees that cannot hold it or cannot beat the best
- * found.  -1 when none can take it.
- */
-static int32_t tree_pick(const struct ns *s, struct ns_work *w, size_t k,
-                         const struct ns_sort *it, int64_t dim_lim,
-                         double *next_cap)
-{
-    struct ns_devs *d = &w->dv;
-    int32_t *stack = w->stack, top = 0, best = -1;
-
-    stack[top++] = 1;
-    while (top > 0) {
-        int32_t i = stack[--top], r = d->least[i];
-
-        if (r < 0 || (best >= 0 && !dev_less(d, r, best)) ||
-            d->room[i] < it->bytes)
-            continue;
-        if ((int64_t)d->lowdim[i] + it->cols > dim_lim) {
-            refused(s, w, k, (int64_t)d->lowdim[i] + it->cols, next_cap);
-            continue;
-        }
-        /* A leaf (device r itself, and it fits), or a subtree whose least
-         * device fits: nothing below can beat it, so no walk down to it.
-         * Most pieces fit the least loaded device of all, at the root. */
-        if (i >= d->size ||
-            (d->room[d->size + r] >= it->bytes &&
-             (int64_t)d->lowdim[d->size + r] + it->cols <= dim_lim)) {
-            best = r;
-            continue;
-        }
-        /* The child with the lesser device last, so it is looked at
-         * first; the other only if it may still beat what that gives. */
-        if (d->least[2 * i] >= 0 && d->least[2 * i + 1] >= 0 &&
-            dev_less(d, d->least[2 * i + 1], d->least[2 * i])) {
-            stack[top++] = 2 * i;
-            stack[top++] = 2 * i + 1;
-        } else {
-            stack[top++] = 2 * i + 1;
-            stack[top++] = 2 * i;
-        }
-    }
-    return best;
 }
 
 /* Asks for the next piece's projection while this one is placed: the
@@ -553,17 +453,14 @@ static int32_t held_before(const struct ns_work *w, const struct ns_sort *it,
     return held;
 }
 
-/* Device r is full for every piece left: out of the run's tree or order. */
+/* Device r is full for every piece left: out of the run's load order (a
+ * pass over every device looks at it again, and finds no room). */
 static void devs_out(const struct ns *s, struct ns_devs *d, int32_t r)
 {
     int32_t at;
 
-    if (d->size > 0) {
-        tree_set(s, d, r, true);
+    if (!by_load_on(s))
         return;
-    }
-    if (!by_load_on(s, d))
-        return; /* each device is looked at for every piece */
     for (at = 0; at < d->nby && d->by_load[at] != r; at++)
         ;
     if (at < d->nby)
@@ -588,7 +485,7 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
     int64_t dim_lim =
         cap_scale > 0 ? (int64_t)floor(cap_scale * s->dim_mean) : INT64_MAX;
     struct ns_devs *d = &w->dv;
-    bool ordered = by_load_on(s, d);
+    bool ordered = by_load_on(s);
     size_t k = 0;
 
     *next_cap = INFINITY;
@@ -598,8 +495,6 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
     } else {
         ns_devs_copy(s, d, &s->base);
     }
-    if (!(resume && w->snap_taken) && ordered)
-        by_load_sort(s, d); /* the base's order: the snapshot keeps its own */
     w->snap_taken = false;
     w->greedy_runs++;
     for (; k < np; k++) {
@@ -616,10 +511,8 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
                 scan_pick(s, w, k, it, dim_lim, next_cap, h * L, (h + 1) * L);
         else if (ordered)
             best = by_load_pick(s, w, k, it, dim_lim, next_cap, &at);
-        else if (d->size == 0)
-            best = scan_pick(s, w, k, it, dim_lim, next_cap, 0, s->n);
         else
-            best = tree_pick(s, w, k, it, dim_lim, next_cap);
+            best = scan_pick(s, w, k, it, dim_lim, next_cap, 0, s->n);
 
         if (best < 0)
             return INFINITY;

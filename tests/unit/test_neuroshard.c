@@ -1957,13 +1957,13 @@ static double ref_grid(const struct table *tb, size_t n,
  * The whole-table search (no column splits, no local search) is the plain
  * greedy grid above, table for table: what makes it fast (a snapshot
  * resumed under a looser cap, the caps that would replay a run skipped,
- * the greedy order merged instead of sorted, the device tree above 64
- * devices and the full devices taken out of it, search/ns_greedy.c)
+ * the greedy order merged instead of sorted, the devices kept in load
+ * order above 8 and the full ones taken out of it, search/ns_greedy.c)
  * changes no decision.  On 4 and 8 devices, loose and tight memory (some
  * devices smaller), pinned tables, tables held to a host and tables held
  * in UVM (whose host-link time orders the tables and the devices), tables
  * in pairs the model cannot tell apart, one in fp16 (devices of equal load
- * told apart by their memory); on 70 and 96 devices, through the tree.
+ * told apart by their memory); on 32, 70 and 96 devices, in load order.
  */
 static void test_greedy_is_the_grid(void)
 {
@@ -1994,6 +1994,7 @@ static void test_greedy_is_the_grid(void)
         {300, 96, 8, 1.2, 20, false, false, 1, 0, true, false},
         {24, 4, 4, 4, 21, false, false, 1, 0, false, true},
         {140, 70, 10, 4, 22, false, false, 1, 0, false, true},
+        {120, 32, 8, 1.3, 25, true, true, 1, 0, true, false},
     };
     size_t i, k;
 
