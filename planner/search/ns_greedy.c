@@ -3,8 +3,8 @@
  * (neuroshard.md 6.3; neuroshard_int.h): the devices a greedy run fills,
  * kept in load order so that the least loaded device with room is the
  * first looked at, and the greedy runs under the grid of dim caps that
- * score one state.  The hot
- * loop of the whole search: ns_greedy() places every piece of every state.
+ * score one state.  The hot loop of the whole search: ns_greedy() places
+ * every piece of every state.
  */
 #include <math.h>
 #include <stdlib.h>
