@@ -369,14 +369,15 @@ static void by_load_drop(struct ns_devs *d, int32_t at)
     d->nby--;
 }
 
-/* The device at by_load[at] changed its load: moved to its place. */
-static void by_load_fix(struct ns_devs *d, int32_t at)
+/* The device at by_load[at] changed its load: moved to its place, which
+ * is returned. */
+static int32_t by_load_fix(struct ns_devs *d, int32_t at)
 {
     int32_t *ord = d->by_load, r = ord[at], lo = 0, hi;
 
     if ((at == 0 || dev_less(d, ord[at - 1], r)) &&
         (at + 1 == d->nby || dev_less(d, r, ord[at + 1])))
-        return;
+        return at;
     by_load_drop(d, at);
     /* The first of the others that r comes before. */
     hi = d->nby;
@@ -391,6 +392,7 @@ static void by_load_fix(struct ns_devs *d, int32_t at)
     memmove(ord + lo + 1, ord + lo, (size_t)(d->nby - lo) * sizeof(*ord));
     ord[lo] = r;
     d->nby++;
+    return lo;
 }
 
 /*
@@ -453,20 +455,6 @@ static int32_t held_before(const struct ns_work *w, const struct ns_sort *it,
     return held;
 }
 
-/* Device r is full for every piece left: out of the run's load order (a
- * pass over every device looks at it again, and finds no room). */
-static void devs_out(const struct ns *s, struct ns_devs *d, int32_t r)
-{
-    int32_t at;
-
-    if (!by_load_on(s))
-        return;
-    for (at = 0; at < d->nby && d->by_load[at] != r; at++)
-        ;
-    if (at < d->nby)
-        by_load_drop(d, at);
-}
-
 /*
  * One greedy placement of the sorted free pieces under a dim cap of
  * cap_scale x the mean (0: no cap), starting from the base devices: each
@@ -523,16 +511,16 @@ static double ns_greedy(const struct ns *s, struct ns_work *w, size_t np,
             ns_devs_place(s, d, best, it->table, lv, held_before(w, it, best),
                           +1);
         w->assign[it->idx] = best;
-        if (ordered) {
-            if (at < 0) /* scanned: where it stands in by_load */
-                for (at = 0; d->by_load[at] != best; at++)
-                    ;
-            by_load_fix(d, at);
-        }
+        if (!ordered)
+            continue; /* a pass over every device finds a full one full */
+        if (at < 0)   /* scanned: where it stands in by_load */
+            for (at = 0; d->by_load[at] != best; at++)
+                ;
+        at = by_load_fix(d, at);
         /* Full for every piece left, under any cap: out of the run, so its
          * low load does not lead the walk to it again and again. */
         if (k + 1 < np && d->mem[best] + w->sfx_bytes[k + 1] > s->devmem[best])
-            devs_out(s, d, best);
+            by_load_drop(d, at);
     }
     return ns_devs_plan_ms(s, w);
 }
