@@ -2,7 +2,10 @@
  * shardctl cache-curve: the miss-rate curve of a UVM cache over each table
  * (or --table NAME), as the planner models it (tier_miss_rate(): the
  * hottest rows cached, the access histogram of one batch as the steady
- * state), and the modelled host-link time of the table whole on one device.
+ * state), and the modelled host-link time of the table whole on one device,
+ * at the batch `plan` would price it at: the model's (--model, --profile,
+ * else the embedded one), or --batch-size: a curve at another batch would
+ * disagree with the plan's host-link times.
  */
 #include <stdio.h>
 #include <string.h>
@@ -38,15 +41,19 @@ int tiers_cache_curve(const struct ctl_opts *o)
 {
     struct tables_input in;
     struct topology t;
+    struct ctl_model cm;
     struct sd_diag d = {0};
     size_t i, shown = 0;
     int rv;
 
     if (o->tables == NULL)
         return ctl_fail(CTL_EXIT_USAGE, "cache-curve: --tables is required");
+    rv = ctl_load_model(o, "cache-curve", &cm);
+    if (rv != 0)
+        return rv;
     topology_default(&t, 1, 1);
-    if (o->batch > 0)
-        t.batch_size = o->batch;
+    t.batch_size = o->batch > 0 ? o->batch : cm.net->batch_size;
+    ctl_model_free(&cm); /* only its batch was wanted */
     t.host_link_bw = o->host_link_gbps * (double)(1ull << 30) / 1000.0;
     rv = ctl_read_tables(o, "cache-curve", &in);
     if (rv != 0)

@@ -69,6 +69,20 @@ else
 fi
 "$CTL" cache-curve --tables "$DIR/t.json" --table nope >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "cache-curve of an unknown table"
+# ... at the batch plan prices at: the model's (its profile's last part),
+# or --batch-size.
+for prof in "" neuroshard/V100/65536; do
+    set -- ${prof:+--profile "$prof"}
+    want=$("$CTL" plan --offline --tables "$DIR/t.json" --devices 8 --mem-gb 64 "$@" |
+        sed -n 's|^plan cost: .*(compute: .*/\([0-9]*\) model, .*|\1|p')
+    got=$("$CTL" cache-curve --tables "$DIR/t.json" --table table_0002 "$@" |
+        sed -n 's|^table_0002: .*, batch \([0-9]*\);.*|\1|p')
+    [ -n "$want" ] && [ "$got" = "$want" ] && ok ||
+        bad "cache-curve ${prof:-embedded}: batch '$got', plan's '$want'"
+done
+got=$("$CTL" cache-curve --tables "$DIR/t.json" --table table_0002 --batch-size 512 |
+    sed -n 's|^table_0002: .*, batch \([0-9]*\);.*|\1|p')
+[ "$got" = 512 ] && ok || bad "cache-curve --batch-size 512: batch '$got'"
 
 # --- a user's compute_kernels and cache_params (TorchRec's form) ----------------
 # The 40 tables as EmbeddingBagConfig with their bins, and ParameterConstraints
