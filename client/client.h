@@ -227,6 +227,23 @@ int ctl_exit_for(int err);
 int ctl_write_output(const char *path, const char *text);
 
 /*
+ * Human output (the plan's table, estimate's) for --out: ctl_text_begin()
+ * gives t->f, stdout when path is NULL, else a stream in memory that
+ * ctl_text_end() writes to path as ctl_write_output() does (whole, then
+ * renamed).  ctl_text_end() always releases the stream; given an exit code
+ * rv (a failure already printed) it writes nothing and returns rv, else it
+ * returns 0 or an exit code (the message printed).
+ */
+struct ctl_text {
+    FILE *f;
+    char *buf; /* owned by the stream until ctl_text_end() */
+    size_t len;
+    const char *path; /* borrowed */
+};
+int ctl_text_begin(struct ctl_text *t, const char *path);
+int ctl_text_end(struct ctl_text *t, int rv);
+
+/*
  * The device capacities of --mem-gb for a topology of t->ndevices devices:
  * t->mem_bytes, and with one capacity per device *caps (owned by the
  * caller, who keeps it while t is used; NULL otherwise) as

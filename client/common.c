@@ -92,6 +92,38 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
     return 0;
 }
 
+int ctl_text_begin(struct ctl_text *t, const char *path)
+{
+    memset(t, 0, sizeof(*t));
+    t->path = path;
+    t->f = path == NULL ? stdout : open_memstream(&t->buf, &t->len);
+    if (t->f == NULL)
+        return ctl_fail(1, "--out: %s", strerror(errno));
+    return 0;
+}
+
+int ctl_text_end(struct ctl_text *t, int rv)
+{
+    int err;
+
+    if (t->path == NULL)
+        return rv != 0 ? rv
+               : ferror(stdout) || fflush(stdout) != 0
+                   ? ctl_fail(1, "cannot write to stdout: %s", strerror(errno))
+                   : 0;
+    err = ferror(t->f);
+    if (fclose(t->f) != 0 || rv != 0 || err != 0 || t->buf == NULL) {
+        free(t->buf);
+        return rv != 0 ? rv : ctl_fail(1, "--out: out of memory");
+    }
+    /* ctl_write_output() ends the text with its own newline. */
+    if (t->len > 0 && t->buf[t->len - 1] == '\n')
+        t->buf[t->len - 1] = '\0';
+    rv = ctl_write_output(t->path, t->buf);
+    free(t->buf);
+    return rv;
+}
+
 int ctl_read_placement(const struct ctl_opts *o, const char *cmd,
                        const struct table *tables, size_t n, struct plan *p,
                        int32_t *ndev)

@@ -423,16 +423,20 @@ int measure_eval(const struct ctl_opts *o)
                   : ctl_fail(1, "eval: out of memory");
         free(text);
     } else {
-        printf("measured at batch %lld (%s), on %s\n",
-               (long long)topo.batch_size,
-               o->batch ? "--batch-size" : "the model's",
-               traces ? "the traces' lookups"
-                      : "lookups made from the tables' features");
-        format_plan_text(stdout, &p, tables, n, &topo);
-        rv = eval_compare(stdout, &p, tables, n, &topo, opt, cm.net);
-        rv = rv != 0               ? ctl_fail(1, "eval: out of memory")
-             : fflush(stdout) == 0 ? 0
-                                   : ctl_fail(1, "cannot write to stdout");
+        struct ctl_text out;
+
+        rv = ctl_text_begin(&out, o->out);
+        if (rv != 0)
+            goto out_plan;
+        fprintf(out.f, "measured at batch %lld (%s), on %s\n",
+                (long long)topo.batch_size,
+                o->batch ? "--batch-size" : "the model's",
+                traces ? "the traces' lookups"
+                       : "lookups made from the tables' features");
+        format_plan_text(out.f, &p, tables, n, &topo);
+        rv = eval_compare(out.f, &p, tables, n, &topo, opt, cm.net);
+        rv = ctl_text_end(&out,
+                          rv != 0 ? ctl_fail(1, "eval: out of memory") : 0);
     }
 out_plan:
     free(traces); /* shallow copies: the arrays are file's */

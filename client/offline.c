@@ -162,12 +162,15 @@ static int write_plan(const struct ctl_opts *o, const struct plan *p,
     if (o->json || o->torchrec) {
         rv = text ? ctl_write_output(o->out, text)
                   : ctl_fail(1, "plan: out of memory");
-    } else if (o->out != NULL) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or --torchrec");
     } else {
-        format_plan_spread(stdout, p, in->tables, in->n, topo, sp);
-        format_notes(stdout, &in->notes);
-        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+        struct ctl_text out;
+
+        rv = ctl_text_begin(&out, o->out);
+        if (rv == 0) {
+            format_plan_spread(out.f, p, in->tables, in->n, topo, sp);
+            format_notes(out.f, &in->notes);
+            rv = ctl_text_end(&out, 0);
+        }
     }
     free(text);
     return rv;
@@ -378,7 +381,7 @@ out_model:
 }
 
 /* Where the evaluated plan does not fit: "memory: ..." after the report. */
-static void print_fit(const struct plan *p, const struct topology *t)
+static void print_fit(FILE *f, const struct plan *p, const struct topology *t)
 {
     bool first = true;
     int32_t r;
@@ -386,11 +389,11 @@ static void print_fit(const struct plan *p, const struct topology *t)
     for (r = 0; r < p->ndevices; r++) {
         if (p->devices[r].mem_bytes <= topology_mem(t, r))
             continue;
-        printf("%s %d", first ? "memory: over capacity on device" : ",",
-               (int)r);
+        fprintf(f, "%s %d", first ? "memory: over capacity on device" : ",",
+                (int)r);
         first = false;
     }
-    printf("%s\n", first ? "memory: every device fits" : "");
+    fprintf(f, "%s\n", first ? "memory: every device fits" : "");
 }
 
 /* The topology of estimate --offline for ndev devices: capacities, batch
@@ -489,9 +492,14 @@ int offline_estimate(const struct ctl_opts *o)
                   : ctl_fail(1, "estimate: out of memory");
         free(text);
     } else {
-        format_plan_text(stdout, &p, tables, n, &topo);
-        print_fit(&p, &topo);
-        rv = fflush(stdout) == 0 ? 0 : ctl_fail(1, "cannot write to stdout");
+        struct ctl_text out;
+
+        rv = ctl_text_begin(&out, o->out);
+        if (rv == 0) {
+            format_plan_text(out.f, &p, tables, n, &topo);
+            print_fit(out.f, &p, &topo);
+            rv = ctl_text_end(&out, 0);
+        }
     }
 out_plan:
     plan_destroy(&p);

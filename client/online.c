@@ -197,9 +197,9 @@ static int reject_offline_only(const struct ctl_opts *o)
     if (names[0] == '\0')
         return 0;
     return ctl_fail(CTL_EXIT_USAGE,
-                    "plan: %s work only with --offline (the daemon plans "
+                    "plan: %s %s only with --offline (the daemon plans "
                     "with its own model and threads)",
-                    names + 2);
+                    names + 2, strchr(names + 2, ',') ? "work" : "works");
 }
 
 /* The PlanOptions of the command line; strings borrowed from o, the
@@ -250,14 +250,20 @@ static int print_plan(const struct ctl_opts *o, const struct plan *p,
     if (rv != 0)
         return rv;
     if (!o->json && !o->torchrec) {
+        struct ctl_text out;
+
         rv = wire_spread_in(spread, p->ndevices, &sp, &d);
         if (rv != 0)
             return ctl_fail(1, "plan: the response's %s", d.msg);
-        format_plan_spread(stdout, p, tables, in->n, topo,
-                           sp.members > 0 ? &sp : NULL);
+        rv = ctl_text_begin(&out, o->out);
+        if (rv == 0) {
+            format_plan_spread(out.f, p, tables, in->n, topo,
+                               sp.members > 0 ? &sp : NULL);
+            format_notes(out.f, &in->notes);
+            rv = ctl_text_end(&out, 0);
+        }
         plan_spread_free(&sp);
-        format_notes(stdout, &in->notes);
-        return online_finish_stdout();
+        return rv;
     }
     text = o->json ? plan_json(p, tables, &in->notes, topo)
                    : json_plan_torchrec_noted(p, tables, topo,
@@ -297,9 +303,6 @@ static int online_plan(struct online *on)
     if (o->json && o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --json and --torchrec "
                                         "exclude each other");
-    if (o->out != NULL && !o->json && !o->torchrec)
-        return ctl_fail(CTL_EXIT_USAGE, "plan: --out needs --json or "
-                                        "--torchrec");
     rv = asked_options(o, &pom, &pq);
     if (rv != 0)
         return rv;

@@ -144,6 +144,11 @@ grep -v '^search: \|^why: ' "$DIR/off.txt" >"$DIR/off.cut"
 grep -v '^search: \|^why: ' "$DIR/on.txt" >"$DIR/on.cut"
 cmp -s "$DIR/off.cut" "$DIR/on.cut" && ok ||
     bad "plan text differs: $(diff "$DIR/off.cut" "$DIR/on.cut" | head -5)"
+# The same text through --out (written whole, then renamed).
+# shellcheck disable=SC2086
+ctl plan $P --out "$DIR/on.out" && [ ! -e "$DIR/on.out.tmp" ] &&
+    grep -v '^search: \|^why: ' "$DIR/on.out" | cmp -s - "$DIR/on.cut" && ok ||
+    bad "plan text through --out differs: $(head -3 "$DIR/on.out")"
 grep -q '^why: device [0-9]* is the slowest; driven by table_' "$DIR/on.txt" &&
     grep -q '^search: .* greedy runs, [0-9]* column splits' "$DIR/on.txt" &&
     ok || bad "online text lacks why/search: $(tail -4 "$DIR/on.txt")"

@@ -94,6 +94,12 @@ grep -q "^why: device [0-9]* is the slowest; driven by" "$DIR/human.txt" &&
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
     --out "$DIR/o.json" && [ -s "$DIR/o.json" ] && [ ! -e "$DIR/o.json.tmp" ] &&
     ok || bad "plan --out"
+# The human table through --out: the same text, but for the search's time.
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
+    --out "$DIR/human.out" && [ ! -e "$DIR/human.out.tmp" ] &&
+    grep -v '^search: ' "$DIR/human.txt" >"$DIR/human.cut" &&
+    grep -v '^search: ' "$DIR/human.out" | cmp -s - "$DIR/human.cut" &&
+    ok || bad "plan --out (human table): $(head -3 "$DIR/human.out")"
 "$CTL" --help | grep -q "gen-tables" && ok || bad "--help"
 # A command's --help (and "help COMMAND"): that command's usage alone.
 "$CTL" eval --tables x --help >"$DIR/help.txt" &&
@@ -383,6 +389,15 @@ expect_fail 2 '--quantile: "1.5" is not a number in [0, 1]' plan --offline \
         "$DIR/ev.txt" && [ "$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%' "$DIR/ev.txt")" -eq 3 ] &&
     grep -qE '^  plan +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%$' "$DIR/ev.txt" &&
     ok || bad "eval beside the prediction: $(cat "$DIR/ev.txt" "$DIR/err")"
+# --profile picks the model as plan's does, and with it the batch; --out
+# takes the text (stdout stays empty).
+"$CTL" eval --tables "$DIR/small.json" --plan "$DIR/sp.json" --warmup 0 \
+    --repeats 1 --no-flush --profile neuroshard/V100/65536 \
+    --out "$DIR/ev.txt" >"$DIR/ev.stdout" 2>"$DIR/err" &&
+    [ ! -s "$DIR/ev.stdout" ] && [ ! -e "$DIR/ev.txt.tmp" ] &&
+    grep -q "^measured at batch 65536 (the model's)" "$DIR/ev.txt" &&
+    grep -q "^predicted (neural:neuroshard/V100/65536 model, batch 65536)" "$DIR/ev.txt" &&
+    ok || bad "eval --profile: $(cat "$DIR/ev.txt" "$DIR/err")"
 # eval --traces F: each table timed on its own lookups from a trace file
 # (by name; docs/trace-format.md), at the traces' batch; a table without a
 # trace, or a trace of another batch, is refused by name.
@@ -695,6 +710,14 @@ json_check "$DIR/def.json" 'd["cost_model"].startswith("neural:cpu/") and d["com
     "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn" --json \
     --out "$DIR/est.json" && ok || bad "estimate --offline"
 json_check "$DIR/est.json" 'abs(d["plan_cost_ms"] - json.load(open(sys.argv[1].replace("est", "ns1")))["plan_cost_ms"]) < 1e-9 and d["algorithm"] == "estimate"'
+# ... as text, to stdout or through --out: the same text.
+"$CTL" estimate --offline --tables "$DIR/k.json" --task 2 --plan \
+    "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn" >"$DIR/est.txt" &&
+    "$CTL" estimate --offline --tables "$DIR/k.json" --task 2 --plan \
+        "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn" --out "$DIR/est.out" &&
+    grep -q '^memory: every device fits' "$DIR/est.txt" &&
+    cmp -s "$DIR/est.txt" "$DIR/est.out" && ok ||
+    bad "estimate --out text: $(diff "$DIR/est.txt" "$DIR/est.out" | head -3)"
 expect_fail 2 'only with --offline' estimate --tables "$DIR/k.json" \
     --task 2 --plan "$DIR/ns1.json" --mem-gb 8 --model "$DIR/ns.sdcn"
 # comm-fit: every committed nccl-tests output within 10 % with bands.
