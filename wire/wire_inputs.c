@@ -33,8 +33,7 @@ static int trec_dtype_in(const Shardd__V1__TorchRecTable *m, size_t i,
         if (rv == SD_EUNSUPPORTED)
             return sd_diag_set(d, SD_EINVAL,
                                TREC "[%zu] \"%s\": data_type \"%s\" is not "
-                                    "planned yet: fp32 and fp16 are (other "
-                                    "precisions come with memory tiers)",
+                                    "planned yet: " TREC_DTYPES_PLANNED " are",
                                i, t->name, s);
         if (rv != 0)
             return sd_diag_set(d, SD_EINVAL,
@@ -182,6 +181,15 @@ static int trec_constraints_in(const Shardd__V1__TorchRecConstraints *c,
         tc->keys |= TREC_KEY_KEY_VALUE_PARAMS;
     if (c->use_virtual_table)
         tc->keys |= TREC_KEY_VIRTUAL_TABLE;
+    if (c->enforce_hbm)
+        tc->keys |= TREC_KEY_ENFORCE_HBM;
+    if (c->stochastic_rounding)
+        tc->keys |= TREC_KEY_STOCHASTIC_ROUNDING;
+    if (c->bounds_check_mode != NULL && c->bounds_check_mode[0] != '\0') {
+        tc->keys |= TREC_KEY_BOUNDS_CHECK;
+        snprintf(tc->bounds_check_mode, sizeof(tc->bounds_check_mode), "%s",
+                 c->bounds_check_mode);
+    }
     if (sp->nfeatures == 0)
         sp->nfeatures = (int32_t)c->n_feature_names;
     return 0;
@@ -374,6 +382,9 @@ constraints_out(struct wire_arena *a, const struct table *t,
     c->device_group = (char *)tc->device_group;
     c->has_key_value_params = (tc->keys & TREC_KEY_KEY_VALUE_PARAMS) != 0;
     c->use_virtual_table = (tc->keys & TREC_KEY_VIRTUAL_TABLE) != 0;
+    c->enforce_hbm = (tc->keys & TREC_KEY_ENFORCE_HBM) != 0;
+    c->stochastic_rounding = (tc->keys & TREC_KEY_STOCHASTIC_ROUNDING) != 0;
+    c->bounds_check_mode = (char *)tc->bounds_check_mode;
     return c;
 }
 

@@ -530,12 +530,15 @@ enum trec_kernel_bit {
  * tables_input_resolve() notes each one given.
  */
 enum trec_key {
-    TREC_KEY_DEVICE_GROUP = 1u << 0,     /* constraints.device_group */
-    TREC_KEY_OUTPUT_DTYPE = 1u << 1,     /* constraints.output_dtype */
-    TREC_KEY_KEY_VALUE_PARAMS = 1u << 2, /* constraints.key_value_params */
-    TREC_KEY_VIRTUAL_TABLE = 1u << 3,    /* use_virtual_table */
-    TREC_KEY_POST_PRUNING = 1u << 4,     /* num_embeddings_post_pruning */
-    TREC_KEY_BUCKETS = 1u << 5,          /* total_num_buckets */
+    TREC_KEY_DEVICE_GROUP = 1u << 0,        /* constraints.device_group */
+    TREC_KEY_OUTPUT_DTYPE = 1u << 1,        /* constraints.output_dtype */
+    TREC_KEY_KEY_VALUE_PARAMS = 1u << 2,    /* constraints.key_value_params */
+    TREC_KEY_VIRTUAL_TABLE = 1u << 3,       /* use_virtual_table */
+    TREC_KEY_POST_PRUNING = 1u << 4,        /* num_embeddings_post_pruning */
+    TREC_KEY_BUCKETS = 1u << 5,             /* total_num_buckets */
+    TREC_KEY_ENFORCE_HBM = 1u << 6,         /* constraints.enforce_hbm true */
+    TREC_KEY_STOCHASTIC_ROUNDING = 1u << 7, /* ... stochastic_rounding true */
+    TREC_KEY_BOUNDS_CHECK = 1u << 8,        /* ... bounds_check_mode */
 };
 
 /* A sharding type's or kernel's bit from its name ("table_wise",
@@ -556,6 +559,8 @@ void trec_kernel_names(uint32_t bits, char *buf, size_t size);
  * SD_EINVAL for anything else.
  */
 int trec_dtype_parse(const char *s, enum table_dtype *out);
+/* The precisions trec_dtype_parse() plans, for messages that refuse one. */
+#define TREC_DTYPES_PLANNED "FP32, FP16, BF16 and INT8"
 /* A dtype under TorchRec's name ("FP32", "FP16", "BF16", "INT8"). */
 const char *trec_dtype_name(enum table_dtype dt);
 
@@ -575,11 +580,12 @@ struct trec_constraints {
     int64_t batch_size;       /* batch_sizes: the one every feature has; 0
                                * not given; -1 they differ */
     bool is_weighted;
-    bool cache_params;        /* given (caching is a memory tier) */
-    double cache_load_factor; /* cache_params.load_factor; 0: not given */
-    uint32_t keys;            /* TREC_KEY_* bits of keys given */
-    char output_dtype[16];    /* as given, when not FP32 */
-    char device_group[32];    /* as given (cut to fit) */
+    bool cache_params;          /* given (caching is a memory tier) */
+    double cache_load_factor;   /* cache_params.load_factor; 0: not given */
+    uint32_t keys;              /* TREC_KEY_* bits of keys given */
+    char output_dtype[16];      /* as given, when not FP32 */
+    char device_group[32];      /* as given (cut to fit) */
+    char bounds_check_mode[32]; /* as given (cut to fit) */
 };
 
 /* Where the tables of an input came from. */

@@ -536,6 +536,13 @@ static int note_keys(struct tables_input *in, size_t i)
          "the table is planned at num_embeddings rows"},
         {TREC_KEY_BUCKETS, "total_num_buckets",
          "bucketed (ZCH) tables are not planned yet"},
+        {TREC_KEY_ENFORCE_HBM, "constraints.enforce_hbm",
+         "its memory tier follows compute_kernels ([\"fused\"] keeps it "
+         "in HBM)"},
+        {TREC_KEY_STOCHASTIC_ROUNDING, "constraints.stochastic_rounding",
+         "a training option, costed as round-to-nearest updates"},
+        {TREC_KEY_BOUNDS_CHECK, "constraints.bounds_check_mode",
+         "a training option, costed as lookups without index checks"},
     };
     const struct table *t = &in->tables[i];
     size_t k;

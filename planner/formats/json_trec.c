@@ -112,8 +112,7 @@ static int parse_dtype_pooling(const json_t *o, const char *where,
         if (rv == SD_EUNSUPPORTED)
             return sd_diag_set(d, SD_EINVAL,
                                "%s \"%s\": data_type \"%s\" is not planned "
-                               "yet: fp32 and fp16 are (other precisions "
-                               "come with memory tiers)",
+                               "yet: " TREC_DTYPES_PLANNED " are",
                                where, t->name, s);
         if (rv != 0)
             return sd_diag_set(d, SD_EINVAL,
@@ -179,8 +178,9 @@ static int parse_config(const json_t *o, size_t idx, struct table *t,
     if (t->dim % TABLE_DIM_ALIGN != 0)
         return sd_diag_set(d, SD_EINVAL,
                            "%s \"%s\": embedding_dim %d is not a multiple of "
-                           "%d",
-                           where, t->name, (int)t->dim, TABLE_DIM_ALIGN);
+                           "%d in [%d, %d]",
+                           where, t->name, (int)t->dim, TABLE_DIM_ALIGN,
+                           TABLE_DIM_MIN, TABLE_DIM_MAX);
     rv = parse_dtype_pooling(o, where, t, d);
     if (rv != 0)
         return rv;
@@ -387,6 +387,17 @@ static int parse_rest(const json_t *c, const char *where,
         tc->keys |= TREC_KEY_KEY_VALUE_PARAMS;
     if (is_true(c, "use_virtual_table"))
         tc->keys |= TREC_KEY_VIRTUAL_TABLE;
+    if (is_true(c, "enforce_hbm"))
+        tc->keys |= TREC_KEY_ENFORCE_HBM;
+    if (is_true(c, "stochastic_rounding"))
+        tc->keys |= TREC_KEY_STOCHASTIC_ROUNDING;
+    v = get(c, "bounds_check_mode");
+    if (v != NULL) {
+        s = enum_str(v);
+        tc->keys |= TREC_KEY_BOUNDS_CHECK;
+        snprintf(tc->bounds_check_mode, sizeof(tc->bounds_check_mode), "%s",
+                 s != NULL ? s : "?");
+    }
     v = get(c, "feature_names");
     if (v != NULL && (n = string_list_len(v)) < 0)
         return sd_diag_set(d, SD_EINVAL,

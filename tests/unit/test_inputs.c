@@ -295,7 +295,9 @@ static const char *trec_doc =
     " \"constraints\":{"
     "  \"t0\":{\"pooling_factors\":[12.0,3.0],\"num_poolings\":[1,2],"
     "        \"sharding_types\":[\"table_wise\",\"column_wise\"],"
-    "        \"compute_kernels\":[\"fused\",\"fused_uvm\"]},"
+    "        \"compute_kernels\":[\"fused\",\"fused_uvm\"],"
+    "        \"enforce_hbm\":true,\"stochastic_rounding\":false,"
+    "        \"bounds_check_mode\":\"BoundsCheckMode.WARNING\"},"
     "  \"t2\":{\"pooling_factors\":[5],\"sharding_types\":[\"table_wise\"],"
     "        \"compute_kernels\":[\"fused_uvm_caching\",\"magic\",\"quant\"],"
     "        \"cache_params\":{\"algorithm\":\"LRU\",\"load_factor\":0.2},"
@@ -355,6 +357,14 @@ static void test_torchrec(void)
     nt = find_kind(&in, "t2", "constraints.cache_params", NOTE_APPLIED);
     CHECK(nt != NULL && strstr(nt->text, "load factor 0.2") != NULL);
     CHECK(find_note(&in, "t2", "constraints.enforce_hbm") == NULL);
+    /* t0's training options are named, not dropped; false is absent. */
+    nt = find_kind(&in, "t0", "constraints.enforce_hbm", NOTE_NOT_APPLIED);
+    CHECK(nt != NULL && strstr(nt->text, "compute_kernels") != NULL);
+    nt =
+        find_kind(&in, "t0", "constraints.bounds_check_mode", NOTE_NOT_APPLIED);
+    CHECK(nt != NULL && strcmp(in.specs[0].c.bounds_check_mode,
+                               "BoundsCheckMode.WARNING") == 0);
+    CHECK(find_note(&in, "t0", "constraints.stochastic_rounding") == NULL);
     CHECK(find_note(&in, "t1", "bins") != NULL);
     /* t2's table_wise is applied: a constraint of table_wise only. */
     CHECK(find_note(&in, "t2", "constraints.sharding_types") == NULL);
@@ -409,13 +419,15 @@ static void test_torchrec_errors(void)
     } cases[] = {
         {"{\"tables\":[{\"name\":\"a\",\"num_embeddings\":10,"
          "\"embedding_dim\":8,\"data_type\":\"INT4\"}]}",
-         "tables[0] \"a\": data_type \"INT4\" is not planned yet"},
+         "tables[0] \"a\": data_type \"INT4\" is not planned yet: FP32, "
+         "FP16, BF16 and INT8 are"},
         {"{\"tables\":[{\"name\":\"a\",\"num_embeddings\":10,"
          "\"embedding_dim\":8,\"data_type\":\"FP64\"}]}",
          "data_type \"FP64\" is not a TorchRec DataType"},
         {"{\"tables\":[{\"name\":\"a\",\"num_embeddings\":10,"
          "\"embedding_dim\":6}]}",
-         "tables[0] \"a\": embedding_dim 6 is not a multiple of 4"},
+         "tables[0] \"a\": embedding_dim 6 is not a multiple of 4 in [4, "
+         "1024]"},
         {"{\"tables\":[{\"name\":\"a\",\"embedding_dim\":8}],"
          "\"constraints\":{}}",
          "tables[0] \"a\": num_embeddings is missing"},

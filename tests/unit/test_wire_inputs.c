@@ -110,6 +110,8 @@ static void make_trec(Shardd__V1__TorchRecTable *m,
     c->cache_params = cp;
     cp->load_factor = 0.25;
     c->device_group = str("cuda");
+    c->stochastic_rounding = true;
+    c->bounds_check_mode = str("WARNING");
 }
 
 static const struct input_note *note_on(const struct tables_input *in,
@@ -162,6 +164,11 @@ static void test_torchrec_in(void)
     CHECK(note_on(&in, "constraints.batch_sizes", NOTE_NOT_APPLIED) != NULL);
     CHECK(note_on(&in, "constraints.min_partition", NOTE_NOT_APPLIED) != NULL);
     CHECK(note_on(&in, "constraints.device_group", NOTE_NOT_APPLIED) != NULL);
+    CHECK(note_on(&in, "constraints.stochastic_rounding", NOTE_NOT_APPLIED) !=
+          NULL);
+    CHECK(note_on(&in, "constraints.bounds_check_mode", NOTE_NOT_APPLIED) !=
+          NULL);
+    CHECK(note_on(&in, "constraints.enforce_hbm", NOTE_NOT_APPLIED) == NULL);
     CHECK(note_on(&in, "bins", NOTE_ASSUMED) != NULL);
     tables_input_destroy(&in);
 }
@@ -193,7 +200,8 @@ static void test_torchrec_errors(void)
     } while (0)
     make_trec(&m, &c, &cp);
     m.data_type = str("INT4");
-    REFUSED("torchrec_tables[0] \"t0\": data_type \"INT4\" is not planned yet");
+    REFUSED("torchrec_tables[0] \"t0\": data_type \"INT4\" is not planned "
+            "yet: FP32, FP16, BF16 and INT8 are");
     m.data_type = str("FP8");
     REFUSED("data_type \"FP8\" is not a TorchRec DataType");
     m.embedding_dim = 66;
