@@ -49,10 +49,12 @@ static const char usage_text[] =
     "              [--max-tables B] [--max-gb G] [--out FILE]\n"
     "      Draw N benchmark tasks (NeuroShard protocol) from a tables file.\n"
     "  cache-curve --tables FILE [--table NAME] [--batch-size B]\n"
-    "              [--host-link-gbps G]\n"
+    "              [--host-link-gbps G] [--model FILE] [--profile NAME]\n"
     "      The miss-rate curve of a UVM cache (fused_uvm_caching) over each\n"
     "      table, modelled from its access histogram, and the host-link time\n"
-    "      its misses cost per step (docs/api.md, memory tiers).\n"
+    "      its misses cost per step (docs/api.md, memory tiers), at the\n"
+    "      batch plan uses: the model's (as plan picks it) unless\n"
+    "      --batch-size is given.\n"
     "  plan        --offline --tables FILE --devices N --mem-gb G[,G...]\n"
     "              [--tables-format auto|shardd|torchrec]\n"
     "              [--alg NAME] [--task K] [--pin TABLE=DEVICE ...]\n"
@@ -111,7 +113,8 @@ static const char usage_text[] =
     "  train       --db FILE [--profile NAME] [--epochs N] [--seed S]\n"
     "              [--weight-decay W] [--newest N] [--activate]\n"
     "              [--backend cpu|cuda] [--features v1|v2|v3|v4|LIST]\n"
-    "              [--hold-out-family NAME] [--ensemble K] [--out FILE]\n"
+    "              [--hold-out-family NAME[,NAME]] [--ensemble K] [--out "
+    "FILE]\n"
     "      Train a compute cost model on the profile's samples (the store's\n"
     "      only profile by default; --newest: its newest N), store it as a\n"
     "      new model version with its MAPE, and write the model file with\n"
@@ -125,7 +128,7 @@ static const char usage_text[] =
     "      default) weighs each table's share of the prior's pair term by\n"
     "      its lookups a bag; LIST names derived inputs (docs/models.md).\n"
     "      --hold-out-family: no\n"
-    "      shard with a table of that family is trained on; they are\n"
+    "      shard with a table of those families is trained on; they are\n"
     "      scored apart.  --ensemble K: K members (bootstraps after the\n"
     "      first) written to --out as an ensemble (plans get a spread).\n"
     "  train-policy [--db FILE [--profile NAME] [--activate]]\n"
@@ -152,7 +155,9 @@ static const char usage_text[] =
     "  estimate    --offline --tables FILE --plan FILE --mem-gb G[,G...]\n"
     "              [--devices N] [--task K] [--batch-size B]\n"
     "              [--devices-per-host L] [--optimizer NAME] [--model FILE]\n"
-    "              [--profile NAME] [--json [--out FILE]] [--svg FILE]\n"
+    "              [--profile NAME] [--host-dram-gb G] [--host-link-gbps G]\n"
+    "              [--comm-precision fp32|fp16|bf16] [--json] [--out FILE]\n"
+    "              [--svg FILE]\n"
     "      Per-device costs of a given plan (a --json plan file) by the\n"
     "      model set, in this process: its comm models too when it has them\n"
     "      for N devices, else the alpha-beta model.\n"
@@ -173,7 +178,7 @@ static const char usage_text[] =
     "              [--batch-size B] [--mem-gb G] [--devices-per-host L]\n"
     "              [--host-dram-gb G] [--host-link-gbps G]\n"
     "              [--optimizer NAME] [--seed S] [--traces F] [--json]\n"
-    "              [TIMING]\n"
+    "              [--model FILE] [--profile NAME] [--out FILE] [TIMING]\n"
     "      Measure a plan on the device: each device's shard timed in turn,\n"
     "      communication modelled; per-device figures and the plan cost.\n"
     "      Lookups from trace file F (by table name), else made from the\n"
@@ -198,7 +203,7 @@ static const char usage_text[] =
     "\n"
     "online commands (ask a running shardd):\n"
     "  plan        --tables FILE --devices N --mem-gb G [plan options as\n"
-    "              above, without --model, --no-local-search,\n"
+    "              above, without --model, --policy, --no-local-search,\n"
     "              --no-torchrec, --threads]\n"
     "      The daemon plans; the output is offline plan's, except figures\n"
     "      its API does not carry (null in --json).\n"
@@ -384,12 +389,13 @@ static const struct opt_def opt_defs[] = {
     {"threads", ARG, O(threads), CMD(GEN_TABLES) | CMD(PLAN), set_int, 1, 256},
     {"model", ARG, O(model),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(SCORE) | CMD(EVAL) | CMD(TRAIN_POLICY) |
-         CMD(PROFILE),
+         CMD(PROFILE) | CMD(CACHE_CURVE),
      set_str, 0, 0},
     {"policy", ARG, O(policy), CMD(PLAN), set_str, 0, 0},
     {"profile", ARG, O(profile),
      CMD(PLAN) | CMD(ESTIMATE) | CMD(TRAIN) | CMD(SCORE) | CMD(MODELS) |
-         CMD(RETRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY),
+         CMD(RETRAIN) | CMD(IMPORT_MODEL) | CMD(TRAIN_POLICY) |
+         CMD(CACHE_CURVE) | CMD(EVAL),
      set_str, 0, 0},
     /* Output */
     {"out", ARG, O(out),

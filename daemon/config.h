@@ -109,7 +109,7 @@
     X(PLAN_CACHE_ENTRIES, plan_cache_entries, U32, 0, 100000, "256",           \
       CONF_RELOAD, "N", "plans kept in the cache; 0: off")                     \
     X(LATENT_CACHE_ENTRIES, latent_cache_entries, U32, 0, 1u << 24, "32768",   \
-      CONF_RESTART, "N", "each model's latents kept (~360 B each); 0: off")    \
+      CONF_RESTART, "N", "each model's latents kept (~376 B each); 0: off")    \
     X(BACKEND, backend, WORD, 0, 0, "auto", CONF_RESTART, "auto|cpu|cuda",     \
       "device backend")                                                        \
     X(PROFILER, profiler, BOOL, 0, 0, "on", CONF_RELOAD, "on|off",             \

@@ -128,7 +128,7 @@ const char *conf_usage(void)
         return text;
     append(text, sizeof(text), &len,
            "usage: shardd [--config FILE] [--KEY VALUE ...] [--print-config]"
-           "\n\n"
+           "\n       shardd --version | --help\n\n"
            "The sharding planner daemon.  Settings: defaults < --config FILE\n"
            "(or SHARDD_CONFIG) < SHARDD_<KEY> variables < --key flags; a\n"
            "file key is the flag without -- and with _ for -.  See\n"
