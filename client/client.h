@@ -221,8 +221,9 @@ int ctl_exit_for(int err);
 
 /*
  * Writes text and a newline to path, or to stdout when path is NULL.  A file
- * is written to "path.tmp" and renamed, so a reader never sees half a file.
- * Returns 0 or an exit code (the message printed).
+ * is written with sd_file_write() (to "path.tmp", then renamed, so a reader
+ * never sees half a file; a device or FIFO in place).  Returns 0 or an exit
+ * code (the message printed): 2 for a path that cannot be created.
  */
 int ctl_write_output(const char *path, const char *text);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "shardd/file.h"
 
 int ctl_fail(int code, const char *fmt, ...)
 {
@@ -315,9 +316,10 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
 
 int ctl_write_output(const char *path, const char *text)
 {
-    char tmp[4096];
-    FILE *f;
-    int rv = 0;
+    size_t len = strlen(text);
+    struct sd_diag d;
+    char *buf;
+    int rv;
 
     if (path == NULL) {
         if (fputs(text, stdout) < 0 || fputc('\n', stdout) < 0 ||
@@ -325,19 +327,14 @@ int ctl_write_output(const char *path, const char *text)
             return ctl_fail(1, "cannot write to stdout: %s", strerror(errno));
         return 0;
     }
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-        return ctl_fail(CTL_EXIT_USAGE, "--out: path is too long");
-    f = fopen(tmp, "w");
-    if (f == NULL)
-        return ctl_fail(CTL_EXIT_USAGE, "--out: %s: %s", tmp, strerror(errno));
-    if (fputs(text, f) < 0 || fputc('\n', f) < 0)
-        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && rv == 0)
-        rv = ctl_fail(1, "%s: %s", tmp, strerror(errno));
-    if (rv == 0 && rename(tmp, path) != 0)
-        rv = ctl_fail(1, "--out: cannot rename %s to %s: %s", tmp, path,
-                      strerror(errno));
-    if (rv != 0)
-        unlink(tmp);
-    return rv;
+    buf = malloc(len + 1);
+    if (buf == NULL)
+        return ctl_fail(1, "--out: out of memory");
+    memcpy(buf, text, len);
+    buf[len] = '\n';
+    rv = sd_file_write(path, buf, len + 1, &d);
+    free(buf);
+    return rv == 0 ? 0
+                   : ctl_fail(rv == SD_EINVAL ? CTL_EXIT_USAGE : 1, "--out: %s",
+                              d.msg);
 }

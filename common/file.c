@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int sd_file_read(const char *path, size_t max, const char *what, void **out,
@@ -46,17 +47,40 @@ out_close:
     return rv;
 }
 
+/*
+ * A path that is there and is not a regular file (a device, a FIFO,
+ * /dev/stdout) is written in place: a rename would replace the device
+ * with a file, and such a file cannot be half written anyway.
+ */
+static int write_in_place(const char *path, const void *buf, size_t len,
+                          struct sd_diag *d)
+{
+    FILE *f = fopen(path, "wb");
+    int rv = 0;
+
+    if (f == NULL)
+        return sd_diag_set(d, SD_EINVAL, "%s: %s", path, strerror(errno));
+    if (fwrite(buf, 1, len, f) != len || fflush(f) != 0)
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+    if (fclose(f) != 0 && rv == 0)
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
+    return rv;
+}
+
 int sd_file_write(const char *path, const void *buf, size_t len,
                   struct sd_diag *d)
 {
+    struct stat st;
     char tmp[4096];
     FILE *f;
 
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return write_in_place(path, buf, len, d);
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
         return sd_diag_set(d, SD_EINVAL, "%s: path is too long", path);
     f = fopen(tmp, "wb");
     if (f == NULL)
-        return sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));
+        return sd_diag_set(d, SD_EINVAL, "%s: %s", tmp, strerror(errno));
     if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 ||
         fsync(fileno(f)) != 0) {
         int rv = sd_diag_set(d, SD_EIO, "%s: %s", tmp, strerror(errno));

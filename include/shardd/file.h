@@ -9,8 +9,11 @@
  *
  * sd_file_write: buf as path, atomically: written whole to path.tmp,
  * flushed and fsync()ed, then renamed over path, so that a crash leaves the
- * old file or the new one, never half of one.  SD_EINVAL (path too long) or
- * SD_EIO naming the file; the temporary is removed on failure.
+ * old file or the new one, never half of one.  A path that is there and is
+ * not a regular file (a device, a FIFO) is written in place.  SD_EINVAL
+ * naming the file when it cannot be created (the path is too long, its
+ * directory is missing or not writable), SD_EIO when writing it fails; the
+ * temporary is removed on failure.
  *
  * sd_file_prefix: after a parse of path's bytes failed with d set, puts
  * "path: " in front of d's message.

@@ -94,6 +94,18 @@ grep -q "^why: device [0-9]* is the slowest; driven by" "$DIR/human.txt" &&
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
     --out "$DIR/o.json" && [ -s "$DIR/o.json" ] && [ ! -e "$DIR/o.json.tmp" ] &&
     ok || bad "plan --out"
+# --out to a FIFO (or a device) writes in place: a rename would replace it
+# with a file.  A directory, or one missing, is the user's error.
+mkfifo "$DIR/fifo"
+timeout 20 cat "$DIR/fifo" >"$DIR/fifo.txt" &
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
+    --out "$DIR/fifo" && wait $! && [ -p "$DIR/fifo" ] &&
+    grep -q '"algorithm": "neuroshard"' "$DIR/fifo.txt" && ok ||
+    bad "plan --out to a FIFO: $(ls -l "$DIR/fifo")"
+expect_fail 2 "Is a directory" plan --offline --tables "$DIR/k.json" \
+    --devices 4 --mem-gb 4 --out "$DIR"
+expect_fail 2 "No such file or directory" plan --offline --tables \
+    "$DIR/k.json" --devices 4 --mem-gb 4 --json --out "$DIR/none/p.json"
 # The human table through --out: the same text, but for the search's time.
 "$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 \
     --out "$DIR/human.out" && [ ! -e "$DIR/human.out.tmp" ] &&
