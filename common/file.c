@@ -1,4 +1,5 @@
 /* Whole files in and out (include/shardd/file.h). */
+#define _XOPEN_SOURCE 700 /* realpath() */
 #include "shardd/file.h"
 
 #include <errno.h>
@@ -74,6 +75,23 @@ int sd_file_write(const char *path, const void *buf, size_t len,
     char tmp[4096];
     FILE *f;
 
+    /* A symbolic link is written through: the file it names is replaced
+     * (renamed over where that is, so the link stays), or written in place
+     * where it names no regular file (/dev/stdout, a pipe's /proc link, a
+     * dangling link, whose target is created).  A rename over the link
+     * itself would leave the target as it was and the link a file. */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+        int rv;
+
+        if (real == NULL || stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(real);
+            return write_in_place(path, buf, len, d);
+        }
+        rv = sd_file_write(real, buf, len, d);
+        free(real);
+        return rv;
+    }
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return write_in_place(path, buf, len, d);
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))

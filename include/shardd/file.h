@@ -10,7 +10,10 @@
  * sd_file_write: buf as path, atomically: written whole to path.tmp,
  * flushed and fsync()ed, then renamed over path, so that a crash leaves the
  * old file or the new one, never half of one.  A path that is there and is
- * not a regular file (a device, a FIFO) is written in place.  SD_EINVAL
+ * not a regular file (a device, a FIFO) is written in place.  A symbolic
+ * link is written through: the regular file it resolves to is replaced
+ * the same way (the link stays a link); where it resolves to no regular
+ * file (/dev/stdout, a dangling link) it is written in place.  SD_EINVAL
  * naming the file when it cannot be created (the path is too long, its
  * directory is missing or not writable), SD_EIO when writing it fails; the
  * temporary is removed on failure.
