@@ -220,6 +220,11 @@ static int find_tables(const json_t *root, size_t task_index,
                            "the document is not an object with \"tables\" "
                            "or \"tasks\"");
     tables = json_object_get(root, "tables");
+    if (tables != NULL && task_index > 0) /* else ignored: the wrong file? */
+        return sd_diag_set(d, SD_EINVAL,
+                           "task %zu requested, but the file is one task (a "
+                           "\"tables\" list; tasks files have \"tasks\")",
+                           task_index);
     if (tables == NULL) {
         tasks = json_object_get(root, "tasks");
         if (tasks == NULL)
@@ -351,6 +356,13 @@ int json_parse_tables(const char *buf, size_t len, size_t task_index,
     return rv;
 }
 
+/*
+ * The most a JSON input file may hold.  20,000 tables with their bins are
+ * about 5 MB; the cap stops a path such as /dev/zero (endless, and seekable
+ * to a size of 0) from growing the buffer until the process is killed.
+ */
+#define JSON_FILE_MAX ((size_t)256 << 20)
+
 /* Reads a whole file into a new buffer (*buf owned by the caller). */
 static int read_file(const char *path, char **buf, size_t *len,
                      struct sd_diag *d)
@@ -365,6 +377,13 @@ static int read_file(const char *path, char **buf, size_t *len,
         return sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
     for (;;) {
         if (used == cap) {
+            if (cap >= JSON_FILE_MAX) {
+                rv = sd_diag_set(d, SD_EFORMAT,
+                                 "%s: over %zu MiB: not a JSON input file "
+                                 "(20,000 tables are about 5 MB)",
+                                 path, JSON_FILE_MAX >> 20);
+                goto out_close;
+            }
             cap = cap ? 2 * cap : 1 << 16;
             nb = realloc(b, cap);
             if (nb == NULL) {
