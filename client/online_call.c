@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "online.h"
+#include "shardd/addr.h"
 
 #define DEFAULT_ADDR "127.0.0.1:7411"
 
@@ -45,15 +46,21 @@ static int read_token_file(const char *path, char *buf, size_t cap,
 int online_open(struct online *on, double default_timeout_s)
 {
     const struct ctl_opts *o = on->o;
-    const char *token = o->token;
+    const char *token = o->token, *why;
     char tokbuf[4096];
     struct sd_diag d;
     double t;
     int rv;
 
     on->addr = o->addr != NULL ? o->addr : getenv("SHARDD_ADDR");
-    if (on->addr == NULL || on->addr[0] == '\0')
-        on->addr = DEFAULT_ADDR;
+    if (o->addr == NULL && (on->addr == NULL || on->addr[0] == '\0'))
+        on->addr = DEFAULT_ADDR; /* an empty $SHARDD_ADDR is unset */
+    why = on->addr[0] == '\0' ? "is empty" : sd_addr_problem(on->addr);
+    if (why != NULL) /* gRPC would wrap port 99999 onto 34463 */
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "%s: %s \"%s\" %s (unix:PATH or HOST:PORT)", on->cmd,
+                        o->addr != NULL ? "--addr" : "$SHARDD_ADDR", on->addr,
+                        why);
     if (o->token != NULL && o->token_file != NULL)
         return ctl_fail(CTL_EXIT_USAGE,
                         "%s: --token and --token-file exclude each other",

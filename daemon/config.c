@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config_int.h"
+#include "shardd/addr.h"
 
 const struct opt conf__opts[CONF_KEY_COUNT] = {
 #define CONF_ROW(K, key, type, lo, hi, dflt, flags, meta, text)                \
@@ -269,38 +270,6 @@ static bool all_digits(const char *s)
     return true;
 }
 
-/* NULL when a is a usable listen address, else why not. */
-static const char *addr_problem(const char *a)
-{
-    const char *colon, *port;
-    size_t hostlen;
-
-    if (strncmp(a, "unix:", 5) == 0) {
-        if (a[5] == '\0')
-            return "the socket path is empty";
-        if (strlen(a + 5) > SUN_PATH_LIMIT)
-            return "the socket path is longer than 107 bytes";
-        return NULL;
-    }
-    if (strpbrk(a, " \t") != NULL)
-        return "contains white space";
-    colon = strrchr(a, ':');
-    if (colon == NULL)
-        return "is neither unix:PATH nor HOST:PORT";
-    hostlen = (size_t)(colon - a);
-    port = colon + 1;
-    if (hostlen == 0)
-        return "has no host (0.0.0.0:PORT or [::]:PORT means every "
-               "interface)";
-    if (a[0] == '[' ? a[hostlen - 1] != ']' || hostlen < 3
-                    : memchr(a, ':', hostlen) != NULL)
-        return "an IPv6 host needs brackets, e.g. [::1]:7411";
-    if (!all_digits(port) || strlen(port) > 5 ||
-        strtoul(port, NULL, 10) > 65535)
-        return "the port is not an integer in [0, 65535]";
-    return NULL;
-}
-
 /* Appends the comma-separated addresses in v to c->listen. */
 static int listen_add(struct sd_config *c, const char *label, const char *v,
                       struct sd_diag *d)
@@ -325,7 +294,7 @@ static int listen_add(struct sd_config *c, const char *label, const char *v,
         a = dup_n(p, n);
         if (a == NULL)
             return sd_diag_set(d, SD_ENOMEM, "%s: out of memory", label);
-        why = addr_problem(a);
+        why = sd_addr_problem(a);
         for (i = 0; why == NULL && i < c->nlisten; i++)
             if (strcmp(c->listen[i], a) == 0)
                 why = "is listed twice";

@@ -14,7 +14,6 @@
 #include "config.h"
 
 #define PATH_LIMIT      4096 /* longest path accepted (Linux PATH_MAX) */
-#define SUN_PATH_LIMIT  107  /* longest unix socket path (sun_path - 1) */
 #define TOKEN_LIMIT     4096 /* bytes read from admin_token_file */
 #define LABEL_SIZE      320  /* "FILE:LINE: key"; longer paths are cut */
 #define KEY_NAME_MAX    40   /* longest key, with room */
