@@ -277,8 +277,21 @@ struct ctl_model {
     const struct net_ensemble *ens;
     struct net_ensemble *owned;
 };
+/* What train and train-policy say of a store with nothing to learn from,
+ * and after "no database at PATH" (they add to a store, never make one). */
+#define CTL_NO_PROFILE                                                         \
+    "the store has no profile yet: measure samples into it first "             \
+    "(shardctl profile --db FILE)"
+#define CTL_NO_STORE " (--db names a store that shardctl profile made)"
+
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    struct ctl_model *cm);
+/* ctl_load_model() for the commands whose --profile says what hardware the
+ * costs are for (plan, estimate, eval, cache-curve): a model of another
+ * profile would answer for the wrong machine, so that is exit 2 naming
+ * --profile (a name of no compiled-in model is not the embedded one's). */
+int ctl_load_model_for_profile(const struct ctl_opts *o, const char *cmd,
+                               struct ctl_model *cm);
 void ctl_model_free(struct ctl_model *cm);
 
 /* Set by ctl_catch_stop_signals()' handler on Ctrl-C or SIGTERM: long

@@ -93,6 +93,19 @@ int ctl_load_model(const struct ctl_opts *o, const char *cmd,
     return 0;
 }
 
+int ctl_load_model_for_profile(const struct ctl_opts *o, const char *cmd,
+                               struct ctl_model *cm)
+{
+    struct sd_diag d = {{0}};
+    int rv = ctl_load_model(o, cmd, cm);
+
+    if (rv != 0 || o->profile == NULL ||
+        net_check_profile(cm->net, o->profile, &d) == 0)
+        return rv;
+    ctl_model_free(cm);
+    return ctl_fail(CTL_EXIT_USAGE, "%s: --profile: %s", cmd, d.msg);
+}
+
 int ctl_text_begin(struct ctl_text *t, const char *path)
 {
     memset(t, 0, sizeof(*t));

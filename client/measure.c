@@ -366,7 +366,7 @@ static int eval_model(const struct ctl_opts *o, const struct kern_backend *be,
         prof_profile_name(be, 0, pp.batch_size, name, sizeof(name), &d) == 0 &&
         net_compiled(name, NULL) != NULL)
         eo.profile = name;
-    return ctl_load_model(&eo, "eval", cm);
+    return ctl_load_model_for_profile(&eo, "eval", cm);
 }
 
 int measure_eval(const struct ctl_opts *o)

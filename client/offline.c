@@ -273,16 +273,10 @@ int offline_plan(const struct ctl_opts *o)
     rv = plan_opts(o, &po);
     if (rv != 0)
         return rv;
-    rv = ctl_load_model(o, "plan", &cm);
+    rv = ctl_load_model_for_profile(o, "plan", &cm);
     if (rv != 0)
         return rv;
     net = cm.net;
-    /* --profile: the plan must be for that hardware; a model of another
-     * profile would answer for the wrong machine. */
-    if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "plan: --profile: %s", d.msg);
-        goto out_model;
-    }
     po.net = net;
     net_cost_model_init(&ncm, net);
     scorer = &ncm.cm;
@@ -442,14 +436,10 @@ int offline_estimate(const struct ctl_opts *o)
                         "estimate: --optimizer \"%s\" is unknown (sgd, "
                         "adagrad, rowwise_adagrad, adam)",
                         o->optimizer);
-    rv = ctl_load_model(o, "estimate", &cm);
+    rv = ctl_load_model_for_profile(o, "estimate", &cm);
     if (rv != 0)
         return rv;
     net = cm.net;
-    if (o->profile != NULL && net_check_profile(net, o->profile, &d) != 0) {
-        rv = ctl_fail(CTL_EXIT_USAGE, "estimate: --profile: %s", d.msg);
-        goto out_model;
-    }
     rv = json_read_tables(o->tables, (size_t)o->task, &tables, &n, &d);
     if (rv != 0) {
         rv = ctl_fail(ctl_exit_for(rv), "estimate: %s", d.msg);

@@ -48,7 +48,7 @@ int tiers_cache_curve(const struct ctl_opts *o)
 
     if (o->tables == NULL)
         return ctl_fail(CTL_EXIT_USAGE, "cache-curve: --tables is required");
-    rv = ctl_load_model(o, "cache-curve", &cm);
+    rv = ctl_load_model_for_profile(o, "cache-curve", &cm);
     if (rv != 0)
         return rv;
     topology_default(&t, 1, 1);
