@@ -51,10 +51,12 @@ static int pick_profile(struct store *st, const char *cmd, const char *name,
     rv = store_profile_list(st, &all, &n, &d);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
-    if (n == 1) {
-        *out = all[0];
+    if (n <= 1) {
+        if (n == 1)
+            *out = all[0];
         free(all);
-        return 0;
+        return n == 1 ? 0
+                      : ctl_fail(CTL_EXIT_USAGE, "%s: %s", cmd, CTL_NO_PROFILE);
     }
     fprintf(stderr,
             "shardctl: %s: the store has %zu profiles; name one "
@@ -624,9 +626,10 @@ int measure_train(const struct ctl_opts *o)
                             be->name, d.msg);
         on_device = true;
     }
-    rv = store_open(o->db, 0, &st, &d);
+    rv = store_open(o->db, STORE_OPEN_EXISTING, &st, &d);
     if (rv != 0)
-        rv = ctl_fail(ctl_exit_for(rv), "train: %s", d.msg);
+        rv = ctl_fail(ctl_exit_for(rv), "train: %s%s", d.msg,
+                      rv == SD_ENOENT ? CTL_NO_STORE : "");
     else
         rv = train_on(o, st, on_device ? &pg.hook : NULL,
                       on_device ? pg.name : "cblas");

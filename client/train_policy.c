@@ -100,6 +100,8 @@ static int pick_profile(struct store *st, const char *name,
     free(all);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "train-policy: %s", d.msg);
+    if (n == 0)
+        return ctl_fail(CTL_EXIT_USAGE, "train-policy: %s", CTL_NO_PROFILE);
     if (n != 1)
         return ctl_fail(CTL_EXIT_USAGE,
                         "train-policy: the store has %zu profiles; name one "
@@ -125,9 +127,10 @@ static int pick_model(const struct ctl_opts *o, struct tp_run *r)
         return ctl_fail(CTL_EXIT_USAGE,
                         "train-policy: --model is for training without "
                         "--db (a stored policy is bound to a stored model)");
-    rv = store_open(o->db, 0, &r->st, &d);
+    rv = store_open(o->db, STORE_OPEN_EXISTING, &r->st, &d);
     if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "train-policy: %s", d.msg);
+        return ctl_fail(ctl_exit_for(rv), "train-policy: %s%s", d.msg,
+                        rv == SD_ENOENT ? CTL_NO_STORE : "");
     rv = pick_profile(r->st, o->profile, &r->prof);
     if (rv != 0)
         return rv;

@@ -556,7 +556,8 @@ int store_open(const char *path, unsigned flags, struct store **out,
         return sd_diag_set(d, SD_EINVAL, "store: path is empty");
     if (out == NULL)
         return sd_diag_set(d, SD_EINVAL, "store: out is NULL");
-    if ((flags & ~(unsigned)(STORE_OPEN_READONLY | STORE_OPEN_DURABLE)) != 0)
+    if ((flags & ~(unsigned)(STORE_OPEN_READONLY | STORE_OPEN_DURABLE |
+                             STORE_OPEN_EXISTING)) != 0)
         return sd_diag_set(d, SD_EINVAL, "store: unknown open flags %#x",
                            flags);
     memory = strcmp(path, ":memory:") == 0;
@@ -568,7 +569,7 @@ int store_open(const char *path, unsigned flags, struct store **out,
         rv = inspect_file(path, &exists, d);
         if (rv != 0)
             return rv;
-        if (!exists && (flags & STORE_OPEN_READONLY))
+        if (!exists && (flags & (STORE_OPEN_READONLY | STORE_OPEN_EXISTING)))
             return sd_diag_set(d, SD_ENOENT, "store: no database at %s", path);
         /* A log without its database would be replayed into a new one. */
         if (!exists && wal_bytes > 0)

@@ -90,6 +90,10 @@ enum store_open_flags {
     STORE_OPEN_READONLY = 1 << 0,
     /* synchronous=FULL: commits survive power loss too, at an fsync each. */
     STORE_OPEN_DURABLE = 1 << 1,
+    /* Read-write, but creates no store: for tools that only add to one
+     * (train, train-policy), so that a mistyped path is an error, not a
+     * new empty file. */
+    STORE_OPEN_EXISTING = 1 << 2,
 };
 
 /*
@@ -113,7 +117,8 @@ enum store_open_flags {
  *  - SD_EFORMAT: not a regular file, not a SQLite database, or a SQLite
  *    database that is not shardd's (another application_id, or none and no
  *    schema version, even an empty one); d says which;
- *  - SD_ENOENT: STORE_OPEN_READONLY and no database at path;
+ *  - SD_ENOENT: STORE_OPEN_READONLY or STORE_OPEN_EXISTING and no database
+ *    at path;
  *  - SD_ESTORE: cannot open, create or migrate (d has the reason);
  *  - SD_ESTATE: a read-only open of an older schema ("open it read-write
  *    once to migrate it"): a read-write open migrates it;

@@ -227,6 +227,17 @@ static void test_open(void)
     st = NULL;
     CHECK(store_open(path, STORE_OPEN_READONLY, &st, &d) == SD_ENOENT &&
           st == NULL && !exists(""));
+    /* Read-write without creating: the same refusal, then a store made
+     * the ordinary way opens. */
+    CHECK(store_open(path, STORE_OPEN_EXISTING, &st, &d) == SD_ENOENT &&
+          st == NULL && !exists("") && strstr(d.msg, "no database") != NULL);
+    CHECK(store_open(path, 0, &st, &d) == 0);
+    store_close(st);
+    st = NULL;
+    CHECK(store_open(path, STORE_OPEN_EXISTING, &st, &d) == 0 && st != NULL);
+    CHECK(make_profile(st, "cpu/test/4096") > 0);
+    store_close(st);
+    st = NULL;
     CHECK(store_open("", 0, &st, &d) == SD_EINVAL && st == NULL);
     CHECK(store_open(path, 0x100, &st, &d) == SD_EINVAL && st == NULL);
     teardown();
