@@ -286,12 +286,21 @@ static int check_rows(const struct plan *p, size_t a, size_t b, size_t *end,
                              "differ in width (%d and %d)",
                              c->what, t->name, (int)off, (int)first->col_width,
                              (int)s->col_width);
-        else if (s->row_offset != next)
+        else if (s->row_offset != next) /* a gap before it, or an overlap */
             rv = sd_diag_set(
                 c->d, SD_EINVAL,
                 "%s: table \"%s\": rows [%lld, %lld) at column %d %s", c->what,
-                t->name, (long long)next, (long long)s->row_offset, (int)off,
+                t->name,
+                (long long)(s->row_offset > next ? next : s->row_offset),
+                (long long)(s->row_offset > next ? s->row_offset : next),
+                (int)off,
                 s->row_offset > next ? "are not placed" : "are placed twice");
+        else if (s->row_offset >= t->rows)
+            rv = sd_diag_set(c->d, SD_EINVAL,
+                             "%s: table \"%s\": a row block at row %lld, "
+                             "past its %lld rows",
+                             c->what, t->name, (long long)s->row_offset,
+                             (long long)t->rows);
         else if (rows <= 0 || rows > t->rows - s->row_offset)
             rv = sd_diag_set(c->d, SD_EINVAL,
                              "%s: table \"%s\": rows from %lld (%lld of "
@@ -359,7 +368,9 @@ static int check_table(struct plan *p, size_t a, size_t b,
         if (s->col_offset != next)
             return sd_diag_set(
                 c->d, SD_EINVAL, "%s: table \"%s\": columns [%d, %d) %s",
-                c->what, t->name, (int)next, (int)s->col_offset,
+                c->what, t->name,
+                (int)(s->col_offset > next ? next : s->col_offset),
+                (int)(s->col_offset > next ? s->col_offset : next),
                 s->col_offset > next ? "are not placed" : "are placed twice");
         rv = check_rows(p, k, b, &end, c);
         if (rv != 0)
