@@ -102,6 +102,21 @@ timeout 20 cat "$DIR/fifo" >"$DIR/fifo.txt" &
     --out "$DIR/fifo" && wait $! && [ -p "$DIR/fifo" ] &&
     grep -q '"algorithm": "neuroshard"' "$DIR/fifo.txt" && ok ||
     bad "plan --out to a FIFO: $(ls -l "$DIR/fifo")"
+# A symbolic link is written through: its file replaced, the link kept;
+# /dev/stdout (a link to the process's fd) lands in the shell's redirect.
+echo old >"$DIR/target.json"
+ln -s "$DIR/target.json" "$DIR/link.json"
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
+    --out "$DIR/link.json" && [ -L "$DIR/link.json" ] &&
+    grep -q '"algorithm": "neuroshard"' "$DIR/target.json" && ok ||
+    bad "plan --out to a symlink: $(ls -l "$DIR/link.json")"
+"$CTL" plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 4 --json \
+    --out /dev/stdout >"$DIR/stdout.json" &&
+    grep -q '"algorithm": "neuroshard"' "$DIR/stdout.json" && ok ||
+    bad "plan --out /dev/stdout into a file"
+# An endless input is refused at a size, not read until memory runs out.
+expect_fail 2 "over 256 MiB: not a JSON input file" plan --offline \
+    --tables /dev/zero --devices 4 --mem-gb 4
 expect_fail 2 "Is a directory" plan --offline --tables "$DIR/k.json" \
     --devices 4 --mem-gb 4 --out "$DIR"
 expect_fail 2 "No such file or directory" plan --offline --tables \
@@ -643,6 +658,9 @@ expect_fail 2 'No such file' plan --offline --tables "$DIR/missing.json" \
     --devices 2 --mem-gb 1
 expect_fail 2 'task 9 requested' plan --offline --tables "$DIR/k.json" \
     --task 9 --devices 2 --mem-gb 8
+# --task on a tables file (one task) was ignored: the wrong file, likely.
+expect_fail 2 'task 1 requested, but the file is one task' plan --offline \
+    --tables "$DIR/t.json" --task 1 --devices 2 --mem-gb 8
 # --- constraints: pins and devices of different capacities ------------------
 # Task 2 on 4 devices: its first two tables pinned to device 3, capacities
 # 8, 8, 2 and 4 GiB; every algorithm keeps both.
@@ -747,5 +765,26 @@ expect_fail 2 'unknown option "--bogus"' plan --bogus
 expect_fail 2 'unknown command' frobnicate
 expect_fail 2 '--count' gen-tables --count 0
 expect_fail 2 'required' gen-tasks --count 2
+# --profile names the hardware the costs are for: every command that prices
+# refuses a profile no model it has is for (eval and cache-curve took the
+# embedded model's silently).
+for cmd in "plan --offline --devices 4 --mem-gb 4" "cache-curve" \
+    "eval --plan $DIR/o.json --backend cpu"; do
+    # shellcheck disable=SC2086 # the command's words
+    expect_fail 2 'not "nosuch"' $cmd --tables "$DIR/k.json" --profile nosuch
+done
+# train and train-policy add to a store that profile made: a mistyped --db
+# is refused and left uncreated (it was made empty, then refused).
+expect_fail 2 'no database at' train --db "$DIR/typo.db" --epochs 1
+expect_fail 2 'no database at' train-policy --db "$DIR/typo.db"
+[ ! -e "$DIR/typo.db" ] && ok || bad "train --db made a store at a typo"
+# A daemon address is checked before any call: a port past 65535 would be
+# wrapped by gRPC onto another port (99999 onto 34463), an empty one is not
+# the default.
+expect_fail 2 '--addr "127.0.0.1:99999" the port is not an integer in [0, 65535]' \
+    status --addr 127.0.0.1:99999
+expect_fail 2 '--addr "" is empty' status --addr ''
+SHARDD_ADDR='host:70000' expect_fail 2 '$SHARDD_ADDR "host:70000" the port' \
+    health
 
 finish
