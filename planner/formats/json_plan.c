@@ -19,6 +19,7 @@
 #include "formats/formats.h"
 #include "formats/formats_int.h"
 #include "problem/problem.h"
+#include "shardd/utf8.h"
 
 #define JW_INDENT 2
 #define JW_DEPTH  8 /* the plan nests 5 deep */
@@ -98,42 +99,6 @@ static void jw_close(struct jw *w, char c)
     jw_put(w, &c, 1);
 }
 
-/* Whether s is UTF-8 as json_string() takes it: no overlong forms, no
- * surrogates, nothing above U+10FFFF. */
-static bool utf8_ok(const unsigned char *s)
-{
-    while (*s) {
-        unsigned char c = *s++;
-        uint32_t cp;
-        int more, i;
-
-        if (c < 0x80)
-            continue;
-        if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        for (i = 0; i < more; i++) {
-            if ((s[i] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i] & 0x3F);
-        }
-        s += more;
-        if ((more == 2 && cp < 0x800) || (more == 3 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-    }
-    return true;
-}
-
 /* A string, escaped as jansson does: these as two characters, the other
  * control characters as \u00XX. */
 static const char *const short_esc[] = {
@@ -145,7 +110,7 @@ static void jw_string(struct jw *w, const char *s)
 {
     const char *run = s;
 
-    if (!utf8_ok((const unsigned char *)s)) {
+    if (!sd_utf8_valid(s)) {
         w->bad = true;
         return;
     }

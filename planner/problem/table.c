@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "problem/problem.h"
+#include "shardd/utf8.h"
 
 static const char *const dtype_names[TABLE_DTYPE_COUNT] = {
     [TABLE_DTYPE_FP32] = "fp32",
@@ -105,6 +106,16 @@ int table_validate(const struct table *t, size_t idx, struct sd_diag *d)
 
     if (t->name[0] == '\0')
         return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is empty", idx);
+    /* Names go into JSON, the human table and log lines: a control
+     * character would break the lines, bytes that are not UTF-8 the JSON. */
+    if (!sd_utf8_valid(t->name))
+        return sd_diag_set(d, SD_EINVAL, "tables[%zu]: name is not UTF-8", idx);
+    for (k = 0; t->name[k] != '\0'; k++)
+        if ((unsigned char)t->name[k] < 0x20 || t->name[k] == 0x7f)
+            return sd_diag_set(d, SD_EINVAL,
+                               "tables[%zu]: name has a control character "
+                               "(byte 0x%02x at %d)",
+                               idx, (unsigned char)t->name[k], k);
     if (t->rows < 1 || t->rows > TABLE_ROWS_MAX)
         return sd_diag_set(
             d, SD_EINVAL, "tables[%zu] \"%s\": rows %lld is not in [1, %lld]",

@@ -46,6 +46,21 @@ static void test_invalid(void)
     make(&t, "bad", -5, 64, 1);
     CHECK(table_validate(&t, 0, &d) == SD_EINVAL);
 
+    /* Names: UTF-8 without control characters (they break the human
+     * table's lines and the JSON); UTF-8 letters are fine. */
+    make(&t, "a\nb", 10, 8, 1);
+    CHECK(table_validate(&t, 2, &d) == SD_EINVAL &&
+          strstr(d.msg, "tables[2]: name has a control character (byte 0x0a "
+                        "at 1)"));
+    make(&t, "a\x7f", 10, 8, 1);
+    CHECK(table_validate(&t, 0, &d) == SD_EINVAL &&
+          strstr(d.msg, "control character (byte 0x7f"));
+    make(&t, "\xff\xfe", 10, 8, 1);
+    CHECK(table_validate(&t, 0, &d) == SD_EINVAL &&
+          strstr(d.msg, "name is not UTF-8"));
+    make(&t, "\xc3\xa9t\xc3\xa9", 10, 8, 1);
+    CHECK(table_validate(&t, 0, &d) == 0);
+
     make(&t, "bad", 10, 30, 1);
     CHECK(table_validate(&t, 0, &d) == SD_EINVAL && strstr(d.msg, "dim 30"));
     make(&t, "bad", 10, 0, 1);
