@@ -205,8 +205,9 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o);
 /* Writes shardctl --help's text to f. */
 void ctl_usage(FILE *f);
 /* Writes the usage of one command (its lines of shardctl --help) to f, or
- * all of it where cmd is NULL or no command of that name. */
-void ctl_usage_of(FILE *f, const char *cmd);
+ * all of it where cmd is NULL, and returns 0; a cmd of no command is exit 2
+ * (the message printed). */
+int ctl_usage_of(FILE *f, const char *cmd);
 
 /* ------------------------------------------------------------------------ */
 /* What every command shares (common.c)                                      */
@@ -226,6 +227,8 @@ int ctl_exit_for(int err);
  * code (the message printed): 2 for a path that cannot be created.
  */
 int ctl_write_output(const char *path, const char *text);
+/* The same for the file of another option (--svg): errors name opt. */
+int ctl_write_file(const char *opt, const char *path, const char *text);
 
 /*
  * Human output (the plan's table, estimate's) for --out: ctl_text_begin()

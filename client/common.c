@@ -329,6 +329,11 @@ int ctl_pins(const struct ctl_opts *o, const char *cmd,
 
 int ctl_write_output(const char *path, const char *text)
 {
+    return ctl_write_file("--out", path, text);
+}
+
+int ctl_write_file(const char *opt, const char *path, const char *text)
+{
     size_t len = strlen(text);
     struct sd_diag d;
     char *buf;
@@ -342,12 +347,12 @@ int ctl_write_output(const char *path, const char *text)
     }
     buf = malloc(len + 1);
     if (buf == NULL)
-        return ctl_fail(1, "--out: out of memory");
+        return ctl_fail(1, "%s: out of memory", opt);
     memcpy(buf, text, len);
     buf[len] = '\n';
     rv = sd_file_write(path, buf, len + 1, &d);
     free(buf);
     return rv == 0 ? 0
-                   : ctl_fail(rv == SD_EINVAL ? CTL_EXIT_USAGE : 1, "--out: %s",
-                              d.msg);
+                   : ctl_fail(rv == SD_EINVAL ? CTL_EXIT_USAGE : 1, "%s: %s",
+                              opt, d.msg);
 }

@@ -242,7 +242,7 @@ void ctl_usage(FILE *f)
     fputs(usage_text, f);
 }
 
-void ctl_usage_of(FILE *f, const char *cmd)
+int ctl_usage_of(FILE *f, const char *cmd)
 {
     const char *p = usage_text, *end;
     size_t len = cmd != NULL ? strlen(cmd) : 0;
@@ -254,10 +254,14 @@ void ctl_usage_of(FILE *f, const char *cmd)
         if (strncmp(p, cmd, len) == 0 && p[len] == ' ')
             break;
     }
-    if (len == 0 || p == NULL) {
+    if (len == 0) {
         ctl_usage(f);
-        return;
+        return 0;
     }
+    if (p == NULL)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "help: unknown command \"%s\" (see shardctl --help)",
+                        cmd);
     for (end = strchr(p, '\n'); end != NULL && strncmp(end, "\n   ", 4) == 0;
          end = strchr(end + 1, '\n'))
         ;
@@ -266,6 +270,7 @@ void ctl_usage_of(FILE *f, const char *cmd)
     fputs("(shardctl --help: every command, the options' meanings and the "
           "exit status)\n",
           f);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -519,8 +524,9 @@ static int set_real(const struct opt_def *def, const char *arg, void *field,
     if (errno != 0 || end == arg || *end != '\0' || !isfinite(x) ||
         x < def->min || x > def->max)
         return def->min > 0 ? ctl_fail(CTL_EXIT_USAGE,
-                                       "--%s: \"%s\" is not a positive number",
-                                       def->name, arg)
+                                       "--%s: \"%s\" is not a positive number "
+                                       "up to %g",
+                                       def->name, arg, def->max)
                             : ctl_fail(CTL_EXIT_USAGE,
                                        "--%s: \"%s\" is not a number in "
                                        "[%g, %g]",

@@ -72,9 +72,7 @@ int main(int argc, char **argv)
     rv = ctl_opts_parse(argc, argv, &o);
     if (rv != 0)
         return rv;
-    if (o.help) {
-        ctl_usage_of(stdout, o.help_on);
-        return 0;
-    }
+    if (o.help)
+        return ctl_usage_of(stdout, o.help_on);
     return commands[o.cmd](&o);
 }

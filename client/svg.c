@@ -244,7 +244,7 @@ int ctl_write_svg(const struct ctl_opts *o, const char *cmd,
     text = svg_plan(p, topo);
     if (text == NULL)
         return ctl_fail(1, "%s: out of memory", cmd);
-    rv = ctl_write_output(o->svg, text);
+    rv = ctl_write_file("--svg", o->svg, text);
     free(text);
     return rv;
 }
