@@ -43,7 +43,7 @@ int tiers_cache_curve(const struct ctl_opts *o)
     struct topology t;
     struct ctl_model cm;
     struct sd_diag d = {0};
-    size_t i, shown = 0;
+    size_t i;
     int rv;
 
     if (o->tables == NULL)
@@ -63,19 +63,21 @@ int tiers_cache_curve(const struct ctl_opts *o)
         rv = ctl_fail(ctl_exit_for(rv), "cache-curve: %s", d.msg);
         goto out_tables;
     }
+    for (i = 0; o->table != NULL && i < in.n; i++)
+        if (strcmp(o->table, in.tables[i].name) == 0)
+            break;
+    if (o->table != NULL && i == in.n) { /* before any output */
+        rv = ctl_fail(CTL_EXIT_USAGE, "cache-curve: no table is called \"%s\"",
+                      o->table);
+        goto out_tables;
+    }
     printf("miss rates modelled from each table's access histogram: the "
            "hottest rows cached, one batch's histogram as the steady state; "
            "misses read over the host link at %.1f GiB/s (modelled)\n\n",
            topology_host_link_bw(&t) * 1000.0 / (double)(1ull << 30));
-    for (i = 0; i < in.n; i++) {
-        if (o->table != NULL && strcmp(o->table, in.tables[i].name) != 0)
-            continue;
-        print_curve(&in.tables[i], &t);
-        shown++;
-    }
-    if (shown == 0)
-        rv = ctl_fail(CTL_EXIT_USAGE, "cache-curve: no table is called \"%s\"",
-                      o->table);
+    for (i = 0; i < in.n; i++)
+        if (o->table == NULL || strcmp(o->table, in.tables[i].name) == 0)
+            print_curve(&in.tables[i], &t);
 out_tables:
     tables_input_destroy(&in);
     return rv;
