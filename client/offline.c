@@ -1,9 +1,9 @@
 /*
  * shardctl's offline commands (client.h): the planning library in this
  * process, no daemon needed.
- *   shardctl gen-tables --count N --seed S [--family NAME|mix]
+ *   shardctl gen-tables --count N [--seed S] [--family NAME|mix]
  *                       [--traces F] [--out F]
- *   shardctl gen-tasks  --count N --seed S --tables F [--out F]
+ *   shardctl gen-tasks  --count N [--seed S] --tables F [--out F]
  *   shardctl features   --trace FILE|DIR [--batch-size B] [--dim D]
  *   shardctl plan --offline --tables F --devices N --mem-gb G [--alg NAME]
  *                 [--model F] [--policy F] [--json | --torchrec]
