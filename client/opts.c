@@ -717,5 +717,9 @@ int ctl_opts_parse(int argc, char **argv, struct ctl_opts *o)
     /* getopt_long ends early only at "--", which shardctl never took. */
     if (optind != at)
         return unknown_option(argv[at]);
+    if (o->out != NULL && o->svg != NULL && strcmp(o->out, o->svg) == 0)
+        return ctl_fail(CTL_EXIT_USAGE,
+                        "--svg: \"%s\" is --out's file too: give each its own",
+                        o->svg);
     return check_command(o, seen);
 }

@@ -765,6 +765,8 @@ expect_fail 2 'help: unknown command "nosuch"' help nosuch
 expect_fail 2 '"1e300" is not a positive number up to 1e+09' plan --offline \
     --tables "$DIR/k.json" --devices 4 --mem-gb 4 --host-link-gbps 1e300
 expect_fail 2 'help: unknown command "nosuch"' nosuch --help
+expect_fail 2 'is --out'"'"'s file too' plan --offline --tables "$DIR/k.json" \
+    --devices 4 --mem-gb 4 --out "$DIR/same" --svg "$DIR/same"
 # --svg's errors name --svg (they said --out).
 expect_fail 2 '--svg: ' plan --offline --tables "$DIR/k.json" --devices 4 \
     --mem-gb 4 --json --out "$DIR/svgtest.json" --svg "$DIR"
