@@ -51,12 +51,14 @@ static int pick_profile(struct store *st, const char *cmd, const char *name,
     rv = store_profile_list(st, &all, &n, &d);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
-    if (n <= 1) {
-        if (n == 1)
-            *out = all[0];
+    if (n == 0) {
         free(all);
-        return n == 1 ? 0
-                      : ctl_fail(CTL_EXIT_USAGE, "%s: %s", cmd, CTL_NO_PROFILE);
+        return ctl_fail(CTL_EXIT_USAGE, "%s: %s", cmd, CTL_NO_PROFILE);
+    }
+    if (n == 1) {
+        *out = all[0];
+        free(all);
+        return 0;
     }
     fprintf(stderr,
             "shardctl: %s: the store has %zu profiles; name one "
