@@ -13,46 +13,21 @@
 #include <string.h>
 
 #include "client.h"
+#include "shardd/file.h"
 #include "store.h"
 
 #define TEXT_MAX ((size_t)64 << 20) /* an nccl-tests output, a notice */
 
 /* A whole text file into a new NUL-terminated buffer (*len bytes). */
-static int read_text(const char *path, size_t max, char **out, size_t *len,
-                     struct sd_diag *d)
+static int read_text(const char *path, size_t max, const char *what, char **out,
+                     size_t *len, struct sd_diag *d)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
+    void *buf = NULL;
+    int rv;
 
-    if (f == NULL)
-        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
-                           path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-    }
-    if ((size_t)n > max) {
-        fclose(f);
-        return sd_diag_set(d, SD_EINVAL, "%s: %ld bytes, at most %zu", path, n,
-                           max);
-    }
-    buf = malloc((size_t)n + 1);
-    if (buf == NULL) {
-        fclose(f);
-        return SD_ENOMEM;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        return sd_diag_set(d, SD_EIO, "%s: short read", path);
-    }
-    fclose(f);
-    buf[n] = '\0';
+    rv = sd_file_read(path, max, what, &buf, len, d);
     *out = buf;
-    *len = (size_t)n;
-    return 0;
+    return rv;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -193,7 +168,8 @@ int import_model(const struct ctl_opts *o)
                         "batch: give --batch-size",
                         o->profile);
     if (o->notice != NULL) {
-        rv = read_text(o->notice, NET_NOTICE_MAX - 1, &notice, &len, &d);
+        rv = read_text(o->notice, NET_NOTICE_MAX - 1, "a notice", &notice, &len,
+                       &d);
         if (rv != 0)
             return ctl_fail(ctl_exit_for(rv), "import-model: --notice: %s",
                             d.msg);
@@ -279,7 +255,8 @@ int import_comm_fit(const struct ctl_opts *o)
                         o->collective);
     memset(runs, 0, sizeof(runs));
     for (k = 0; k < nfiles && rv == 0; k++) {
-        rv = read_text(names[k], TEXT_MAX, &text, &len, &d);
+        rv = read_text(names[k], TEXT_MAX, "an nccl-tests output", &text, &len,
+                       &d);
         if (rv == 0)
             rv = nccl_parse(text, len,
                             o->collective ? nccl_coll_name(coll) : names[k],

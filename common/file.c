@@ -9,41 +9,68 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* "256 MiB" for a cap of whole MiB, "1023 bytes" otherwise. */
+static void cap_text(size_t max, char *buf, size_t cap)
+{
+    if (max >= ((size_t)1 << 20) && max % ((size_t)1 << 20) == 0)
+        snprintf(buf, cap, "%zu MiB", max >> 20);
+    else
+        snprintf(buf, cap, "%zu bytes", max);
+}
+
 int sd_file_read(const char *path, size_t max, const char *what, void **out,
                  size_t *len, struct sd_diag *d)
 {
-    unsigned char *buf;
+    unsigned char *buf = NULL, *nb;
+    size_t cap = 0, used = 0, got, want;
+    char limit[32];
     FILE *f;
-    long sz;
     int rv = 0;
 
     f = fopen(path, "rb");
     if (f == NULL)
         return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
                            path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        goto out_close;
+    /* Read until the end, not to a size asked of the file first: a pipe
+     * (`--tables <(...)`) has none, /dev/zero one of 0.  One byte past max
+     * is asked for, so that a file of max bytes is whole and one longer is
+     * refused; one byte past the end is kept for the NUL. */
+    errno = 0;
+    for (;;) {
+        if (used + 1 >= cap) {
+            want = cap ? 2 * cap : (size_t)1 << 16;
+            if (want > max + 2)
+                want = max + 2;
+            if (want <= cap) {
+                cap_text(max, limit, sizeof(limit));
+                rv = sd_diag_set(d, SD_EFORMAT, "%s: over %s: too large for %s",
+                                 path, limit, what);
+                goto out_free;
+            }
+            nb = realloc(buf, want);
+            if (nb == NULL) {
+                rv = sd_diag_set(d, SD_ENOMEM, "%s: out of memory", path);
+                goto out_free;
+            }
+            buf = nb;
+            cap = want;
+        }
+        got = fread(buf + used, 1, cap - 1 - used, f);
+        used += got;
+        if (got == 0)
+            break;
     }
-    if ((unsigned long)sz > max) {
-        rv = sd_diag_set(d, SD_EFORMAT, "%s: %ld bytes is too large for %s",
-                         path, sz, what);
-        goto out_close;
+    if (ferror(f)) {
+        rv = sd_diag_set(d, SD_EIO, "%s: %s", path,
+                         errno ? strerror(errno) : "read error");
+        goto out_free;
     }
-    buf = malloc(sz > 0 ? (size_t)sz : 1);
-    if (buf == NULL) {
-        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
-        goto out_close;
-    }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        rv = sd_diag_set(d, SD_EIO, "%s: short read", path);
-        goto out_close;
-    }
+    buf[used] = '\0';
     *out = buf;
-    *len = (size_t)sz;
-out_close:
+    *len = used;
+    buf = NULL;
+out_free:
+    free(buf);
     fclose(f);
     return rv;
 }

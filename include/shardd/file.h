@@ -1,11 +1,15 @@
 /*
  * Whole files in and out, for the formats that are read and written as one
- * image (cost models, ensembles, placement policies).
+ * image (cost models, ensembles, placement policies, JSON inputs, PyTorch
+ * checkpoints, nccl-tests outputs).
  *
- * sd_file_read: the bytes of path into *out (malloc()ed, the caller frees;
- * at least one byte allocated) and *len.  SD_ENOENT or SD_EIO naming the
- * file and the system's reason, SD_EFORMAT when it is over max bytes
- * (saying it is too large for `what`), SD_ENOMEM.
+ * sd_file_read: the bytes of path into *out (malloc()ed, the caller frees)
+ * and *len, with a NUL after the last byte (so a text is a C string).  Read
+ * to the end, so a pipe or a process substitution (`<(...)`) is read as a
+ * file is.  SD_ENOENT or SD_EIO naming the file and the system's reason (a
+ * directory: "Is a directory"), SD_EFORMAT when it is over max bytes
+ * ("path: over 256 MiB: too large for `what`"; /dev/zero ends there),
+ * SD_ENOMEM.
  *
  * sd_file_write: buf as path, atomically: written whole to path.tmp,
  * flushed and fsync()ed, then renamed over path, so that a crash leaves the

@@ -3,7 +3,6 @@
  * validate every field and name the bad one; writers keep key order so the
  * output reads the same every time.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "formats/formats.h"
 #include "formats/formats_int.h"
 #include "problem/problem.h"
+#include "shardd/file.h"
 
 #define DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
 
@@ -363,51 +363,17 @@ int json_parse_tables(const char *buf, size_t len, size_t task_index,
  */
 #define JSON_FILE_MAX ((size_t)256 << 20)
 
-/* Reads a whole file into a new buffer (*buf owned by the caller). */
+/* A whole JSON input file into a new buffer (*buf owned by the caller). */
 static int read_file(const char *path, char **buf, size_t *len,
                      struct sd_diag *d)
 {
-    FILE *f;
-    char *b = NULL, *nb;
-    size_t cap = 0, used = 0, got;
-    int rv = 0;
+    void *b = NULL;
+    int rv;
 
-    f = fopen(path, "rb");
-    if (f == NULL)
-        return sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-    for (;;) {
-        if (used == cap) {
-            if (cap >= JSON_FILE_MAX) {
-                rv = sd_diag_set(d, SD_EFORMAT,
-                                 "%s: over %zu MiB: not a JSON input file "
-                                 "(20,000 tables are about 5 MB)",
-                                 path, JSON_FILE_MAX >> 20);
-                goto out_close;
-            }
-            cap = cap ? 2 * cap : 1 << 16;
-            nb = realloc(b, cap);
-            if (nb == NULL) {
-                rv = sd_diag_set(d, SD_ENOMEM, "%s: out of memory", path);
-                goto out_close;
-            }
-            b = nb;
-        }
-        got = fread(b + used, 1, cap - used, f);
-        used += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        rv = sd_diag_set(d, SD_EIO, "%s: read error", path);
-        goto out_close;
-    }
+    rv = sd_file_read(path, JSON_FILE_MAX,
+                      "a JSON input file (20,000 tables are about 5 MB)", &b,
+                      len, d);
     *buf = b;
-    *len = used;
-    b = NULL;
-
-out_close:
-    fclose(f);
-    free(b);
     return rv;
 }
 

@@ -298,7 +298,11 @@ static int read_header(struct reader *r, uint32_t *count, struct sd_diag *d)
     if (fstat(fileno(r->f), &st) != 0)
         return sd_diag_set(d, SD_EIO, "%s: %s", r->path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return sd_diag_set(d, SD_EIO, "%s: not a regular file", r->path);
+        return sd_diag_set(d, SD_EIO,
+                           "%s: not a regular file (a trace's counts are "
+                           "checked against its size: save it to a file "
+                           "first)",
+                           r->path);
     r->left = (uint64_t)st.st_size;
     if (r->left < TRACE_HEADER_LEN ||
         fread(b, 1, TRACE_HEADER_LEN, r->f) != TRACE_HEADER_LEN)

@@ -12,7 +12,6 @@
  * with the opcode and its offset.  Values live in an arena freed at the
  * end; the memo holds pointers into it.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/file.h"
 #include "shardd/le.h"
 
 #define PK_STACK_MAX   4096
@@ -980,37 +980,15 @@ int torch_load(const void *buf, size_t len, struct torch_ckpt **out,
 
 int torch_read(const char *path, struct torch_ckpt **out, struct sd_diag *d)
 {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long sz;
+    void *buf = NULL;
+    size_t sz = 0;
     int rv;
 
-    if (f == NULL)
-        return sd_diag_set(d, errno == ENOENT ? SD_ENOENT : SD_EIO, "%s: %s",
-                           path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        rv = sd_diag_set(d, SD_EIO, "%s: %s", path, strerror(errno));
-        fclose(f);
+    rv = sd_file_read(path, TORCH_FILE_MAX, "a PyTorch checkpoint", &buf, &sz,
+                      d);
+    if (rv != 0)
         return rv;
-    }
-    if ((size_t)sz > TORCH_FILE_MAX) {
-        fclose(f);
-        return sd_diag_set(d, SD_EFORMAT, "%s: %ld bytes is too large", path,
-                           sz);
-    }
-    buf = malloc(sz ? (size_t)sz : 1);
-    if (buf == NULL) {
-        fclose(f);
-        return SD_ENOMEM;
-    }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        fclose(f);
-        return sd_diag_set(d, SD_EIO, "%s: short read", path);
-    }
-    fclose(f);
-    rv = torch_load(buf, (size_t)sz, out, d);
+    rv = torch_load(buf, sz, out, d);
     free(buf);
     if (rv < 0 && d) {
         char msg[sizeof(d->msg)];

@@ -115,7 +115,7 @@ ln -s "$DIR/target.json" "$DIR/link.json"
     grep -q '"algorithm": "neuroshard"' "$DIR/stdout.json" && ok ||
     bad "plan --out /dev/stdout into a file"
 # An endless input is refused at a size, not read until memory runs out.
-expect_fail 2 "over 256 MiB: not a JSON input file" plan --offline \
+expect_fail 2 "over 256 MiB: too large for a JSON input file" plan --offline \
     --tables /dev/zero --devices 4 --mem-gb 4
 expect_fail 2 "Is a directory" plan --offline --tables "$DIR/k.json" \
     --devices 4 --mem-gb 4 --out "$DIR"
@@ -755,6 +755,12 @@ json_check "$DIR/fit.json" 'len(d["fits"]) == 4 and all(f["mape"] < 0.10 and len
 "$CTL" comm-fit "$SRC/tests/fixtures/nccl/h100-2x8-all_gather-gcp-a3-mega.txt" \
     --bands 1 >"$DIR/fit.txt" && grep -q 'all_gather, 16 ranks' "$DIR/fit.txt" &&
     ok || bad "comm-fit --bands 1: $(cat "$DIR/fit.txt")"
+# From a pipe (no size to ask it for): read to its end, the same fit.
+cat "$SRC/tests/fixtures/nccl/h100-2x8-all_gather-gcp-a3-mega.txt" |
+    "$CTL" comm-fit /dev/stdin --bands 1 --collective all_gather \
+        >"$DIR/fit-pipe.txt" &&
+    [ "$(sed 1d "$DIR/fit.txt")" = "$(sed 1d "$DIR/fit-pipe.txt")" ] && ok ||
+    bad "comm-fit from a pipe: $(diff "$DIR/fit.txt" "$DIR/fit-pipe.txt")"
 expect_fail 2 'no nccl-tests data row' comm-fit "$DIR/k.json"
 expect_fail 2 'missing argument' comm-fit
 expect_fail 2 '--collective' comm-fit --collective bogus "$DIR/k.json"

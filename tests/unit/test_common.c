@@ -2,12 +2,20 @@
  * Tests of common/: the FNV-1a hash (include/shardd/hash.h) against the
  * published reference vectors, and the incremental adders against the
  * values the daemon's request hash gave before it used them, so that cached
- * and audited plans keep their keys.
+ * and audited plans keep their keys.  And whole-file reads
+ * (include/shardd/file.h): to the end of a pipe, capped at a size, with
+ * the system's reason for a file that cannot be read.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp(), pipe(), fork() */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "shardd/file.h"
 #include "shardd/hash.h"
 
 static void test_reference_vectors(void)
@@ -82,9 +90,91 @@ static void test_adders(void)
     }
 }
 
+/* Writes n bytes of 'x' to path. */
+static void write_xs(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    size_t i;
+
+    CHECK(f != NULL);
+    for (i = 0; f != NULL && i < n; i++)
+        fputc('x', f);
+    if (f != NULL)
+        fclose(f);
+}
+
+static void test_file_read(void)
+{
+    char dir[] = "/tmp/test_common.XXXXXX", path[64], fdpath[32];
+    struct sd_diag d;
+    void *buf = NULL;
+    size_t len = 0;
+    int fds[2];
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/f", dir);
+
+    /* A file of exactly max bytes is read whole, a NUL after it; one byte
+     * more is refused, naming the file, the cap and what it is for. */
+    write_xs(path, 100000);
+    CHECK(sd_file_read(path, 100000, "a test", &buf, &len, &d) == 0);
+    CHECK(len == 100000 && buf != NULL && ((char *)buf)[99999] == 'x' &&
+          ((char *)buf)[100000] == '\0');
+    free(buf);
+    buf = NULL;
+    CHECK(sd_file_read(path, 99999, "a test", &buf, &len, &d) == SD_EFORMAT);
+    CHECK(buf == NULL && strstr(d.msg, path) != NULL &&
+          strstr(d.msg, "over 99999 bytes: too large for a test") != NULL);
+    CHECK(sd_file_read(path, 0, "a test", &buf, &len, &d) == SD_EFORMAT);
+
+    /* An empty file: no bytes, still a C string. */
+    write_xs(path, 0);
+    CHECK(sd_file_read(path, 0, "a test", &buf, &len, &d) == 0);
+    CHECK(len == 0 && buf != NULL && ((char *)buf)[0] == '\0');
+    free(buf);
+    buf = NULL;
+
+    /* An endless device stops at the cap, in MiB where it is whole MiB. */
+    CHECK(sd_file_read("/dev/zero", (size_t)1 << 20, "a test", &buf, &len,
+                       &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "/dev/zero: over 1 MiB: too large for a test") != NULL);
+
+    /* A pipe has no size to ask for: it is read to its end (what
+     * `--tables <(...)` hands a command). */
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        static char chunk[70000];
+        memset(chunk, 'p', sizeof(chunk));
+        close(fds[0]);
+        _exit(write(fds[1], chunk, sizeof(chunk)) == (ssize_t)sizeof(chunk)
+                  ? 0
+                  : 1);
+    }
+    close(fds[1]);
+    snprintf(fdpath, sizeof(fdpath), "/dev/fd/%d", fds[0]);
+    CHECK(sd_file_read(fdpath, 1 << 20, "a test", &buf, &len, &d) == 0);
+    CHECK(len == 70000 && buf != NULL && ((char *)buf)[69999] == 'p');
+    free(buf);
+    buf = NULL;
+    close(fds[0]);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+
+    /* What cannot be read says why. */
+    CHECK(sd_file_read(dir, 100, "a test", &buf, &len, &d) == SD_EIO);
+    CHECK(strstr(d.msg, "Is a directory") != NULL);
+    CHECK(unlink(path) == 0);
+    CHECK(sd_file_read(path, 100, "a test", &buf, &len, &d) == SD_ENOENT);
+    CHECK(strstr(d.msg, "No such file") != NULL);
+    CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
     test_reference_vectors();
     test_adders();
+    test_file_read();
     return tap_done();
 }
