@@ -287,6 +287,17 @@ struct ctl_model {
     "(shardctl profile --db FILE)"
 #define CTL_NO_STORE " (--db names a store that shardctl profile made)"
 
+/*
+ * The profile train, train-policy and score use: --profile's (name not
+ * NULL), else the store's only one.  A store with none is CTL_NO_PROFILE;
+ * one with several is named in one line that asks for --profile.
+ * Returns 0 or an exit code, the message naming cmd.
+ */
+struct store;
+struct store_profile;
+int ctl_pick_profile(struct store *st, const char *cmd, const char *name,
+                     struct store_profile *out);
+
 int ctl_load_model(const struct ctl_opts *o, const char *cmd,
                    struct ctl_model *cm);
 /* ctl_load_model() for the commands whose --profile says what hardware the

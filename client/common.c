@@ -17,6 +17,7 @@
 
 #include "client.h"
 #include "shardd/file.h"
+#include "store.h"
 
 int ctl_fail(int code, const char *fmt, ...)
 {
@@ -175,6 +176,43 @@ void ctl_model_free(struct ctl_model *cm)
 {
     net_ensemble_free(cm->owned);
     memset(cm, 0, sizeof(*cm));
+}
+
+int ctl_pick_profile(struct store *st, const char *cmd, const char *name,
+                     struct store_profile *out)
+{
+    struct store_profile *all = NULL;
+    char names[512];
+    struct sd_diag d;
+    size_t n, i, len;
+    int rv;
+
+    if (name != NULL) {
+        rv = store_profile_get(st, name, out, &d);
+        return rv ? ctl_fail(ctl_exit_for(rv), "%s: --profile: %s", cmd, d.msg)
+                  : 0;
+    }
+    rv = store_profile_list(st, &all, &n, &d);
+    if (rv != 0)
+        return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
+    if (n == 0) {
+        free(all);
+        return ctl_fail(CTL_EXIT_USAGE, "%s: %s", cmd, CTL_NO_PROFILE);
+    }
+    if (n == 1) {
+        *out = all[0];
+        free(all);
+        return 0;
+    }
+    /* One line, as every message: the names, as many as fit. */
+    for (i = 0, len = 0; i < n && len < sizeof(names); i++)
+        len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+                                i ? ", " : "", all[i].name);
+    free(all);
+    return ctl_fail(CTL_EXIT_USAGE,
+                    "%s: the store has %zu profiles (%s%s); name one with "
+                    "--profile",
+                    cmd, n, names, len >= sizeof(names) ? "..." : "");
 }
 
 int ctl_load_policy(const struct ctl_opts *o, const char *cmd,

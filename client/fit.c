@@ -34,42 +34,6 @@ static int train_progress(void *ctx, int32_t epoch, int32_t max_epochs,
     return atomic_load(&ctl_stop_requested) != 0;
 }
 
-/* The profile to train: --profile, else the store's only one. */
-static int pick_profile(struct store *st, const char *cmd, const char *name,
-                        struct store_profile *out)
-{
-    struct store_profile *all = NULL;
-    struct sd_diag d;
-    size_t n, i;
-    int rv;
-
-    if (name != NULL) {
-        rv = store_profile_get(st, name, out, &d);
-        return rv ? ctl_fail(ctl_exit_for(rv), "%s: --profile: %s", cmd, d.msg)
-                  : 0;
-    }
-    rv = store_profile_list(st, &all, &n, &d);
-    if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "%s: %s", cmd, d.msg);
-    if (n == 0) {
-        free(all);
-        return ctl_fail(CTL_EXIT_USAGE, "%s: %s", cmd, CTL_NO_PROFILE);
-    }
-    if (n == 1) {
-        *out = all[0];
-        free(all);
-        return 0;
-    }
-    fprintf(stderr,
-            "shardctl: %s: the store has %zu profiles; name one "
-            "with --profile:\n",
-            cmd, n);
-    for (i = 0; i < n; i++)
-        fprintf(stderr, "  %s\n", all[i].name);
-    free(all);
-    return CTL_EXIT_USAGE;
-}
-
 /* ---------------------------------------------------------------------- */
 /* train                                                                   */
 
@@ -564,7 +528,7 @@ static int train_on(const struct ctl_opts *o, struct store *st,
     memset(&f, 0, sizeof(f));
     if (o->hold_out != NULL && family_parse_list(o->hold_out, hold, &d) != 0)
         return ctl_fail(CTL_EXIT_USAGE, "train: --hold-out-family: %s", d.msg);
-    rv = pick_profile(st, "train", o->profile, &prof);
+    rv = ctl_pick_profile(st, "train", o->profile, &prof);
     if (rv != 0)
         return rv;
     rv = store_samples_load_newest(st, prof.id, STORE_KIND_COMPUTE,
@@ -842,7 +806,7 @@ int measure_score(const struct ctl_opts *o)
     /* The model's own profile by default; --profile names another one on
      * purpose (does a model carry over to another machine?). */
     if (o->profile != NULL) {
-        rv = pick_profile(st, "score", o->profile, &prof);
+        rv = ctl_pick_profile(st, "score", o->profile, &prof);
     } else {
         rv = store_profile_get(st, cm.net->profile, &prof, &d);
         if (rv == SD_ENOENT)

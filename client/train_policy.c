@@ -79,37 +79,6 @@ static void run_free(struct tp_run *r)
     store_close(r->st);
 }
 
-/* The profile: --profile, else the store's only one. */
-static int pick_profile(struct store *st, const char *name,
-                        struct store_profile *out)
-{
-    struct store_profile *all = NULL;
-    struct sd_diag d;
-    size_t n;
-    int rv;
-
-    if (name != NULL) {
-        rv = store_profile_get(st, name, out, &d);
-        return rv ? ctl_fail(ctl_exit_for(rv), "train-policy: --profile: %s",
-                             d.msg)
-                  : 0;
-    }
-    rv = store_profile_list(st, &all, &n, &d);
-    if (rv == 0 && n == 1)
-        *out = all[0];
-    free(all);
-    if (rv != 0)
-        return ctl_fail(ctl_exit_for(rv), "train-policy: %s", d.msg);
-    if (n == 0)
-        return ctl_fail(CTL_EXIT_USAGE, "train-policy: %s", CTL_NO_PROFILE);
-    if (n != 1)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "train-policy: the store has %zu profiles; name one "
-                        "with --profile",
-                        n);
-    return 0;
-}
-
 /* The compute model: the profile's active one in the store, or --model /
  * the embedded one without a store. */
 static int pick_model(const struct ctl_opts *o, struct tp_run *r)
@@ -131,7 +100,7 @@ static int pick_model(const struct ctl_opts *o, struct tp_run *r)
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "train-policy: %s%s", d.msg,
                         rv == SD_ENOENT ? CTL_NO_STORE : "");
-    rv = pick_profile(r->st, o->profile, &r->prof);
+    rv = ctl_pick_profile(r->st, "train-policy", o->profile, &r->prof);
     if (rv != 0)
         return rv;
     rv = store_model_get_active(r->st, r->prof.id, STORE_KIND_COMPUTE, &sm, &d);

@@ -150,6 +150,16 @@ QUIET="--quiet-tolerance 0"
 "$CTL" profile --db "$DIR/p.db" --samples 5 --max-gb 0.05 --seed 2 $FAST $QUIET \
     2>"$DIR/err" && grep -q "2 samples added, 5 in the store" "$DIR/err" &&
     ok || bad "profile resume: $(cat "$DIR/err")"
+# A store of two profiles (batch 64 and 32): train and train-policy name
+# both and ask for --profile.
+cp "$DIR/p.db" "$DIR/two.db"
+# shellcheck disable=SC2086
+"$CTL" profile --db "$DIR/two.db" --samples 1 --max-gb 0.05 --seed 2 \
+    --batch-size 32 --warmup 0 --repeats 2 --no-flush $QUIET 2>"$DIR/err" &&
+    ok || bad "profile of a second batch: $(cat "$DIR/err")"
+for cmd in train train-policy; do
+    expect_fail 2 "the store has 2 profiles (cpu/" $cmd --db "$DIR/two.db"
+done
 # The quiet check's path on the real backend: two samples, each between
 # two probe timings (a tolerance of 9: a busy CI machine does not retime
 # them), and a tolerance out of range named.
