@@ -508,11 +508,13 @@ static int check_host_dram(const struct plan *p, const struct table *tables,
     }
     for (h = 0; h < nhosts && rv == 0; h++)
         if (used[h] > t->host_dram_bytes)
-            rv = sd_diag_set(d, SD_ENOSPACE,
-                             "%s: host %d: %llu bytes of tables in host DRAM, "
-                             "capacity %llu",
-                             what, (int)h, (unsigned long long)used[h],
-                             (unsigned long long)t->host_dram_bytes);
+            rv = sd_diag_set(
+                d, SD_ENOSPACE,
+                "%s: host %d: %.3f GiB of tables in host DRAM (UVM), where "
+                "the host has %.3f GiB: give the hosts more DRAM or the "
+                "devices more memory",
+                what, (int)h, (double)used[h] / (double)(1ull << 30),
+                (double)t->host_dram_bytes / (double)(1ull << 30));
     free(used);
     return rv;
 }

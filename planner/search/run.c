@@ -316,7 +316,7 @@ int plan_run(const struct table *tables, size_t ntables,
     /* Every algorithm's output is checked before anyone sees it: a plan
      * that drops a column or overfills a device is a bug, not a result.
      * Tiered tables give their shards their tiers here. */
-    rv = plan_validate(&p, use, ntables, t, o->optimizer, d);
+    rv = plan_validate_as(&p, use, ntables, t, o->optimizer, p.algorithm, d);
     if (rv == 0 && !pins_kept(&p, tables, o->pins))
         rv = sd_diag_set(d, SD_EINVAL, "%s: a pinned table was moved or split",
                          p.algorithm);

@@ -40,8 +40,9 @@ json_check "$DIR/off.json" 'len(d["hosts"]) == 1 and d["hosts"][0]["ddr_bytes"] 
 json_check "$DIR/off.trec" 'any(t["compute_kernel"] == "fused_uvm_caching" and "load_factor" in t["cache_params"] for t in d["plan"]["embedding_bags"].values())'
 # Host DRAM for a fifth of the tables: refused.
 SMALL=$(python3 -c "print('%.6f' % ($DRAM / 5))")
-"$CTL" $PLAN --offline --host-dram-gb "$SMALL" >/dev/null 2>"$DIR/err"
-[ $? -eq 2 ] && ok || bad "too little host DRAM is refused"
+# shellcheck disable=SC2086
+expect_fail 2 "host DRAM" $PLAN --offline --host-dram-gb "$SMALL"
+grep -q "plan: plan:" "$DIR/err" && bad "a doubled prefix: $(cat "$DIR/err")"
 
 # Memory to spare: the host tier changes nothing.
 "$CTL" plan --offline --tables "$DIR/t.json" --devices 8 --mem-gb 64 --json --out "$DIR/a.json" && ok || bad "plan, memory to spare"
@@ -184,7 +185,7 @@ grep -q '^predicted (neural:.* + host-link misses (modelled) model, batch 256) b
     bad "eval text: the prediction does not say how tiers were costed"
 # --host-dram-gb bounds the host tier as plan's does.
 "$CTL" $EVAL --host-dram-gb 0.000001 >/dev/null 2>"$DIR/err"
-[ $? -eq 2 ] && grep -q 'host 0: .* bytes of tables in host DRAM, capacity' "$DIR/err" && ok || bad "eval with too little host DRAM: $(cat "$DIR/err")"
+[ $? -eq 2 ] && grep -q 'host 0: .* GiB of tables in host DRAM (UVM), where the host has' "$DIR/err" && ok || bad "eval with too little host DRAM: $(cat "$DIR/err")"
 
 # --- online: the same plan from the daemon ---------------------------------------
 ADDR="unix:$DIR/shardd.sock"
