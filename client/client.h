@@ -216,6 +216,14 @@ int ctl_usage_of(FILE *f, const char *cmd);
 int ctl_fail(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/*
+ * The options a command cannot run without: pairs of an option's name and
+ * whether it was given (an int), ended by NULL.  0 when all were; else
+ * exit 2 naming what is missing ("plan: --mem-gb is missing (--tables,
+ * --devices and --mem-gb are required)"; all of them: "are required").
+ */
+int ctl_require(const char *cmd, ...);
+
 /* The exit status for a planner error: 1 for SD_ENOMEM (ours), else 2
  * (the user's input). */
 int ctl_exit_for(int err);

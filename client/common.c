@@ -31,6 +31,48 @@ int ctl_fail(int code, const char *fmt, ...)
     return code;
 }
 
+/* Appends names[0..n) to buf as "a", "a and b" or "a, b and c". */
+static void join_names(char *buf, size_t cap, const char *const *names,
+                       size_t n)
+{
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    for (i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                i == 0       ? ""
+                                : i == n - 1 ? " and "
+                                             : ", ",
+                                names[i]);
+}
+
+#define CTL_REQUIRE_MAX 8
+
+int ctl_require(const char *cmd, ...)
+{
+    const char *all[CTL_REQUIRE_MAX], *missing[CTL_REQUIRE_MAX], *name;
+    char need[256], lack[256];
+    size_t n = 0, nmissing = 0;
+    va_list ap;
+
+    va_start(ap, cmd);
+    while ((name = va_arg(ap, const char *)) != NULL && n < CTL_REQUIRE_MAX) {
+        if (!va_arg(ap, int))
+            missing[nmissing++] = name;
+        all[n++] = name;
+    }
+    va_end(ap);
+    if (nmissing == 0)
+        return 0;
+    join_names(lack, sizeof(lack), missing, nmissing);
+    if (nmissing == n)
+        return ctl_fail(CTL_EXIT_USAGE, "%s: %s %s required", cmd, lack,
+                        n == 1 ? "is" : "are");
+    join_names(need, sizeof(need), all, n);
+    return ctl_fail(CTL_EXIT_USAGE, "%s: %s %s missing (%s are required)", cmd,
+                    lack, nmissing == 1 ? "is" : "are", need);
+}
+
 int ctl_exit_for(int err)
 {
     return err == SD_ENOMEM ? 1 : CTL_EXIT_USAGE;

@@ -93,9 +93,10 @@ int measure_profile(const struct ctl_opts *o)
     struct sd_diag d;
     int rv;
 
-    if (o->db == NULL || o->samples == 0)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "profile: --db and --samples are required");
+    rv = ctl_require("profile", "--db", o->db != NULL, "--samples",
+                     o->samples != 0, NULL);
+    if (rv != 0)
+        return rv;
     prof_run_params_default(&pp);
     if (o->family != NULL) {
         int fam;
@@ -385,9 +386,10 @@ int measure_eval(const struct ctl_opts *o)
     char *text;
     int rv;
 
-    if (o->tables == NULL || o->plan == NULL)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "eval: --tables and --plan are required");
+    rv = ctl_require("eval", "--tables", o->tables != NULL, "--plan",
+                     o->plan != NULL, NULL);
+    if (rv != 0)
+        return rv;
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
         return ctl_fail(CTL_EXIT_USAGE, "eval: --optimizer \"%s\" is unknown",
                         o->optimizer);

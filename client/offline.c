@@ -115,9 +115,10 @@ int offline_gen_tasks(const struct ctl_opts *o)
     char *text;
     int rv;
 
-    if (o->count == 0 || o->tables == NULL)
-        return ctl_fail(CTL_EXIT_USAGE, "gen-tasks: --count and --tables are "
-                                        "required");
+    rv = ctl_require("gen-tasks", "--count", o->count != 0, "--tables",
+                     o->tables != NULL, NULL);
+    if (rv != 0)
+        return rv;
     rv = json_read_tables(o->tables, 0, &pool, &npool, &d);
     if (rv != 0)
         return ctl_fail(ctl_exit_for(rv), "gen-tasks: %s", d.msg);
@@ -262,10 +263,10 @@ int offline_plan(const struct ctl_opts *o)
     int32_t i;
     int rv;
 
-    if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
-        return ctl_fail(CTL_EXIT_USAGE,
-                        "plan: --tables, --devices and --mem-gb are "
-                        "required");
+    rv = ctl_require("plan", "--tables", o->tables != NULL, "--devices",
+                     o->devices != 0, "--mem-gb", o->mem_gb > 0, NULL);
+    if (rv != 0)
+        return rv;
     if (o->json && o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE,
                         "plan: --json and --torchrec exclude each "
@@ -428,9 +429,10 @@ int offline_estimate(const struct ctl_opts *o)
     size_t n, len;
     int rv;
 
-    if (o->tables == NULL || o->plan == NULL || o->mem_gb <= 0)
-        return ctl_fail(CTL_EXIT_USAGE, "estimate: --tables, --plan and "
-                                        "--mem-gb are required");
+    rv = ctl_require("estimate", "--tables", o->tables != NULL, "--plan",
+                     o->plan != NULL, "--mem-gb", o->mem_gb > 0, NULL);
+    if (rv != 0)
+        return rv;
     if (o->optimizer != NULL && optimizer_parse(o->optimizer, &opt) != 0)
         return ctl_fail(CTL_EXIT_USAGE,
                         "estimate: --optimizer \"%s\" is unknown (sgd, "

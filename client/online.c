@@ -297,9 +297,10 @@ static int online_plan(struct online *on)
     rv = reject_offline_only(o);
     if (rv != 0)
         return rv;
-    if (o->tables == NULL || o->devices == 0 || o->mem_gb <= 0)
-        return ctl_fail(CTL_EXIT_USAGE, "plan: --tables, --devices and "
-                                        "--mem-gb are required");
+    rv = ctl_require("plan", "--tables", o->tables != NULL, "--devices",
+                     o->devices != 0, "--mem-gb", o->mem_gb > 0, NULL);
+    if (rv != 0)
+        return rv;
     if (o->json && o->torchrec)
         return ctl_fail(CTL_EXIT_USAGE, "plan: --json and --torchrec "
                                         "exclude each other");
@@ -423,9 +424,10 @@ static int online_estimate(struct online *on)
     int32_t ndev = 0;
     int rv;
 
-    if (o->tables == NULL || o->plan == NULL || o->mem_gb <= 0)
-        return ctl_fail(CTL_EXIT_USAGE, "estimate: --tables, --plan and "
-                                        "--mem-gb are required");
+    rv = ctl_require("estimate", "--tables", o->tables != NULL, "--plan",
+                     o->plan != NULL, "--mem-gb", o->mem_gb > 0, NULL);
+    if (rv != 0)
+        return rv;
     if (o->model != NULL || o->out != NULL)
         return ctl_fail(CTL_EXIT_USAGE,
                         "estimate: --model and --out work only with "

@@ -598,7 +598,8 @@ fi
     ok || bad "profile resume after Ctrl-C: $(cat "$DIR/err")"
 expect_fail 2 '--backend' profile --db "$DIR/p.db" --samples 1 \
     --backend tpu
-expect_fail 2 'required' profile --samples 3
+expect_fail 2 'profile: --db is missing (--db and --samples are required)' \
+    profile --samples 3
 
 # --- comm-profile: NeuroShard comm samples on cpu "devices" (threads) -------
 "$CTL" comm-profile --backend cpu --devices 3 --samples 2 --batch-size 300 \
@@ -787,7 +788,10 @@ expect_fail 2 'is --out'"'"'s file too' plan --offline --tables "$DIR/k.json" \
 expect_fail 2 '--svg: ' plan --offline --tables "$DIR/k.json" --devices 4 \
     --mem-gb 4 --json --out "$DIR/svgtest.json" --svg "$DIR"
 expect_fail 2 '--count' gen-tables --count 0
-expect_fail 2 'required' gen-tasks --count 2
+expect_fail 2 'gen-tasks: --tables is missing' gen-tasks --count 2
+expect_fail 2 'plan: --devices and --mem-gb are missing' plan --offline \
+    --tables "$DIR/k.json"
+expect_fail 2 'eval: --tables and --plan are required' eval
 # --profile names the hardware the costs are for: every command that prices
 # refuses a profile no model it has is for (eval and cache-curve took the
 # embedded model's silently).
