@@ -490,9 +490,14 @@ static int set_flag(const struct opt_def *def, const char *arg, void *field,
     return 0;
 }
 
+/* A word, a name or a path: never empty (`--torchrec-module ''` took the
+ * default, `--out ''` named no file). */
 static int set_str(const struct opt_def *def, const char *arg, void *field,
                    struct ctl_opts *o)
 {
+    if (arg[0] == '\0')
+        return ctl_fail(CTL_EXIT_USAGE, "--%s \"\" is empty: give it a value",
+                        def->name);
     *(const char **)field = arg;
     return 0;
 }

@@ -811,6 +811,10 @@ expect_fail 2 'no database at' train-policy --db "$DIR/typo.db"
 expect_fail 2 '--addr "127.0.0.1:99999" the port is not an integer in [0, 65535]' \
     status --addr 127.0.0.1:99999
 expect_fail 2 '--addr "" is empty' status --addr ''
+# An empty word is no value (it took the default module name, no file).
+expect_fail 2 '--torchrec-module "" is empty' plan --offline --tables \
+    "$DIR/k.json" --devices 4 --mem-gb 4 --torchrec --torchrec-module ''
+expect_fail 2 '--out "" is empty' gen-tables --count 3 --out ''
 SHARDD_ADDR='host:70000' expect_fail 2 '$SHARDD_ADDR "host:70000" the port' \
     health
 
