@@ -14,6 +14,7 @@
 #include "client.h"
 #include "online.h"
 #include "shardd/addr.h"
+#include "shardd/file.h"
 
 #define DEFAULT_ADDR "127.0.0.1:7411"
 
@@ -22,25 +23,28 @@
 static int read_token_file(const char *path, char *buf, size_t cap,
                            struct sd_diag *d)
 {
-    FILE *f = fopen(path, "r");
-    size_t n, lead;
+    struct sd_diag why;
+    void *text = NULL;
+    size_t len = 0, lead, n;
+    const char *t;
+    int rv;
 
-    if (f == NULL)
-        return sd_diag_set(d, SD_EIO, "--token-file: %s: %s", path,
-                           strerror(errno));
-    if (fgets(buf, (int)cap, f) == NULL)
-        buf[0] = '\0';
-    fclose(f);
-    n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
-                     buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-        buf[--n] = '\0';
-    lead = strspn(buf, " \t");
-    memmove(buf, buf + lead, n - lead + 1);
-    if (n == lead)
-        return sd_diag_set(d, SD_EINVAL, "--token-file: %s: no token in it",
-                           path);
-    return 0;
+    rv = sd_file_read(path, 64 << 10, "a token file", &text, &len, &why);
+    if (rv != 0)
+        return sd_diag_set(d, rv, "--token-file: %s", why.msg);
+    t = text;
+    lead = strspn(t, " \t");
+    n = strcspn(t + lead, "\r\n");
+    while (n > 0 && (t[lead + n - 1] == ' ' || t[lead + n - 1] == '\t'))
+        n--;
+    if (n == 0 || n >= cap)
+        rv = sd_diag_set(d, SD_EINVAL, "--token-file: %s: %s", path,
+                         n == 0 ? "no token in its first line"
+                                : "the token is too long");
+    else
+        snprintf(buf, cap, "%.*s", (int)n, t + lead);
+    free(text);
+    return rv;
 }
 
 int online_open(struct online *on, double default_timeout_s)

@@ -219,6 +219,15 @@ expect_fail 2 'unexpected argument "x"' --addr "$ADDR" status x
 expect_fail 2 'neither pause nor resume' --addr "$ADDR" profiler stop
 expect_fail 2 '--token and --token-file' --addr "$ADDR" status --token a \
     --token-file "$DIR/t.json"
+# A token file: its first line, trimmed; what cannot be one says why.
+expect_fail 2 "token-file: $DIR: Is a directory" --addr "$ADDR" status \
+    --token-file "$DIR"
+printf '\n  tok\n' >"$DIR/tok.blank"
+expect_fail 2 'no token in its first line' --addr "$ADDR" status \
+    --token-file "$DIR/tok.blank"
+printf '  tok  \nsecond\n' >"$DIR/tok"
+ctl status --token-file "$DIR/tok" >/dev/null 2>"$DIR/err" && ok ||
+    bad "status with a token file: $(cat "$DIR/err")"
 
 # --- admin and health ------------------------------------------------------------
 ctl health >"$DIR/out" 2>"$DIR/err" && grep -qx SERVING "$DIR/out" && ok ||
