@@ -577,6 +577,28 @@ static int note_whole(struct tables_input *in)
     return rv;
 }
 
+/*
+ * Bins a user gave: all 0 where the table is looked up says no row is
+ * accessed, and it would be priced with no working set (a cache-curve of
+ * 0 % misses).  Bins left out are derived; these were given, wrongly.
+ */
+static int check_given_bins(const struct table *t, size_t idx,
+                            struct sd_diag *d)
+{
+    int k;
+
+    for (k = 0; k < TABLE_NBINS; k++)
+        if (t->bins[k] != 0)
+            return 0;
+    if (!(t->pooling_factor > 0))
+        return 0; /* not looked up; or not a number, which validation names */
+    return sd_diag_set(d, SD_EINVAL,
+                       "tables[%zu] \"%s\": bins are all 0 where "
+                       "pooling_factor is %g: give the share of rows in each "
+                       "access-count bin, or leave bins out to derive them",
+                       idx, t->name, t->pooling_factor);
+}
+
 int tables_input_resolve(struct tables_input *in, int64_t batch,
                          struct sd_diag *d)
 {
@@ -593,6 +615,9 @@ int tables_input_resolve(struct tables_input *in, int64_t batch,
             if (rv != 0)
                 break;
         } else {
+            rv = check_given_bins(&in->tables[i], i, d);
+            if (rv != 0)
+                break;
             table_normalize_bins(&in->tables[i]);
         }
         if (!in->specs[i].torchrec)

@@ -92,6 +92,10 @@ json_check "$DIR/native.out.json" '[n["message"] for n in d["notes"]] == ["bins 
 expect_fail 2 "--tables-format \"csv\" is not auto, shardd or torchrec" $PLAN --offline --tables-format csv
 expect_fail 2 "tables[0] \"t00\": rows is missing (the table is in TorchRec's form" \
     $PLAN --offline --tables-format shardd
+# Bins given all 0 for a table that is looked up: no row accessed.
+printf '{"tables":[{"name":"z","rows":100,"dim":8,"pooling_factor":2,"bins":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}' >"$DIR/zero.json"
+expect_fail 2 'tables[0] "z": bins are all 0 where pooling_factor is 2' \
+    plan --offline --tables "$DIR/zero.json" --devices 2 --mem-gb 1
 printf '{"tables":[{"name":"a","num_embeddings":10,"embedding_dim":8,"data_type":"INT4"}]}' >"$DIR/int8.json"
 expect_fail 2 'tables[0] "a": data_type "INT4" is not planned yet' \
     plan --offline --tables "$DIR/int8.json" --devices 2 --mem-gb 1
