@@ -120,6 +120,17 @@ static const char *npy_value(const char *hdr, const char *key)
 }
 
 /* Parses a .npy header: dtype, order and a 1-D or 2-D shape. */
+/* The length of a header's shape value, "(2, 3, 4)": to its ')' (the
+ * header's padding after it left out), at most 40 bytes. */
+static size_t shape_len(const char *shape)
+{
+    size_t n = strcspn(shape, ")\n");
+
+    if (shape[n] == ')')
+        n++;
+    return n < 40 ? n : 40;
+}
+
 static int npy_parse(struct dlrm_array *a, const char *hdr, struct sd_diag *d)
 {
     const char *descr = npy_value(hdr, "descr");
@@ -157,8 +168,8 @@ static int npy_parse(struct dlrm_array *a, const char *hdr, struct sd_diag *d)
                x >= 0) {
         a->count = x;
     } else {
-        return sd_diag_set(d, SD_EFORMAT, "%s: shape is not 1-D or 2-D: %.40s",
-                           a->path, shape);
+        return sd_diag_set(d, SD_EFORMAT, "%s: shape %.*s is not 1-D or 2-D",
+                           a->path, (int)shape_len(shape), shape);
     }
     if (a->size != (uint64_t)a->count * (uint64_t)a->width)
         return sd_diag_set(d, SD_EFORMAT,
@@ -295,10 +306,14 @@ static int raw_widths(struct dlrm_array *off, struct dlrm_array *idx,
     }
     if (fit != 1)
         return sd_diag_set(d, SD_EFORMAT,
-                           "%s and %s: %s element widths fit (offsets start "
-                           "at 0 and end at the number of indices); save "
-                           "the arrays as .npy",
-                           off->path, idx->path, fit == 0 ? "no" : "several");
+                           "%s and %s: %s: read as 4- or 8-byte integers, "
+                           "the offsets must start at 0 and end at the "
+                           "number of indices; check that the two belong "
+                           "together, or save them as .npy (which says the "
+                           "width)",
+                           off->path, idx->path,
+                           fit == 0 ? "no element width fits"
+                                    : "several element widths fit");
     off->width = fo;
     off->count = (int64_t)(off->size / (uint64_t)fo);
     idx->width = fi;

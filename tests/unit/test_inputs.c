@@ -723,7 +723,25 @@ static void test_dlrm(void)
         fclose(f);
     }
     CHECK(dlrm_read_tables(dir, DB, 16, &got, &n, NULL, &d) == SD_EFORMAT);
-    CHECK(strstr(d.msg, "no element widths fit") != NULL);
+    CHECK(strstr(d.msg, "no element width fits") != NULL);
+    /* A 3-D array: its shape named, none of the header's padding. */
+    clear_dir(dir);
+    write_dlrm(dir, true, 4, 8, 4, true);
+    {
+        char path[512];
+        int32_t zero[24] = {0};
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/lengths.npy", dir);
+        f = fopen(path, "wb");
+        put_npy_header(f, "<i4", "(2, 3, 4)");
+        fwrite(zero, sizeof(zero[0]), 24, f);
+        fclose(f);
+    }
+    CHECK(dlrm_read_tables(dir, DB, 16, &got, &n, NULL, &d) == SD_EFORMAT);
+    CHECK(strstr(d.msg, "lengths.npy: shape (2, 3, 4) is not 1-D or 2-D") !=
+          NULL);
+    CHECK(strstr(d.msg, "  ") == NULL && strchr(d.msg, '}') == NULL);
     clear_dir(dir);
     CHECK(dlrm_read_tables(dir, DB, 16, &got, &n, NULL, &d) == SD_EIO);
     CHECK(dlrm_read_tables(dir, DB, 6, &got, &n, NULL, &d) == SD_EINVAL);
