@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "problem/problem.h"
+#include "shardd/bytes.h"
 
 int plan_init(struct plan *p, int32_t ndevices)
 {
@@ -493,6 +494,7 @@ static int check_host_dram(const struct plan *p, const struct table *tables,
                            const char *what, struct sd_diag *d)
 {
     int32_t nhosts = t->ndevices / t->devices_per_host, h;
+    char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT];
     uint64_t *used;
     size_t k;
     int rv = 0;
@@ -510,11 +512,11 @@ static int check_host_dram(const struct plan *p, const struct table *tables,
         if (used[h] > t->host_dram_bytes)
             rv = sd_diag_set(
                 d, SD_ENOSPACE,
-                "%s: host %d: %.3f GiB of tables in host DRAM (UVM), where "
-                "the host has %.3f GiB: give the hosts more DRAM or the "
-                "devices more memory",
-                what, (int)h, (double)used[h] / (double)(1ull << 30),
-                (double)t->host_dram_bytes / (double)(1ull << 30));
+                "%s: host %d: %s of tables in host DRAM (UVM), where the "
+                "host has %s: give the hosts more DRAM or the devices more "
+                "memory",
+                what, (int)h, sd_bytes_text(used[h], b0),
+                sd_bytes_text(t->host_dram_bytes, b1));
     free(used);
     return rv;
 }

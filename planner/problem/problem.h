@@ -310,6 +310,10 @@ static inline uint64_t topology_mem(const struct topology *t, int32_t r)
     return t->mem_by_device != NULL ? t->mem_by_device[r] : t->mem_bytes;
 }
 uint64_t topology_mem_max(const struct topology *t);
+/* What would help a task that fits no device's memory, for messages: more
+ * of it, or, where the topology has no host DRAM, that tier (tables go
+ * there only when it is given). */
+const char *topology_more_memory(const struct topology *t);
 
 enum optimizer {
     OPTIMIZER_SGD = 0,         /* no state */

@@ -86,6 +86,13 @@ int topology_validate(const struct topology *t, struct sd_diag *d)
     return 0;
 }
 
+const char *topology_more_memory(const struct topology *t)
+{
+    return t->host_dram_bytes > 0 ? "give the devices more memory"
+                                  : "give the devices more memory, or the "
+                                    "hosts DRAM for the UVM tier";
+}
+
 uint64_t topology_mem_max(const struct topology *t)
 {
     uint64_t m = 0;

@@ -8,6 +8,8 @@
 
 #include "problem/problem.h"
 #include "search/search.h"
+#include "search/search_int.h"
+#include "shardd/bytes.h"
 
 /* Fills d with the shortfall of a table that fits on no device. */
 static int no_room(const struct table *tb, uint64_t need, const uint64_t *used,
@@ -22,13 +24,21 @@ static int no_room(const struct table *tb, uint64_t need, const uint64_t *used,
         if (free_bytes > best)
             best = free_bytes;
     }
-    return sd_diag_set(d, SD_ENOSPACE,
-                       "table \"%s\": needs %llu bytes but the largest free "
-                       "space on any device is %llu bytes (short by %llu "
-                       "bytes)",
-                       tb->name, (unsigned long long)need,
-                       (unsigned long long)best,
-                       (unsigned long long)(need - best));
+    return search_no_room(tb->name, need, best, "", t, d);
+}
+
+int search_no_room(const char *table, uint64_t need, uint64_t largest_free,
+                   const char *what, const struct topology *t,
+                   struct sd_diag *d)
+{
+    char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT];
+
+    return sd_diag_set(
+        d, SD_ENOSPACE,
+        "table \"%s\": needs %s%s but the largest free space "
+        "on any device is %s (short by %s); %s",
+        table, sd_bytes_text(need, b0), what, sd_bytes_text(largest_free, b1),
+        sd_bytes_text(need - largest_free, b2), topology_more_memory(t));
 }
 
 struct lpt_item {

@@ -42,13 +42,7 @@ static int no_room(const struct policy_env *e, const struct table *tb,
         if (cap > used && cap - used > best)
             best = cap - used;
     }
-    return sd_diag_set(d, SD_ENOSPACE,
-                       "table \"%s\": needs %llu bytes but the largest free "
-                       "space on any device is %llu bytes (short by %llu "
-                       "bytes)",
-                       tb->name, (unsigned long long)need,
-                       (unsigned long long)best,
-                       (unsigned long long)(need - best));
+    return search_no_room(tb->name, need, best, "", t, d);
 }
 
 /* Checks what dreamshard needs besides the tables: a model, a policy for

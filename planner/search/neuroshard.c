@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "search/neuroshard_int.h"
+#include "shardd/bytes.h"
 
 /* The fewest candidates a beam state offers, and the tables per candidate
  * (ns_init()). */
@@ -97,6 +98,8 @@ static int no_fit(struct ns *s, struct sd_diag *d)
     size_t i, np = 0, k;
     int32_t r, best;
     int rv;
+    char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT],
+        b3[SD_BYTES_TEXT], b4[SD_BYTES_TEXT];
 
     for (i = 0; i < s->ntables; i++) {
         struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest(s, i));
@@ -104,13 +107,12 @@ static int no_fit(struct ns *s, struct sd_diag *d)
         if (lv->bytes > largest)
             return sd_diag_set(
                 d, SD_ENOSPACE,
-                "table \"%s\": even at %d columns it needs "
-                "%llu bytes, %llu more than a device has%s",
-                s->tables[i].name, (int)lv->cols, (unsigned long long)lv->bytes,
-                (unsigned long long)(lv->bytes - largest),
-                s->o->column_splits ? ""
-                                    : "; allow column splits, or give the "
-                                      "devices more memory");
+                "table \"%s\": even at %d columns it needs %s, "
+                "%s more than a device has; %s%s",
+                s->tables[i].name, (int)lv->cols, sd_bytes_text(lv->bytes, b0),
+                sd_bytes_text(lv->bytes - largest, b1),
+                s->o->column_splits ? "" : "allow column splits, or ",
+                topology_more_memory(s->t));
         total += ns_level(s, (uint32_t)i, 0)->bytes;
         np += (size_t)1 << narrowest(s, i);
     }
@@ -119,11 +121,7 @@ static int no_fit(struct ns *s, struct sd_diag *d)
     room = calloc(s->n > 0 ? (size_t)s->n : 1, sizeof(*room));
     pieces = calloc(np ? np : 1, sizeof(*pieces));
     if (room == NULL || pieces == NULL) {
-        rv = sd_diag_set(d, SD_ENOSPACE,
-                         "no placement fits: the tables need %llu bytes, the "
-                         "%d devices have %llu in all",
-                         (unsigned long long)total, (int)s->n,
-                         (unsigned long long)cap);
+        rv = sd_diag_set(d, SD_ENOMEM, "out of memory");
         goto out_free;
     }
     for (r = 0; r < s->n; r++) /* beside the pass's shards */
@@ -153,24 +151,23 @@ static int no_fit(struct ns *s, struct sd_diag *d)
         }
         rv = sd_diag_set(
             d, SD_ENOSPACE,
-            "no placement fits: table \"%s\" (%llu bytes at %d of its %d "
+            "no placement fits: table \"%s\" (%s at %d of its %d "
             "columns) finds no device with room once the larger ones are "
-            "placed (the most left is %llu bytes; the tables need %llu bytes, "
-            "the %d devices have %llu in all); %s",
-            s->tables[pieces[k].table].name,
-            (unsigned long long)pieces[k].bytes, (int)lv->cols,
-            (int)s->tables[pieces[k].table].dim, (unsigned long long)room[best],
-            (unsigned long long)total, (int)s->n, (unsigned long long)cap,
-            s->o->column_splits ? "give the devices more memory"
-                                : "allow column splits, or give the devices "
-                                  "more memory");
+            "placed (the most left is %s; the tables need %s, "
+            "the %d devices have %s in all); %s%s",
+            s->tables[pieces[k].table].name, sd_bytes_text(pieces[k].bytes, b2),
+            (int)lv->cols, (int)s->tables[pieces[k].table].dim,
+            sd_bytes_text(room[best], b3), sd_bytes_text(total, b4), (int)s->n,
+            sd_bytes_text(cap, b0),
+            s->o->column_splits ? "" : "allow column splits, or ",
+            topology_more_memory(s->t));
         goto out_free;
     }
     rv = sd_diag_set(d, SD_ENOSPACE,
-                     "no placement fits: the tables need %llu bytes, the %d "
-                     "devices have %llu in all; give the devices more memory",
-                     (unsigned long long)total, (int)s->n,
-                     (unsigned long long)cap);
+                     "no placement fits: the tables need %s, the %d "
+                     "devices have %s in all; %s",
+                     sd_bytes_text(total, b1), (int)s->n,
+                     sd_bytes_text(cap, b2), topology_more_memory(s->t));
 out_free:
     free(pieces);
     free(room);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "search/search_int.h"
+#include "shardd/bytes.h"
 
 /* Replicas take at most this share of the smallest device's memory, and
  * only tables of at most DP_TABLE_SHARE of it are weighed for replication
@@ -277,6 +278,7 @@ static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
         struct shard s = {.col_width = tb->dim,
                           .row_count = tb->rows / t->ndevices +
                                        (tb->rows % t->ndevices != 0)};
+        char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT];
         uint64_t room = 0;
         int32_t r;
 
@@ -286,15 +288,15 @@ static int split_rows(struct pass *ps, struct scheme_pass *sp, size_t i,
                 room = topology_mem(t, r) - ps->used[r];
         return sd_diag_set(
             d, SD_ENOSPACE,
-            "neuroshard: table \"%s\" needs %llu bytes: even in row blocks "
-            "over all %d devices a block needs %llu, and the most a device "
-            "has left is %llu; give the devices more memory%s",
+            "neuroshard: table \"%s\" needs %s: even in row blocks over "
+            "all %d devices a block needs %s, and the most a device has "
+            "left is %s; %s%s",
             tb->name,
-            (unsigned long long)shard_bytes(tb, tb->dim, ps->o->optimizer),
+            sd_bytes_text(shard_bytes(tb, tb->dim, ps->o->optimizer), b0),
             (int)t->ndevices,
-            (unsigned long long)shard_block_bytes(tb, &s, ps->o->optimizer),
-            (unsigned long long)room,
-            constraint_allows(c, SCHEME_RW) ? "" : " or allow row_wise");
+            sd_bytes_text(shard_block_bytes(tb, &s, ps->o->optimizer), b1),
+            sd_bytes_text(room, b2), topology_more_memory(t),
+            constraint_allows(c, SCHEME_RW) ? "" : ", or allow row_wise");
     }
 }
 

@@ -32,6 +32,16 @@ static inline void search_stats_merge(struct plan_search_stats *to,
     to->budget_exhausted |= from->budget_exhausted;
 }
 
+/*
+ * Why a table fits no device (SD_ENOSPACE, for d): it needs `need` bytes
+ * and the most any device has free is `largest_free` (`what` qualifies the
+ * need, "" or " with TorchRec's buffers"), with what would help
+ * (topology_more_memory()).  Returns SD_ENOSPACE.  baseline.c.
+ */
+int search_no_room(const char *table, uint64_t need, uint64_t largest_free,
+                   const char *what, const struct topology *t,
+                   struct sd_diag *d);
+
 /* Why a table left the column search, for the explanation. */
 enum scheme_reason {
     REASON_NONE = 0,

@@ -11,6 +11,8 @@
 #include "models/models.h"
 #include "problem/problem.h"
 #include "search/search.h"
+#include "search/search_int.h"
+#include "shardd/bytes.h"
 
 /* a + b, saturated at UINT64_MAX. */
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -559,23 +561,20 @@ static int build_plan(const struct greedy *g, const struct table *tables,
 
 /* The SD_ENOSPACE of the failed proposal of least storage. */
 static int no_fit(const struct table *tables, const struct misfit *m,
-                  struct sd_diag *d)
+                  const struct topology *t, struct sd_diag *d)
 {
+    char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT];
+
     if (m->pinned_to >= 0)
         return sd_diag_set(
             d, SD_ENOSPACE,
-            "table \"%s\": pinned to device %d, it needs %llu bytes with "
-            "TorchRec's buffers but %llu are free there (short by %llu bytes)",
+            "table \"%s\": pinned to device %d, it needs %s with "
+            "TorchRec's buffers but %s are free there (short by %s)",
             tables[m->table].name, (int)m->pinned_to,
-            (unsigned long long)m->need, (unsigned long long)m->largest_free,
-            (unsigned long long)(m->need - m->largest_free));
-    return sd_diag_set(d, SD_ENOSPACE,
-                       "table \"%s\": needs %llu bytes but the largest "
-                       "free space on any device is %llu bytes (short by "
-                       "%llu bytes)",
-                       tables[m->table].name, (unsigned long long)m->need,
-                       (unsigned long long)m->largest_free,
-                       (unsigned long long)(m->need - m->largest_free));
+            sd_bytes_text(m->need, b0), sd_bytes_text(m->largest_free, b1),
+            sd_bytes_text(m->need - m->largest_free, b2));
+    return search_no_room(tables[m->table].name, m->need, m->largest_free,
+                          " with TorchRec's buffers", t, d);
 }
 
 int plan_torchrec_greedy(const struct table *tables, size_t ntables,
@@ -669,7 +668,7 @@ int plan_torchrec_greedy(const struct table *tables, size_t ntables,
         }
     }
     if (best < 0) {
-        rv = no_fit(tables, &first_miss, d);
+        rv = no_fit(tables, &first_miss, t, d);
         goto out;
     }
 

@@ -647,8 +647,8 @@ printf '{"tables":[' >"$DIR/bad.json"
 plan_bad 'malformed JSON at line 1'
 # A table larger than every device: named, with the shortfall in bytes.
 tbl '{"name":"huge","rows":100000000,"dim":128,"pooling_factor":1,"bins":'"$B"'}'
-plan_bad 'table "huge" needs 51200000000 bytes: even in row blocks over all 2 devices a block needs 25600000000'
-expect_fail 2 'table "huge": needs 51200000000 bytes' plan --offline \
+plan_bad 'table "huge" needs 47.7 GiB: even in row blocks over all 2 devices a block needs 23.8 GiB'
+expect_fail 2 'table "huge": needs 47.7 GiB but the largest free space on any device is 1.00 GiB (short by 46.7 GiB)' plan --offline \
     --tables "$DIR/bad.json" --devices 2 --mem-gb 1 --alg size_greedy
 expect_fail 2 'short by' plan --offline --tables "$DIR/bad.json" --devices 2 \
     --mem-gb 1 --alg torchrec_greedy
@@ -789,6 +789,12 @@ expect_fail 2 '--svg: ' plan --offline --tables "$DIR/k.json" --devices 4 \
     --mem-gb 4 --json --out "$DIR/svgtest.json" --svg "$DIR"
 expect_fail 2 '--count' gen-tables --count 0
 expect_fail 2 'gen-tasks: --tables is missing' gen-tasks --count 2
+# Too little device memory: in GiB, with what would help (the host tier
+# too, where no host DRAM was given; only more memory where it was).
+expect_fail 2 'a block needs 333 MiB, and the most a device has left is 1.02 MiB; give the devices more memory, or the hosts DRAM for the UVM tier' \
+    plan --offline --tables "$DIR/k.json" --devices 4 --mem-gb 0.001
+expect_fail 2 'host DRAM' plan --offline --tables "$DIR/k.json" --devices 4 \
+    --mem-gb 0.001 --host-dram-gb 0.001
 expect_fail 2 'plan: --devices and --mem-gb are missing' plan --offline \
     --tables "$DIR/k.json"
 expect_fail 2 'eval: --tables and --plan are required' eval

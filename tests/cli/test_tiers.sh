@@ -185,7 +185,7 @@ grep -q '^predicted (neural:.* + host-link misses (modelled) model, batch 256) b
     bad "eval text: the prediction does not say how tiers were costed"
 # --host-dram-gb bounds the host tier as plan's does.
 "$CTL" $EVAL --host-dram-gb 0.000001 >/dev/null 2>"$DIR/err"
-[ $? -eq 2 ] && grep -q 'host 0: .* GiB of tables in host DRAM (UVM), where the host has' "$DIR/err" && ok || bad "eval with too little host DRAM: $(cat "$DIR/err")"
+[ $? -eq 2 ] && grep -q 'host 0: [0-9.]* [KMG]iB of tables in host DRAM (UVM), where the host has' "$DIR/err" && ok || bad "eval with too little host DRAM: $(cat "$DIR/err")"
 
 # --- online: the same plan from the daemon ---------------------------------------
 ADDR="unix:$DIR/shardd.sock"

@@ -4,7 +4,8 @@
  * values the daemon's request hash gave before it used them, so that cached
  * and audited plans keep their keys.  And whole-file reads
  * (include/shardd/file.h): to the end of a pipe, capped at a size, with
- * the system's reason for a file that cannot be read.
+ * the system's reason for a file that cannot be read.  And sizes for
+ * people (include/shardd/bytes.h) at each unit's edges.
  */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp(), pipe(), fork() */
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "shardd/bytes.h"
 #include "shardd/file.h"
 #include "shardd/hash.h"
 
@@ -171,10 +173,28 @@ static void test_file_read(void)
     CHECK(rmdir(dir) == 0);
 }
 
+static void test_bytes_text(void)
+{
+    char b[SD_BYTES_TEXT];
+
+    CHECK(strcmp(sd_bytes_text(0, b), "0 bytes") == 0);
+    CHECK(strcmp(sd_bytes_text(1023, b), "1023 bytes") == 0);
+    CHECK(strcmp(sd_bytes_text(1024, b), "1.00 KiB") == 0);
+    CHECK(strcmp(sd_bytes_text(12000, b), "11.7 KiB") == 0);
+    CHECK(strcmp(sd_bytes_text(512000, b), "500 KiB") == 0);
+    CHECK(strcmp(sd_bytes_text(1048575, b), "1024 KiB") == 0);
+    CHECK(strcmp(sd_bytes_text(1048576, b), "1.00 MiB") == 0);
+    CHECK(strcmp(sd_bytes_text(51200000000ull, b), "47.7 GiB") == 0);
+    CHECK(strcmp(sd_bytes_text(UINT64_MAX, b), "16.0 EiB") == 0);
+    /* Returned as given, for a printf argument. */
+    CHECK(sd_bytes_text(5, b) == b);
+}
+
 int main(void)
 {
     test_reference_vectors();
     test_adders();
     test_file_read();
+    test_bytes_text();
     return tap_done();
 }

@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "planner.h"
+#include "shardd/bytes.h"
 
 /* |a - b| <= rel * |b|: for the full-precision goldens. */
 #define CHECK_REL(a, b, rel)                                                   \
@@ -479,7 +480,7 @@ static void test_greedy_nospace(void)
     struct topology t;
     struct sd_diag d = {{0}};
     struct plan p, before;
-    char want[512];
+    char want[512], b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT];
     uint64_t need, mem = 100000000;
 
     tb[0] = mk("small", 1000, 64, 1.0);
@@ -493,10 +494,11 @@ static void test_greedy_nospace(void)
     CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
                                &d) == SD_ENOSPACE);
     snprintf(want, sizeof(want),
-             "table \"huge\": needs %llu bytes but the largest free space on "
-             "any device is %llu bytes (short by %llu bytes)",
-             (unsigned long long)need, (unsigned long long)mem,
-             (unsigned long long)(need - mem));
+             "table \"huge\": needs %s with TorchRec's buffers but the largest "
+             "free space on any device is %s (short by %s); give the "
+             "devices more memory, or the hosts DRAM for the UVM tier",
+             sd_bytes_text(need, b0), sd_bytes_text(mem, b1),
+             sd_bytes_text(need - mem, b2));
     CHECK(strcmp(d.msg, want) == 0);
     if (strcmp(d.msg, want) != 0)
         fprintf(stderr, "got:  %s\nwant: %s\n", d.msg, want);
@@ -511,10 +513,11 @@ static void test_greedy_nospace(void)
     CHECK(plan_torchrec_greedy(tb, 2, &t, OPTIMIZER_SGD, NULL, twcw(), &p,
                                &d) == SD_ENOSPACE);
     snprintf(want, sizeof(want),
-             "table \"wide\": needs %llu bytes but the largest free space on "
-             "any device is %llu bytes (short by %llu bytes)",
-             (unsigned long long)need, (unsigned long long)mem,
-             (unsigned long long)(need - mem));
+             "table \"wide\": needs %s with TorchRec's buffers but the largest "
+             "free space on any device is %s (short by %s); give the "
+             "devices more memory, or the hosts DRAM for the UVM tier",
+             sd_bytes_text(need, b0), sd_bytes_text(mem, b1),
+             sd_bytes_text(need - mem, b2));
     CHECK(strcmp(d.msg, want) == 0);
 
     /* With Adam the optimizer state counts too. */
