@@ -131,6 +131,25 @@ int offline_gen_tasks(const struct ctl_opts *o)
         tp.max_tables = (size_t)o->max_tables;
     if (o->max_gb > 0)
         tp.max_bytes = (uint64_t)(o->max_gb * (double)(1ull << 30));
+    if (tp.min_tables > tp.max_tables) {
+        free(pool);
+        if (o->min_tables && o->max_tables)
+            return ctl_fail(CTL_EXIT_USAGE,
+                            "gen-tasks: --min-tables %zu is above "
+                            "--max-tables %zu",
+                            tp.min_tables, tp.max_tables);
+        return o->min_tables
+                   ? ctl_fail(CTL_EXIT_USAGE,
+                              "gen-tasks: --min-tables %zu is above the "
+                              "default --max-tables %zu: give --max-tables "
+                              "too",
+                              tp.min_tables, tp.max_tables)
+                   : ctl_fail(CTL_EXIT_USAGE,
+                              "gen-tasks: --max-tables %zu is below the "
+                              "default --min-tables %zu: give --min-tables "
+                              "too",
+                              tp.max_tables, tp.min_tables);
+    }
     rv = task_generate(&tp, pool, npool, &tasks, &d);
     if (rv != 0) {
         free(pool);

@@ -789,6 +789,10 @@ expect_fail 2 '--svg: ' plan --offline --tables "$DIR/k.json" --devices 4 \
     --mem-gb 4 --json --out "$DIR/svgtest.json" --svg "$DIR"
 expect_fail 2 '--count' gen-tables --count 0
 expect_fail 2 'gen-tasks: --tables is missing' gen-tasks --count 2
+expect_fail 2 'gen-tasks: --min-tables 50 is above --max-tables 10' gen-tasks \
+    --count 2 --tables "$DIR/t.json" --min-tables 50 --max-tables 10
+expect_fail 2 'is below the default --min-tables 10: give --min-tables too' \
+    gen-tasks --count 2 --tables "$DIR/t.json" --max-tables 5
 # Too little device memory: in GiB, with what would help (the host tier
 # too, where no host DRAM was given; only more memory where it was).
 expect_fail 2 'a block needs 333 MiB, and the most a device has left is 1.02 MiB; give the devices more memory, or the hosts DRAM for the UVM tier' \
