@@ -9,21 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* "256 MiB" for a cap of whole MiB, "1023 bytes" otherwise. */
-static void cap_text(size_t max, char *buf, size_t cap)
-{
-    if (max >= ((size_t)1 << 20) && max % ((size_t)1 << 20) == 0)
-        snprintf(buf, cap, "%zu MiB", max >> 20);
-    else
-        snprintf(buf, cap, "%zu bytes", max);
-}
+#include "shardd/bytes.h"
 
 int sd_file_read(const char *path, size_t max, const char *what, void **out,
                  size_t *len, struct sd_diag *d)
 {
     unsigned char *buf = NULL, *nb;
     size_t cap = 0, used = 0, got, want;
-    char limit[32];
+    char limit[SD_BYTES_TEXT];
     FILE *f;
     int rv = 0;
 
@@ -42,9 +35,8 @@ int sd_file_read(const char *path, size_t max, const char *what, void **out,
             if (want > max + 2)
                 want = max + 2;
             if (want <= cap) {
-                cap_text(max, limit, sizeof(limit));
                 rv = sd_diag_set(d, SD_EFORMAT, "%s: over %s: too large for %s",
-                                 path, limit, what);
+                                 path, sd_bytes_text(max, limit), what);
                 goto out_free;
             }
             nb = realloc(buf, want);
