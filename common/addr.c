@@ -11,9 +11,9 @@ const char *sd_addr_problem(const char *a)
 
     if (strncmp(a, "unix:", 5) == 0) {
         if (a[5] == '\0')
-            return "the socket path is empty";
+            return "has an empty socket path";
         if (strlen(a + 5) > SD_SUN_PATH_LIMIT)
-            return "the socket path is longer than 107 bytes";
+            return "has a socket path longer than 107 bytes";
         return NULL;
     }
     if (strpbrk(a, " \t") != NULL)
@@ -28,9 +28,9 @@ const char *sd_addr_problem(const char *a)
                "interface)";
     if (a[0] == '[' ? a[hostlen - 1] != ']' || hostlen < 3
                     : memchr(a, ':', hostlen) != NULL)
-        return "an IPv6 host needs brackets, e.g. [::1]:7411";
+        return "has an IPv6 host without brackets (give [::1]:7411)";
     if (port[0] == '\0' || strspn(port, "0123456789") != strlen(port) ||
         strlen(port) > 5 || strtoul(port, NULL, 10) > 65535)
-        return "the port is not an integer in [0, 65535]";
+        return "has a port that is not an integer in [0, 65535]";
     return NULL;
 }

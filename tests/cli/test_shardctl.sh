@@ -818,14 +818,14 @@ expect_fail 2 'no database at' train-policy --db "$DIR/typo.db"
 # A daemon address is checked before any call: a port past 65535 would be
 # wrapped by gRPC onto another port (99999 onto 34463), an empty one is not
 # the default.
-expect_fail 2 '--addr "127.0.0.1:99999" the port is not an integer in [0, 65535]' \
+expect_fail 2 '--addr "127.0.0.1:99999" has a port that is not an integer in [0, 65535]' \
     status --addr 127.0.0.1:99999
 expect_fail 2 '--addr "" is empty' status --addr ''
 # An empty word is no value (it took the default module name, no file).
 expect_fail 2 '--torchrec-module "" is empty' plan --offline --tables \
     "$DIR/k.json" --devices 4 --mem-gb 4 --torchrec --torchrec-module ''
 expect_fail 2 '--out "" is empty' gen-tables --count 3 --out ''
-SHARDD_ADDR='host:70000' expect_fail 2 '$SHARDD_ADDR "host:70000" the port' \
+SHARDD_ADDR='host:70000' expect_fail 2 '$SHARDD_ADDR "host:70000" has a port' \
     health
 
 finish
