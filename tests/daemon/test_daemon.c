@@ -539,7 +539,8 @@ static void check_errors(struct client *c)
 
     /* 1 MiB devices: the largest table fits nowhere. */
     topo.mem_bytes_per_device = 1 << 20;
-    expect_plan_error(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "\"t", "bytes");
+    expect_plan_error(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "\"t",
+                      "the most a device has left is 1.00 MiB");
     topo.mem_bytes_per_device = 4 * GIB;
 }
 
