@@ -417,9 +417,11 @@ static void test_errors(void)
                      "--listen: \"localhost\" is neither unix:PATH nor "
                      "HOST:PORT",
                      true);
-        expect_error(f2, NULL, SD_EINVAL, "has an IPv6 host without brackets", false);
+        expect_error(f2, NULL, SD_EINVAL, "has an IPv6 host without brackets",
+                     false);
         expect_error(f3, NULL, SD_EINVAL, "--listen: \"unix:\"", false);
-        expect_error(f4, NULL, SD_EINVAL, "has a port that is not an integer", false);
+        expect_error(f4, NULL, SD_EINVAL, "has a port that is not an integer",
+                     false);
         expect_error(f5, NULL, SD_EINVAL, "\"a:1\" is listed twice", false);
         expect_error(f6, NULL, SD_EINVAL, "--listen: an empty address", false);
         expect_error(f7, NULL, SD_ERANGE, "--listen: more than 8", false);
