@@ -30,6 +30,7 @@
 
 #include "models/models.h"
 #include "problem/problem.h"
+#include "shardd/bytes.h"
 #include "shardd/file.h"
 #include "shardd/le.h"
 
@@ -670,11 +671,14 @@ int policy_env_rollout(struct policy_env *e, struct sd_diag *d)
             r = policy_env_lpt(e, i);
         }
         if (r < 0) {
+            char need[SD_BYTES_TEXT];
+
             rv =
                 sd_diag_set(d, SD_ENOSPACE,
-                            "table \"%.128s\": needs %llu bytes and no "
-                            "device has that much room left",
-                            e->tables[i].name, (unsigned long long)e->bytes[i]);
+                            "table \"%.128s\": needs %s and no device has "
+                            "that much room left; %s",
+                            e->tables[i].name, sd_bytes_text(e->bytes[i], need),
+                            topology_more_memory(e->t));
             goto out_free;
         }
         policy_env_place(e, i, r);

@@ -98,8 +98,9 @@ static int no_fit(struct ns *s, struct sd_diag *d)
     size_t i, np = 0, k;
     int32_t r, best;
     int rv;
+    /* For the sizes in the messages, each message from b0 up. */
     char b0[SD_BYTES_TEXT], b1[SD_BYTES_TEXT], b2[SD_BYTES_TEXT],
-        b3[SD_BYTES_TEXT], b4[SD_BYTES_TEXT];
+        b3[SD_BYTES_TEXT];
 
     for (i = 0; i < s->ntables; i++) {
         struct ns_level *lv = ns_level(s, (uint32_t)i, narrowest(s, i));
@@ -155,10 +156,10 @@ static int no_fit(struct ns *s, struct sd_diag *d)
             "columns) finds no device with room once the larger ones are "
             "placed (the most left is %s; the tables need %s, "
             "the %d devices have %s in all); %s%s",
-            s->tables[pieces[k].table].name, sd_bytes_text(pieces[k].bytes, b2),
+            s->tables[pieces[k].table].name, sd_bytes_text(pieces[k].bytes, b0),
             (int)lv->cols, (int)s->tables[pieces[k].table].dim,
-            sd_bytes_text(room[best], b3), sd_bytes_text(total, b4), (int)s->n,
-            sd_bytes_text(cap, b0),
+            sd_bytes_text(room[best], b1), sd_bytes_text(total, b2), (int)s->n,
+            sd_bytes_text(cap, b3),
             s->o->column_splits ? "" : "allow column splits, or ",
             topology_more_memory(s->t));
         goto out_free;
@@ -166,8 +167,8 @@ static int no_fit(struct ns *s, struct sd_diag *d)
     rv = sd_diag_set(d, SD_ENOSPACE,
                      "no placement fits: the tables need %s, the %d "
                      "devices have %s in all; %s",
-                     sd_bytes_text(total, b1), (int)s->n,
-                     sd_bytes_text(cap, b2), topology_more_memory(s->t));
+                     sd_bytes_text(total, b0), (int)s->n,
+                     sd_bytes_text(cap, b1), topology_more_memory(s->t));
 out_free:
     free(pieces);
     free(room);
